@@ -1,0 +1,134 @@
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFreezeFake(t *testing.T) {
+	t.Parallel()
+	for _, k := range allFakeKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			h := OpenLayout(newFake(t, k), k.layout())
+			g := fakeCreate(t, h, "kubepods/besteffort/understory-batch")
+			if k == fakeV1NoFreezer {
+				if err := g.Freeze(); !errors.Is(err, ErrUnsupported) {
+					t.Fatalf("Freeze without any freezer = %v; want ErrUnsupported", err)
+				}
+				if _, err := g.Frozen(); !errors.Is(err, ErrUnsupported) {
+					t.Fatalf("Frozen without any freezer = %v; want ErrUnsupported", err)
+				}
+				return
+			}
+			v1 := k.layout() != LayoutV2 && k != fakeHybridNoFreezer
+			var dir, file, frozenVal, thawedVal string
+			if v1 {
+				dir, file, frozenVal, thawedVal = filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN", "THAWED"
+			} else {
+				dir, file, frozenVal, thawedVal = g.unifiedDir(), "cgroup.freeze", "1", "0"
+				// The kernel reports completion in cgroup.events; the fake
+				// must say so up front.
+				mustWrite(t, filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen 1\n")
+			}
+			if err := g.Freeze(); err != nil {
+				t.Fatalf("Freeze: %v", err)
+			}
+			if got := strings.TrimSpace(mustRead(t, filepath.Join(dir, file))); got != frozenVal {
+				t.Fatalf("%s = %q after Freeze, want %q", file, got, frozenVal)
+			}
+			if f, err := g.Frozen(); err != nil || !f {
+				t.Fatalf("Frozen = %v, %v after Freeze", f, err)
+			}
+			if !v1 {
+				mustWrite(t, filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen 0\n")
+			}
+			if err := g.Thaw(); err != nil {
+				t.Fatalf("Thaw: %v", err)
+			}
+			if got := strings.TrimSpace(mustRead(t, filepath.Join(dir, file))); got != thawedVal {
+				t.Fatalf("%s = %q after Thaw, want %q", file, got, thawedVal)
+			}
+			if f, err := g.Frozen(); err != nil || f {
+				t.Fatalf("Frozen = %v, %v after Thaw", f, err)
+			}
+			// The v1 freezer hierarchy is never used in v2 / hybrid-without-freezer
+			// and the unified one never when a v1 freezer exists.
+			if v1 && k.layout() == LayoutHybrid {
+				if got := strings.TrimSpace(mustRead(t, filepath.Join(g.unifiedDir(), "cgroup.freeze"))); got != "0" {
+					t.Errorf("hybrid with v1 freezer wrote unified cgroup.freeze = %q", got)
+				}
+			}
+		})
+	}
+}
+
+// The v2 freezer completes asynchronously: Freeze waits for cgroup.events
+// and gives up with ErrTimeout when the kernel never reports frozen.
+func TestFreezeTimeoutV2(t *testing.T) {
+	t.Parallel()
+	for _, k := range []fakeKind{fakeV2, fakeHybridNoFreezer} {
+		h := OpenLayout(newFake(t, k), k.layout())
+		g := fakeCreate(t, h, "x")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		err := g.FreezeContext(ctx)
+		cancel()
+		if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%v: FreezeContext with events frozen 0 = %v; want ErrTimeout", k, err)
+		}
+	}
+}
+
+// A v1 group stuck in FREEZING (a task in D state) must time out instead of
+// spinning forever like containerd/cgroups' own Freeze: poll keeps
+// re-checking with backoff and gives up with ErrTimeout when ctx ends.
+func TestPollTimeout(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := poll(ctx, func() (bool, string, error) { calls++; return false, "FREEZING", nil }, "freezing", "x")
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "FREEZING") {
+		t.Fatalf("poll = %v; want ErrTimeout mentioning the state", err)
+	}
+	if calls < 3 {
+		t.Fatalf("check called %d times; want retries", calls)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("poll overran its deadline: %v", el)
+	}
+	// Errors and completion end the wait at once.
+	boom := errors.New("boom")
+	if err := poll(context.Background(), func() (bool, string, error) { return false, "", boom }, "x", "y"); !errors.Is(err, boom) {
+		t.Fatalf("poll error = %v", err)
+	}
+	n := 0
+	if err := poll(context.Background(), func() (bool, string, error) { n++; return n == 3, "", nil }, "x", "y"); err != nil || n != 3 {
+		t.Fatalf("poll = %v after %d calls", err, n)
+	}
+}
+
+func TestFrozenMalformed(t *testing.T) {
+	t.Parallel()
+	h := OpenLayout(newFake(t, fakeV1Separate), LayoutV1)
+	g := fakeCreate(t, h, "x")
+	mustWrite(t, filepath.Join(h.freezerDir, "x", "freezer.state"), "SLUSHY\n")
+	if _, err := g.Frozen(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Frozen on bad state = %v; want ErrMalformed", err)
+	}
+	h2 := OpenLayout(newFake(t, fakeV2), LayoutV2)
+	g2 := fakeCreate(t, h2, "x")
+	mustWrite(t, filepath.Join(g2.unifiedDir(), "cgroup.events"), "populated 0\n")
+	if _, err := g2.Frozen(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Frozen without frozen key = %v; want ErrUnsupported", err)
+	}
+	mustWrite(t, filepath.Join(g2.unifiedDir(), "cgroup.events"), "frozen 2\n")
+	if _, err := g2.Frozen(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Frozen with frozen 2 = %v; want ErrMalformed", err)
+	}
+}

@@ -1,0 +1,259 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Hierarchy is a mounted cgroup filesystem at an injected root. It is
+// immutable after Open/OpenLayout and safe for concurrent use.
+type Hierarchy struct {
+	root   string
+	layout Layout
+
+	// v1 / hybrid controller directories ("" when the controller is absent).
+	cpuDir, cpuacctDir, freezerDir string
+	// cgroup2 directory: root (v2), root/unified (hybrid), "" (v1).
+	unifiedDir string
+	// v1 subsystems handed to containerd/cgroups, one per distinct
+	// directory (co-mounted cpu,cpuacct appears once).
+	subsystems []cgroup1.Subsystem
+}
+
+// Open detects the layout under root and checks that the hierarchies the
+// agent writes are writable (ErrReadOnly otherwise, e.g. a read-only host
+// mount).
+func Open(root string) (*Hierarchy, error) {
+	l, err := DetectLayout(root)
+	if err != nil {
+		return nil, err
+	}
+	h := OpenLayout(root, l)
+	for _, dir := range h.writableDirs() {
+		if err := unix.Access(dir, unix.W_OK); err != nil {
+			return nil, fmt.Errorf("opening cgroup hierarchy %s: %s: %w: %w", root, dir, ErrReadOnly, err)
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+			return nil, fmt.Errorf("opening cgroup hierarchy %s: %s is mounted read-only: %w", root, dir, ErrReadOnly)
+		}
+	}
+	return h, nil
+}
+
+// OpenLayout trusts l without detection (tests, or a caller that already
+// knows). Controller directories are still resolved (separate or co-mounted
+// v1 controllers).
+func OpenLayout(root string, l Layout) *Hierarchy {
+	h := &Hierarchy{root: root, layout: l}
+	switch l {
+	case LayoutV2:
+		h.unifiedDir = root
+	case LayoutV1, LayoutHybrid:
+		h.cpuDir = resolveController(root, "cpu")
+		h.cpuacctDir = resolveController(root, "cpuacct")
+		h.freezerDir = controllerDir(root, "freezer")
+		if l == LayoutHybrid {
+			h.unifiedDir = filepath.Join(root, unifiedDirName)
+		}
+		h.subsystems = h.buildSubsystems()
+	}
+	return h
+}
+
+// resolveController is controllerDir with root/name as the fallback, so a
+// hierarchy opened on an empty fake still has well-defined paths.
+func resolveController(root, name string) string {
+	if d := controllerDir(root, name); d != "" {
+		return d
+	}
+	return filepath.Join(root, name)
+}
+
+// buildSubsystems returns containerd/cgroups v1 subsystems for cpu, cpuacct
+// and freezer, never memory or cpuset. A controller reachable as root/<name>
+// (its own mount, or systemd's symlink to a co-mount) uses the library's own
+// controller; a co-mount without symlink is addressed as a named hierarchy.
+// Directories that are the same inode are listed once.
+func (h *Hierarchy) buildSubsystems() []cgroup1.Subsystem {
+	type cand struct {
+		name cgroup1.Name
+		dir  string
+		std  func(string) cgroup1.Subsystem
+	}
+	cands := []cand{
+		{cgroup1.Cpu, h.cpuDir, func(r string) cgroup1.Subsystem { return cgroup1.NewCpu(r) }},
+		{cgroup1.Cpuacct, h.cpuacctDir, func(r string) cgroup1.Subsystem { return cgroup1.NewCpuacct(r) }},
+		{cgroup1.Freezer, h.freezerDir, func(r string) cgroup1.Subsystem { return cgroup1.NewFreezer(r) }},
+	}
+	var (
+		out  []cgroup1.Subsystem
+		seen []os.FileInfo
+	)
+	for _, c := range cands {
+		if c.dir == "" {
+			continue
+		}
+		if fi, err := os.Stat(c.dir); err == nil {
+			dup := false
+			for _, s := range seen {
+				if os.SameFile(s, fi) {
+					dup = true
+					break
+				}
+			}
+			if dup {
+				continue
+			}
+			seen = append(seen, fi)
+		}
+		if c.dir == filepath.Join(h.root, string(c.name)) {
+			out = append(out, c.std(h.root))
+		} else {
+			out = append(out, cgroup1.NewNamed(h.root, cgroup1.Name(filepath.Base(c.dir))))
+		}
+	}
+	return out
+}
+
+func (h *Hierarchy) hierarchyFunc() cgroup1.Hierarchy {
+	return func() ([]cgroup1.Subsystem, error) { return h.subsystems, nil }
+}
+
+// writableDirs are the controller roots the agent writes into.
+func (h *Hierarchy) writableDirs() []string {
+	var out []string
+	for _, d := range []string{h.cpuDir, h.cpuacctDir, h.freezerDir, h.unifiedDir} {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Root returns the injected root.
+func (h *Hierarchy) Root() string { return h.root }
+
+// Layout returns the layout the hierarchy was opened with.
+func (h *Hierarchy) Layout() Layout { return h.layout }
+
+// primaryDir is the directory whose existence defines "the group exists":
+// the v1 cpu controller (v1, hybrid) or the cgroup2 directory (v2).
+func (h *Hierarchy) primaryDir(rel string) string {
+	if h.layout == LayoutV2 {
+		return filepath.Join(h.unifiedDir, rel)
+	}
+	return filepath.Join(h.cpuDir, rel)
+}
+
+func (h *Hierarchy) checkLayout() error {
+	switch h.layout {
+	case LayoutV1, LayoutHybrid, LayoutV2:
+		return nil
+	}
+	return fmt.Errorf("hierarchy at %s has layout %v: %w", h.root, h.layout, ErrNoCgroupFS)
+}
+
+// Create makes rel in every hierarchy the agent uses and returns its Group:
+// v1/hybrid in cpu, cpuacct and freezer (never memory or cpuset); hybrid
+// also under root/unified so cpu.pressure exists; v2 at root/rel with the
+// cpu controller enabled along the path. Missing parents are created too.
+// Create is idempotent and repairs a group missing from some hierarchy.
+func (h *Hierarchy) Create(rel string) (*Group, error) {
+	rel, err := CleanPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkLayout(); err != nil {
+		return nil, err
+	}
+	if h.unifiedDir != "" {
+		// containerd/cgroups refuses some group paths (e.g. ones starting
+		// with sys/fs/cgroup); refuse them before creating anything.
+		if err := cgroup2.VerifyGroupPath("/" + rel); err != nil {
+			return nil, fmt.Errorf("creating cgroup %s: %w: %w", rel, ErrInvalidPath, err)
+		}
+	}
+	g := &Group{h: h, rel: rel}
+	if h.layout != LayoutV2 {
+		c, err := cgroup1.New(cgroup1.StaticPath("/"+rel), &specs.LinuxResources{}, cgroup1.WithHierarchy(h.hierarchyFunc()))
+		if err != nil {
+			return nil, classify("creating", filepath.Join(h.cpuDir, rel), "", err)
+		}
+		g.v1 = c
+	}
+	if h.unifiedDir != "" {
+		res := &cgroup2.Resources{}
+		if h.layout == LayoutV2 {
+			// Enable cpu along the path so cpu.weight/cpu.max/cpu.idle exist.
+			// A no-op where kubelet already enabled it.
+			res.CPU = &cgroup2.CPU{}
+		}
+		m, err := cgroup2.NewManager(h.unifiedDir, "/"+rel, res)
+		if err != nil {
+			return nil, classify("creating", filepath.Join(h.unifiedDir, rel), "", err)
+		}
+		g.v2 = m
+	}
+	return g, nil
+}
+
+// Load returns the existing group rel. A missing group is an error wrapping
+// ErrNotExist (and so fs.ErrNotExist).
+func (h *Hierarchy) Load(rel string) (*Group, error) {
+	rel, err := CleanPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	return h.load(rel)
+}
+
+// LoadRoot returns the root cgroup of every hierarchy the agent uses. It is
+// only for moving processes back out of groups (AddProc) before deleting them:
+// never set limits on it.
+func (h *Hierarchy) LoadRoot() (*Group, error) { return h.load("") }
+
+func (h *Hierarchy) load(rel string) (*Group, error) {
+	if err := h.checkLayout(); err != nil {
+		return nil, err
+	}
+	if !isDir(h.primaryDir(rel)) {
+		return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.root, ErrNotExist)
+	}
+	g := &Group{h: h, rel: rel}
+	if h.layout != LayoutV2 {
+		c, err := cgroup1.Load(cgroup1.StaticPath("/"+rel), cgroup1.WithHierarchy(h.hierarchyFunc()))
+		if err != nil {
+			if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+				return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.root, ErrNotExist)
+			}
+			return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.root, err)
+		}
+		g.v1 = c
+	}
+	if h.unifiedDir != "" && isDir(filepath.Join(h.unifiedDir, rel)) {
+		m, err := cgroup2.Load("/"+rel, cgroup2.WithMountpoint(h.unifiedDir))
+		if err != nil {
+			return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.unifiedDir, err)
+		}
+		g.v2 = m
+	}
+	return g, nil
+}
+
+// Exists reports whether rel is a valid path and its group exists (in the
+// cpu controller on v1/hybrid, at root/rel on v2).
+func (h *Hierarchy) Exists(rel string) bool {
+	rel, err := CleanPath(rel)
+	if err != nil || h.checkLayout() != nil {
+		return false
+	}
+	return isDir(h.primaryDir(rel))
+}

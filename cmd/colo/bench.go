@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// benchConfig sizes `colo bench`.
+type benchConfig struct {
+	rounds     int
+	steps      int           // LS load steps for the reaction measurement
+	sweep      []float64     // thresholds for the trade-off curve
+	sweepPhase time.Duration // length of each sweep point
+	overhead   time.Duration // agent overhead measurement
+	out        string
+}
+
+// benchResult is bench/out/colo.json.
+type benchResult struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Config  any    `json:"config"`
+
+	LSP99SoloMs    float64 `json:"ls_p99_solo_ms"`
+	LSP99VanillaMs float64 `json:"ls_p99_vanilla_ms"`
+	LSP99AgentMs   float64 `json:"ls_p99_agent_ms"`
+	// The agent figures above are for the default mode (tier); in-place mode is below.
+	LSP99AgentInPlaceMs float64 `json:"ls_p99_agent_inplace_ms"`
+
+	BatchIdleShareVanilla      float64 `json:"batch_idle_share_vanilla"`
+	BatchIdleShareAgent        float64 `json:"batch_idle_share_agent"`
+	BatchIdleShareAgentInPlace float64 `json:"batch_idle_share_agent_inplace"`
+
+	RatioAgent        float64 `json:"ls_p99_ratio_agent"`
+	RatioAgentInPlace float64 `json:"ls_p99_ratio_agent_inplace"`
+	RatioVanilla      float64 `json:"ls_p99_ratio_vanilla"`
+
+	ReactionP50Ms float64   `json:"reaction_p50_ms"`
+	ReactionP99Ms float64   `json:"reaction_p99_ms"`
+	ReactionMaxMs float64   `json:"reaction_max_ms"`
+	SettleP50Ms   float64   `json:"settle_p50_ms"`
+	ReactionsMs   []float64 `json:"reactions_ms"`
+
+	AgentCPUPct  float64 `json:"agent_cpu_pct"`
+	AgentRSSMiB  float64 `json:"agent_rss_mib"`
+	AgentPeakMiB float64 `json:"agent_rss_peak_mib"`
+	AgentPods    int     `json:"agent_pods"`
+
+	Phases []phaseResult `json:"phases"`
+	Sweep  []sweepPoint  `json:"sweep"`
+}
+
+type sweepPoint struct {
+	Threshold float64 `json:"threshold"`
+	P99Ratio  float64 `json:"p99_ratio"`
+	P99Ms     float64 `json:"p99_ms"`
+	IdleShare float64 `json:"batch_idle_share"`
+	BatchCPUs float64 `json:"batch_cpus"`
+}
+
+func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchConfig, printf func(string, ...any)) error {
+	logf := func(f string, a ...any) { printf("  "+f+"\n", a...) }
+	sc.logf = logf
+	res := benchResult{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
+		Config: map[string]any{"rate": sc.rate, "rounds_per_request": sc.rounds, "batch_pods": sc.batchPods,
+			"threads_per_batch_pod": sc.threads, "phase_s": dc.phase.Seconds(), "rounds": bc.rounds,
+			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds()}}
+	s, err := newScenario(sc)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	// Paired rounds, so that drift on the machine hits every phase alike.
+	byName := map[string][]phaseResult{}
+	var order []string
+	for i := range bc.rounds {
+		printf("round %d/%d\n", i+1, bc.rounds)
+		rs, err := s.runRound(ctx, dc, logf)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if _, ok := byName[r.Name]; !ok {
+				order = append(order, r.Name)
+			}
+			byName[r.Name] = append(byName[r.Name], r)
+		}
+	}
+	for _, n := range order {
+		res.Phases = append(res.Phases, pool(n, byName[n]))
+	}
+	solo, vanilla, tier, inplace := res.Phases[0], res.Phases[1], res.Phases[2], res.Phases[3]
+	res.LSP99SoloMs, res.LSP99VanillaMs, res.LSP99AgentMs, res.LSP99AgentInPlaceMs = solo.P99ms, vanilla.P99ms, tier.P99ms, inplace.P99ms
+	res.BatchIdleShareVanilla, res.BatchIdleShareAgent, res.BatchIdleShareAgentInPlace = vanilla.IdleShare, tier.IdleShare, inplace.IdleShare
+	res.RatioVanilla, res.RatioAgent, res.RatioAgentInPlace = vanilla.P99ms/solo.P99ms, tier.P99ms/solo.P99ms, inplace.P99ms/solo.P99ms
+	printTable(printf, "Pooled over rounds", res.Phases, solo.P99ms)
+
+	printf("reaction: %d LS load steps (idle → busy)\n", bc.steps)
+	reactions, settles, err := s.reaction(ctx, dc, bc.steps, logf)
+	if err != nil {
+		return err
+	}
+	res.ReactionsMs = reactions
+	sorted := append([]float64(nil), reactions...)
+	sort.Float64s(sorted)
+	res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = fquantile(sorted, .5), fquantile(sorted, .99), sorted[len(sorted)-1]
+	sort.Float64s(settles)
+	res.SettleP50Ms = fquantile(settles, .5)
+	printf("  reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms; settle p50 %.0f ms\n", res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs, res.SettleP50Ms)
+
+	if len(bc.sweep) > 0 {
+		printf("sweep of the policy threshold (%v each)\n", bc.sweepPhase)
+		if err := s.placeBatch(true); err != nil {
+			return err
+		}
+		for _, th := range bc.sweep {
+			if _, err := s.startAgent(th, dc.period); err != nil {
+				return err
+			}
+			if err := sleep(ctx, dc.warmup); err != nil {
+				return err
+			}
+			r, err := s.measure(ctx, fmt.Sprintf("threshold %.2f", th), bc.sweepPhase)
+			if err != nil {
+				return err
+			}
+			_ = s.stopAgent()
+			soloNow, err := s.soloP99(ctx, bc.sweepPhase)
+			if err != nil {
+				return err
+			}
+			p := sweepPoint{Threshold: th, P99Ms: r.P99ms, P99Ratio: r.P99ms / soloNow, IdleShare: r.IdleShare, BatchCPUs: r.BatchCPU / r.Seconds}
+			res.Sweep = append(res.Sweep, p)
+			printf("  threshold %.2f: p99 %.2f ms (%.2f× solo), batch %.2f CPUs, idle share %.2f\n", th, p.P99Ms, p.P99Ratio, p.BatchCPUs, p.IdleShare)
+		}
+	}
+	s.close()
+
+	printf("agent overhead with 110 static pods (%v)\n", bc.overhead)
+	ov, err := measureOverhead(ctx, sc, dc, bc.overhead)
+	if err != nil {
+		return err
+	}
+	res.AgentCPUPct, res.AgentRSSMiB, res.AgentPeakMiB, res.AgentPods = ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods
+	printf("  agent: %.2f%% of a core, RSS %.1f MiB (peak %.1f MiB), %d pods\n", ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods)
+
+	if err := os.MkdirAll(filepath.Dir(bc.out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(bc.out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	printf("wrote %s\n", bc.out)
+	return nil
+}
+
+// soloP99 measures the LS service alone for d (batch paused by freezing is not used:
+// the workers are stopped and restarted in place).
+func (s *scenario) soloP99(ctx context.Context, d time.Duration) (float64, error) {
+	pids := s.batchPIDs()
+	for _, p := range s.batch {
+		_ = stopBurner(p)
+	}
+	r, err := s.measure(ctx, "solo", d)
+	if err != nil {
+		return 0, err
+	}
+	if len(pids) > 0 {
+		if err := s.startBatch(); err != nil {
+			return 0, err
+		}
+		if err := s.placeBatch(true); err != nil {
+			return 0, err
+		}
+	}
+	return r.P99ms, nil
+}
+
+// reaction steps the LS load from idle to busy and times how long the agent takes to cut
+// the tier's limit. A cut counts once the limit is at least cutMargin cores below where
+// it stood at the step, so that noise-level adjustments are not mistaken for a reaction.
+// Settle time is until the limit is within settleBand of where it ends up.
+func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf func(string, ...any)) ([]float64, []float64, error) {
+	const (
+		cutMargin  = 0.1
+		settleBand = 0.05
+		busyFor    = 1500 * time.Millisecond
+		idleFor    = 2 * time.Second
+		poll       = time.Millisecond
+	)
+	if err := s.placeBatch(true); err != nil {
+		return nil, nil, err
+	}
+	a, err := s.startAgent(dc.threshold, dc.period)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = a
+	defer func() { _ = s.stopAgent() }()
+	tier, err := s.hier.Load(s.tier())
+	if err != nil {
+		return nil, nil, err
+	}
+	readLimit := func() (float64, error) {
+		q, p, err := tier.CPULimit()
+		if err != nil {
+			return 0, err
+		}
+		if q < 0 {
+			return float64(numCPU()), nil
+		}
+		return q.Seconds() / p.Seconds(), nil
+	}
+	var reactions, settles []float64
+	for i := range steps {
+		if err := sleep(ctx, idleFor); err != nil {
+			return nil, nil, err
+		}
+		before, err := readLimit()
+		if err != nil {
+			return nil, nil, err
+		}
+		type sample struct {
+			at    time.Duration
+			limit float64
+		}
+		var (
+			trace []sample
+			mu    sync.Mutex
+		)
+		pollCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		wg.Go(func() {
+			tk := time.NewTicker(poll)
+			defer tk.Stop()
+			for {
+				select {
+				case <-pollCtx.Done():
+					return
+				case <-tk.C:
+					if l, err := readLimit(); err == nil {
+						mu.Lock()
+						trace = append(trace, sample{time.Since(t0), l})
+						mu.Unlock()
+					}
+				}
+			}
+		})
+		gen := newOpenLoop("http://"+s.lsAddr+"/work", s.cfg.rate, s.cfg.workers)
+		_, err = gen.run(ctx, busyFor)
+		stop()
+		wg.Wait()
+		if err != nil {
+			return nil, nil, err
+		}
+		final := trace[len(trace)-1].limit
+		react, settle := -1.0, -1.0
+		for _, smp := range trace {
+			if react < 0 && smp.limit <= before-cutMargin {
+				react = float64(smp.at.Microseconds()) / 1000
+			}
+		}
+		for j := len(trace) - 1; j >= 0; j-- {
+			if d := trace[j].limit - final; d > settleBand || d < -settleBand {
+				if j+1 < len(trace) {
+					settle = float64(trace[j+1].at.Microseconds()) / 1000
+				}
+				break
+			}
+			settle = float64(trace[j].at.Microseconds()) / 1000
+		}
+		if react < 0 {
+			logf("step %d: no cut of ≥ %.1f CPU (limit %.2f → %.2f); counted as the step length", i+1, cutMargin, before, final)
+			react = float64(busyFor.Milliseconds())
+		}
+		reactions = append(reactions, react)
+		settles = append(settles, settle)
+	}
+	return reactions, settles, nil
+}
+
+type overhead struct {
+	cpuPct, rssMiB, peakMiB float64
+	pods                    int
+}
+
+// measureOverhead runs the agent over 110 static pods (1 LS, the batch pods, the rest
+// idle pods of every class) with the LS service under load and batch running, and
+// measures the agent process's CPU and memory.
+func measureOverhead(ctx context.Context, sc scenarioConfig, dc demoConfig, d time.Duration) (overhead, error) {
+	const pods = 110
+	sc.extraPods = pods - 1 - sc.batchPods
+	s, err := newScenario(sc)
+	if err != nil {
+		return overhead{}, err
+	}
+	defer s.close()
+	if err := s.startBatch(); err != nil {
+		return overhead{}, err
+	}
+	a, err := s.startAgent(dc.threshold, dc.period)
+	if err != nil {
+		return overhead{}, err
+	}
+	if err := sleep(ctx, dc.warmup); err != nil {
+		return overhead{}, err
+	}
+	pid := a.cmd.Process.Pid
+	c0, err := processCPU(pid)
+	if err != nil {
+		return overhead{}, err
+	}
+	t0 := time.Now()
+	if _, err := s.measure(ctx, "overhead", d); err != nil {
+		return overhead{}, err
+	}
+	c1, err := processCPU(pid)
+	if err != nil {
+		return overhead{}, err
+	}
+	wall := time.Since(t0)
+	rss, peak, err := processRSS(pid)
+	if err != nil {
+		return overhead{}, err
+	}
+	st, err := a.status()
+	if err != nil {
+		return overhead{}, err
+	}
+	n := 0
+	for _, ps := range st.Pods {
+		n += len(ps)
+	}
+	if n != pods {
+		return overhead{}, fmt.Errorf("agent tracks %d pods, want %d", n, pods)
+	}
+	return overhead{cpuPct: 100 * (c1 - c0).Seconds() / wall.Seconds(), rssMiB: float64(rss) / (1 << 20),
+		peakMiB: float64(peak) / (1 << 20), pods: n}, nil
+}
+
+func fquantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func machine() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	model := "unknown CPU"
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs, %s, %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,149 @@
+// Command colo is Understory's co-location scenario: one latency-sensitive web service
+// and several CPU-hungry batch pods on this machine, measured alone, under kubelet's
+// plain BestEffort settings, and under the agent. `colo demo` is `make demo`; `colo
+// bench` is `make bench-colo` and writes bench/out/colo.json.
+//
+// The LS server and the batch workers are this same binary re-executed
+// (`colo ls-server`, `colo burner`), each joining its pod's cgroup before it starts work.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/qos"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "colo: interrupted; everything it created was removed")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "colo:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() error {
+	return errors.New("usage: colo demo|bench [flags]  (internal: ls-server, burner)")
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usage()
+	}
+	printf := func(f string, a ...any) { fmt.Printf(f, a...) }
+	switch args[0] {
+	case "demo", "bench":
+		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+		self, _ := os.Executable()
+		sc := scenarioConfig{self: self}
+		dc := demoConfig{}
+		bc := benchConfig{}
+		fs.StringVar(&sc.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup filesystem mount")
+		fs.StringVar(&sc.koordlet, "koordlet", filepath.Join(filepath.Dir(self), "koordlet"), "koordlet binary")
+		fs.IntVar(&sc.batchPods, "batch-pods", 4, "batch pods")
+		fs.IntVar(&sc.threads, "threads", 2, "busy threads per batch pod")
+		fs.IntVar(&sc.rounds, "work", 300, "SHA-256 rounds per LS request (≈1.5 µs each)")
+		fs.Float64Var(&sc.rate, "rate", 500, "LS requests per second")
+		fs.IntVar(&sc.workers, "conns", 64, "load generator connections")
+		fs.StringVar(&sc.lsCPU, "ls-cpu", "1", "LS pod CPU request")
+		fs.StringVar(&sc.tierParent, "tier-parent", koordlet.TierParentKubepods, "where the agent creates its batch tier: kubepods or besteffort")
+		fs.DurationVar(&dc.phase, "phase", 8*time.Second, "length of each measured phase")
+		fs.DurationVar(&dc.warmup, "warmup", time.Second, "agent warm-up before measuring")
+		fs.Float64Var(&dc.threshold, "threshold", qos.DefaultThreshold, "policy threshold for the agent phases")
+		fs.DurationVar(&dc.period, "period", 100*time.Millisecond, "agent control period")
+		fs.IntVar(&bc.rounds, "rounds", 3, "bench: paired rounds of the four phases")
+		fs.IntVar(&bc.steps, "steps", 30, "bench: LS load steps for the reaction time")
+		sweep := fs.String("sweep", "0.6,0.7,0.8,0.9,0.95,1.0", "bench: thresholds for the trade-off curve (empty: none)")
+		fs.DurationVar(&bc.sweepPhase, "sweep-phase", 8*time.Second, "bench: length of each sweep point")
+		fs.DurationVar(&bc.overhead, "overhead", 30*time.Second, "bench: agent overhead measurement")
+		fs.StringVar(&bc.out, "out", "bench/out/colo.json", "bench: output file")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		for _, f := range strings.Split(*sweep, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil || v <= 0 || v > 1 {
+				return fmt.Errorf("-sweep: %q is not a threshold in (0, 1]", f)
+			}
+			bc.sweep = append(bc.sweep, v)
+		}
+		if sc.batchPods < 1 || sc.batchPods > 100 || sc.threads < 1 || sc.rate <= 0 || sc.workers < 1 || sc.rounds < 1 {
+			return errors.New("-batch-pods (1..100), -threads, -rate, -conns and -work must be positive")
+		}
+		if _, err := os.Stat(sc.koordlet); err != nil {
+			return fmt.Errorf("koordlet binary: %w (run `make build` first, or pass -koordlet)", err)
+		}
+		if args[0] == "demo" {
+			return runDemo(ctx, sc, dc, printf)
+		}
+		return runBench(ctx, sc, dc, bc, printf)
+	case "ls-server":
+		fs := flag.NewFlagSet("ls-server", flag.ContinueOnError)
+		listen := fs.String("listen", "127.0.0.1:0", "listen address")
+		rounds := fs.Int("rounds", 300, "SHA-256 rounds per request")
+		root := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount")
+		cg := fs.String("cgroup", "", "cgroup to join first")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if err := join(*root, *cg); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return err
+		}
+		return newLSServer(*rounds).serve(ctx, ln)
+	case "burner":
+		fs := flag.NewFlagSet("burner", flag.ContinueOnError)
+		threads := fs.Int("threads", 1, "busy threads")
+		root := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount")
+		cg := fs.String("cgroup", "", "cgroup to join first")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if err := join(*root, *cg); err != nil {
+			return err
+		}
+		burn(ctx, *threads)
+		return nil
+	}
+	return usage()
+}
+
+// join moves this process into a cgroup before it starts its work.
+func join(root, rel string) error {
+	if rel == "" {
+		return nil
+	}
+	h, err := cgroups.Open(root)
+	if err != nil {
+		return err
+	}
+	g, err := h.Load(rel)
+	if err != nil {
+		return err
+	}
+	return g.AddProc(os.Getpid())
+}

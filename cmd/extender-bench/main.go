@@ -1,0 +1,489 @@
+// Command extender-bench measures the scheduler extender's filter and
+// prioritize verbs over real HTTP on loopback: it starts the server in-process,
+// loads a synthetic openb-like cluster into the index, and fires pre-encoded
+// ExtenderArgs (NodeNames form, every node a candidate) from several concurrent
+// clients. It is bounded in calls and time and writes JSON (p50/p99 latency,
+// calls/s) for `make bench-extender`.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	extender "github.com/understory/understory/scheduler-extender"
+)
+
+type options struct {
+	clientList           []int
+	nodes, clients, pods int
+	shapes               int
+	maxCalls             int64
+	duration, warmup     time.Duration
+	policy, out          string
+	seed                 int64
+	targetP99            time.Duration
+	targetRate           float64
+	enforce              bool
+	cpuprofile           string
+}
+
+// nodeType is one line of the synthetic cluster mix.
+type nodeType struct {
+	share      float64
+	model      string
+	gpus, cpus int
+	memGi      int
+}
+
+// openbMix approximates the node mix of Alibaba's openb GPU cluster trace
+// (CPU-only nodes, 8-GPU V100 nodes, 2-GPU P100/T4 nodes, a few others).
+var openbMix = []nodeType{
+	{0.30, "", 0, 96, 512},
+	{0.25, "V100M16", 8, 96, 512},
+	{0.15, "V100M32", 8, 96, 768},
+	{0.10, "P100", 2, 64, 256},
+	{0.10, "T4", 2, 64, 256},
+	{0.05, "A10", 4, 64, 256},
+	{0.05, "G2", 1, 32, 128},
+}
+
+func mkNode(i int, t nodeType) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%05d", i), Labels: map[string]string{}}}
+	n.Status.Allocatable = corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(t.cpus), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(t.memGi)<<30, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+	}
+	if t.gpus > 0 {
+		n.Status.Allocatable[extender.ResourceGPU] = *resource.NewQuantity(int64(t.gpus), resource.DecimalSI)
+		n.Labels[extender.LabelGPUProduct] = t.model
+	}
+	return n
+}
+
+// mkPod returns a GPU pod of the openb-like request mix.
+func mkPod(name string, rng *rand.Rand, nodeName string, devs []int) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(1000+rng.Intn(8)*1000), resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(int64(4+rng.Intn(28))<<30, resource.BinarySI),
+			},
+			Limits: corev1.ResourceList{},
+		}}}},
+	}
+	lim := p.Spec.Containers[0].Resources.Limits
+	switch x := rng.Float64(); {
+	case x < 0.45:
+		lim[extender.ResourceGPUMilli] = *resource.NewQuantity(int64([]int{250, 500, 300, 600}[rng.Intn(4)]), resource.DecimalSI)
+	case x < 0.85:
+		lim[extender.ResourceGPU] = *resource.NewQuantity(1, resource.DecimalSI)
+	case x < 0.95:
+		lim[extender.ResourceGPU] = *resource.NewQuantity(2, resource.DecimalSI)
+	default:
+		lim[extender.ResourceGPU] = *resource.NewQuantity(8, resource.DecimalSI)
+	}
+	if rng.Float64() < 0.1 {
+		p.Annotations[extender.AnnotationGPUModel] = "V100M16,V100M32"
+	}
+	if len(devs) > 0 {
+		p.Annotations[extender.AnnotationGPUDevices] = extender.FormatDevices(devs)
+	}
+	return p
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("extender-bench", flag.ContinueOnError)
+	fs.IntVar(&o.nodes, "nodes", 5000, "nodes in the index (every one a candidate in each call)")
+	clients := fs.String("clients", "1,2,4", "concurrent HTTP clients, a comma-separated list: one run each")
+	fs.IntVar(&o.pods, "pods", 64, "distinct pending pods the clients cycle through")
+	fs.IntVar(&o.shapes, "shapes", 8, "distinct pod templates (jobs) among the pods; pods of a job share requests")
+	fs.Int64Var(&o.maxCalls, "max-calls", 60000, "stop a run after this many measured calls")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop a run after this long (measured part)")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up")
+	fs.StringVar(&o.policy, "policy", extender.DefaultPolicy, "placement policy")
+	fs.StringVar(&o.out, "out", "bench/out/extender.json", "JSON result file ('-' for stdout)")
+	fs.Int64Var(&o.seed, "seed", 1, "seed of the synthetic cluster")
+	fs.DurationVar(&o.targetP99, "target-p99", 5*time.Millisecond, "p99 latency target")
+	fs.Float64Var(&o.targetRate, "target-rate", 2000, "calls/s target")
+	fs.BoolVar(&o.enforce, "enforce", false, "exit 1 when a target is missed")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured part here")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, f := range strings.Split(*clients, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return o, fmt.Errorf("bad -clients entry %q", f)
+		}
+		o.clientList = append(o.clientList, c)
+		o.clients = max(o.clients, c)
+	}
+	if o.nodes < 1 || o.clients < 1 || o.pods < o.clients || o.maxCalls < 1 || o.duration <= 0 || o.shapes < 1 {
+		return o, errors.New("need nodes, clients, max-calls, duration > 0 and pods >= clients")
+	}
+	return o, nil
+}
+
+// Stats summarises latencies.
+type Stats struct {
+	Calls int64   `json:"calls"`
+	P50Ms float64 `json:"p50_ms"`
+	P90Ms float64 `json:"p90_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+func summarise(d []time.Duration) Stats {
+	if len(d) == 0 {
+		return Stats{}
+	}
+	slices.Sort(d)
+	q := func(p float64) float64 {
+		i := int(p * float64(len(d)-1))
+		return float64(d[i].Microseconds()) / 1000
+	}
+	return Stats{Calls: int64(len(d)), P50Ms: q(0.50), P90Ms: q(0.90), P99Ms: q(0.99), MaxMs: q(1)}
+}
+
+// Result is the JSON the benchmark writes.
+type Result struct {
+	Date        time.Time `json:"date"`
+	Machine     Machine   `json:"machine"`
+	Nodes       int       `json:"nodes"`
+	GPUs        int       `json:"gpus"`
+	GPUsBound   int       `json:"gpus_bound"`
+	Clients     int       `json:"clients"`
+	Pods        int       `json:"pods"`
+	Shapes      int       `json:"pod_shapes"`
+	Policy      string    `json:"policy"`
+	BodyBytes   int       `json:"request_body_bytes"`
+	Seconds     float64   `json:"seconds"`
+	CallsPerSec float64   `json:"calls_per_sec"`
+	All         Stats     `json:"all"`
+	Filter      Stats     `json:"filter"`
+	Prioritize  Stats     `json:"prioritize"`
+	// CPUMsPerCall is the process's CPU time (server and clients) per measured call:
+	// a figure that stays meaningful when other work shares the machine.
+	CPUMsPerCall float64 `json:"cpu_ms_per_call"`
+	// CPUShare is the CPU the process got during the run, in cores.
+	CPUShare float64 `json:"cpu_cores_used"`
+	// LoadAvg1 is the 1-minute load average at the end of the run.
+	LoadAvg1    string  `json:"loadavg_1m"`
+	Errors      int64   `json:"errors"`
+	FilterPass  int64   `json:"filter_calls_with_a_node"`
+	TargetP99Ms float64 `json:"target_p99_ms"`
+	TargetRate  float64 `json:"target_calls_per_sec"`
+	Pass        bool    `json:"pass"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go"`
+	OS        string `json:"os"`
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func run(ctx context.Context, o options) (Result, error) {
+	cfg := extender.DefaultConfig()
+	cfg.Policy, cfg.Seed = o.policy, o.seed
+	srv, err := extender.NewServer(cfg, extender.Deps{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return Result{}, err
+	}
+	rng := rand.New(rand.NewSource(o.seed))
+	st := srv.State()
+	names := make([]string, o.nodes)
+	gpus := 0
+	used := 0
+	for i := range o.nodes {
+		x, t := rng.Float64(), openbMix[len(openbMix)-1]
+		for _, m := range openbMix {
+			if x < m.share {
+				t = m
+				break
+			}
+			x -= m.share
+		}
+		n := mkNode(i, t)
+		st.UpsertNode(n)
+		names[i] = n.Name
+		gpus += t.gpus
+		// About 40% of each GPU node is taken by bound whole-GPU pods.
+		for d := 0; d < t.gpus; d++ {
+			if rng.Float64() < 0.4 {
+				p := mkPod(fmt.Sprintf("bound-%d-%d", i, d), rng, n.Name, []int{d})
+				lim := p.Spec.Containers[0].Resources.Limits
+				delete(lim, extender.ResourceGPUMilli)
+				delete(p.Annotations, extender.AnnotationGPUModel)
+				lim[extender.ResourceGPU] = *resource.NewQuantity(1, resource.DecimalSI)
+				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")
+				p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("4Gi")
+				st.UpsertPod(p)
+				used++
+			}
+		}
+	}
+	if err := st.RefreshWorkload(); err != nil {
+		return Result{}, err
+	}
+	type bodies struct{ filter, prio []byte }
+	pods := make([]bodies, o.pods)
+	templates := make([]*corev1.Pod, o.shapes)
+	for i := range templates {
+		templates[i] = mkPod("template", rng, "", nil)
+	}
+	for i := range pods {
+		p := templates[i%o.shapes].DeepCopy()
+		p.Name = fmt.Sprintf("pending-%d", i)
+		p.UID = types.UID("uid-" + p.Name)
+		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: p, NodeNames: &names})
+		if err != nil {
+			return Result{}, err
+		}
+		pods[i] = bodies{filter: b, prio: b}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	hs := extender.NewHTTPServer(ln.Addr().String(), srv.Handler(), cfg)
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	base := "http://" + ln.Addr().String()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients, MaxConnsPerHost: o.clients,
+		DisableCompression: true}, Timeout: 10 * time.Second}
+
+	var (
+		calls, errs, passes, checks atomic.Int64
+		measuring                   atomic.Bool
+		mu                          sync.Mutex
+		filterLat, prioLat          []time.Duration
+	)
+	call := func(url string, body []byte, isFilter bool) (time.Duration, error) {
+		start := time.Now()
+		resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		var out []byte
+		if isFilter {
+			out, err = io.ReadAll(resp.Body)
+		} else {
+			_, err = io.Copy(io.Discard, resp.Body)
+		}
+		resp.Body.Close()
+		d := time.Since(start)
+		if err != nil {
+			return d, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return d, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if isFilter {
+			// Check a filter result fully now and then; count passes cheaply.
+			if checks.Add(1)%50 == 0 {
+				var r extenderv1.ExtenderFilterResult
+				if err := json.Unmarshal(out, &r); err != nil {
+					return d, err
+				}
+			}
+			if bytes.HasPrefix(out, []byte(`{"Nodes":null,"NodeNames":["`)) && measuring.Load() {
+				passes.Add(1)
+			}
+		}
+		return d, nil
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range o.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var fl, pl []time.Duration
+			for i := c; runCtx.Err() == nil; i += o.clients {
+				b := pods[i%o.pods]
+				for _, v := range []struct {
+					path   string
+					body   []byte
+					filter bool
+				}{{"/filter", b.filter, true}, {"/prioritize", b.prio, false}} {
+					d, err := call(base+v.path, v.body, v.filter)
+					if !measuring.Load() {
+						continue
+					}
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if calls.Add(1) > o.maxCalls {
+						cancel()
+						break
+					}
+					if v.filter {
+						fl = append(fl, d)
+					} else {
+						pl = append(pl, d)
+					}
+				}
+			}
+			mu.Lock()
+			filterLat = append(filterLat, fl...)
+			prioLat = append(prioLat, pl...)
+			mu.Unlock()
+		}()
+	}
+	select {
+	case <-time.After(o.warmup):
+	case <-ctx.Done():
+	}
+	measuring.Store(true)
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return Result{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return Result{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	cpu0 := cpuTime()
+	select {
+	case <-time.After(o.duration):
+	case <-runCtx.Done():
+	}
+	cancel()
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	cpuUsed := (cpuTime() - cpu0).Seconds()
+	all := append(slices.Clone(filterLat), prioLat...)
+	res := Result{
+		Date: time.Now().UTC(), Nodes: o.nodes, GPUs: gpus, GPUsBound: used, Clients: o.clients, Pods: o.pods, Shapes: o.shapes, Policy: o.policy,
+		BodyBytes: len(pods[0].filter), Seconds: elapsed, CallsPerSec: float64(len(all)) / elapsed,
+		Filter: summarise(filterLat), Prioritize: summarise(prioLat), All: summarise(all),
+		Errors: errs.Load(), FilterPass: passes.Load(),
+		TargetP99Ms: float64(o.targetP99.Microseconds()) / 1000, TargetRate: o.targetRate,
+		Machine: Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+	}
+	if n := len(all); n > 0 {
+		res.CPUMsPerCall = cpuUsed * 1000 / float64(n)
+	}
+	res.CPUShare = cpuUsed / elapsed
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.LoadAvg1, _, _ = strings.Cut(string(b), " ")
+	}
+	res.Pass = res.Errors == 0 && res.All.P99Ms <= res.TargetP99Ms && res.CallsPerSec >= o.targetRate
+	return res, nil
+}
+
+// cpuTime is the user+system CPU time of this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "extender-bench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(o.clientList))*(o.warmup+o.duration+time.Minute))
+	defer cancel()
+	var report Report
+	report.Pass = true
+	for _, c := range o.clientList {
+		ro := o
+		ro.clients = c
+		res, err := run(ctx, ro)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench:", err)
+			os.Exit(1)
+		}
+		report.Runs = append(report.Runs, res)
+		report.Pass = report.Pass && res.Pass
+		fmt.Fprintf(os.Stderr, "extender-bench: %d nodes, %d clients: %.0f calls/s, p50 %.2f ms, p99 %.2f ms (filter p99 %.2f, prioritize p99 %.2f), %.3f cpu-ms/call on %.2f cores (load %s), errors %d: pass=%v\n",
+			res.Nodes, res.Clients, res.CallsPerSec, res.All.P50Ms, res.All.P99Ms, res.Filter.P99Ms, res.Prioritize.P99Ms,
+			res.CPUMsPerCall, res.CPUShare, res.LoadAvg1, res.Errors, res.Pass)
+	}
+	b, _ := json.MarshalIndent(report, "", "  ")
+	b = append(b, '\n')
+	if o.out == "-" {
+		_, _ = os.Stdout.Write(b)
+	} else {
+		if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench:", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(o.out, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench:", err)
+			os.Exit(1)
+		}
+	}
+	if o.enforce && !report.Pass {
+		os.Exit(1)
+	}
+}
+
+// Report is the file the benchmark writes: one run per client count.
+type Report struct {
+	Runs []Result `json:"runs"`
+	// Pass: every run met both targets.
+	Pass bool `json:"pass"`
+}

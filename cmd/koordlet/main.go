@@ -1,0 +1,177 @@
+// Command koordlet is Understory's node agent. It runs batch pods in the CPU that
+// latency-sensitive pods leave idle, and cuts them back the moment the LS pods need it.
+//
+// Without a cluster it reads static pod manifests (-pod-manifests DIR); in a cluster it
+// watches the API server for the pods of -node-name (or $NODE_NAME) and publishes node
+// metrics for the scheduler extender.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/podsource"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "koordlet:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	configPath := flag.String("config", "", "YAML configuration file (defaults apply when empty)")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	nodeName := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	manifests := flag.String("pod-manifests", "", "static pod manifest directory: run without an API server")
+	listen := flag.String("listen", "", "address for /metrics, /healthz and /status (overrides the config)")
+	cgroupRoot := flag.String("cgroup-root", "", "cgroup filesystem mount (overrides the config)")
+	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg := koordlet.DefaultConfig()
+	if *configPath != "" {
+		data, err := os.ReadFile(*configPath)
+		if err != nil {
+			return fmt.Errorf("reading config: %w", err)
+		}
+		if cfg, err = koordlet.LoadConfig(data); err != nil {
+			return fmt.Errorf("config %s: %w", *configPath, err)
+		}
+	}
+	if *nodeName != "" {
+		cfg.NodeName = *nodeName
+	}
+	if *manifests != "" {
+		cfg.StaticPodDir = *manifests
+	}
+	if *listen != "" {
+		cfg.ListenAddress = *listen
+	}
+	if *cgroupRoot != "" {
+		cfg.CgroupRoot = *cgroupRoot
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root: the agent writes cgroup files (cpu.cfs_quota_us, cpu.idle, ...)")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	deps := koordlet.Deps{Registry: reg, Logger: log}
+
+	var runSource func(context.Context) error
+	if cfg.StaticPodDir != "" {
+		src := podsource.NewStatic(cfg.StaticPodDir, log)
+		deps.Pods, runSource = src, src.Run
+	} else {
+		if cfg.NodeName == "" {
+			return errors.New("-node-name (or $NODE_NAME) is required without -pod-manifests")
+		}
+		client, err := kubeClient(*kubeconfig)
+		if err != nil {
+			return err
+		}
+		src := podsource.NewKube(client, cfg.NodeName, log, 0)
+		sink := podsource.NewEventSink(client, "understory-koordlet", cfg.NodeName)
+		defer sink.Shutdown()
+		deps.Pods, deps.Events, runSource = src, sink, src.Run
+		deps.Publisher = koordlet.NewNodeAnnotator(client, cfg.NodeName)
+	}
+
+	agent, err := koordlet.New(cfg, deps)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.ListenAddress, err)
+	}
+	srv := &http.Server{Handler: agent.Handler(reg), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	log.Info("koordlet started", "listen", ln.Addr().String(), "nri", cfg.NRI.Enabled, "node", cfg.NodeName,
+		"static", cfg.StaticPodDir, "period", cfg.Period.Duration)
+
+	errc := make(chan error, 4)
+	go func() { errc <- ignoreClosed(srv.Serve(ln)) }()
+	go func() { errc <- runSource(ctx) }()
+	if cfg.NRI.Enabled {
+		plugin, err := koordlet.NewNRIPlugin(cfg, log)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- plugin.Run(ctx, cfg.NRI.Socket) }()
+	}
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- agent.Run(ctx) }()
+
+	var firstErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil {
+			firstErr = err
+			log.Error("component failed; shutting down", "err", err)
+		}
+	}
+	stop()
+	if err := <-agentDone; err != nil && firstErr == nil {
+		firstErr = err
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	return firstErr
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "understory-koordlet"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

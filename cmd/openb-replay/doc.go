@@ -1,0 +1,16 @@
+// Command openb-replay replays the openb GPU-cluster trace through the extender's
+// placement policies and reports the GPU allocation ratio the FGD paper reports.
+//
+// One replay (the last stdout line is a JSON object with policy, seed, workload,
+// tune, pods, failed, alloc_at_100, alloc_at_130, elapsed, ...):
+//
+//	openb-replay -nodes openb_node_list_gpu_node.csv -pods openb_pod_list_default.csv -policy fgd -seed 42 -tune 1.3
+//
+// The whole table (every workload of the paper's table × policies × seeds, run on
+// -workers goroutines; writes -out as JSON and prints a Markdown table):
+//
+//	openb-replay -workloads all -policy random,bestfit,fgd,understory -seeds 42-51 -out bench/out/openb.json
+//
+// -understory-params "key=value,..." overrides the understory policy's weights
+// for ablations (see docs/scoring.md). Exit status 1 on any error.
+package main

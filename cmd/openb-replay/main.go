@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/openb"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "openb-replay:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		nodesPath = flag.String("nodes", "", "openb node list CSV (single replay)")
+		podsPath  = flag.String("pods", "", "openb pod list CSV (single replay)")
+		policy    = flag.String("policy", "understory", "placement policy: random, bestfit, fgd, understory; a comma list in table mode")
+		seed      = flag.Int64("seed", 42, "random seed (single replay)")
+		tune      = flag.Float64("tune", 1.3, "arrived GPU demand to reach, as a multiple of GPU capacity (<= 0: trace as is)")
+		maxPods   = flag.Int("max-pods", openb.DefaultMaxPods, "pod capacity of every node (single replay)")
+		workloads = flag.String("workloads", "", `table mode: "all" (every workload in the paper's table) or a comma list of pod list names`)
+		traceDir  = flag.String("trace-dir", "/work/shared/traces/openb", "table mode: directory with the node list, pod lists and paper-results/")
+		seeds     = flag.String("seeds", "42-51", `table mode: seeds, "42-51" or "42,43"`)
+		out       = flag.String("out", "bench/out/openb.json", "table mode: JSON output file")
+		workers   = flag.Int("workers", runtime.NumCPU(), "table mode: replays run in parallel")
+		quiet     = flag.Bool("quiet", false, "table mode: no per-replay progress on stderr")
+		uparams   = flag.String("understory-params", "", `weights of the understory policy, "key=value,..." (see docs/scoring.md); empty: the defaults`)
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	params, err := extender.ParseUnderstoryParams(*uparams)
+	if err != nil {
+		return err
+	}
+	factory := func(w *extender.Workload, _ *rand.Rand) (extender.Policy, error) {
+		return extender.NewUnderstoryPolicy(w, params), nil
+	}
+	if *workloads != "" {
+		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory)
+	}
+	if *nodesPath == "" || *podsPath == "" {
+		return fmt.Errorf("-nodes and -pods are required (or -workloads for the table)")
+	}
+	nodes, err := openb.ReadNodes(*nodesPath, *maxPods)
+	if err != nil {
+		return err
+	}
+	pods, err := openb.ReadPods(*podsPath)
+	if err != nil {
+		return err
+	}
+	var f openb.PolicyFactory
+	if *policy == extender.PolicyUnderstory {
+		f = factory
+	}
+	res, err := openb.Run(ctx, nodes, pods, openb.Config{
+		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f,
+		Workload: strings.TrimSuffix(filepath.Base(*podsPath), ".csv"),
+	})
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory) error {
+	ss, err := openb.ParseSeeds(seeds)
+	if err != nil {
+		return err
+	}
+	cfg := openb.TableConfig{Dir: dir, Policies: strings.Split(policies, ","), Seeds: ss, Tune: tune, Workers: workers,
+		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}}
+	if workloads != "all" {
+		cfg.Workloads = strings.Split(workloads, ",")
+	}
+	if !quiet {
+		cfg.Progress = os.Stderr
+	}
+	t, err := openb.RunTable(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckLevels(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(t.Markdown())
+	s, err := json.Marshal(t.Mean)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(s))
+	return nil
+}

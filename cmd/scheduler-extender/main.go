@@ -1,0 +1,147 @@
+// Command scheduler-extender serves Understory's kube-scheduler HTTP extender:
+// GPU- and gang-aware filter, prioritize and bind (see docs/extender.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	extender "github.com/understory/understory/scheduler-extender"
+)
+
+// options are the parsed command line.
+type options struct {
+	listen     string
+	kubeconfig string
+	master     string
+	qps        float64
+	burst      int
+	noPodGroup bool
+	cfg        extender.Config
+}
+
+func parseFlags(args []string, out io.Writer) (options, error) {
+	o := options{cfg: extender.DefaultConfig()}
+	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c := &o.cfg
+	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, metrics, status)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
+	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client QPS to the API server")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "client burst to the API server")
+	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch scheduling.x-k8s.io PodGroups")
+	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", extender.PolicyNames()))
+	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory)")
+	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
+	fs.DurationVar(&c.MetricsMaxAge, "metrics-max-age", c.MetricsMaxAge, "node-metrics annotations older than this count as unknown")
+	fs.DurationVar(&c.AssumedTTL, "assumed-ttl", c.AssumedTTL, "how long a filter reservation waits for its bind")
+	fs.DurationVar(&c.GangPlanTTL, "gang-plan-ttl", c.GangPlanTTL, "how long a gang plan holds capacity (PodGroup scheduleTimeoutSeconds overrides)")
+	fs.DurationVar(&c.GangBindTimeout, "gang-bind-timeout", c.GangBindTimeout, "how long a gang member's bind waits for the rest; keep below the scheduler's extender httpTimeout")
+	fs.DurationVar(&c.APITimeout, "api-timeout", c.APITimeout, "timeout of each API call (patch, binding, get)")
+	fs.DurationVar(&c.Housekeeping, "housekeeping", c.Housekeeping, "period of reservation/plan expiry")
+	fs.DurationVar(&c.InformerResync, "informer-resync", c.InformerResync, "informer resync period (0: none)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "request body limit")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP read header timeout")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP read timeout")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP write timeout (must exceed the gang bind timeout)")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "HTTP idle timeout")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	if err := c.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	rc, err := clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = float32(o.qps), o.burst
+	rc.UserAgent = extender.EventComponent
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+	deps := extender.Deps{Client: client, Logger: log}
+	if !o.noPodGroup {
+		if deps.Dynamic, err = dynamic.NewForConfig(rc); err != nil {
+			return fmt.Errorf("building dynamic client: %w", err)
+		}
+	}
+	srv, err := extender.NewServer(o.cfg, deps)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	hs := extender.NewHTTPServer(o.listen, srv.Handler(), o.cfg)
+	errc := make(chan error, 2)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { errc <- srv.Run(runCtx) }()
+	go func() {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serving: %w", err)
+		}
+	}()
+	log.Info("scheduler extender serving", "addr", ln.Addr().String(), "policy", o.cfg.Policy)
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	}
+	// Let binds in flight (gang members may wait up to GangBindTimeout) finish.
+	sctx, cancel := context.WithTimeout(context.Background(), o.cfg.GangBindTimeout+2*o.cfg.APITimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		first = errors.Join(first, fmt.Errorf("shutting down http: %w", err))
+	}
+	stop()
+	return first
+}
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		log.Error("bad flags", "err", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("scheduler extender stopped", "err", err)
+		cancel()
+		os.Exit(1)
+	}
+}

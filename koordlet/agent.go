@@ -1,0 +1,429 @@
+package koordlet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// podLister is the agent's view of a pod source (static manifests or the API server).
+type podLister interface {
+	List() []*corev1.Pod
+	Changed() <-chan struct{}
+	HasSynced() bool
+}
+
+// eventRecorder records Kubernetes events on pods (or only logs them, without a cluster).
+type eventRecorder interface {
+	Warn(pod *corev1.Pod, reason, message string)
+}
+
+// nodeCPUReader reads the node's cumulative CPU times.
+type nodeCPUReader interface {
+	Read() (collect.CPUTimes, error)
+}
+
+// Deps are the agent's collaborators; the zero value of an optional one disables it.
+type Deps struct {
+	Pods     podLister     // required
+	Events   eventRecorder // optional: log only
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	// NodeCPU overrides the /proc/stat reader (tests).
+	NodeCPU nodeCPUReader
+	// Publisher receives node metrics every NodeMetricsPeriod (Kubernetes mode).
+	Publisher nodeMetricsPublisher
+}
+
+// Agent is the node agent: it samples usage every period, computes the batch budget and
+// enforces it on the batch tier (NRI mode) or on each batch pod (in-place mode).
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	source  podLister
+	events  eventRecorder
+	metrics *metrics.Agent
+	hier    *cgroups.Hierarchy
+	layout  layout
+	nodeCPU nodeCPUReader
+	budget  *qos.Budgeter
+	publish *publisher
+
+	// control-loop state, owned by the Run goroutine.
+	pods        map[types.UID]*podState
+	sorted      []*podState
+	nodeRate    collect.Rate
+	kubepods    *cgroups.UsageReader
+	kubepodsRt  collect.Rate
+	tier        *cgroups.Group
+	tierQuota   float64 // cores in force on the tier, NaN unknown
+	tierWritten time.Time
+	lastStats   time.Time
+	tierStats   cpuStats
+	splitBuf    []qos.PodDemand
+	inPlaceBuf  []*podState
+	tierReader  *cgroups.UsageReader
+	tierRate    collect.Rate
+	tierDemand  demand
+	last        qos.Budget
+	ticks       uint64
+
+	status  atomic.Pointer[Status]
+	healthy atomic.Int64 // unix nanos of the last completed period
+	stopped sync.Once
+}
+
+// New opens the cgroup hierarchy, creates and configures the batch tier, and returns an
+// agent ready to Run. It fails with a clear error when the agent cannot work on this
+// machine (no cgroupfs, read-only cgroupfs, bad config).
+func New(cfg Config, deps Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Pods == nil {
+		return nil, errors.New("koordlet: a pod source is required")
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := metrics.NewAgent(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	hier, err := cgroups.Open(cfg.CgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("opening cgroup root %s: %w", cfg.CgroupRoot, err)
+	}
+	lay, err := newLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	nodeCPU := deps.NodeCPU
+	if nodeCPU == nil {
+		ps, err := collect.NewProcStat(cfg.ProcRoot)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s/stat: %w", cfg.ProcRoot, err)
+		}
+		nodeCPU = ps
+	}
+	events := deps.Events
+	if events == nil {
+		events = logEvents{log: log}
+	}
+	a := &Agent{
+		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, hier: hier, layout: lay,
+		nodeCPU: nodeCPU, budget: qos.NewBudgeter(cfg.Policy),
+		pods: map[types.UID]*podState{}, tierQuota: nan(),
+	}
+	if deps.Publisher != nil {
+		procRoot := cfg.ProcRoot
+		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, func() (int64, int64, error) {
+			m, err := collect.ReadMemInfo(procRoot)
+			if err != nil {
+				return 0, 0, err
+			}
+			return int64(m.Total), int64(m.Total - m.Available), nil
+		})
+	}
+	if err := a.setUpTier(); err != nil {
+		return nil, err
+	}
+	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier}})
+	return a, nil
+}
+
+// setUpTier creates the agent-owned tier below BestEffort with minimum weight and
+// SCHED_IDLE, and bounds it at the policy's minimum until the first period measured
+// the node: a (re)starting agent never unleashes batch.
+func (a *Agent) setUpTier() error {
+	g, err := a.hier.Create(a.layout.tier)
+	if err != nil {
+		return fmt.Errorf("creating batch tier %s: %w", a.layout.tier, err)
+	}
+	// An idle group refuses weight writes (cgroups.ErrIdle): a tier a previous run left
+	// idle already has the weight idle groups get, so that is fine.
+	if err := g.SetCPUShares(minShares); err != nil && !errors.Is(err, cgroups.ErrIdle) {
+		return fmt.Errorf("setting tier weight: %w", err)
+	}
+	if err := g.SetIdle(true); err != nil {
+		if !errors.Is(err, cgroups.ErrUnsupported) {
+			return fmt.Errorf("setting tier SCHED_IDLE: %w", err)
+		}
+		a.log.Warn("kernel has no cpu.idle; the batch tier relies on weight and quota only")
+	}
+	a.tier = g
+	min := a.cfg.Policy.MinBatchCPU
+	if err := a.applyTier(min, time.Now()); err != nil {
+		return fmt.Errorf("bounding tier: %w", err)
+	}
+	return nil
+}
+
+// minShares is kubelet's BestEffort weight, the smallest cpu.shares.
+const minShares = 2
+
+// Run samples and enforces every period until ctx ends, then leaves the tier bounded.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.shutdown()
+	period := a.cfg.Period.Duration
+	t := time.NewTicker(period)
+	defer t.Stop()
+	changed := a.source.Changed()
+	dirty := true
+	for {
+		if dirty && a.source.HasSynced() {
+			a.syncPods(a.source.List())
+			dirty = false
+		}
+		a.tick(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			dirty = true
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one control period: sample, compute the budget, enforce, publish.
+func (a *Agent) tick(ctx context.Context, now time.Time) {
+	start := time.Now()
+	a.ticks++
+	times, err := a.nodeCPU.Read()
+	if err != nil {
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
+		a.log.Error("reading node CPU; keeping the last budget", "err", err)
+		return
+	}
+	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
+	kubepodsCores, kpOK := a.readKubepods(now)
+	a.readTier(now)
+	var ls, be, batch, known float64
+	counts := map[qos.Class]int{}
+	for _, st := range a.sorted {
+		a.readPod(st, now)
+		counts[st.class]++
+		if !st.fresh {
+			continue
+		}
+		known += st.usage
+		switch st.class {
+		case qos.ClassLS:
+			ls += st.usage
+		case qos.ClassBE:
+			be += st.usage
+		case qos.ClassBatch:
+			batch += st.usage
+		}
+	}
+	if !nodeOK {
+		// First sample: rates need two. Show the pods already.
+		a.storeStatus(now, Usage{CPUs: float64(times.CPUs)}, a.last)
+		return
+	}
+	// What runs in kubepods but not in a pod the agent knows (a pod it has not heard
+	// of yet, a pod whose cgroup it cannot read) counts as LS: the safe side.
+	unknown := 0.0
+	if kpOK {
+		unknown = math.Max(0, kubepodsCores-known)
+	}
+	system := nodeCores - kubepodsCores
+	if !kpOK {
+		system = nodeCores - known
+	}
+	system = math.Max(0, system)
+	cpus := float64(times.CPUs)
+	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: ls + unknown, SystemUsage: system})
+	a.enforce(b, now)
+	if b.Applied < a.last.Applied {
+		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
+	} else if b.Applied > a.last.Applied && a.ticks > 2 {
+		a.metrics.Actions.WithLabelValues(metrics.ActionRestore).Inc()
+	}
+	a.last = b
+	u := Usage{Node: nodeCores, LS: ls, UnknownPods: unknown, BE: be, Batch: batch, System: system, CPUs: cpus}
+	a.observe(u, counts, now)
+	if a.publish != nil {
+		a.publish.add(ctx, now, u, b, a.log, a.metrics)
+	}
+	a.storeStatus(now, u, b)
+	a.metrics.LoopDuration.Observe(time.Since(start).Seconds())
+	a.metrics.LastTick.Set(float64(now.UnixNano()) / 1e9)
+	a.healthy.Store(now.UnixNano())
+}
+
+// readKubepods samples the cgroup holding all pods.
+func (a *Agent) readKubepods(now time.Time) (float64, bool) {
+	if a.kubepods == nil {
+		g, err := a.hier.Load(a.layout.kubepods())
+		if err != nil {
+			return 0, false
+		}
+		r, err := g.UsageReader()
+		if err != nil {
+			return 0, false
+		}
+		a.kubepods, a.kubepodsRt = r, collect.Rate{}
+	}
+	v, err := a.kubepods.Read()
+	if err != nil {
+		_ = a.kubepods.Close()
+		a.kubepods = nil
+		return 0, false
+	}
+	return a.kubepodsRt.Update(now, v)
+}
+
+// readTier samples the tier's usage, the demand of the pods below it.
+func (a *Agent) readTier(now time.Time) {
+	if a.tierReader == nil {
+		r, err := a.tier.UsageReader()
+		if err != nil {
+			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+			return
+		}
+		a.tierReader, a.tierRate, a.tierDemand = r, collect.Rate{}, demand{}
+	}
+	v, err := a.tierReader.Read()
+	if err != nil {
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+		_ = a.tierReader.Close()
+		a.tierReader = nil
+		if errors.Is(err, cgroups.ErrNotExist) {
+			// Someone removed the tier: recreate it, bounded, next period.
+			if err := a.setUpTier(); err != nil {
+				a.log.Error("recreating the batch tier", "err", err)
+			}
+		}
+		return
+	}
+	if cores, ok := a.tierRate.Update(now, v); ok {
+		a.tierDemand.add(cores, a.cfg.Period.Duration)
+	}
+}
+
+// observe exports the period's figures.
+func (a *Agent) observe(u Usage, counts map[qos.Class]int, now time.Time) {
+	m := a.metrics
+	m.NodeCPU.Set(u.Node)
+	m.NodeCPUs.Set(u.CPUs)
+	m.LSCPU.Set(u.LS + u.UnknownPods)
+	m.BECPU.Set(u.BE)
+	m.SystemCPU.Set(u.System)
+	m.BatchCPU.Set(u.Batch)
+	m.BatchBudget.Set(a.last.Applied)
+	for _, c := range []qos.Class{qos.ClassLS, qos.ClassBE, qos.ClassBatch} {
+		m.Pods.WithLabelValues(string(c)).Set(float64(counts[c]))
+	}
+	// Throttling and pressure change slowly; read them once a second, not every period.
+	if now.Sub(a.lastStats) < time.Second {
+		return
+	}
+	a.lastStats = now
+	a.readThrottling()
+	if psi, err := a.tier.Pressure(); err == nil {
+		m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)
+	}
+	if psi, err := collect.ReadPressure(a.cfg.ProcRoot, "cpu"); err == nil {
+		m.CPUPressure.WithLabelValues("node").Set(psi.Some.Avg10 / 100)
+	}
+}
+
+// readThrottling adds the batch cgroups' throttling since the last read to the counters.
+func (a *Agent) readThrottling() {
+	a.addThrottling(&a.tierStats, a.tier)
+	for _, st := range a.sorted {
+		if st.class == qos.ClassBatch && st.group != nil && !st.inTier {
+			a.addThrottling(&st.stats, st.group)
+		}
+	}
+}
+
+// addThrottling counts what g was throttled since prev, the first read being the baseline.
+func (a *Agent) addThrottling(prev *cpuStats, g *cgroups.Group) {
+	s, err := g.Stats()
+	if err != nil {
+		return
+	}
+	if prev.valid && s.Throttled >= prev.Throttled && s.NrThrottled >= prev.NrThrottled {
+		a.metrics.BatchThrottled.Add((s.Throttled - prev.Throttled).Seconds())
+		a.metrics.BatchPeriods.Add(float64(s.NrThrottled - prev.NrThrottled))
+	}
+	*prev = cpuStats{CPUStats: s, valid: true}
+}
+
+// cpuStats is a cgroup's last read CPU statistics.
+type cpuStats struct {
+	cgroups.CPUStats
+	valid bool
+}
+
+// shutdown leaves every batch limit bounded: a graceful stop applies the shutdown budget
+// (the policy minimum unless configured) if it is lower than what is in force.
+func (a *Agent) shutdown() {
+	a.stopped.Do(func() {
+		target := a.cfg.Policy.MinBatchCPU
+		if a.cfg.ShutdownBudgetCPU != nil {
+			target = *a.cfg.ShutdownBudgetCPU
+		}
+		if !math.IsNaN(a.last.Applied) && a.last.Applied > 0 && a.last.Applied < target {
+			target = a.last.Applied
+		}
+		b := qos.Budget{Applied: target, Reason: "shutdown"}
+		a.enforce(b, time.Now())
+		a.log.Info("agent stopped; batch left bounded", "budget_cores", target)
+		for _, st := range a.pods {
+			st.close()
+		}
+		if a.kubepods != nil {
+			_ = a.kubepods.Close()
+		}
+		if a.tierReader != nil {
+			_ = a.tierReader.Close()
+		}
+		if a.publish != nil {
+			a.publish.wait()
+		}
+	})
+}
+
+// Healthy reports whether a control period completed within the last few periods.
+func (a *Agent) Healthy(now time.Time) error {
+	last := a.healthy.Load()
+	if last == 0 {
+		return errors.New("no control period completed yet")
+	}
+	if age := now.Sub(time.Unix(0, last)); age > 5*a.cfg.Period.Duration+time.Second {
+		return fmt.Errorf("last control period completed %v ago", age.Round(time.Millisecond))
+	}
+	return nil
+}
+
+func nan() float64 { return math.NaN() }
+
+// logEvents records events in the log only (static mode, no API server).
+type logEvents struct{ log *slog.Logger }
+
+func (l logEvents) Warn(pod *corev1.Pod, reason, message string) {
+	l.log.Warn(message, "reason", reason, "pod", pod.Namespace+"/"+pod.Name)
+}

@@ -1,0 +1,216 @@
+package koordlet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/understory/understory/cgroups"
+)
+
+// realHierarchy opens the machine's cgroups or skips (fails in CI, where these tests
+// must run) with the reason.
+func realHierarchy(t *testing.T) *cgroups.Hierarchy {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("CI") == "true" {
+		skip = t.Fatalf
+	}
+	if os.Geteuid() != 0 {
+		skip("real-cgroup test needs root (creates cgroups and moves processes)")
+	}
+	h, err := cgroups.Open(DefaultCgroupRoot)
+	if err != nil {
+		skip("real-cgroup test needs a writable cgroupfs at %s: %v", DefaultCgroupRoot, err)
+	}
+	return h
+}
+
+// burner starts a busy loop in the cgroup rel and returns its PID; it is killed at cleanup.
+func burner(t *testing.T, h *cgroups.Hierarchy, rel string) int {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	g, err := h.Load(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestAgentRealCgroups runs the agent on this machine's cgroups: a fake node under a
+// unique kubelet --cgroup-root with one busy LS pod, one busy batch pod held in place and
+// one busy batch pod below the tier. The kernel must then hold batch to the budget.
+func TestAgentRealCgroups(t *testing.T) {
+	h := realHierarchy(t)
+	base := fmt.Sprintf("understory-test-%d-%d", os.Getpid(), rand.Uint32())
+	var created []string
+	t.Cleanup(func() {
+		// Deepest first; burners are killed by their own cleanups, which run before this one.
+		sort.Slice(created, func(i, j int) bool { return strings.Count(created[i], "/") > strings.Count(created[j], "/") })
+		for _, rel := range created {
+			if g, err := h.Load(rel); err == nil {
+				if err := g.Delete(); err != nil {
+					t.Errorf("cleanup %s: %v", rel, err)
+				}
+			}
+		}
+	})
+	mk := func(rel string) {
+		t.Helper()
+		if _, err := h.Create(rel); err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, rel)
+	}
+	lsCg := path.Join(base, "kubepods/burstable/pod"+string(lsUID))
+	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
+	tier := path.Join(base, "kubepods", DefaultTierName)
+	inTier := path.Join(tier, "pod"+string(batchUID2))
+	for _, rel := range []string{base, path.Join(base, "kubepods"), path.Join(base, "kubepods/burstable"),
+		path.Join(base, "kubepods/besteffort"), lsCg, inPlace} {
+		mk(rel)
+	}
+	created = append(created, tier) // the agent creates it
+	// Weigh the fake node like kubelet weighs kubepods, so that whatever else this
+	// machine runs does not starve the test's busy loops.
+	if g, err := h.Load(base); err != nil || g.SetCPUShares(8192) != nil {
+		t.Fatalf("weighting %s: %v", base, err)
+	}
+
+	cfg := DefaultConfig()
+	cfg.KubeletCgroupRoot = "/" + base
+	cfg.Period.Duration = 50 * time.Millisecond
+	// A fixed budget, so that what the kernel allows can be checked against it whatever
+	// else this machine runs; the dynamic budget is tested on fake cgroups.
+	cfg.Policy.MinBatchCPU, cfg.Policy.MaxBatchCPU = 0.3, 0.3
+	pods := newFakePods(
+		testPod("ls", lsUID, nil, "500m"),
+		testPod("batch-inplace", batchUID1, map[string]string{"understory.io/qos-class": "batch"}, ""),
+		testPod("batch-tier", batchUID2, map[string]string{"understory.io/qos-class": "batch"}, ""),
+	)
+	a, err := New(cfg, Deps{Pods: pods, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tier exists, idle, bounded at the minimum before the first period.
+	tg, err := h.Load(tier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, p, err := tg.CPULimit(); err != nil || q <= 0 || float64(q)/float64(p) > cfg.Policy.MinBatchCPU+1e-3 {
+		t.Fatalf("tier limit before the first period = %v/%v, %v; want ≤ %v CPU", q, p, err, cfg.Policy.MinBatchCPU)
+	}
+	mk(inTier) // as the runtime would, for a container the NRI plugin placed
+	burner(t, h, lsCg)
+	burner(t, h, inPlace)
+	burner(t, h, inTier)
+	burner(t, h, inTier)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			stopped = true
+		}
+	}
+	t.Cleanup(stop)
+
+	var st Status
+	maxLS := 0.0
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		st = a.Status()
+		maxLS = max(maxLS, st.Usage.LS)
+	}
+	if maxLS < 0.2 {
+		b, _ := json.MarshalIndent(st, "", " ")
+		t.Errorf("LS usage at most %.2f: the busy LS pod was not seen; status:\n%s", maxLS, b)
+	}
+	placement := map[string]string{}
+	for _, e := range st.Pods["batch"] {
+		placement[e.Name] = e.Placement
+		if e.Error != "" {
+			t.Errorf("%s: %s", e.Name, e.Error)
+		}
+	}
+	if placement["batch-inplace"] != "in-place" || placement["batch-tier"] != "tier" {
+		t.Fatalf("placements %v", placement)
+	}
+	// The kernel holds batch to the quotas the agent wrote, and those add up to at most
+	// the budget.
+	pg, err := h.Load(inPlace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quota := func(g *cgroups.Group) float64 {
+		q, p, err := g.CPULimit()
+		if err != nil || q < 0 {
+			t.Fatalf("%s limit %v/%v, %v: want a quota", g.Path(), q, p, err)
+		}
+		return q.Seconds() / p.Seconds()
+	}
+	u0t, _ := tg.Stats()
+	u0p, _ := pg.Stats()
+	t0 := time.Now()
+	time.Sleep(2 * time.Second)
+	u1t, _ := tg.Stats()
+	u1p, _ := pg.Stats()
+	wall := time.Since(t0).Seconds()
+	budget := a.Status().Budget.Applied
+	qt, qp := quota(tg), quota(pg)
+	if qt+qp > budget+0.02 {
+		t.Errorf("tier %.3f + in-place %.3f quotas exceed the budget %.3f", qt, qp, budget)
+	}
+	used := (u1t.Usage - u0t.Usage + u1p.Usage - u0p.Usage).Seconds() / wall
+	// The split between the tier and the in-place pod moves with their demand; their sum
+	// is what the kernel must hold to the budget. A quota write refills the group's
+	// runtime and the window is not aligned with CFS periods, hence an allowance.
+	if used > 1.2*budget+0.05 {
+		t.Errorf("batch used %.2f CPU over a budget of %.2f", used, budget)
+	}
+	if idle, err := os.ReadFile(path.Join(DefaultCgroupRoot, "cpu", inPlace, "cpu.idle")); err == nil && strings.TrimSpace(string(idle)) != "1" {
+		t.Errorf("in-place batch pod cpu.idle = %q, want 1", idle)
+	}
+	t.Logf("LS %.2f, system %.2f → budget %.2f; tier quota %.2f + in-place %.2f; batch used %.2f",
+		st.Usage.LS, st.Usage.System, budget, qt, qp, used)
+
+	// A batch pod cgroup removed under the agent is skipped, not fatal.
+	stop()
+	if q := quota(tg); q > cfg.Policy.MinBatchCPU+1e-3 {
+		t.Errorf("tier quota after shutdown %.3f, want ≤ %.3f", q, cfg.Policy.MinBatchCPU)
+	}
+	if _, err := h.Load(path.Join(base, "does-not-exist")); !errors.Is(err, cgroups.ErrNotExist) {
+		t.Errorf("Load of a missing group: %v", err)
+	}
+}

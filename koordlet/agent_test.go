@@ -1,0 +1,417 @@
+package koordlet
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/collect"
+)
+
+// fakePods is a pod source with a fixed, settable pod list.
+type fakePods struct {
+	mu      sync.Mutex
+	pods    []*corev1.Pod
+	changed chan struct{}
+}
+
+var _ podLister = (*fakePods)(nil)
+
+func newFakePods(pods ...*corev1.Pod) *fakePods {
+	return &fakePods{pods: pods, changed: make(chan struct{}, 1)}
+}
+func (f *fakePods) List() []*corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pods
+}
+func (f *fakePods) Changed() <-chan struct{} { return f.changed }
+func (f *fakePods) HasSynced() bool          { return true }
+
+// fakeCPU is a node CPU reader the test advances.
+type fakeCPU struct {
+	mu    sync.Mutex
+	times collect.CPUTimes
+}
+
+func (f *fakeCPU) Read() (collect.CPUTimes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.times, nil
+}
+
+func (f *fakeCPU) add(busy, total time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.times.Busy += busy
+	f.times.Total += total
+}
+
+// fakeEvents records warnings.
+type fakeEvents struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (f *fakeEvents) Warn(pod *corev1.Pod, reason, message string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.msgs = append(f.msgs, pod.Name+": "+reason+": "+message)
+}
+
+func testPod(name string, uid types.UID, ann map[string]string, cpuReq string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: uid, Annotations: ann},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	if cpuReq != "" {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpuReq)}
+	}
+	return p
+}
+
+// rig is an agent on a fake cgroup v2 root, driven period by period with a fake clock.
+type rig struct {
+	t       *testing.T
+	root    string
+	kind    cgroupstest.Kind
+	agent   *Agent
+	reg     *prometheus.Registry
+	cpu     *fakeCPU
+	events  *fakeEvents
+	now     time.Time
+	usage   map[string]time.Duration // cumulative usage per cgroup
+	period  time.Duration
+	tier    string
+	lsCg    string
+	inPlace string // in-place batch pod cgroup
+	inTier  string // batch pod cgroup below the tier
+}
+
+const (
+	lsUID      = types.UID("11111111-1111-4111-8111-111111111111")
+	batchUID1  = types.UID("22222222-2222-4222-8222-222222222222")
+	batchUID2  = types.UID("33333333-3333-4333-8333-333333333333")
+	invalidUID = types.UID("44444444-4444-4444-8444-444444444444")
+)
+
+func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
+	t.Helper()
+	r := &rig{t: t, root: cgroupstest.NewRoot(t, kind), kind: kind, cpu: &fakeCPU{times: collect.CPUTimes{CPUs: 2}},
+		events: &fakeEvents{}, now: time.Unix(1_800_000_000, 0), usage: map[string]time.Duration{}, period: 100 * time.Millisecond,
+		tier: "kubepods/understory-batch", lsCg: "kubepods/burstable/pod" + string(lsUID),
+		inPlace: "kubepods/besteffort/pod" + string(batchUID1), inTier: "kubepods/understory-batch/pod" + string(batchUID2)}
+	// The kernel's part: the cgroups kubelet (and the runtime, for the tier pod) made.
+	for _, cg := range []string{r.tier, r.lsCg, r.inPlace, r.inTier, "kubepods/burstable/pod" + string(invalidUID)} {
+		cgroupstest.AddGroup(t, r.root, kind, cg)
+	}
+	cfg := DefaultConfig()
+	cfg.CgroupRoot = r.root
+	cfg.ProcRoot = t.TempDir()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	pods := newFakePods(
+		testPod("ls", lsUID, nil, "500m"),
+		testPod("batch-inplace", batchUID1, map[string]string{"understory.io/qos-class": "batch"}, ""),
+		testPod("batch-tier", batchUID2, map[string]string{"understory.io/qos-class": "Batch"}, ""),
+		testPod("bad-annotation", invalidUID, map[string]string{"understory.io/qos-class": "gold"}, "100m"),
+	)
+	r.reg = prometheus.NewRegistry()
+	a, err := New(cfg, Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.agent = a
+	a.syncPods(pods.List())
+	return r
+}
+
+// step advances the clock one period in which the node was busy for node cores and each
+// cgroup used the given cores, then runs one control period.
+func (r *rig) step(node float64, cores map[string]float64) {
+	r.t.Helper()
+	r.now = r.now.Add(r.period)
+	r.cpu.add(time.Duration(node*float64(r.period)), 2*r.period)
+	kubepods := 0.0
+	for cg, c := range cores {
+		r.usage[cg] += time.Duration(c * float64(r.period))
+		cgroupstest.SetUsage(r.t, r.root, r.kind, cg, r.usage[cg])
+		if cg != r.tier {
+			kubepods += c
+		}
+	}
+	// Parents account for their children, as the kernel does.
+	tier := cores[r.inTier]
+	r.usage[r.tier] += time.Duration(tier * float64(r.period))
+	cgroupstest.SetUsage(r.t, r.root, r.kind, r.tier, r.usage[r.tier])
+	r.usage["kubepods"] += time.Duration(kubepods * float64(r.period))
+	cgroupstest.SetUsage(r.t, r.root, r.kind, "kubepods", r.usage["kubepods"])
+	r.agent.tick(context.Background(), r.now)
+}
+
+// quota returns a cgroup's CFS quota in cores (-1 unlimited).
+func (r *rig) quota(cg string) float64 {
+	r.t.Helper()
+	if r.kind.IsV2() {
+		f := strings.Fields(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.max"))
+		if f[0] == "max" {
+			return -1
+		}
+		q, _ := strconv.ParseFloat(f[0], 64)
+		p, _ := strconv.ParseFloat(f[1], 64)
+		return q / p
+	}
+	q, _ := strconv.ParseFloat(strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.cfs_quota_us")), 64)
+	p, _ := strconv.ParseFloat(strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.cfs_period_us")), 64)
+	if q < 0 {
+		return -1
+	}
+	return q / p
+}
+
+func (r *rig) file(cg, name string) string {
+	r.t.Helper()
+	return strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, name))
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 0.011 }
+
+func TestAgentBudgetCutAndRestore(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate, cgroupstest.Hybrid} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			// The tier starts bounded at the policy minimum: a (re)started agent never unleashes batch.
+			if q := r.quota(r.tier); !near(q, 0.1) {
+				t.Fatalf("tier quota at start = %v, want the 0.1 minimum", q)
+			}
+			if got := r.file(r.tier, "cpu.idle"); got != "1" {
+				t.Fatalf("tier cpu.idle = %q, want 1", got)
+			}
+			r.step(0, nil) // first sample: no rates yet
+			// LS uses 0.3, batch 0.6 + 0.5, system 0.1: budget = 2×0.9 − 0.3 − 0.1 = 1.4.
+			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+			r.step(1.5, busy)
+			st := r.agent.Status()
+			if !near(st.Budget.Applied, 1.4) || !near(st.Budget.LSUsage, 0.3) || !near(st.Budget.SystemUsage, 0.1) {
+				t.Fatalf("budget = %+v, want applied 1.4 from LS 0.3 and system 0.1", st.Budget)
+			}
+			tierQ, podQ := r.quota(r.tier), r.quota(r.inPlace)
+			if tierQ <= 0 || podQ <= 0 || tierQ+podQ > 1.4+1e-9 {
+				t.Fatalf("tier %v + in-place pod %v quotas must be positive and add up to at most 1.4", tierQ, podQ)
+			}
+			// The in-place batch pod got the tier's static settings.
+			if got := r.file(r.inPlace, "cpu.idle"); got != "1" {
+				t.Fatalf("in-place pod cpu.idle = %q, want 1", got)
+			}
+			// LS jumps to 1.2 (batch squeezed to 0.5): the budget is cut at once, in the
+			// same period, to 2×0.9 − 1.2 − 0.1 = 0.5.
+			r.step(1.8, map[string]float64{r.lsCg: 1.2, r.inPlace: 0.2, r.inTier: 0.3})
+			st = r.agent.Status()
+			const want = 0.5
+			if !near(st.Budget.Applied, want) || st.Budget.Reason != "cut" {
+				t.Fatalf("after the LS step: budget %+v, want a cut to %.2f", st.Budget, want)
+			}
+			if q := r.quota(r.tier) + r.quota(r.inPlace); q > st.Budget.Applied+1e-9 {
+				t.Fatalf("quotas add up to %v > budget %v", q, st.Budget.Applied)
+			}
+			// LS goes idle: the budget comes back at most 10 % of the node (0.2 CPU) per period.
+			prev := st.Budget.Applied
+			for range 3 {
+				r.step(1.2, map[string]float64{r.lsCg: 0, r.inPlace: 0.5, r.inTier: 0.6})
+				st = r.agent.Status()
+				if st.Budget.Applied > prev+0.2+1e-9 {
+					t.Fatalf("restore from %v to %v exceeds 0.2 per period", prev, st.Budget.Applied)
+				}
+				prev = st.Budget.Applied
+			}
+			if prev <= want {
+				t.Fatalf("budget did not restore: %v", prev)
+			}
+		})
+	}
+}
+
+func TestAgentInvalidAnnotationKeepsDefaultClass(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	r.step(0, nil)
+	st := r.agent.Status()
+	var found *PodEntry
+	for i, e := range st.Pods["LS"] {
+		if e.Name == "bad-annotation" {
+			found = &st.Pods["LS"][i]
+		}
+	}
+	if found == nil || !strings.Contains(found.ClassError, "gold") {
+		t.Fatalf("bad-annotation pod not LS with its error in /status: %+v", st.Pods)
+	}
+	r.events.mu.Lock()
+	msgs := strings.Join(r.events.msgs, "\n")
+	r.events.mu.Unlock()
+	if !strings.Contains(msgs, "bad-annotation: InvalidQoSClass") || !strings.Contains(msgs, "gold") {
+		t.Fatalf("no warning event naming the value: %q", msgs)
+	}
+	if v := testutil.ToFloat64(r.agent.metrics.Errors.WithLabelValues("annotation")); v != 1 {
+		t.Fatalf("annotation errors = %v, want 1", v)
+	}
+	// Re-syncing the same pods does not warn again.
+	r.agent.syncPods(r.agent.source.List())
+	r.events.mu.Lock()
+	n := len(r.events.msgs)
+	r.events.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d warnings after a resync, want 1", n)
+	}
+}
+
+func TestAgentSurvivesVanishedCgroup(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+	r.step(0, nil)
+	r.step(1.5, busy)
+	cgroupstest.RemoveGroup(t, r.root, r.kind, r.inPlace)
+	delete(busy, r.inPlace)
+	r.step(1.0, busy) // must not panic; the pod is skipped
+	st := r.agent.Status()
+	var entry PodEntry
+	for _, e := range st.Pods["batch"] {
+		if e.Name == "batch-inplace" {
+			entry = e
+		}
+	}
+	if entry.Error == "" {
+		t.Fatalf("vanished pod shows no error: %+v", entry)
+	}
+	if !st.Healthy {
+		t.Fatal("agent unhealthy after a vanished cgroup")
+	}
+	// It comes back (e.g. the pod restarted): found again after the backoff.
+	cgroupstest.AddGroup(t, r.root, r.kind, r.inPlace)
+	for range 12 {
+		r.step(1.5, map[string]float64{r.lsCg: 0.3, r.inTier: 0.6})
+	}
+	for _, e := range r.agent.Status().Pods["batch"] {
+		if e.Name == "batch-inplace" && e.Error != "" {
+			t.Fatalf("pod cgroup not found again: %+v", e)
+		}
+	}
+}
+
+func TestAgentWriteErrorsCountedAndRetried(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+	r.step(0, nil)
+	// Make the in-place pod's cpu.max unwritable: a directory in its place.
+	maxFile := filepath.Join(r.root, r.inPlace, "cpu.max")
+	if err := os.Remove(maxFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(maxFile, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.step(1.5, busy)
+	if v := testutil.ToFloat64(r.agent.metrics.Errors.WithLabelValues("cgroup_write")); v < 1 {
+		t.Fatalf("cgroup_write errors = %v, want ≥ 1", v)
+	}
+	// Fixed: the next period writes it.
+	if err := os.Remove(maxFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(maxFile, []byte("max 100000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.step(1.5, busy)
+	if q := r.quota(r.inPlace); q <= 0 {
+		t.Fatalf("quota not retried: %v", q)
+	}
+}
+
+func TestAgentShutdownLeavesTierBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, func(c *Config) { c.Period.Duration = 10 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.agent.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if q := r.quota(r.tier); q < 0 || q > 0.1+1e-9 {
+		t.Fatalf("tier quota after shutdown = %v, want ≤ 0.1 (bounded)", q)
+	}
+	if q := r.quota(r.inPlace); q < 0 || q > 0.1+1e-9 {
+		t.Fatalf("in-place quota after shutdown = %v, want bounded", q)
+	}
+}
+
+func TestAgentHTTP(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	srv := httptest.NewServer(r.agent.Handler(r.reg))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("healthz before any period = %d, want 503", code)
+	}
+	r.step(0, nil)
+	r.step(1.5, map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6})
+	r.agent.healthy.Store(time.Now().UnixNano()) // the rig's clock is fake; health uses the wall clock
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz = %d %s", code, body)
+	}
+	code, body := get("/status")
+	if code != http.StatusOK {
+		t.Fatalf("status = %d", code)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Budget.Formula == "" || !near(st.Budget.Threshold, 0.9) || len(st.Pods["batch"]) != 2 || len(st.Pods["LS"]) != 2 {
+		t.Fatalf("status lacks the budget terms or pods: %s", body)
+	}
+	for _, e := range st.Pods["batch"] {
+		want := map[string]string{"batch-inplace": "in-place", "batch-tier": "tier"}[e.Name]
+		if e.Placement != want {
+			t.Fatalf("%s placement %q, want %q", e.Name, e.Placement, want)
+		}
+	}
+	_, metricsBody := get("/metrics")
+	for _, m := range []string{"understory_batch_cpu_budget_cores", "understory_ls_cpu_usage_cores", "understory_control_loop_duration_seconds_bucket"} {
+		if !strings.Contains(metricsBody, m) {
+			t.Fatalf("/metrics lacks %s", m)
+		}
+	}
+}

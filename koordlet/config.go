@@ -1,0 +1,203 @@
+package koordlet
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/qos"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error; the message names the field.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// NRIConfig controls the agent's NRI plugin, which places the containers of batch pods
+// below the tier as the runtime creates them. Batch pods the plugin did not place (NRI
+// off, or pods started before the agent) are held in place: in kubelet's pod cgroups,
+// with SCHED_IDLE, the minimum weight and their own quotas. Both kinds share one budget.
+type NRIConfig struct {
+	Enabled bool   `json:"enabled"`
+	Socket  string `json:"socket,omitempty"`
+}
+
+// Config is the agent's configuration file. Durations are Go duration strings ("100ms").
+type Config struct {
+	// NodeName is the node the agent runs on (Kubernetes mode: its pods and its Node object).
+	NodeName string `json:"nodeName,omitempty"`
+	// CgroupRoot is where the cgroup filesystem is mounted (a host mount in a DaemonSet).
+	CgroupRoot string `json:"cgroupRoot,omitempty"`
+	// ProcRoot is the host's /proc.
+	ProcRoot string `json:"procRoot,omitempty"`
+	// CgroupDriver is kubelet's cgroup driver: cgroupfs or systemd.
+	CgroupDriver string `json:"cgroupDriver,omitempty"`
+	// KubeletCgroupRoot is kubelet's --cgroup-root: the parent of "kubepods" ("/" by default).
+	KubeletCgroupRoot string `json:"kubeletCgroupRoot,omitempty"`
+	// TierName names the agent-owned batch tier cgroup.
+	TierName string `json:"tierName,omitempty"`
+	// TierParent is the kubelet cgroup the tier is created in: "kubepods" (default; the
+	// tier is then a sibling of kubelet's QoS cgroups, the level at which the kernel
+	// compares it with LS pods, so its SCHED_IDLE takes effect against them) or
+	// "besteffort" (the tier competes with LS only through kubelet's BestEffort
+	// weight). See docs/design.md.
+	TierParent string `json:"tierParent,omitempty"`
+	// NRI places batch containers below the tier (needs containerd ≥ 1.7 or CRI-O with NRI on).
+	NRI NRIConfig `json:"nri"`
+	// Period is the sampling and control period.
+	Period metav1.Duration `json:"period,omitempty"`
+	// CFSPeriod is the CFS bandwidth period written with every quota.
+	CFSPeriod metav1.Duration `json:"cfsPeriod,omitempty"`
+	// MinPodCPU is the smallest quota (cores) one batch pod gets in in-place mode.
+	MinPodCPU float64 `json:"minPodCPU,omitempty"`
+	// StaticPodDir is a directory of pod manifests (static mode, no API server).
+	StaticPodDir string `json:"staticPodDir,omitempty"`
+	// ListenAddress serves /metrics, /healthz and /status.
+	ListenAddress string `json:"listenAddress,omitempty"`
+	// NodeMetricsPeriod is how often the node-metrics annotation is patched (Kubernetes mode).
+	NodeMetricsPeriod metav1.Duration `json:"nodeMetricsPeriod,omitempty"`
+	// ShutdownBudgetCPU is the batch budget (cores) left in place on graceful shutdown.
+	ShutdownBudgetCPU *float64 `json:"shutdownBudgetCPU,omitempty"`
+	// Policy is the batch CPU budget policy.
+	Policy qos.Policy `json:"policy"`
+}
+
+// Where the tier may be created.
+const (
+	TierParentKubepods   = "kubepods"
+	TierParentBestEffort = "besteffort"
+)
+
+var tierParents = map[string]cgroups.KubeQOS{
+	TierParentKubepods:   cgroups.QOSGuaranteed, // kubelet's Guaranteed pods live directly in kubepods
+	TierParentBestEffort: cgroups.QOSBestEffort,
+}
+
+// Defaults of the configuration.
+const (
+	DefaultCgroupRoot        = "/sys/fs/cgroup"
+	DefaultProcRoot          = "/proc"
+	DefaultTierName          = "understory-batch"
+	DefaultPeriod            = 100 * time.Millisecond
+	DefaultCFSPeriod         = 100 * time.Millisecond
+	DefaultMinPodCPU         = 0.01
+	DefaultListenAddress     = ":9316"
+	DefaultNodeMetricsPeriod = 10 * time.Second
+	DefaultNRISocket         = "/var/run/nri/nri.sock"
+)
+
+// DefaultConfig returns the configuration used when the file leaves a field out.
+func DefaultConfig() Config {
+	return Config{
+		CgroupRoot:        DefaultCgroupRoot,
+		ProcRoot:          DefaultProcRoot,
+		CgroupDriver:      string(cgroups.DriverCgroupfs),
+		KubeletCgroupRoot: "/",
+		TierName:          DefaultTierName,
+		TierParent:        TierParentKubepods,
+		NRI:               NRIConfig{Socket: DefaultNRISocket},
+		Period:            metav1.Duration{Duration: DefaultPeriod},
+		CFSPeriod:         metav1.Duration{Duration: DefaultCFSPeriod},
+		MinPodCPU:         DefaultMinPodCPU,
+		ListenAddress:     DefaultListenAddress,
+		NodeMetricsPeriod: metav1.Duration{Duration: DefaultNodeMetricsPeriod},
+		Policy:            qos.DefaultPolicy(),
+	}
+}
+
+// LoadConfig parses a YAML configuration over the defaults and validates it.
+// Unknown fields are errors, so a typo never silently falls back to a default.
+func LoadConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", fieldOfError(data, err), ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// fieldOfError names the top-level field a decoding error comes from, by decoding the
+// fields one at a time: the YAML library's type errors do not always name it.
+func fieldOfError(data []byte, err error) string {
+	var fields map[string]any
+	if yaml.Unmarshal(data, &fields) != nil {
+		return fmt.Sprintf("parsing: %v", err)
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		one, mErr := yaml.Marshal(map[string]any{k: fields[k]})
+		if mErr != nil {
+			continue
+		}
+		cfg := DefaultConfig()
+		if fErr := yaml.UnmarshalStrict(one, &cfg); fErr != nil {
+			return fmt.Sprintf("%s: %v", k, fErr)
+		}
+	}
+	return fmt.Sprintf("parsing: %v", err)
+}
+
+// Validate checks every field and names the first bad one.
+func (c Config) Validate() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
+	}
+	if c.CgroupRoot == "" {
+		return bad("cgroupRoot", "must not be empty")
+	}
+	if c.ProcRoot == "" {
+		return bad("procRoot", "must not be empty")
+	}
+	if _, err := cgroups.ParseDriver(c.CgroupDriver); err != nil {
+		return bad("cgroupDriver", "%q must be cgroupfs or systemd", c.CgroupDriver)
+	}
+	if c.KubeletCgroupRoot != "/" {
+		if _, err := cgroups.CleanPath(strings.Trim(c.KubeletCgroupRoot, "/")); err != nil {
+			return bad("kubeletCgroupRoot", "%q is not a safe cgroup path", c.KubeletCgroupRoot)
+		}
+	}
+	q, ok := tierParents[c.TierParent]
+	if !ok {
+		return bad("tierParent", "%q must be %q or %q", c.TierParent, TierParentKubepods, TierParentBestEffort)
+	}
+	if _, err := cgroups.TierPathIn(cgroups.Driver(c.CgroupDriver), q, c.TierName); err != nil {
+		return bad("tierName", "%q: %v", c.TierName, err)
+	}
+	if c.NRI.Enabled && !strings.HasPrefix(c.NRI.Socket, "/") {
+		return bad("nri.socket", "%q must be an absolute path when nri.enabled", c.NRI.Socket)
+	}
+	if p := c.Period.Duration; p < 10*time.Millisecond || p > 10*time.Second {
+		return bad("period", "%v must be within [10ms, 10s]", p)
+	}
+	if p := c.CFSPeriod.Duration; p < time.Millisecond || p > time.Second {
+		return bad("cfsPeriod", "%v must be within [1ms, 1s]", p)
+	}
+	// The kernel's smallest CFS quota is 1 ms per period.
+	if floor := float64(time.Millisecond) / float64(c.CFSPeriod.Duration); math.IsNaN(c.MinPodCPU) || c.MinPodCPU < floor || c.MinPodCPU > 1024 {
+		return bad("minPodCPU", "%v must be within [%g, 1024] cores (1ms of quota per cfsPeriod)", c.MinPodCPU, floor)
+	}
+	if c.ListenAddress == "" {
+		return bad("listenAddress", "must not be empty (use 127.0.0.1:0 for an ephemeral port)")
+	}
+	if p := c.NodeMetricsPeriod.Duration; p < time.Second || p > 10*time.Minute {
+		return bad("nodeMetricsPeriod", "%v must be within [1s, 10m]", p)
+	}
+	if s := c.ShutdownBudgetCPU; s != nil && (math.IsNaN(*s) || *s < 0) {
+		return bad("shutdownBudgetCPU", "%v must be ≥ 0 cores", *s)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("policy.%w", err)
+	}
+	return nil
+}

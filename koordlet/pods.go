@@ -1,0 +1,300 @@
+package koordlet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// podState is what the agent tracks for one pod between periods.
+type podState struct {
+	uid       types.UID
+	namespace string
+	name      string
+	class     qos.Class
+	kubeQOS   cgroups.KubeQOS
+	// candidates are where the pod's cgroup may be, in order of preference.
+	candidates []string
+	cgroup     string // the candidate found, relative to the hierarchy root
+	inTier     bool   // the pod runs below the agent's tier
+	// classErr is the annotation error, if the pod's QoS annotation is invalid.
+	classErr error
+
+	group  *cgroups.Group
+	reader *cgroups.UsageReader
+	rate   collect.Rate
+	// lastErr is why the pod's cgroup could not be read or written; shown in /status.
+	lastErr error
+	// nextOpen is when to look for a missing cgroup again, or, for a batch pod held in
+	// place, whether it has moved below the tier since.
+	nextOpen time.Time
+
+	usage  float64 // cores over the last period
+	fresh  bool    // usage is from this period
+	demand demand  // smoothed usage, for splitting the budget
+
+	// set up: in-place batch pods get SCHED_IDLE and minimum weight once.
+	setUp bool
+	// quota is the per-pod limit in force (cores), -1 when unlimited, NaN when unknown
+	// (never written or the last write failed: rewrite next period).
+	quota float64
+	// lastWrite is when quota was written.
+	lastWrite time.Time
+	// stats are the pod's CPU statistics at the last read (throttling metrics).
+	stats cpuStats
+}
+
+func (p *podState) key() string { return p.namespace + "/" + p.name }
+
+// close releases the pod's open files.
+func (p *podState) close() {
+	if p.reader != nil {
+		_ = p.reader.Close()
+		p.reader = nil
+	}
+	p.group = nil
+}
+
+// kubeQOSOf maps the Kubernetes QoS class to kubelet's cgroup level.
+func kubeQOSOf(c corev1.PodQOSClass) cgroups.KubeQOS {
+	switch c {
+	case corev1.PodQOSGuaranteed:
+		return cgroups.QOSGuaranteed
+	case corev1.PodQOSBurstable:
+		return cgroups.QOSBurstable
+	default:
+		return cgroups.QOSBestEffort
+	}
+}
+
+// layout names the cgroups the agent uses, for the configured kubelet driver and root.
+type layout struct {
+	driver cgroups.Driver
+	prefix string // kubelet's --cgroup-root without slashes; "" for "/"
+	tier   string // the batch tier
+}
+
+func newLayout(cfg Config) (layout, error) {
+	d, err := cgroups.ParseDriver(cfg.CgroupDriver)
+	if err != nil {
+		return layout{}, err
+	}
+	tier, err := TierCgroup(d, cfg.KubeletCgroupRoot, cfg.TierParent, cfg.TierName)
+	if err != nil {
+		return layout{}, err
+	}
+	return layout{driver: d, prefix: strings.Trim(cfg.KubeletCgroupRoot, "/"), tier: tier}, nil
+}
+
+// TierCgroup is the batch tier's cgroup for kubelet's --cgroup-root and driver, in
+// parent (TierParentKubepods or TierParentBestEffort).
+func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, error) {
+	q, ok := tierParents[parent]
+	if !ok {
+		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalidConfig)
+	}
+	tier, err := cgroups.TierPathIn(d, q, name)
+	if err != nil {
+		return "", err
+	}
+	return joinRoot(kubeletRoot, tier), nil
+}
+
+// TierPodCgroup is where the NRI plugin puts a batch pod's containers: its own cgroup
+// below the tier.
+func TierPodCgroup(d cgroups.Driver, kubeletRoot, parent, name, uid string) (string, error) {
+	tier, err := TierCgroup(d, kubeletRoot, parent, name)
+	if err != nil {
+		return "", err
+	}
+	return nriPodCgroup(d, tier, uid)
+}
+
+func joinRoot(kubeletRoot, rel string) string {
+	if p := strings.Trim(kubeletRoot, "/"); p != "" {
+		return path.Join(p, rel)
+	}
+	return rel
+}
+
+func (l layout) join(rel string) string { return joinRoot(l.prefix, rel) }
+
+// kubepods is the cgroup holding every pod.
+func (l layout) kubepods() string { return l.join(cgroups.QOSPath(l.driver, cgroups.QOSGuaranteed)) }
+
+// podCgroups returns where a pod's processes may be: for batch pods first below the tier
+// (where the NRI plugin puts them), then kubelet's own pod cgroup.
+func (l layout) podCgroups(class qos.Class, q cgroups.KubeQOS, uid types.UID) ([]string, error) {
+	kubelet, err := cgroups.PodPath(l.driver, q, string(uid))
+	if err != nil {
+		return nil, err
+	}
+	if class != qos.ClassBatch {
+		return []string{l.join(kubelet)}, nil
+	}
+	tier, err := nriPodCgroup(l.driver, l.tier, string(uid))
+	if err != nil {
+		return nil, err
+	}
+	return []string{tier, l.join(kubelet)}, nil
+}
+
+// syncPods brings the pod table in line with the source's current list: new pods are
+// classified and their cgroups resolved, gone pods are forgotten.
+func (a *Agent) syncPods(pods []*corev1.Pod) {
+	seen := make(map[types.UID]bool, len(pods))
+	for _, pod := range pods {
+		if pod == nil || pod.UID == "" || !podActive(pod) {
+			continue
+		}
+		seen[pod.UID] = true
+		class, classErr := qos.Classify(pod)
+		kq := kubeQOSOf(qos.KubeQOSClass(pod))
+		st := a.pods[pod.UID]
+		if st != nil && st.class == class && st.kubeQOS == kq {
+			st.classErr = classErr
+			continue
+		}
+		if st != nil {
+			st.close()
+		}
+		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
+			classErr: classErr, quota: nan()}
+		cgs, err := a.layout.podCgroups(class, kq, pod.UID)
+		if err != nil {
+			st.lastErr = err
+		}
+		st.candidates = cgs
+		a.pods[pod.UID] = st
+		if classErr != nil {
+			a.metrics.Errors.WithLabelValues(metrics.ErrKindAnnotation).Inc()
+			a.log.Warn("invalid QoS annotation; pod keeps its default class", "pod", st.key(), "class", class, "err", classErr)
+			a.events.Warn(pod, "InvalidQoSClass", fmt.Sprintf("%v; the pod stays in class %s", classErr, class))
+		}
+	}
+	for uid, st := range a.pods {
+		if !seen[uid] {
+			st.close()
+			delete(a.pods, uid)
+			a.removeTierPod(st)
+		}
+	}
+	a.sorted = a.sorted[:0]
+	for _, st := range a.pods {
+		a.sorted = append(a.sorted, st)
+	}
+	sort.Slice(a.sorted, func(i, j int) bool { return a.sorted[i].key() < a.sorted[j].key() })
+}
+
+// podActive reports whether the pod can still run processes.
+func podActive(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// readPod samples one pod's CPU usage, opening its cgroup when needed. A missing
+// cgroup (pod not started yet, or removed under us) is skipped and looked up again later.
+func (a *Agent) readPod(st *podState, now time.Time) {
+	st.fresh = false
+	if len(st.candidates) == 0 {
+		return
+	}
+	if st.reader == nil {
+		if now.Before(st.nextOpen) {
+			return
+		}
+		err := a.openPod(st)
+		if err != nil {
+			st.lastErr = err
+			st.nextOpen = now.Add(reopenBackoff)
+			if !errors.Is(err, cgroups.ErrNotExist) {
+				a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+			}
+			return
+		}
+	}
+	if st.class == qos.ClassBatch && !st.inTier && !now.Before(st.nextOpen) {
+		// The NRI plugin puts a batch pod's containers below the tier as they are created,
+		// possibly after the agent found the pod's sandbox in kubelet's cgroup: switch.
+		st.nextOpen = now.Add(reopenBackoff)
+		if a.hier.Exists(st.candidates[0]) {
+			st.close()
+			if err := a.openPod(st); err != nil {
+				st.lastErr = err
+				return
+			}
+		}
+	}
+	v, err := st.reader.Read()
+	if err != nil {
+		st.lastErr = err
+		if !errors.Is(err, cgroups.ErrNotExist) {
+			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+		}
+		a.log.Debug("pod cgroup unreadable; skipping it", "pod", st.key(), "cgroup", st.cgroup, "err", err)
+		st.close()
+		st.nextOpen = now.Add(reopenBackoff)
+		return
+	}
+	if cores, ok := st.rate.Update(now, v); ok {
+		st.usage, st.fresh = cores, true
+		st.demand.add(cores, a.cfg.Period.Duration)
+	}
+}
+
+// openPod finds the first of the pod's candidate cgroups that exists and opens it.
+func (a *Agent) openPod(st *podState) error {
+	var err error
+	for i, cg := range st.candidates {
+		var g *cgroups.Group
+		if g, err = a.hier.Load(cg); err != nil {
+			continue
+		}
+		r, err := g.UsageReader()
+		if err != nil {
+			return err
+		}
+		st.group, st.reader, st.lastErr = g, r, nil
+		st.cgroup, st.inTier = cg, st.class == qos.ClassBatch && i == 0
+		st.nextOpen = time.Time{}
+		st.rate, st.demand = collect.Rate{}, demand{}
+		st.setUp = false
+		st.quota = nan()
+		return nil
+	}
+	return err
+}
+
+// removeTierPod deletes a gone batch pod's cgroup below the tier, which the runtime
+// leaves behind (it removes only the container cgroups). A group still holding tasks is
+// left alone.
+func (a *Agent) removeTierPod(st *podState) {
+	if st.class != qos.ClassBatch || len(st.candidates) == 0 {
+		return
+	}
+	g, err := a.hier.Load(st.candidates[0])
+	if err != nil {
+		return
+	}
+	if err := g.Delete(); err != nil {
+		a.log.Debug("tier cgroup of a gone pod not removed", "cgroup", st.candidates[0], "err", err)
+	}
+}
+
+// reopenBackoff is how long a missing pod cgroup is left alone before the next look.
+const reopenBackoff = time.Second
+
+func logAttrsPod(st *podState) slog.Attr {
+	return slog.Group("pod", "name", st.key(), "uid", string(st.uid), "cgroup", st.cgroup)
+}

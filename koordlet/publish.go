@@ -1,0 +1,94 @@
+package koordlet
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// nodeMetricsPublisher delivers node metrics to the scheduler (the Node annotation in
+// Kubernetes mode).
+type nodeMetricsPublisher interface {
+	Publish(ctx context.Context, m metrics.NodeMetrics) error
+}
+
+// publisher averages the per-period figures over the publishing window and hands the
+// result to the sink once per window, in its own goroutine so a slow API server never
+// delays the control loop.
+type publisher struct {
+	sink   nodeMetricsPublisher
+	window time.Duration
+	memory func() (capacity, used int64, err error)
+
+	start                         time.Time
+	n                             float64
+	node, ls, batch, budget, cpus float64
+	busy                          chan struct{}
+	inflight                      sync.WaitGroup
+}
+
+func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (int64, int64, error)) *publisher {
+	return &publisher{sink: sink, window: window, memory: memory, busy: make(chan struct{}, 1)}
+}
+
+func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budget, log *slog.Logger, m *metrics.Agent) {
+	if p.start.IsZero() {
+		p.start = now
+	}
+	p.n++
+	p.node += u.Node
+	p.ls += u.LS + u.UnknownPods
+	p.batch += u.Batch
+	p.budget += b.Applied
+	p.cpus = u.CPUs
+	elapsed := now.Sub(p.start)
+	if elapsed < p.window {
+		return
+	}
+	nm := metrics.NodeMetrics{
+		Version: metrics.NodeMetricsVersion, Timestamp: now.UTC(), WindowMillis: elapsed.Milliseconds(),
+		CPU: metrics.CPUMetrics{
+			Capacity:    milli(p.cpus),
+			Used:        milli(p.node / p.n),
+			LS:          milli(p.ls / p.n),
+			Batch:       milli(p.batch / p.n),
+			BatchBudget: milli(p.budget / p.n),
+		},
+	}
+	p.start, p.n, p.node, p.ls, p.batch, p.budget = now, 0, 0, 0, 0, 0
+	if p.memory != nil {
+		if c, used, err := p.memory(); err == nil {
+			nm.Memory.Capacity, nm.Memory.Used = c, used
+		}
+	}
+	select {
+	case p.busy <- struct{}{}:
+	default:
+		log.Warn("previous node-metrics publish still running; skipping this window")
+		return
+	}
+	p.inflight.Go(func() {
+		defer func() { <-p.busy }()
+		ctx, cancel := context.WithTimeout(ctx, p.window)
+		defer cancel()
+		if err := p.sink.Publish(ctx, nm); err != nil {
+			m.Errors.WithLabelValues(metrics.ErrKindNodePatch).Inc()
+			log.Error("publishing node metrics", "err", err)
+		}
+	})
+}
+
+// wait blocks until an in-flight publish has returned.
+func (p *publisher) wait() { p.inflight.Wait() }
+
+func milli(cores float64) int64 {
+	if math.IsNaN(cores) || cores < 0 {
+		return 0
+	}
+	return int64(math.Round(cores * 1000))
+}

@@ -1,0 +1,146 @@
+package koordlet
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/understory/understory/qos"
+)
+
+// Usage is one period's CPU use on the node, in cores.
+type Usage struct {
+	CPUs        float64 `json:"cpus"`
+	Node        float64 `json:"node"`
+	LS          float64 `json:"ls"`
+	UnknownPods float64 `json:"unknownPods"`
+	BE          float64 `json:"be"`
+	Batch       float64 `json:"batch"`
+	System      float64 `json:"system"`
+}
+
+// Status is what /status serves: the pods by class with their cgroups, and the budget
+// with every term of its formula, so a user can see why batch got what it got.
+type Status struct {
+	Time    time.Time             `json:"time"`
+	Node    string                `json:"node,omitempty"`
+	Layout  string                `json:"cgroupLayout"`
+	Period  string                `json:"period"`
+	Usage   Usage                 `json:"usageCores"`
+	Budget  BudgetStatus          `json:"budget"`
+	Tier    TierStatus            `json:"tier"`
+	Pods    map[string][]PodEntry `json:"pods"`
+	Healthy bool                  `json:"healthy"`
+}
+
+// BudgetStatus explains the batch budget:
+// applied = hysteresis(clamp(nodeCPUs × threshold − ls − system, min, max)).
+type BudgetStatus struct {
+	Formula     string  `json:"formula"`
+	NodeCPUs    float64 `json:"nodeCPUs"`
+	Threshold   float64 `json:"threshold"`
+	LSUsage     float64 `json:"lsUsage"`
+	SystemUsage float64 `json:"systemUsage"`
+	Raw         float64 `json:"raw"`
+	Min         float64 `json:"min"`
+	Max         float64 `json:"max"`
+	Target      float64 `json:"target"`
+	Previous    float64 `json:"previous"`
+	Applied     float64 `json:"applied"`
+	Reason      string  `json:"reason"`
+}
+
+// TierStatus is the agent-owned batch tier.
+type TierStatus struct {
+	Cgroup     string   `json:"cgroup"`
+	QuotaCores *float64 `json:"quotaCores,omitempty"`
+}
+
+// PodEntry is one pod in /status.
+type PodEntry struct {
+	Namespace  string   `json:"namespace"`
+	Name       string   `json:"name"`
+	UID        string   `json:"uid"`
+	Cgroup     string   `json:"cgroup"`
+	UsageCores float64  `json:"usageCores"`
+	QuotaCores *float64 `json:"quotaCores,omitempty"`
+	// Placement of a batch pod: "tier" (below the agent's tier) or "in-place".
+	Placement  string `json:"placement,omitempty"`
+	Error      string `json:"error,omitempty"`
+	ClassError string `json:"classError,omitempty"`
+}
+
+const budgetFormula = "applied = restoreLimited(clamp(nodeCPUs × threshold − lsUsage − systemUsage, min, max))"
+
+func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget) {
+	s := &Status{
+		Time: now, Node: a.cfg.NodeName, Layout: a.hier.Layout().String(),
+		Period: a.cfg.Period.Duration.String(), Usage: u, Healthy: true,
+		Budget: BudgetStatus{Formula: budgetFormula, NodeCPUs: b.NodeCPUs, Threshold: b.Threshold,
+			LSUsage: b.LSUsage, SystemUsage: b.SystemUsage, Raw: b.Raw, Min: b.Min, Max: b.Max,
+			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
+		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota)},
+		Pods: map[string][]PodEntry{},
+	}
+	for _, st := range a.sorted {
+		e := PodEntry{Namespace: st.namespace, Name: st.name, UID: string(st.uid), Cgroup: st.cgroup, UsageCores: st.usage}
+		if st.class == qos.ClassBatch {
+			e.Placement = "in-place"
+			if st.inTier {
+				e.Placement = "tier"
+			} else {
+				e.QuotaCores = optional(st.quota)
+			}
+		}
+		if st.cgroup == "" {
+			e.Cgroup = "not found: " + strings.Join(st.candidates, " or ")
+		}
+		if st.lastErr != nil {
+			e.Error = st.lastErr.Error()
+		}
+		if st.classErr != nil {
+			e.ClassError = st.classErr.Error()
+		}
+		s.Pods[string(st.class)] = append(s.Pods[string(st.class)], e)
+	}
+	a.status.Store(s)
+}
+
+func optional(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// Status returns the latest status snapshot.
+func (a *Agent) Status() Status {
+	s := *a.status.Load()
+	s.Healthy = a.Healthy(time.Now()) == nil
+	return s
+}
+
+// Handler serves /metrics (from gatherer), /healthz and /status.
+func (a *Agent) Handler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Healthy(time.Now()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a.Status())
+	})
+	return mux
+}

@@ -1,0 +1,94 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Error kinds counted by Agent.Errors.
+const (
+	ErrKindCgroupRead  = "cgroup_read"
+	ErrKindCgroupWrite = "cgroup_write"
+	ErrKindProcRead    = "proc_read"
+	ErrKindAnnotation  = "annotation"
+	ErrKindPodSource   = "pod_source"
+	ErrKindNodePatch   = "node_patch"
+)
+
+// Batch actions counted by Agent.Actions.
+const (
+	ActionCut     = "cut"
+	ActionRestore = "restore"
+	ActionPodSet  = "pod_setup"
+)
+
+// Agent is the node agent's Prometheus metric set.
+type Agent struct {
+	NodeCPU        prometheus.Gauge
+	NodeCPUs       prometheus.Gauge
+	LSCPU          prometheus.Gauge
+	BECPU          prometheus.Gauge
+	SystemCPU      prometheus.Gauge
+	BatchCPU       prometheus.Gauge
+	BatchBudget    prometheus.Gauge
+	BatchThrottled prometheus.Counter
+	BatchPeriods   prometheus.Counter
+	CPUPressure    *prometheus.GaugeVec
+	Pods           *prometheus.GaugeVec
+	Actions        *prometheus.CounterVec
+	Errors         *prometheus.CounterVec
+	LoopDuration   prometheus.Histogram
+	LastTick       prometheus.Gauge
+}
+
+// NewAgent creates the agent's metrics and registers them on reg.
+func NewAgent(reg prometheus.Registerer) (*Agent, error) {
+	const ns = "understory"
+	m := &Agent{
+		NodeCPU: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "node_cpu_usage_cores",
+			Help: "CPU the whole node used over the last control period, in cores."}),
+		NodeCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "node_cpu_capacity_cores",
+			Help: "Online CPUs of the node."}),
+		LSCPU: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ls_cpu_usage_cores",
+			Help: "CPU used by latency-sensitive pods (and pods the agent does not know), in cores."}),
+		BECPU: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "be_cpu_usage_cores",
+			Help: "CPU used by BE pods, in cores."}),
+		SystemCPU: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "system_cpu_usage_cores",
+			Help: "CPU used outside pods (system daemons, kubelet, the agent), in cores."}),
+		BatchCPU: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_cpu_usage_cores",
+			Help: "CPU used by batch pods, in cores."}),
+		BatchBudget: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_cpu_budget_cores",
+			Help: "CPU the agent currently lets batch pods use, in cores."}),
+		BatchThrottled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "batch_cpu_throttled_seconds_total",
+			Help: "Time batch cgroups spent throttled by their CFS quota."}),
+		BatchPeriods: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "batch_cpu_throttled_periods_total",
+			Help: "CFS periods in which batch cgroups were throttled."}),
+		CPUPressure: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cpu_pressure_some_avg10_ratio",
+			Help: "PSI cpu 'some' avg10 as a ratio, for the node and the batch tier."}, []string{"scope"}),
+		Pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "pods",
+			Help: "Pods on the node by QoS class."}, []string{"class"}),
+		Actions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "batch_actions_total",
+			Help: "Actions taken on batch pods: budget cuts and restores, pod setup."}, []string{"action"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "errors_total",
+			Help: "Errors by kind; cgroup writes are retried the next period."}, []string{"kind"}),
+		LoopDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "control_loop_duration_seconds",
+			Help:    "Time one control period's work took.",
+			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3}}),
+		LastTick: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "control_loop_last_run_timestamp_seconds",
+			Help: "Unix time of the last completed control period."}),
+	}
+	for _, c := range []prometheus.Collector{m.NodeCPU, m.NodeCPUs, m.LSCPU, m.BECPU, m.SystemCPU, m.BatchCPU,
+		m.BatchBudget, m.BatchThrottled, m.BatchPeriods, m.CPUPressure, m.Pods, m.Actions, m.Errors,
+		m.LoopDuration, m.LastTick} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Known label values start at zero so dashboards and rate() see them from the first scrape.
+	for _, k := range []string{ErrKindCgroupRead, ErrKindCgroupWrite, ErrKindProcRead, ErrKindAnnotation, ErrKindPodSource, ErrKindNodePatch} {
+		m.Errors.WithLabelValues(k)
+	}
+	for _, a := range []string{ActionCut, ActionRestore, ActionPodSet} {
+		m.Actions.WithLabelValues(a)
+	}
+	return m, nil
+}

@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestAgentMetricsGolden(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := NewAgent(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.BatchBudget.Set(1.25)
+	m.Errors.WithLabelValues(ErrKindCgroupWrite).Add(2)
+	m.Actions.WithLabelValues(ActionCut).Inc()
+	m.Pods.WithLabelValues("batch").Set(3)
+	const want = `
+# HELP understory_batch_actions_total Actions taken on batch pods: budget cuts and restores, pod setup.
+# TYPE understory_batch_actions_total counter
+understory_batch_actions_total{action="cut"} 1
+understory_batch_actions_total{action="pod_setup"} 0
+understory_batch_actions_total{action="restore"} 0
+# HELP understory_batch_cpu_budget_cores CPU the agent currently lets batch pods use, in cores.
+# TYPE understory_batch_cpu_budget_cores gauge
+understory_batch_cpu_budget_cores 1.25
+# HELP understory_errors_total Errors by kind; cgroup writes are retried the next period.
+# TYPE understory_errors_total counter
+understory_errors_total{kind="annotation"} 0
+understory_errors_total{kind="cgroup_read"} 0
+understory_errors_total{kind="cgroup_write"} 2
+understory_errors_total{kind="node_patch"} 0
+understory_errors_total{kind="pod_source"} 0
+understory_errors_total{kind="proc_read"} 0
+# HELP understory_pods Pods on the node by QoS class.
+# TYPE understory_pods gauge
+understory_pods{class="batch"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"understory_batch_actions_total", "understory_batch_cpu_budget_cores", "understory_errors_total", "understory_pods"); err != nil {
+		t.Fatal(err)
+	}
+	// A second registration on the same registry is an error, not a panic.
+	if _, err := NewAgent(reg); err == nil {
+		t.Fatal("registering twice succeeded")
+	}
+}

@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validMetrics() NodeMetrics {
+	return NodeMetrics{
+		Version: NodeMetricsVersion, Timestamp: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC), WindowMillis: 10000,
+		CPU:    CPUMetrics{Capacity: 2000, Used: 1200, LS: 400, Batch: 700, BatchBudget: 1300},
+		Memory: MemoryMetrics{Capacity: 8 << 30, Used: 3 << 30, LS: 1 << 30, Batch: 1 << 30},
+	}
+}
+
+func TestNodeMetricsRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := validMetrics()
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"v":1,"ts":"2026-11-22T03:00:00Z","win":10000,"cpu":{"cap":2000,"used":1200,"ls":400,"batch":700,"budget":1300},"mem":{"cap":8589934592,"used":3221225472,"ls":1073741824,"batch":1073741824}}`
+	if string(b) != want {
+		t.Fatalf("encoding changed (this is a cross-binary contract, see docs/node-metrics.md):\n got %s\nwant %s", b, want)
+	}
+	got, err := DecodeNodeMetrics(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != m {
+		t.Fatalf("round trip: got %+v, want %+v", got, m)
+	}
+}
+
+func TestDecodeNodeMetricsRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in string
+		want     error
+	}{
+		{"empty", "", ErrInvalidNodeMetrics},
+		{"not json", "cpu=2", ErrInvalidNodeMetrics},
+		{"future version", `{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1}}`, ErrUnsupportedVersion},
+		{"no version", `{"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1}}`, ErrUnsupportedVersion},
+		{"no timestamp", `{"v":1,"win":1,"cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
+		{"no window", `{"v":1,"ts":"2026-11-22T03:00:00Z","cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
+		{"negative", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1,"ls":-5}}`, ErrInvalidNodeMetrics},
+		{"zero capacity", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":0}}`, ErrInvalidNodeMetrics},
+		{"wrong type", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":"2"}}`, ErrInvalidNodeMetrics},
+		{"too large", `{"v":1,"pad":"` + strings.Repeat("x", maxNodeMetricsBytes) + `"}`, ErrInvalidNodeMetrics},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := DecodeNodeMetrics(tc.in)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("DecodeNodeMetrics(%.40q) = %v, want %v", tc.in, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeMetricsFreshness(t *testing.T) {
+	t.Parallel()
+	m := validMetrics()
+	for _, tc := range []struct {
+		now    time.Time
+		maxAge time.Duration
+		fresh  bool
+		age    time.Duration
+	}{
+		{m.Timestamp.Add(5 * time.Second), 30 * time.Second, true, 5 * time.Second},
+		{m.Timestamp.Add(31 * time.Second), 30 * time.Second, false, 31 * time.Second},
+		{m.Timestamp.Add(-time.Minute), 30 * time.Second, true, 0}, // clock skew: never negative
+	} {
+		if got := m.Fresh(tc.now, tc.maxAge); got != tc.fresh {
+			t.Errorf("Fresh(%v, %v) = %v, want %v", tc.now, tc.maxAge, got, tc.fresh)
+		}
+		if got := m.Age(tc.now); got != tc.age {
+			t.Errorf("Age(%v) = %v, want %v", tc.now, got, tc.age)
+		}
+	}
+}
+
+func FuzzDecodeNodeMetrics(f *testing.F) {
+	b, _ := validMetrics().Encode()
+	f.Add(string(b))
+	f.Add(`{"v":1}`)
+	f.Add(`{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1,"used":-1}}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := DecodeNodeMetrics(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidNodeMetrics) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("error %v wraps no sentinel", err)
+			}
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("decoded value does not validate: %v", err)
+		}
+		out, err := m.Encode()
+		if err != nil {
+			t.Fatalf("re-encoding a decoded value: %v", err)
+		}
+		if _, err := DecodeNodeMetrics(string(out)); err != nil {
+			t.Fatalf("re-decoding: %v", err)
+		}
+	})
+}

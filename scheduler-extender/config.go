@@ -1,0 +1,108 @@
+package extender
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidConfig means a Config value is out of range.
+var ErrInvalidConfig = errors.New("invalid extender config")
+
+// Config tunes the extender. Zero values are not defaults: start from DefaultConfig.
+type Config struct {
+	// Policy names the placement policy (see PolicyNames).
+	Policy string
+	// WorkloadCoverage is the share of pods the target workload classes cover (fgd, understory).
+	WorkloadCoverage float64
+	// WorkloadRefresh is how often the target workload is rebuilt from the pods in the index.
+	WorkloadRefresh time.Duration
+	// Seed seeds the random policy and tie-breaking; 0 picks one from the clock.
+	Seed int64
+
+	// MetricsMaxAge: a node-metrics annotation older than this is treated as unknown (Node.Usage = nil).
+	MetricsMaxAge time.Duration
+	// AssumedTTL is how long a filter reservation waits for its bind before it is released.
+	AssumedTTL time.Duration
+	// GangPlanTTL is how long a gang's placement plan holds capacity while its members reach bind.
+	GangPlanTTL time.Duration
+	// GangBindTimeout bounds how long one member's bind call waits for the rest of its gang.
+	// It must stay below kube-scheduler's extender httpTimeout.
+	GangBindTimeout time.Duration
+	// APITimeout bounds each API call the extender makes (patch, binding, get).
+	APITimeout time.Duration
+	// Housekeeping is the period of the loop that expires reservations and plans
+	// and re-checks node-metrics freshness.
+	Housekeeping time.Duration
+	// InformerResync is the informers' resync period (0 disables resync).
+	InformerResync time.Duration
+
+	// MaxBodyBytes caps a request body; larger bodies get 413.
+	MaxBodyBytes int64
+	// HTTP server timeouts.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+}
+
+// DefaultConfig is the configuration the binary starts from.
+func DefaultConfig() Config {
+	return Config{
+		Policy:            DefaultPolicy,
+		WorkloadCoverage:  DefaultCoverage,
+		WorkloadRefresh:   time.Minute,
+		MetricsMaxAge:     2 * time.Minute,
+		AssumedTTL:        30 * time.Second,
+		GangPlanTTL:       60 * time.Second,
+		GangBindTimeout:   20 * time.Second,
+		APITimeout:        5 * time.Second,
+		Housekeeping:      time.Second,
+		InformerResync:    0,
+		MaxBodyBytes:      10 << 20,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      40 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+}
+
+// Validate checks ranges and the relations between timeouts.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf(format+": %w", append(a, ErrInvalidConfig)...))
+	}
+	if c.WorkloadCoverage <= 0 || c.WorkloadCoverage > 1 {
+		bad("workload coverage %v must be in (0,1]", c.WorkloadCoverage)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"workload refresh", c.WorkloadRefresh}, {"metrics max age", c.MetricsMaxAge},
+		{"assumed ttl", c.AssumedTTL}, {"gang plan ttl", c.GangPlanTTL},
+		{"gang bind timeout", c.GangBindTimeout}, {"api timeout", c.APITimeout},
+		{"housekeeping", c.Housekeeping}, {"read header timeout", c.ReadHeaderTimeout},
+		{"read timeout", c.ReadTimeout}, {"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
+	} {
+		if d.v <= 0 {
+			bad("%s %v must be > 0", d.name, d.v)
+		}
+	}
+	if c.InformerResync < 0 {
+		bad("informer resync %v must be >= 0", c.InformerResync)
+	}
+	if c.MaxBodyBytes < 1<<10 {
+		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)
+	}
+	// A gang member's bind waits up to GangBindTimeout, then the committing bind makes
+	// 2 API calls per member; the server must not cut the response off before that.
+	if c.WriteTimeout <= c.GangBindTimeout+2*c.APITimeout {
+		bad("write timeout %v must exceed gang bind timeout %v + 2 × api timeout %v", c.WriteTimeout, c.GangBindTimeout, c.APITimeout)
+	}
+	if c.GangPlanTTL < c.GangBindTimeout {
+		bad("gang plan ttl %v must be >= gang bind timeout %v", c.GangPlanTTL, c.GangBindTimeout)
+	}
+	if _, err := NewPolicy(c.Policy, nil, nil); err != nil {
+		errs = append(errs, fmt.Errorf("policy: %w", err))
+	}
+	return errors.Join(errs...)
+}

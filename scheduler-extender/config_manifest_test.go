@@ -1,0 +1,82 @@
+package extender
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// schedulerConfig is the part of kubescheduler.config.k8s.io/v1
+// KubeSchedulerConfiguration the test reads (field names as in the API; the
+// typed package would pull k8s.io/component-base into the module).
+type schedulerConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Extenders  []struct {
+		URLPrefix        string `json:"urlPrefix"`
+		FilterVerb       string `json:"filterVerb"`
+		PrioritizeVerb   string `json:"prioritizeVerb"`
+		BindVerb         string `json:"bindVerb"`
+		Weight           int64  `json:"weight"`
+		NodeCacheCapable bool   `json:"nodeCacheCapable"`
+		HTTPTimeout      string `json:"httpTimeout"`
+		Ignorable        bool   `json:"ignorable"`
+		ManagedResources []struct {
+			Name               string `json:"name"`
+			IgnoredByScheduler bool   `json:"ignoredByScheduler"`
+		} `json:"managedResources"`
+	} `json:"extenders"`
+}
+
+// TestSchedulerConfigManifest keeps manifests/scheduler/kube-scheduler-config.yaml
+// in line with the server: verbs it routes, resources it manages, timeouts it needs.
+func TestSchedulerConfigManifest(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../manifests/scheduler/kube-scheduler-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedulerConfig
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("manifest does not decode: %v", err)
+	}
+	if cfg.APIVersion != "kubescheduler.config.k8s.io/v1" || cfg.Kind != "KubeSchedulerConfiguration" {
+		t.Fatalf("apiVersion %q kind %q", cfg.APIVersion, cfg.Kind)
+	}
+	if len(cfg.Extenders) != 1 {
+		t.Fatalf("want one extender, got %d", len(cfg.Extenders))
+	}
+	e := cfg.Extenders[0]
+	if !e.NodeCacheCapable || e.Weight <= 0 || e.Ignorable {
+		t.Errorf("nodeCacheCapable %v weight %d ignorable %v", e.NodeCacheCapable, e.Weight, e.Ignorable)
+	}
+	if d, err := time.ParseDuration(e.HTTPTimeout); err != nil || d <= DefaultConfig().GangBindTimeout {
+		t.Errorf("httpTimeout %q must exceed the gang bind timeout %v (%v)", e.HTTPTimeout, DefaultConfig().GangBindTimeout, err)
+	}
+	s := testServer(t, nil, Deps{})
+	h := s.Handler()
+	for _, verb := range []string{e.FilterVerb, e.PrioritizeVerb, e.BindVerb} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/"+verb, strings.NewReader("{}")))
+		if rec.Code == http.StatusNotFound || verb == "" {
+			t.Errorf("verb %q is not served", verb)
+		}
+	}
+	want := map[string]bool{ResourceGPU: false, ResourceGPUMilli: true, ResourceBatchCPU: true, ResourceBatchMemory: true}
+	for _, m := range e.ManagedResources {
+		ignored, ok := want[m.Name]
+		if !ok || ignored != m.IgnoredByScheduler {
+			t.Errorf("managed resource %s ignoredByScheduler=%v", m.Name, m.IgnoredByScheduler)
+		}
+		delete(want, m.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("managed resources missing: %v", want)
+	}
+}

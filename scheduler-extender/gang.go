@@ -1,0 +1,516 @@
+package extender
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Gang membership keys of the three dialects the extender understands.
+const (
+	// LabelPodGroup names the scheduler-plugins (coscheduling) PodGroup of a pod;
+	// minMember and scheduleTimeoutSeconds come from the PodGroup object.
+	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+	// AnnotationVolcanoGroupName and AnnotationVolcanoGroupNameAlt name a Volcano group.
+	AnnotationVolcanoGroupName    = "scheduling.k8s.io/group-name"
+	AnnotationVolcanoGroupNameAlt = "scheduling.volcano.sh/group-name"
+	// AnnotationVolcanoMinMember is the Volcano group's minimum member count.
+	AnnotationVolcanoMinMember = "scheduling.volcano.sh/group-min-member"
+	// AnnotationKoordinatorName and AnnotationKoordinatorMinAvailable are Koordinator's lightweight gang protocol.
+	AnnotationKoordinatorName         = "gang.scheduling.koordinator.sh/name"
+	AnnotationKoordinatorMinAvailable = "gang.scheduling.koordinator.sh/min-available"
+	// AnnotationGangState is written by the extender on planned members so that
+	// kube-scheduler requeues them (a pod update moves a pod out of the
+	// unschedulable queue) and so that people can see the plan.
+	AnnotationGangState = "understory.io/gang-state"
+)
+
+// Gang dialects.
+const (
+	DialectPodGroup    = "podgroup"
+	DialectVolcano     = "volcano"
+	DialectKoordinator = "koordinator"
+)
+
+// Gang states reported in /status and metrics.
+const (
+	GangWaiting       = "waiting"
+	GangPlanned       = "planned"
+	GangBinding       = "binding"
+	GangAdmitted      = "admitted"
+	GangUnschedulable = "unschedulable"
+	GangInvalid       = "invalid"
+)
+
+// MaxGangSize bounds minMember.
+const MaxGangSize = 10000
+
+// ErrInvalidGang means a pod's gang annotations or its PodGroup are malformed.
+var ErrInvalidGang = errors.New("invalid gang spec")
+
+// errGangBind is the base of every error a gang member's bind returns.
+var errGangBind = errors.New("gang bind failed")
+
+// gangRef is what a pod says about its gang.
+type gangRef struct {
+	key, namespace, name, dialect string
+	min                           int   // from the pod's annotation (volcano, koordinator); 0 if absent
+	err                           error // malformed annotation
+}
+
+// PodGang reports the gang a pod belongs to, if any. The scheduler-plugins label
+// wins over Volcano, Volcano over Koordinator.
+func podGang(pod *corev1.Pod) (gangRef, bool) {
+	ref := gangRef{namespace: pod.Namespace}
+	minKey := ""
+	switch {
+	case pod.Labels[LabelPodGroup] != "":
+		ref.name, ref.dialect = pod.Labels[LabelPodGroup], DialectPodGroup
+	case pod.Annotations[AnnotationVolcanoGroupName] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationVolcanoGroupName], DialectVolcano, AnnotationVolcanoMinMember
+	case pod.Annotations[AnnotationVolcanoGroupNameAlt] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationVolcanoGroupNameAlt], DialectVolcano, AnnotationVolcanoMinMember
+	case pod.Annotations[AnnotationKoordinatorName] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationKoordinatorName], DialectKoordinator, AnnotationKoordinatorMinAvailable
+	default:
+		return ref, false
+	}
+	ref.key = ref.namespace + "/" + ref.name
+	if minKey != "" {
+		v, ok := pod.Annotations[minKey]
+		if !ok {
+			ref.err = fmt.Errorf("annotation %s missing: %w", minKey, ErrInvalidGang)
+		} else if m, err := ParseMinMember(v); err != nil {
+			ref.err = fmt.Errorf("annotation %s: %w", minKey, err)
+		} else {
+			ref.min = m
+		}
+	}
+	return ref, true
+}
+
+// ParseMinMember parses a minimum member count: a decimal integer in 1..MaxGangSize.
+func ParseMinMember(s string) (int, error) {
+	m, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || m < 1 || m > MaxGangSize {
+		return 0, fmt.Errorf("min member %q must be an integer in 1..%d: %w", s, MaxGangSize, ErrInvalidGang)
+	}
+	return m, nil
+}
+
+// reqKey identifies a request shape.
+type reqKey struct {
+	cpu, mem, bcpu, bmem int64
+	num, milli           int
+	models               string
+}
+
+func keyOf(r Request) reqKey {
+	return reqKey{r.CPUMilli, r.MemoryMiB, r.BatchCPUMilli, r.BatchMemoryMiB, r.NumGPU, r.GPUMilli, strings.Join(r.Models, ",")}
+}
+
+// gang is the extender's view of one gang.
+type gang struct {
+	key, namespace, name, dialect string
+	members                       map[types.UID]*podEntry
+	state                         string
+	reason                        string // why it waits (last filter verdict)
+	min                           int    // last resolved minMember
+	plan                          *gangPlan
+
+	everGen  uint64 // capGen the ever-fits verdict was computed at (0: none)
+	everMin  int
+	everKey  reqKey
+	everFits int
+}
+
+// gangPlan is a reserved placement for a whole gang.
+type gangPlan struct {
+	id         uint64
+	members    map[types.UID]bool // value: reached bind
+	arrived    int
+	expires    time.Time
+	committing bool
+	done       chan struct{} // closed when the plan is finished (bound, failed or expired)
+	results    map[types.UID]error
+	err        error // whole-plan failure
+}
+
+// event is a Kubernetes Event to emit on a pod once the lock is released.
+type event struct {
+	namespace, name string
+	uid             types.UID
+	warning         bool
+	reason, msg     string
+}
+
+func (s *State) emit(p *podEntry, warning bool, reason, msg string) {
+	if len(s.events) < maxQueuedEvents {
+		s.events = append(s.events, event{p.namespace, p.name, p.uid, warning, reason, msg})
+		s.pending.Store(true)
+	}
+}
+
+func (s *State) count(ev string) {
+	if s.met != nil {
+		s.met.GangTransitions.WithLabelValues(ev).Inc()
+	}
+}
+
+// setGang keeps p's gang membership in line with pod. Call with mu held for writing.
+func (s *State) setGang(p *podEntry, pod *corev1.Pod) {
+	ref, ok := podGang(pod)
+	if p.hasGang && (!ok || ref.key != p.gang.key) {
+		s.dropGangMember(p)
+	}
+	if !ok {
+		return
+	}
+	p.gang, p.hasGang = ref, true
+	g := s.gangs[ref.key]
+	if g == nil {
+		g = &gang{key: ref.key, namespace: ref.namespace, name: ref.name, dialect: ref.dialect,
+			members: map[types.UID]*podEntry{}, state: GangWaiting}
+		s.gangs[ref.key] = g
+	}
+	g.members[p.uid] = p
+}
+
+func (s *State) dropGangMember(p *podEntry) {
+	if !p.hasGang {
+		return
+	}
+	p.hasGang = false
+	g := s.gangs[p.gang.key]
+	if g == nil {
+		return
+	}
+	delete(g.members, p.uid)
+	if len(g.members) == 0 && g.plan == nil {
+		delete(s.gangs, g.key)
+	}
+}
+
+// confirmGangMember updates a gang's state once one of its members is bound.
+func (s *State) confirmGangMember(p *podEntry) {
+	if !p.hasGang {
+		return
+	}
+	if g := s.gangs[p.gang.key]; g != nil && g.plan == nil && g.min > 0 && s.boundMembers(g) >= g.min {
+		g.state, g.reason = GangAdmitted, ""
+	}
+}
+
+func (s *State) boundMembers(g *gang) int {
+	n := 0
+	for _, m := range g.members {
+		if m.phase == phaseAssumed || m.phase == phaseBound {
+			n++
+		}
+	}
+	return n
+}
+
+// gangMin resolves a gang's minMember and plan TTL. retryable errors (a PodGroup
+// not seen yet) leave the pod schedulable later; others need the pod fixed.
+func (s *State) gangMin(g *gang, p *podEntry) (minMember int, ttl time.Duration, err error, retryable bool) {
+	ttl = s.cfg.GangPlanTTL
+	if g.dialect == DialectPodGroup {
+		spec, ok := s.podGroups[g.key]
+		switch {
+		case !ok:
+			return 0, 0, fmt.Errorf("gang %s: PodGroup not found (is the scheduling.x-k8s.io CRD installed?)", g.key), true
+		case spec.err != nil:
+			return 0, 0, fmt.Errorf("gang %s: PodGroup: %w", g.key, spec.err), false
+		}
+		if spec.timeout > 0 {
+			ttl = max(spec.timeout, s.cfg.GangBindTimeout)
+		}
+		return spec.minMember, ttl, nil, false
+	}
+	if p.gang.err != nil {
+		return 0, 0, fmt.Errorf("gang %s: %w", g.key, p.gang.err), false
+	}
+	return p.gang.min, ttl, nil, false
+}
+
+// planSlot is one member's place in a plan.
+type planSlot struct {
+	p    *podEntry
+	node string
+	devs []int
+}
+
+// planGang places members greedily (largest first) on the named nodes as they are
+// now, without changing them. It returns the slots of the members that fit.
+func (s *State) planGang(members []*podEntry, names [][]byte) []planSlot {
+	nodes := make([]*Node, 0, len(names))
+	idx := make(map[string]int, len(names))
+	for _, b := range names {
+		if e, ok := s.nodes[string(b)]; ok {
+			if _, dup := idx[e.n.Name]; !dup {
+				idx[e.n.Name] = len(nodes)
+				nodes = append(nodes, e.n)
+			}
+		}
+	}
+	return placeAll(s.policy, nodes, idx, members)
+}
+
+// placeAll places members on nodes (cloning a node before its first change) and
+// returns the slots of those that fit.
+func placeAll(pol Policy, nodes []*Node, idx map[string]int, members []*podEntry) []planSlot {
+	order := slices.Clone(members)
+	slices.SortStableFunc(order, func(a, b *podEntry) int {
+		return cmp.Or(cmp.Compare(b.req.GPUTotalMilli(), a.req.GPUTotalMilli()), cmp.Compare(b.req.CPUMilli, a.req.CPUMilli))
+	})
+	cloned := make(map[int]bool)
+	var slots []planSlot
+	for _, m := range order {
+		best, devs, err := Select(pol, nodes, m.req, nil)
+		if err != nil {
+			continue
+		}
+		i := idx[best.Name]
+		if !cloned[i] {
+			nodes[i], cloned[i] = nodes[i].Clone(), true
+		}
+		if nodes[i].Place(m.req, devs) != nil {
+			continue
+		}
+		slots = append(slots, planSlot{p: m, node: best.Name, devs: devs})
+	}
+	return slots
+}
+
+// everFits is how many of minMember members (the gang's own requests, padded with
+// p's) fit on the whole cluster emptied of every pod; cached per node-capacity
+// generation.
+func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
+	k := keyOf(p.req)
+	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == k {
+		return g.everFits
+	}
+	nodes := make([]*Node, 0, len(s.nodes))
+	idx := make(map[string]int, len(s.nodes))
+	for _, e := range s.nodes {
+		n := &Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
+			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
+		for i := range n.GPUFree {
+			n.GPUFree[i] = MilliPerGPU
+		}
+		idx[n.Name] = len(nodes)
+		nodes = append(nodes, n)
+	}
+	slices.SortFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
+	for i, n := range nodes {
+		idx[n.Name] = i
+	}
+	members := make([]*podEntry, 0, minMember)
+	for _, m := range sortedMembers(g, p) {
+		if m.reqErr == nil && len(members) < minMember {
+			members = append(members, m)
+		}
+	}
+	for len(members) < minMember {
+		members = append(members, p)
+	}
+	fits := len(placeAll(s.policy, nodes, idx, members))
+	g.everGen, g.everMin, g.everKey, g.everFits = s.capGen, minMember, k, fits
+	return fits
+}
+
+// sortedMembers lists g's members with first in front, then by creation time and name.
+func sortedMembers(g *gang, first *podEntry) []*podEntry {
+	out := make([]*podEntry, 0, len(g.members))
+	for _, m := range g.members {
+		if m != first {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *podEntry) int {
+		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.name, b.name))
+	})
+	return append([]*podEntry{first}, out...)
+}
+
+// gangFilterLocked is Filter for a gang member. done=false means the gang is
+// already admitted and p is placed like any pod. Call with mu held for writing.
+func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome) (filterOutcome, bool) {
+	g := s.gangs[p.gang.key]
+	minMember, ttl, err, retry := s.gangMin(g, p)
+	if err != nil {
+		if !retry {
+			g.state = GangInvalid
+		}
+		g.reason = err.Error()
+		out.failAll(names, err.Error(), !retry)
+		return out, true
+	}
+	g.min = minMember
+	bound := s.boundMembers(g)
+	if bound >= minMember && g.plan == nil {
+		g.state, g.reason = GangAdmitted, ""
+		return out, false
+	}
+	if g.plan != nil {
+		if !g.plan.has(p) {
+			out.failAll(names, fmt.Sprintf("gang %s: a plan holds %d other members; waiting for them to bind", g.key, len(g.plan.members)), false)
+			return out, true
+		}
+		node := p.node
+		for _, b := range names {
+			if string(b) == node {
+				out.passed = append(out.passed[:0], node)
+			}
+		}
+		if len(out.passed) == 0 {
+			reason := fmt.Sprintf("gang %s: planned node %s is not feasible for member %s; plan released", g.key, node, p.key())
+			s.failPlan(g, reason, "plan_broken")
+			out.failAll(names, reason, false)
+			return out, true
+		}
+		out.failOthers(names, node, fmt.Sprintf("gang %s: member planned on node %s", g.key, node))
+		return out, true
+	}
+
+	need := minMember - bound
+	pending := make([]*podEntry, 0, need)
+	for _, m := range sortedMembers(g, p) {
+		if !m.phase.holds() && m.reqErr == nil && len(pending) < need {
+			pending = append(pending, m)
+		}
+	}
+	slots := s.planGang(pending, names)
+	if len(pending) == need && len(slots) == need {
+		if err := s.commitPlan(g, p, slots, ttl); err == nil {
+			out.passed = append(out.passed[:0], p.node)
+			out.failOthers(names, p.node, fmt.Sprintf("gang %s: member planned on node %s", g.key, p.node))
+			return out, true
+		}
+	}
+	fits := bound + len(slots)
+	reason := fmt.Sprintf("gang %s: %d/%d members fit", g.key, fits, minMember)
+	if len(g.members) < minMember {
+		reason += fmt.Sprintf(" (%d of %d members exist)", len(g.members), minMember)
+	}
+	if ever := s.everFits(g, minMember, p); ever < minMember {
+		reason = fmt.Sprintf("gang %s: minMember %d can never fit the cluster (at most %d fit on empty nodes)", g.key, minMember, ever)
+		if g.state != GangUnschedulable {
+			s.emit(p, true, "GangUnschedulable", reason)
+			s.count("unschedulable")
+		}
+		g.state, g.reason = GangUnschedulable, reason
+		out.failAll(names, reason, true)
+		return out, true
+	}
+	if g.reason != reason {
+		s.emit(p, false, "GangWaiting", reason)
+	}
+	g.state, g.reason = GangWaiting, reason
+	out.failAll(names, reason, false)
+	return out, true
+}
+
+func (pl *gangPlan) has(p *podEntry) bool {
+	_, ok := pl.members[p.uid]
+	return ok
+}
+
+// commitPlan reserves every slot for the gang and nudges the planned members.
+func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl time.Duration) error {
+	s.planSeq++
+	plan := &gangPlan{id: s.planSeq, members: map[types.UID]bool{}, expires: s.now().Add(ttl),
+		done: make(chan struct{}), results: map[types.UID]error{}}
+	for i, sl := range slots {
+		e := s.nodes[sl.node]
+		var err error
+		if e == nil {
+			err = fmt.Errorf("node %s vanished", sl.node)
+		} else {
+			err = s.reserve(sl.p, e, sl.devs, phasePlanned)
+		}
+		if err != nil {
+			for _, done := range slots[:i] {
+				s.release(done.p)
+			}
+			return fmt.Errorf("reserving gang %s plan: %w", g.key, err)
+		}
+		plan.members[sl.p.uid] = false
+	}
+	g.plan, g.state, g.reason = plan, GangPlanned, ""
+	var where []string
+	for _, sl := range slots {
+		where = append(where, sl.p.name+"→"+sl.node)
+		if sl.p != trigger {
+			s.nudges = append(s.nudges, nudge{sl.p.namespace, sl.p.name, sl.p.uid,
+				fmt.Sprintf("planned:%d:%s", plan.id, sl.node)})
+			s.pending.Store(true)
+		}
+	}
+	s.emit(trigger, false, "GangPlanned", fmt.Sprintf("gang %s: plan %d reserves %d members until %s: %s",
+		g.key, plan.id, len(slots), plan.expires.UTC().Format(time.RFC3339), strings.Join(where, ", ")))
+	s.count("planned")
+	return nil
+}
+
+// nudge is a pod the extender annotates so kube-scheduler retries it soon.
+type nudge struct {
+	namespace, name string
+	uid             types.UID
+	value           string
+}
+
+// failPlan releases g's plan: every member that has not been bound is made
+// pending and every member waiting at bind is woken with reason.
+func (s *State) failPlan(g *gang, reason, metric string) {
+	plan := g.plan
+	if plan == nil || plan.committing {
+		return
+	}
+	g.plan = nil
+	var any *podEntry
+	for uid := range plan.members {
+		if m := s.pods[uid]; m != nil {
+			any = m
+			if m.phase == phasePlanned || m.phase == phaseBinding {
+				s.release(m)
+			}
+		}
+	}
+	plan.err = fmt.Errorf("gang %s: %s: %w", g.key, reason, errGangBind)
+	close(plan.done)
+	g.state, g.reason = GangWaiting, reason
+	if any != nil {
+		s.emit(any, true, "GangPlanReleased", fmt.Sprintf("gang %s: plan %d released: %s", g.key, plan.id, reason))
+	}
+	s.count(metric)
+}
+
+// releasePlanOf fails the plan p is part of, if any.
+func (s *State) releasePlanOf(p *podEntry, reason string) {
+	if !p.hasGang {
+		return
+	}
+	if g := s.gangs[p.gang.key]; g != nil && g.plan != nil {
+		if _, ok := g.plan.members[p.uid]; ok {
+			s.failPlan(g, reason, "plan_broken")
+		}
+	}
+}
+
+// expirePlans fails plans whose TTL passed before every member reached bind.
+func (s *State) expirePlans(now time.Time) {
+	for _, g := range s.gangs {
+		if pl := g.plan; pl != nil && !pl.committing && now.After(pl.expires) {
+			s.failPlan(g, fmt.Sprintf("plan expired with %d/%d members at bind", pl.arrived, len(pl.members)), "plan_expired")
+		}
+	}
+}

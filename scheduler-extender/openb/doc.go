@@ -1,0 +1,30 @@
+// Package openb replays Alibaba's openb GPU-cluster trace through the extender's
+// placement code (extender.Select and the policies the extender serves, never a
+// copy), following the experiment of the FGD paper (Weng et al., USENIX ATC'23)
+// so that our numbers can be compared with its published table.
+//
+// A replay reads the node and pod lists (ParseNodes, ParsePods: every bad row is
+// an error naming file:line and column), sorts the pods by name, builds the
+// target workload from them, shuffles them with the seed, inflates them to a
+// multiple of the cluster's GPU capacity by drawing trace pods with replacement,
+// ranks the nodes by a seeded permutation, and places the pods one at a time;
+// they never leave and a pod that fits nowhere fails. The GPU allocation ratio is
+// averaged over the pods at each arrival level (alloc_at_100, alloc_at_130).
+// RunTable runs every workload × policy × seed on a pool of goroutines and puts
+// the paper's seed-means beside ours.
+//
+// Traps:
+//   - All randomness comes from one math/rand (v1) stream drawn in the
+//     artifact's order: one Int, the shuffle, the inflation draws, the node
+//     permutation, then the random policy. Changing that order changes every
+//     per-seed number (seed-means stay within a few hundredths).
+//   - Ties between equal scores go to the node that comes first in the seeded
+//     permutation, as in the artifact (its scheduler picks the smallest node name
+//     and prefixes names with the permutation); Select is called with a nil rng.
+//   - The inflation stops before the first draw whose per-GPU milli (not
+//     num_gpu × milli) would pass the target, as the artifact does, so an 8-GPU
+//     draw may overshoot it; a trace without GPU pods is not inflated.
+//   - Nodes get the artifact's pod capacity (DefaultMaxPods, 1001); a pod asking
+//     for 0 CPU fits with 0 but scores as 100m.
+//   - The multigpu pod lists have no gpu_spec column; it is optional.
+package openb

@@ -1,0 +1,236 @@
+package openb
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"time"
+
+	extender "github.com/understory/understory/scheduler-extender"
+)
+
+// ErrBadConfig means a replay was asked for something it cannot do.
+var ErrBadConfig = errors.New("bad replay config")
+
+// PolicyFactory builds the policy a replay runs, from the trace's workload and the
+// replay's random stream.
+type PolicyFactory func(w *extender.Workload, rng *rand.Rand) (extender.Policy, error)
+
+// Config is one replay.
+type Config struct {
+	Policy string // a name NewPolicy knows; ignored when Factory is set
+	// Factory, if set, builds the policy instead of extender.NewPolicy(Policy, ...).
+	Factory PolicyFactory
+	Seed    int64
+	// Tune is the arrived GPU demand to reach, as a multiple of the cluster's GPU
+	// capacity (the FGD artifact's "tune"); <= 0 replays the trace as it is.
+	Tune float64
+	// Coverage of the target workload's classes; <= 0 means extender.DefaultCoverage.
+	Coverage float64
+	// Workload names the trace in the result.
+	Workload string
+}
+
+// Result is what a replay measured. Allocation ratios are in % of the cluster's
+// GPU milli; AllocAt100/130 are NaN when the replay never reached that level
+// (they are written as null in JSON by the callers that marshal them).
+type Result struct {
+	Workload   string  `json:"workload"`
+	Policy     string  `json:"policy"`
+	Seed       int64   `json:"seed"`
+	Tune       float64 `json:"tune"`
+	Pods       int     `json:"pods"`
+	Failed     int     `json:"failed"`
+	AllocAt100 float64 `json:"alloc_at_100"`
+	AllocAt130 float64 `json:"alloc_at_130"`
+	FinalAlloc float64 `json:"final_alloc"`
+	FinalArriv float64 `json:"final_arrived"`
+	Classes    int     `json:"classes"`
+	Elapsed    float64 `json:"elapsed"` // seconds
+}
+
+// MarshalJSON writes a level the replay never reached as null.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	out := struct {
+		plain
+		AllocAt100 *float64 `json:"alloc_at_100"`
+		AllocAt130 *float64 `json:"alloc_at_130"`
+	}{plain: plain(r)}
+	if !math.IsNaN(r.AllocAt100) {
+		out.AllocAt100 = &r.AllocAt100
+	}
+	if !math.IsNaN(r.AllocAt130) {
+		out.AllocAt130 = &r.AllocAt130
+	}
+	return json.Marshal(out)
+}
+
+// maxLevel bounds the arrival levels recorded (in % of GPU capacity).
+const maxLevel = 400
+
+// Run replays trace on fresh copies of nodes, following the FGD artifact's
+// experiment: the pods sorted by name and shuffled with the seed, inflated to
+// cfg.Tune of the GPU capacity by drawing trace pods with replacement, nodes
+// ranked by a seeded permutation that breaks score ties, pods placed one at a time
+// through extender.Select and never leaving. All randomness comes from one
+// math/rand stream seeded with cfg.Seed, drawn in the artifact's order.
+func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (Result, error) {
+	start := time.Now()
+	if len(nodes) == 0 || len(trace) == 0 {
+		return Result{}, fmt.Errorf("%d nodes, %d pods: %w", len(nodes), len(trace), ErrBadConfig)
+	}
+	var capacity int64
+	for _, n := range nodes {
+		capacity += int64(len(n.GPUFree)) * extender.MilliPerGPU
+	}
+	if capacity == 0 {
+		return Result{}, fmt.Errorf("nodes have no gpu: %w", ErrBadConfig)
+	}
+	sorted := slices.Clone(trace)
+	slices.SortFunc(sorted, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
+	reqs := make([]extender.Request, len(sorted))
+	for i, p := range sorted {
+		reqs[i] = p.Request
+	}
+	w := extender.NewWorkload(reqs, cfg.Coverage)
+
+	rng := rand.New(rand.NewSource(cfg.Seed))
+	rng.Int() // the artifact draws one number right after seeding
+	order := Inflate(sorted, rng, cfg.Tune, capacity)
+
+	cluster := make([]*extender.Node, len(nodes))
+	for i, n := range nodes {
+		cluster[i] = n.Clone()
+	}
+	slices.SortFunc(cluster, func(a, b *extender.Node) int { return cmp.Compare(a.Name, b.Name) })
+	rank := rng.Perm(len(cluster))
+	ranked := make([]*extender.Node, len(cluster))
+	for i, r := range rank {
+		ranked[r] = cluster[i]
+	}
+
+	var policy extender.Policy
+	var err error
+	if cfg.Factory != nil {
+		policy, err = cfg.Factory(w, rng)
+	} else {
+		policy, err = extender.NewPolicy(cfg.Policy, w, rng)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("replay policy: %w", err)
+	}
+
+	res := Result{Workload: cfg.Workload, Policy: policy.Name(), Seed: cfg.Seed, Tune: cfg.Tune,
+		Pods: len(order), Classes: len(w.Classes())}
+	var m levelMeans
+	var arrived, used int64
+	for i, p := range order {
+		if i%256 == 0 && ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		r := p.Request
+		arrived += r.GPUTotalMilli()
+		n, devs, err := extender.Select(policy, ranked, r, nil)
+		switch {
+		case errors.Is(err, extender.ErrNoFit):
+			res.Failed++
+		case err != nil:
+			return Result{}, fmt.Errorf("pod %s: %w", p.Name, err)
+		default:
+			if err := n.Place(r, devs); err != nil {
+				return Result{}, fmt.Errorf("pod %s: placing what %s chose: %w", p.Name, policy.Name(), err)
+			}
+			used += r.GPUTotalMilli()
+		}
+		m.add(float64(arrived)/float64(capacity)*100, float64(used)/float64(capacity)*100)
+	}
+	res.AllocAt100 = m.at(100)
+	res.AllocAt130 = m.at(130)
+	res.FinalAlloc = round2(float64(used) / float64(capacity) * 100)
+	res.FinalArriv = round2(float64(arrived) / float64(capacity) * 100)
+	res.Elapsed = time.Since(start).Seconds()
+	return res, nil
+}
+
+// Inflate returns the order pods are tried in: sorted (the trace by name)
+// shuffled with rng, then, if the trace asks for less GPU than tune × capacity,
+// pods drawn from sorted with replacement and appended until the next draw's
+// per-GPU milli would pass the target (the artifact's rule), or, if it asks for
+// more, pods removed at random until it no longer passes it. A trace without GPU
+// pods is only shuffled.
+func Inflate(sorted []Pod, rng *rand.Rand, tune float64, capacity int64) []Pod {
+	order := slices.Clone(sorted)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	if tune <= 0 {
+		return order
+	}
+	var total int64
+	for _, p := range order {
+		total += p.Request.GPUTotalMilli()
+	}
+	target := tune * float64(capacity)
+	hasGPU := slices.ContainsFunc(sorted, func(p Pod) bool { return p.Request.GPUMilli > 0 })
+	switch {
+	case float64(total) < target && hasGPU: // without GPU pods no draw gets closer
+		for {
+			p := sorted[rng.Intn(len(sorted))]
+			if float64(total+int64(p.Request.GPUMilli)) > target {
+				break
+			}
+			total += p.Request.GPUTotalMilli()
+			order = append(order, p)
+		}
+	case float64(total) > target:
+		for float64(total) > target && len(order) > 0 {
+			i := rng.Intn(len(order))
+			total -= order[i].Request.GPUTotalMilli()
+			order = slices.Delete(order, i, i+1)
+		}
+	}
+	return order
+}
+
+// levelMeans averages the allocation ratio over the pods at each arrival level,
+// the way the artifact's analysis does: levels are rounded arrival %, ratios are
+// rounded to 2 decimals per pod.
+type levelMeans struct {
+	sum [maxLevel + 1]float64
+	cnt [maxLevel + 1]int
+}
+
+func (m *levelMeans) add(arrivedPct, allocPct float64) {
+	l := int(math.RoundToEven(arrivedPct))
+	if l < 0 || l > maxLevel {
+		return
+	}
+	m.sum[l] += round2(allocPct)
+	m.cnt[l]++
+}
+
+// at is the mean at level l, or over l-1..l+1 when no pod landed on l, or NaN.
+func (m *levelMeans) at(l int) float64 {
+	if l < 0 || l > maxLevel {
+		return math.NaN()
+	}
+	if m.cnt[l] > 0 {
+		return round2(m.sum[l] / float64(m.cnt[l]))
+	}
+	var s float64
+	var c int
+	for i := max(0, l-1); i <= min(maxLevel, l+1); i++ {
+		s += m.sum[i]
+		c += m.cnt[i]
+	}
+	if c == 0 {
+		return math.NaN()
+	}
+	return round2(s / float64(c))
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }

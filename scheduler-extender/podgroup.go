@@ -1,0 +1,88 @@
+package extender
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// PodGroupGVR is the scheduler-plugins PodGroup resource the extender watches.
+var PodGroupGVR = schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
+
+// maxScheduleTimeout bounds spec.scheduleTimeoutSeconds (one day).
+const maxScheduleTimeout = 24 * time.Hour
+
+// podGroupSpec is what the extender uses of a PodGroup.
+type podGroupSpec struct {
+	minMember int
+	timeout   time.Duration // 0: the extender's GangPlanTTL
+	err       error         // the PodGroup is malformed
+}
+
+// parsePodGroup reads spec.minMember (required, 1..MaxGangSize) and
+// spec.scheduleTimeoutSeconds (optional, > 0) of a PodGroup.
+func parsePodGroup(u *unstructured.Unstructured) podGroupSpec {
+	var spec podGroupSpec
+	m, found, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "minMember")
+	switch {
+	case err != nil || !found:
+		spec.err = fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
+		return spec
+	}
+	v, ok := asInt(m)
+	if !ok || v < 1 || v > MaxGangSize {
+		spec.err = fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
+		return spec
+	}
+	spec.minMember = int(v)
+	if t, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "scheduleTimeoutSeconds"); found && t != nil {
+		sec, ok := asInt(t)
+		if !ok || sec < 1 || sec > int64(maxScheduleTimeout/time.Second) {
+			spec.err = fmt.Errorf("spec.scheduleTimeoutSeconds %v must be an integer in 1..%d: %w", t, int(maxScheduleTimeout.Seconds()), ErrInvalidGang)
+			return spec
+		}
+		spec.timeout = time.Duration(sec) * time.Second
+	}
+	return spec
+}
+
+// asInt accepts the integer forms JSON decoding produces.
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int32:
+		return int64(x), true
+	case int:
+		return int64(x), true
+	case float64:
+		if x == float64(int64(x)) && x > -1e15 && x < 1e15 {
+			return int64(x), true
+		}
+	}
+	return 0, false
+}
+
+// UpsertPodGroup records a PodGroup (scheduling.x-k8s.io/v1alpha1).
+func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
+	if u == nil {
+		return
+	}
+	spec := parsePodGroup(u)
+	key := u.GetNamespace() + "/" + u.GetName()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.podGroups[key] = spec
+	if g := s.gangs[key]; g != nil {
+		g.everGen = 0
+	}
+}
+
+// DeletePodGroup forgets a PodGroup; its members wait until it comes back.
+func (s *State) DeletePodGroup(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.podGroups, namespace+"/"+name)
+}

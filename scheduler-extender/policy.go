@@ -1,0 +1,76 @@
+package extender
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+)
+
+// ErrUnknownPolicy means NewPolicy was given a name it does not know.
+var ErrUnknownPolicy = errors.New("unknown placement policy")
+
+// Policy names NewPolicy knows.
+const (
+	PolicyRandom     = "random"
+	PolicyBestFit    = "bestfit"
+	PolicyFGD        = "fgd"
+	PolicyUnderstory = "understory"
+)
+
+// DefaultPolicy is the policy the extender serves unless told otherwise.
+const DefaultPolicy = PolicyUnderstory
+
+// PolicyNames lists the policies NewPolicy knows.
+func PolicyNames() []string {
+	return []string{PolicyRandom, PolicyBestFit, PolicyFGD, PolicyUnderstory}
+}
+
+// Policy ranks the nodes a request may go to.
+type Policy interface {
+	Name() string
+	// Score ranks placing r on n (higher is better) and returns the devices it would
+	// use; ok=false if r does not fit n.
+	Score(n *Node, r Request) (score float64, devices []int, ok bool)
+}
+
+// scorer is the allocation-free form of Score that Select uses: r is valid, and
+// the devices come back as a set.
+type scorer interface {
+	score(n *Node, r *Request) (float64, deviceSet, bool)
+}
+
+// NewPolicy returns the named policy. w is the target workload the
+// fragmentation-aware policies (fgd, understory) need; nil means an empty one,
+// under which they only pack. rng drives the random policy (nil: seed 1); it is
+// used under a lock, so the policy stays safe for concurrent use.
+func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {
+	if w == nil {
+		w = NewWorkload(nil, DefaultCoverage)
+	}
+	switch name {
+	case PolicyRandom:
+		if rng == nil {
+			rng = rand.New(rand.NewSource(1))
+		}
+		return &randomPolicy{rng: rng}, nil
+	case PolicyBestFit:
+		return bestFitPolicy{}, nil
+	case PolicyFGD:
+		return &fgdPolicy{w: w}, nil
+	case PolicyUnderstory:
+		return newUnderstory(w, DefaultUnderstoryParams()), nil
+	}
+	return nil, fmt.Errorf("policy %q (known: %v): %w", name, PolicyNames(), ErrUnknownPolicy)
+}
+
+// scoreVia implements Policy.Score on top of a scorer.
+func scoreVia(s scorer, n *Node, r Request) (float64, []int, bool) {
+	if r.Validate() != nil {
+		return 0, nil, false
+	}
+	v, d, ok := s.score(n, &r)
+	if !ok {
+		return 0, nil, false
+	}
+	return v, d.slice(), true
+}

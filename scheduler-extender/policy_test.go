@@ -1,0 +1,175 @@
+package extender
+
+import (
+	"errors"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/understory/understory/metrics"
+)
+
+// shareWorkload is half whole-GPU pods and half 0.5-GPU shares, 1 CPU each.
+func shareWorkload() *Workload {
+	return NewWorkload(append(reqs(5, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}),
+		reqs(5, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500})...), 1)
+}
+
+func withFree(n *Node, free ...int) *Node {
+	copy(n.GPUFree, free)
+	for _, f := range free {
+		if f < MilliPerGPU {
+			n.Pods++
+		}
+	}
+	return n
+}
+
+func TestPolicyChoices(t *testing.T) {
+	t.Parallel()
+	share := Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500}
+	whole := Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}
+	tests := []struct {
+		name     string
+		policy   string
+		nodes    []*Node
+		req      Request
+		wantNode string
+		wantDevs []int
+	}{
+		{"bestfit packs the fuller node", PolicyBestFit,
+			[]*Node{withFree(placeNode("empty", "T4", 8000, 2), 1000, 1000), withFree(placeNode("half", "T4", 8000, 2), 1000, 500)},
+			whole, "half", []int{0}},
+		{"bestfit shares the tightest device", PolicyBestFit,
+			[]*Node{withFree(placeNode("n", "T4", 8000, 4), 1000, 700, 600, 900)},
+			share, "n", []int{2}},
+		{"fgd puts a share beside another share", PolicyFGD,
+			[]*Node{withFree(placeNode("fresh", "T4", 8000, 2), 1000, 1000), withFree(placeNode("shared", "T4", 8000, 2), 1000, 500)},
+			share, "shared", []int{1}},
+		{"fgd keeps whole devices for whole-GPU pods", PolicyFGD,
+			[]*Node{withFree(placeNode("n", "T4", 8000, 3), 1000, 600, 1000)},
+			share, "n", []int{1}},
+		{"fgd avoids a node whose cpu it would strand", PolicyFGD,
+			[]*Node{func() *Node { n := withFree(placeNode("tight", "T4", 2000, 2), 1000, 1000); return n }(),
+				withFree(placeNode("roomy", "T4", 8000, 2), 1000, 1000)},
+			Request{CPUMilli: 1500}, "roomy", nil},
+		{"fgd takes the lowest free devices for whole GPUs", PolicyFGD,
+			[]*Node{withFree(placeNode("n", "T4", 8000, 4), 0, 1000, 1000, 1000)},
+			Request{CPUMilli: 1000, NumGPU: 2, GPUMilli: 1000}, "n", []int{1, 2}},
+		{"understory puts a share beside another share", PolicyUnderstory,
+			[]*Node{withFree(placeNode("fresh", "T4", 8000, 2), 1000, 1000), withFree(placeNode("shared", "T4", 8000, 2), 1000, 500)},
+			share, "shared", []int{1}},
+		{"understory keeps whole devices for whole-GPU pods", PolicyUnderstory,
+			[]*Node{withFree(placeNode("n", "T4", 8000, 3), 1000, 600, 1000)},
+			share, "n", []int{1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := NewPolicy(tc.policy, shareWorkload(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			best, devs, err := Select(p, tc.nodes, tc.req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if best.Name != tc.wantNode || !slices.Equal(devs, tc.wantDevs) {
+				t.Fatalf("%s chose %s %v, want %s %v", p.Name(), best.Name, devs, tc.wantNode, tc.wantDevs)
+			}
+			// Score agrees with Select and never changes the node.
+			before := best.Clone()
+			_, sdevs, ok := p.Score(best, tc.req)
+			if !ok || !slices.Equal(sdevs, tc.wantDevs) || !nodesEqual(best, before) {
+				t.Fatalf("Score = %v %v", sdevs, ok)
+			}
+		})
+	}
+}
+
+func TestPolicyScoreRefusesWhatDoesNotFit(t *testing.T) {
+	t.Parallel()
+	for _, name := range PolicyNames() {
+		p, err := NewPolicy(name, nil, rand.New(rand.NewSource(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Name() != name {
+			t.Fatalf("Name = %q, want %q", p.Name(), name)
+		}
+		n := placeNode("n", "T4", 1000, 1)
+		for _, r := range []Request{{CPUMilli: 2000}, {NumGPU: 2, GPUMilli: 1000}, {NumGPU: 1, GPUMilli: 1000, Models: []string{"A100"}}, {CPUMilli: -5}} {
+			if _, _, ok := p.Score(n, r); ok {
+				t.Fatalf("%s scored %+v on %+v", name, r, n)
+			}
+		}
+	}
+}
+
+func TestNewPolicyUnknown(t *testing.T) {
+	t.Parallel()
+	if _, err := NewPolicy("tetris", nil, nil); !errors.Is(err, ErrUnknownPolicy) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRandomPolicyCoversFeasibleNodes(t *testing.T) {
+	t.Parallel()
+	p, _ := NewPolicy(PolicyRandom, nil, rand.New(rand.NewSource(7)))
+	nodes := []*Node{placeNode("a", "T4", 8000, 1), placeNode("b", "T4", 8000, 1), placeNode("full", "T4", 8000, 0), placeNode("c", "T4", 8000, 1)}
+	seen := map[string]int{}
+	for range 300 {
+		n, _, err := Select(p, nodes, Request{NumGPU: 1, GPUMilli: 300}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[n.Name]++
+	}
+	if len(seen) != 3 || seen["full"] != 0 || seen["a"] < 50 || seen["b"] < 50 || seen["c"] < 50 {
+		t.Fatalf("random picks %v", seen)
+	}
+}
+
+func TestUnderstoryUsage(t *testing.T) {
+	t.Parallel()
+	metricsAt := func(used, ls int64) *metrics.NodeMetrics {
+		return &metrics.NodeMetrics{Version: 1, CPU: metrics.CPUMetrics{Capacity: 8000, Used: used, LS: ls}, Memory: metrics.MemoryMetrics{Capacity: 100, Used: 10}}
+	}
+	node := func(name string, u *metrics.NodeMetrics) *Node {
+		n := placeNode(name, "T4", 8000, 1)
+		n.Usage = u
+		return n
+	}
+	tests := []struct {
+		name  string
+		nodes []*Node
+		want  string
+	}{
+		{"idle beats unknown and busy", []*Node{node("busy", metricsAt(7000, 0)), node("unknown", nil), node("idle", metricsAt(500, 0))}, "idle"},
+		{"unknown beats busy", []*Node{node("busy", metricsAt(7000, 0)), node("unknown", nil)}, "unknown"},
+		{"unknown never counts as idle", []*Node{node("unknown", nil), node("idle", metricsAt(0, 0))}, "idle"},
+		{"LS-heavy is avoided", []*Node{node("ls", metricsAt(3000, 3000)), node("batch", metricsAt(3000, 0))}, "batch"},
+	}
+	p, _ := NewPolicy(PolicyUnderstory, shareWorkload(), nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Either order: usage, not node order, decides.
+			for _, nodes := range [][]*Node{tc.nodes, reversed(tc.nodes)} {
+				best, _, err := Select(p, nodes, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if best.Name != tc.want {
+					t.Fatalf("chose %s, want %s", best.Name, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func reversed(ns []*Node) []*Node {
+	out := slices.Clone(ns)
+	slices.Reverse(out)
+	return out
+}

@@ -1,0 +1,482 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/metrics"
+)
+
+// EventComponent is the source component of the Events the extender emits.
+const EventComponent = "understory-scheduler-extender"
+
+// podCacheSize is how many decoded pods the filter/prioritize decoder keeps.
+const podCacheSize = 1024
+
+// eventRecorder is the part of record.EventRecorder the extender uses.
+type eventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// Deps are the extender's collaborators; every field is optional.
+type Deps struct {
+	// Client lists and watches nodes and pods, patches and binds pods, records
+	// events. Nil: no informers (feed the index with UpsertNode/UpsertPod) and bind fails.
+	Client kubernetes.Interface
+	// Dynamic watches scheduling.x-k8s.io PodGroups. Nil: PodGroup gangs wait
+	// with "PodGroup not found" unless fed through State().UpsertPodGroup.
+	Dynamic dynamic.Interface
+	// Recorder receives Events. Nil: built on Client (or none without a Client).
+	Recorder eventRecorder
+	// Registry receives the metrics and serves /metrics. Nil: a new registry.
+	Registry *prometheus.Registry
+	// Logger logs; nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+}
+
+// Server is the kube-scheduler HTTP extender.
+type Server struct {
+	cfg         Config
+	state       *State
+	api         podAPI
+	client      kubernetes.Interface
+	dynamic     dynamic.Interface
+	recorder    eventRecorder
+	broadcaster record.EventBroadcaster
+	registry    *prometheus.Registry
+	met         *metrics.Extender
+	log         *slog.Logger
+	now         func() time.Time
+	pods        *podCache
+	lists       *listCache
+	bufs        sync.Pool // *bytes.Buffer request bodies
+	outs        sync.Pool // *[]byte responses
+	scratches   sync.Pool // *scratch
+	nudgeWG     sync.WaitGroup
+	synced      atomic.Bool
+}
+
+// NewServer builds an extender; it serves HTTP through Handler at once and
+// follows the cluster once Run is called.
+func NewServer(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, client: deps.Client, dynamic: deps.Dynamic, recorder: deps.Recorder,
+		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	if s.client != nil {
+		s.api = clientAPI{c: s.client}
+		if s.recorder == nil {
+			s.broadcaster = record.NewBroadcaster()
+			s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent})
+		}
+	}
+	st, err := NewState(cfg, s.now)
+	if err != nil {
+		return nil, err
+	}
+	s.state = st
+	s.met, err = metrics.NewExtender(s.registry, stateSource{st})
+	if err != nil {
+		return nil, err
+	}
+	st.met = s.met
+	s.bufs.New = func() any { return new(bytes.Buffer) }
+	return s, nil
+}
+
+type stateSource struct{ s *State }
+
+func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return w.s.snapshotMetrics() }
+
+// State is the server's index, for feeding it directly (tests, benchmarks).
+func (s *Server) State() *State { return s.state }
+
+// Run follows the cluster (informers for nodes, pods and PodGroups) and runs the
+// housekeeping loop until ctx is done. Without a Client it only runs housekeeping.
+func (s *Server) Run(ctx context.Context) error {
+	if s.broadcaster != nil {
+		s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+		defer s.broadcaster.Shutdown()
+	}
+	if s.client != nil {
+		if err := s.startInformers(ctx); err != nil {
+			return err
+		}
+	} else {
+		s.synced.Store(true)
+	}
+	tick := time.NewTicker(s.cfg.Housekeeping)
+	defer tick.Stop()
+	lastWorkload := s.now()
+	for {
+		select {
+		case <-ctx.Done():
+			s.nudgeWG.Wait()
+			return nil
+		case <-tick.C:
+			s.Housekeep()
+			if now := s.now(); now.Sub(lastWorkload) >= s.cfg.WorkloadRefresh {
+				lastWorkload = now
+				if err := s.state.RefreshWorkload(); err != nil {
+					s.log.Error("refreshing target workload", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Housekeep expires reservations and plans and re-applies the metrics max age.
+func (s *State) housekeep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	n := s.expireReservations(now)
+	s.expirePlans(now)
+	s.refreshAllUsage(now)
+	return n
+}
+
+// Housekeep runs one housekeeping pass (Run calls it every Config.Housekeeping).
+func (s *Server) Housekeep() {
+	if n := s.state.housekeep(); n > 0 {
+		s.met.ReservationsExpired.Add(float64(n))
+	}
+	s.flush()
+}
+
+// flush emits queued events and starts queued nudges.
+func (s *Server) flush() {
+	evs, nudges := s.state.drain()
+	for _, e := range evs {
+		if s.recorder == nil {
+			continue
+		}
+		kind := corev1.EventTypeNormal
+		if e.warning {
+			kind = corev1.EventTypeWarning
+		}
+		ref := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name, UID: e.uid}}
+		s.recorder.Eventf(ref, kind, e.reason, "%s", e.msg)
+	}
+	if len(nudges) == 0 || s.client == nil {
+		return
+	}
+	s.nudgeWG.Add(1)
+	go func() {
+		defer s.nudgeWG.Done()
+		for _, n := range nudges {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.APITimeout)
+			if err := s.api.PatchPodAnnotation(ctx, n.namespace, n.name, n.uid, AnnotationGangState, n.value); err != nil {
+				s.log.Warn("nudging gang member", "pod", n.namespace+"/"+n.name, "err", err)
+			}
+			cancel()
+		}
+	}()
+}
+
+// drain takes the queued events and nudges.
+func (s *State) drain() ([]event, []nudge) {
+	if !s.pending.Load() {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	evs, ns := s.events, s.nudges
+	s.events, s.nudges = nil, nil
+	s.pending.Store(false)
+	return evs, ns
+}
+
+// NewHTTPServer wraps h in an http.Server with cfg's timeouts.
+func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
+}
+
+// Handler serves POST /filter, /prioritize, /bind and GET /healthz, /metrics, /status.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /filter", s.instrument("filter", s.handleFilter))
+	mux.Handle("POST /prioritize", s.instrument("prioritize", s.handlePrioritize))
+	mux.Handle("POST /bind", s.instrument("bind", s.handleBind))
+	mux.Handle("GET /healthz", s.instrument("healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	mux.Handle("GET /status", s.instrument("status", s.handleStatus))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// statusWriter records the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (s *Server) instrument(verb string, h http.HandlerFunc) http.Handler {
+	lat := s.met.Latency.WithLabelValues(verb)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h(sw, r)
+		if sw.code == 0 {
+			sw.code = http.StatusOK
+		}
+		lat.Observe(time.Since(start).Seconds())
+		s.met.Requests.WithLabelValues(verb, strconv.Itoa(sw.code)).Inc()
+	})
+}
+
+// readBody reads a size-limited body into a pooled buffer; put it back with release.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, int, error) {
+	buf := s.bufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		s.release(buf)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, http.StatusRequestEntityTooLarge,
+				fmt.Errorf("body exceeds %d bytes: %w", s.cfg.MaxBodyBytes, ErrBadRequest)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("reading body: %w: %w", err, ErrBadRequest)
+	}
+	return buf, http.StatusOK, nil
+}
+
+// maxPooledBuffer keeps huge buffers out of the pool.
+const maxPooledBuffer = 4 << 20
+
+func (s *Server) release(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBuffer {
+		s.bufs.Put(buf)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// readArgs reads and decodes an ExtenderArgs body, answering the error itself.
+func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, sc *scratch, fail func(code int, err error)) (extenderArgs, *bytes.Buffer, bool) {
+	buf, code, err := s.readBody(w, r)
+	if err != nil {
+		fail(code, err)
+		return extenderArgs{}, nil, false
+	}
+	args, err := decodeExtenderArgs(buf.Bytes(), s.pods, s.lists, sc.names)
+	switch {
+	case err != nil:
+	case args.pod == nil:
+		err = fmt.Errorf("ExtenderArgs.Pod is missing: %w", ErrBadRequest)
+	case args.pod.UID == "" || args.pod.Name == "":
+		err = fmt.Errorf("ExtenderArgs.Pod has no name or uid: %w", ErrBadRequest)
+	case args.names == nil && args.nodes == nil:
+		err = fmt.Errorf("ExtenderArgs has neither NodeNames nor Nodes: %w", ErrBadRequest)
+	}
+	if err != nil {
+		s.release(buf)
+		fail(http.StatusBadRequest, err)
+		return extenderArgs{}, nil, false
+	}
+	if args.names == nil {
+		args.names = make([][]byte, len(args.nodes.Items))
+		for i := range args.nodes.Items {
+			args.names[i] = []byte(args.nodes.Items[i].Name)
+		}
+	}
+	if !args.namesCached {
+		sc.names = args.names[:0] // keep the grown buffer; cached lists are not ours to clear
+	}
+	return args, buf, true
+}
+
+func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
+	fail := func(code int, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
+		writeJSON(w, code, body)
+	}
+	sc := s.scratch()
+	defer s.putScratch(sc)
+	args, buf, ok := s.readArgs(w, r, sc, fail)
+	if !ok {
+		return
+	}
+	defer s.release(buf)
+	var learned []*corev1.Node
+	if args.nodes != nil {
+		learned = make([]*corev1.Node, len(args.nodes.Items))
+		for i := range args.nodes.Items {
+			learned[i] = &args.nodes.Items[i]
+		}
+	}
+	out := s.state.Filter(args.pod, args.names, args.namesRaw, learned, sc.out)
+	sc.out = out
+	s.met.FilterNodes.WithLabelValues("passed").Add(float64(len(out.passed)))
+	s.met.FilterNodes.WithLabelValues("failed").Add(float64(len(out.failed)))
+	s.met.FilterNodes.WithLabelValues("unresolvable").Add(float64(len(out.unresolvable)))
+	if args.nodes != nil {
+		res := extenderv1.ExtenderFilterResult{Nodes: &corev1.NodeList{}}
+		res.FailedNodes, res.FailedAndUnresolvableNodes = out.maps()
+		for _, n := range learned {
+			for _, p := range out.passed {
+				if n.Name == p {
+					res.Nodes.Items = append(res.Nodes.Items, *n)
+				}
+			}
+		}
+		body, err := json.Marshal(res)
+		if err != nil {
+			fail(http.StatusInternalServerError, fmt.Errorf("encoding result: %w", err))
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+	} else {
+		bp := s.outBuf()
+		*bp = appendFilterResult((*bp)[:0], &out, "")
+		writeJSON(w, http.StatusOK, *bp)
+		s.putOut(bp)
+	}
+	s.flush()
+}
+
+func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
+	fail := func(code int, err error) {
+		// HostPriorityList has no error field: the reason goes in the body as text.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, err.Error()+"\n")
+	}
+	sc := s.scratch()
+	defer s.putScratch(sc)
+	args, buf, ok := s.readArgs(w, r, sc, fail)
+	if !ok {
+		return
+	}
+	defer s.release(buf)
+	sc.scores, sc.raws = s.state.Prioritize(args.pod, args.names, args.namesRaw, sc.scores, sc.raws)
+	bp := s.outBuf()
+	*bp = appendHostPriorities((*bp)[:0], args.names, sc.scores, args.namesPlain)
+	writeJSON(w, http.StatusOK, *bp)
+	s.putOut(bp)
+}
+
+// scratch is per-request working memory, pooled.
+type scratch struct {
+	names  [][]byte      // aliases a request body while in use
+	out    filterOutcome // its verdict names alias it too
+	scores []int64
+	raws   []float64
+}
+
+func (s *Server) putScratch(sc *scratch) {
+	clear(sc.names[:cap(sc.names)]) // drop references to the body
+	sc.names = sc.names[:0]
+	clear(sc.out.failed[:cap(sc.out.failed)])
+	clear(sc.out.unresolvable[:cap(sc.out.unresolvable)])
+	sc.out.reset()
+	s.scratches.Put(sc)
+}
+
+func (s *Server) scratch() *scratch {
+	if sc, ok := s.scratches.Get().(*scratch); ok {
+		return sc
+	}
+	return &scratch{}
+}
+
+func (s *Server) outBuf() *[]byte {
+	if bp, ok := s.outs.Get().(*[]byte); ok {
+		return bp
+	}
+	return new([]byte)
+}
+
+func (s *Server) putOut(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuffer {
+		s.outs.Put(bp)
+	}
+}
+
+func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
+	reply := func(code int, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
+		writeJSON(w, code, body)
+	}
+	buf, code, err := s.readBody(w, r)
+	if err != nil {
+		reply(code, err)
+		return
+	}
+	var args extenderv1.ExtenderBindingArgs
+	err = json.Unmarshal(buf.Bytes(), &args)
+	s.release(buf)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("ExtenderBindingArgs: %w: %w", err, ErrBadRequest)
+	case args.PodName == "" || args.PodNamespace == "" || args.PodUID == "" || args.Node == "":
+		err = fmt.Errorf("ExtenderBindingArgs needs PodName, PodNamespace, PodUID and Node: %w", ErrBadRequest)
+	}
+	if err != nil {
+		reply(http.StatusBadRequest, err)
+		return
+	}
+	if err := s.Bind(r.Context(), args); err != nil {
+		reply(http.StatusOK, err) // the protocol reports bind failures in the result
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"Error":""}`))
+}

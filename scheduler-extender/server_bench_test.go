@@ -1,0 +1,79 @@
+package extender
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"syscall"
+	"testing"
+	"time"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// benchState is a 5000-node index with a third of the GPUs in use.
+func benchState(b *testing.B) (*Server, []*extenderArgs) {
+	b.Helper()
+	s, err := NewServer(DefaultConfig(), Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	names := nodeNames("node-", 5000)
+	for i, n := range names {
+		g := []int{0, 8, 8, 2, 4, 1}[rng.Intn(6)]
+		s.State().UpsertNode(testNode(n, "A100", g, 96, 512))
+		for d := 0; d < g; d++ {
+			if rng.Intn(3) == 0 {
+				s.State().UpsertPod(testPod("b", fmt.Sprintf("p-%d-%d", i, d), gpus(1), onNode(n), annotate(AnnotationGPUDevices, fmt.Sprint(d))))
+			}
+		}
+	}
+	var args []*extenderArgs
+	for i, o := range []podOpt{milli(500), gpus(1), gpus(2), milli(250)} {
+		body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("ns", fmt.Sprintf("q%d", i), o), NodeNames: &names})
+		a, err := decodeExtenderArgs(body, s.pods, s.lists, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		args = append(args, &a)
+	}
+	return s, args
+}
+
+// cpuNow is this process's user+system CPU time; benchmarks report it per op
+// because wall time means little on a machine shared with other work.
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuNow()-start)/float64(b.N), "cpu-ns/op")
+}
+
+func BenchmarkFilter5000(b *testing.B) {
+	s, args := benchState(b)
+	var out filterOutcome
+	b.ResetTimer()
+	start := cpuNow()
+	for i := 0; i < b.N; i++ {
+		a := args[i%len(args)]
+		out = s.state.Filter(a.pod, a.names, a.namesRaw, nil, out)
+	}
+	reportCPU(b, start)
+}
+
+func BenchmarkPrioritize5000(b *testing.B) {
+	s, args := benchState(b)
+	var sc []int64
+	var raws []float64
+	b.ResetTimer()
+	start := cpuNow()
+	for i := 0; i < b.N; i++ {
+		a := args[i%len(args)]
+		sc, raws = s.state.Prioritize(a.pod, a.names, a.namesRaw, sc, raws)
+	}
+	reportCPU(b, start)
+}

@@ -1,0 +1,429 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+func TestFilterVerdicts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name             string
+		pod              *corev1.Pod
+		wantPass         []string // any of these
+		wantUnresolvable []string
+		wantFailed       []string
+	}{
+		{
+			name:             "whole gpus: too few devices ever is unresolvable, cpu node has none",
+			pod:              testPod("ns", "p", gpus(4)),
+			wantPass:         []string{"a8"},
+			wantUnresolvable: []string{"a2", "cpu", "t4"},
+		},
+		{
+			name:             "model not accepted is unresolvable",
+			pod:              testPod("ns", "p", gpus(1), annotate(AnnotationGPUModel, "Tesla-T4")),
+			wantPass:         []string{"t4"},
+			wantUnresolvable: []string{"a2", "a8", "cpu"},
+		},
+		{
+			name:       "busy node fails but may pass later",
+			pod:        testPod("ns", "p", gpus(2)),
+			wantPass:   []string{"a8"},
+			wantFailed: []string{"a2"},
+		},
+		{
+			name:     "cpu only pod passes anywhere",
+			pod:      testPod("ns", "p", cpu(500)),
+			wantPass: []string{"a2", "a8", "cpu", "t4"},
+		},
+		{
+			name:             "invalid request is unresolvable everywhere",
+			pod:              testPod("ns", "p", gpus(1), milli(500)),
+			wantUnresolvable: []string{"a2", "a8", "cpu", "t4"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := testServer(t, newFakeClock(), Deps{})
+			for _, n := range []*corev1.Node{testNode("a2", "A100", 2, 32, 128), testNode("a8", "A100", 8, 64, 512),
+				testNode("t4", "Tesla-T4", 1, 16, 64), testNode("cpu", "", 0, 16, 64)} {
+				s.State().UpsertNode(n)
+			}
+			// a2 is half busy: one GPU taken by a bound pod.
+			s.State().UpsertPod(testPod("ns", "busy", gpus(1), onNode("a2"), annotate(AnnotationGPUDevices, "0")))
+			url := startHTTP(t, s)
+			res := filter(t, url, tc.pod, "a2", "a8", "t4", "cpu")
+			if len(tc.wantPass) > 0 {
+				got := passedOne(t, res)
+				if !containsStr(tc.wantPass, got) {
+					t.Errorf("passed %s, want one of %v", got, tc.wantPass)
+				}
+			} else if res.NodeNames != nil && len(*res.NodeNames) > 0 {
+				t.Errorf("passed %v, want none", *res.NodeNames)
+			}
+			for _, n := range tc.wantUnresolvable {
+				if _, ok := res.FailedAndUnresolvableNodes[n]; !ok {
+					t.Errorf("%s not unresolvable: %+v", n, res)
+				}
+			}
+			for _, n := range tc.wantFailed {
+				if _, ok := res.FailedNodes[n]; !ok {
+					t.Errorf("%s not failed: %+v", n, res)
+				}
+			}
+		})
+	}
+}
+
+func containsStr(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFilterNodesModeLearnsNodes(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{})
+	url := startHTTP(t, s)
+	args := extenderv1.ExtenderArgs{Pod: testPod("ns", "p", gpus(1)), Nodes: &corev1.NodeList{Items: []corev1.Node{
+		*testNode("g1", "A100", 1, 8, 32), *testNode("c1", "", 0, 8, 32)}}}
+	code, body := postJSON(t, http.DefaultClient, url+"/filter", args)
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Nodes == nil || len(res.Nodes.Items) != 1 || res.Nodes.Items[0].Name != "g1" {
+		t.Fatalf("want Nodes=[g1], got %s", body)
+	}
+	if _, ok := res.FailedAndUnresolvableNodes["c1"]; !ok {
+		t.Fatalf("c1 should be unresolvable: %s", body)
+	}
+	if got := gpuFree(s, "g1"); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("g1 should hold the reservation, free=%v", got)
+	}
+}
+
+func TestPrioritizeScoresInRange(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{})
+	for _, n := range []*corev1.Node{testNode("n0", "A100", 8, 64, 256), testNode("n1", "A100", 8, 64, 256),
+		testNode("n2", "A100", 2, 64, 256), testNode("cpu", "", 0, 8, 32)} {
+		s.State().UpsertNode(n)
+	}
+	s.State().UpsertPod(testPod("ns", "busy", gpus(6), onNode("n1"), annotate(AnnotationGPUDevices, "0,1,2,3,4,5")))
+	url := startHTTP(t, s)
+	pod := testPod("ns", "p", milli(500))
+	all := []string{"n0", "n1", "n2", "cpu", "ghost"}
+	score := func() map[string]int64 {
+		code, body := postJSON(t, http.DefaultClient, url+"/prioritize", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all})
+		if code != http.StatusOK {
+			t.Fatalf("%d %s", code, body)
+		}
+		var hp extenderv1.HostPriorityList
+		if err := json.Unmarshal(body, &hp); err != nil {
+			t.Fatal(err)
+		}
+		if len(hp) != len(all) {
+			t.Fatalf("want %d scores, got %s", len(all), body)
+		}
+		out := map[string]int64{}
+		for _, h := range hp {
+			if h.Score < extenderv1.MinExtenderPriority || h.Score > extenderv1.MaxExtenderPriority {
+				t.Errorf("score %d of %s out of range", h.Score, h.Host)
+			}
+			out[h.Host] = h.Score
+		}
+		return out
+	}
+	before := score()
+	if before["cpu"] != 0 || before["ghost"] != 0 {
+		t.Errorf("nodes that cannot host the pod must score 0: %v", before)
+	}
+	var hi int64
+	for _, n := range []string{"n0", "n1", "n2"} {
+		hi = max(hi, before[n])
+	}
+	if hi != extenderv1.MaxExtenderPriority {
+		t.Errorf("best node should score %d: %v", extenderv1.MaxExtenderPriority, before)
+	}
+	reserved := passedOne(t, filter(t, url, pod, all...))
+	if after := score(); after[reserved] != extenderv1.MaxExtenderPriority {
+		t.Errorf("reserved node %s should score max: %v", reserved, after)
+	}
+}
+
+func TestBindPatchesDevicesBeforeBinding(t *testing.T) {
+	t.Parallel()
+	pod := testPod("ns", "p", gpus(2))
+	fc := newFakeCluster(t, pod)
+	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s.State().UpsertNode(testNode("n", "A100", 4, 32, 128))
+	s.State().UpsertPod(pod)
+	url := startHTTP(t, s)
+	node := passedOne(t, filter(t, url, pod, "n"))
+	if e := bind(t, url, pod, node); e != "" {
+		t.Fatalf("bind: %s", e)
+	}
+	acts := fc.actions()
+	if len(acts) != 2 || !strings.HasPrefix(acts[0], "patch ns/p") || !strings.HasPrefix(acts[1], "bind ns/p n") {
+		t.Fatalf("want patch then bind, got %q", acts)
+	}
+	got := fc.pod(t, "ns", "p")
+	devs, err := ParseDevices(got.Annotations[AnnotationGPUDevices])
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("annotation %q: %v", got.Annotations[AnnotationGPUDevices], err)
+	}
+	if got.Spec.NodeName != "n" {
+		t.Fatalf("pod not bound: %q", got.Spec.NodeName)
+	}
+	if ph := phaseOf(s, pod.UID); ph != "assumed@n" {
+		t.Fatalf("phase %s, want assumed@n", ph)
+	}
+	// The informer shows the bound pod: the assumption is confirmed, nothing double counted.
+	s.State().UpsertPod(got)
+	if ph := phaseOf(s, pod.UID); ph != "bound@n" {
+		t.Fatalf("phase %s, want bound@n", ph)
+	}
+	free := 0
+	for _, f := range gpuFree(s, "n") {
+		free += f
+	}
+	if free != 2000 {
+		t.Fatalf("free milli %d, want 2000", free)
+	}
+	// Binding twice is idempotent.
+	if e := bind(t, url, pod, "n"); e != "" {
+		t.Fatalf("second bind: %s", e)
+	}
+}
+
+func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
+	t.Parallel()
+	pod := testPod("ns", "p", gpus(1))
+	fc := newFakeCluster(t, pod)
+	fc.failBind["p"] = true
+	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	url := startHTTP(t, s)
+	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {
+		t.Fatalf("want the binding error, got %q", e)
+	}
+	if got := gpuFree(s, "n"); got[0] != MilliPerGPU {
+		t.Fatalf("failed bind must release the device: %v", got)
+	}
+	ghost := testPod("ns", "ghost", gpus(1))
+	if e := bind(t, url, ghost, "n"); !strings.Contains(e, "unknown") {
+		t.Fatalf("want unknown pod error, got %q", e)
+	}
+}
+
+func TestMalformedBodies(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.MaxBodyBytes = 4096 })
+	url := startHTTP(t, s)
+	huge := `{"NodeNames":["` + strings.Repeat("x", 5000) + `"]}`
+	tests := []struct {
+		verb, body string
+		code       int
+		reason     string
+	}{
+		{"filter", `{`, 400, "ExtenderArgs"},
+		{"filter", `[]`, 400, "ExtenderArgs"},
+		{"filter", `{"NodeNames":["a"]}`, 400, "Pod is missing"},
+		{"filter", `{"Pod":{"metadata":{"name":"p","uid":"u"}}}`, 400, "neither NodeNames nor Nodes"},
+		{"filter", `{"Pod":{"metadata":{"name":"p"}},"NodeNames":[]}`, 400, "no name or uid"},
+		{"filter", `{"Pod":{"spec":5},"NodeNames":["a"]}`, 400, "ExtenderArgs"},
+		{"filter", `{"Pod":{},"NodeNames":["a"]} trailing`, 400, "ExtenderArgs"},
+		{"filter", huge, 413, "exceeds 4096 bytes"},
+		{"prioritize", `{"Pod":null,"NodeNames":["a"]}`, 400, "Pod is missing"},
+		{"prioritize", `nope`, 400, "ExtenderArgs"},
+		{"prioritize", huge, 413, "exceeds"},
+		{"bind", `{"PodName":1}`, 400, "ExtenderBindingArgs"},
+		{"bind", `{"PodName":"p"}`, 400, "needs PodName"},
+		{"bind", huge, 413, "exceeds"},
+	}
+	for _, tc := range tests {
+		code, body := postJSON(t, http.DefaultClient, url+"/"+tc.verb, tc.body)
+		if code != tc.code || !strings.Contains(string(body), tc.reason) {
+			t.Errorf("%s %.40q: got %d %s, want %d with %q", tc.verb, tc.body, code, body, tc.code, tc.reason)
+		}
+	}
+	resp, err := http.Get(url + "/filter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /filter: %d, want 405", resp.StatusCode)
+	}
+}
+
+func TestConcurrentFiltersNeverDoubleBook(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{})
+	const nodes = 4 // 4 nodes × 2 GPUs = 8 devices
+	for i := range nodes {
+		s.State().UpsertNode(testNode(fmt.Sprintf("n%d", i), "A100", 2, 64, 256))
+	}
+	url := startHTTP(t, s)
+	all := nodeNames("n", nodes)
+	const pods = 20
+	passed := make([]string, pods)
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pod := testPod("ns", fmt.Sprintf("p%d", i), milli(600))
+			code, body := postJSON(t, http.DefaultClient, url+"/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all})
+			if code != http.StatusOK {
+				t.Errorf("%d %s", code, body)
+				return
+			}
+			var res extenderv1.ExtenderFilterResult
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Error(err)
+				return
+			}
+			if res.NodeNames != nil && len(*res.NodeNames) == 1 {
+				passed[i] = (*res.NodeNames)[0]
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, p := range passed {
+		if p != "" {
+			n++
+		}
+	}
+	// 600-milli shares: one per device, 8 devices.
+	if n != 2*nodes {
+		t.Fatalf("%d pods passed, want exactly %d (one 600m share per device): %v", n, 2*nodes, passed)
+	}
+	for i := range nodes {
+		for d, f := range gpuFree(s, fmt.Sprintf("n%d", i)) {
+			if f != 400 {
+				t.Errorf("n%d device %d has %d free, want 400", i, d, f)
+			}
+		}
+	}
+}
+
+func TestReservationExpires(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	reg := prometheus.NewRegistry()
+	s := testServer(t, clock, Deps{Registry: reg})
+	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	url := startHTTP(t, s)
+	a, b := testPod("ns", "a", gpus(1)), testPod("ns", "b", gpus(1))
+	passedOne(t, filter(t, url, a, "n"))
+	if res := filter(t, url, b, "n"); res.FailedNodes["n"] == "" {
+		t.Fatalf("b must wait while a holds the GPU: %+v", res)
+	}
+	clock.Advance(DefaultConfig().AssumedTTL + time.Second)
+	s.Housekeep()
+	passedOne(t, filter(t, url, b, "n"))
+	if err := testutil.CollectAndCompare(s.met.ReservationsExpired, strings.NewReader(`
+# HELP understory_extender_reservations_expired_total Filter reservations released because their bind never came.
+# TYPE understory_extender_reservations_expired_total counter
+understory_extender_reservations_expired_total 1
+`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthzStatusMetrics(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := testServer(t, clock, Deps{})
+	s.State().UpsertNode(testNode("n", "A100", 2, 8, 32))
+	url := startHTTP(t, s)
+	pod := testPod("ns", "p", milli(250))
+	passedOne(t, filter(t, url, pod, "n", "missing"))
+
+	get := func(path string) (int, []byte) {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, body := get("/healthz"); code != 200 || string(body) != "ok\n" {
+		t.Errorf("healthz: %d %q", code, body)
+	}
+	code, body := get("/status")
+	if code != 200 {
+		t.Fatalf("status: %d", code)
+	}
+	var st Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 1 || len(st.Nodes[0].GPUs) != 2 || len(st.AssumedPods) != 1 ||
+		st.AssumedPods[0].Phase != "reserved" || st.AssumedPods[0].Pod != "ns/p" || st.AssumedPods[0].Expires == nil {
+		t.Fatalf("status: %s", body)
+	}
+	alloc := st.Nodes[0].GPUs[0].AllocatedMilli + st.Nodes[0].GPUs[1].AllocatedMilli
+	if alloc != 250 {
+		t.Fatalf("allocated %d, want 250: %s", alloc, body)
+	}
+	code, body = get("/metrics")
+	if code != 200 || !bytes.Contains(body, []byte(`understory_extender_filter_nodes_total{result="passed"} 1`)) ||
+		!bytes.Contains(body, []byte(`understory_extender_pods{phase="reserved"} 1`)) {
+		t.Fatalf("metrics: %d %s", code, body)
+	}
+	if err := testutil.CollectAndCompare(s.met.FilterNodes, strings.NewReader(`
+# HELP understory_extender_filter_nodes_total Per-node filter verdicts: passed, failed (may pass later), unresolvable.
+# TYPE understory_extender_filter_nodes_total counter
+understory_extender_filter_nodes_total{result="failed"} 1
+understory_extender_filter_nodes_total{result="passed"} 1
+understory_extender_filter_nodes_total{result="unresolvable"} 0
+`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestArgsOnlyPodsAreForgotten(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := testServer(t, clock, Deps{})
+	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	url := startHTTP(t, s)
+	pod := testPod("ns", "gone", gpus(1))
+	passedOne(t, filter(t, url, pod, "n"))
+	ttl := DefaultConfig().AssumedTTL
+	clock.Advance(ttl + time.Second)
+	s.Housekeep()
+	if ph := phaseOf(s, pod.UID); ph != "pending@" {
+		t.Fatalf("reservation should have expired, phase %s", ph)
+	}
+	clock.Advance(argsPodLifetime * ttl)
+	s.Housekeep()
+	if ph := phaseOf(s, pod.UID); ph != "unknown" {
+		t.Fatalf("a pod only extender args ever showed should be forgotten, phase %s", ph)
+	}
+}

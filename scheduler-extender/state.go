@@ -1,0 +1,556 @@
+package extender
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/metrics"
+)
+
+// ErrUnknownPod means the extender has never seen the pod and could not fetch it.
+var ErrUnknownPod = errors.New("pod unknown to the extender")
+
+// maxQueuedEvents bounds the events waiting to be emitted; more are dropped.
+const maxQueuedEvents = 1024
+
+// podPhase is where a tracked pod stands in the extender's accounting.
+type podPhase int
+
+const (
+	phasePending  podPhase = iota // known, holds nothing
+	phaseReserved                 // a filter reserved a node for it; expires after AssumedTTL
+	phasePlanned                  // part of a gang plan; expires with the plan
+	phaseBinding                  // its bind is in progress (or waiting for its gang)
+	phaseAssumed                  // Binding created; the informer has not shown it bound yet
+	phaseBound                    // the informer shows spec.nodeName
+)
+
+func (p podPhase) String() string {
+	return [...]string{"pending", "reserved", "planned", "binding", "assumed", "bound"}[p]
+}
+
+// holds reports whether a pod in this phase holds capacity on its node.
+func (p podPhase) holds() bool { return p != phasePending }
+
+// podEntry is one tracked pod.
+type podEntry struct {
+	uid             types.UID
+	namespace, name string
+	created         time.Time
+	req             Request
+	reqErr          error // why the pod cannot be turned into a Request (user error)
+	gang            gangRef
+	hasGang         bool
+	informer        bool      // seen by the pod informer (not only in extender args)
+	seen            time.Time // last time extender args carried it (for !informer pods)
+
+	phase   podPhase
+	node    string // node it is bound to or reserved on
+	charged bool   // its request is subtracted from node's entry
+	devices []int
+	// inferred devices were chosen by the extender because the annotation was missing or wrong.
+	inferred bool
+	expires  time.Time // for phaseReserved
+}
+
+func (p *podEntry) key() string { return p.namespace + "/" + p.name }
+
+// nodeEntry is one node's precomputed placement state.
+type nodeEntry struct {
+	n   *Node
+	gen uint64 // bumped on every change of n (an optimistic filter re-checks it)
+	// metrics is the node's last decodable node-metrics annotation; n.Usage is it while fresh.
+	metrics    *metrics.NodeMetrics
+	metricsErr string
+	pods       map[types.UID]*podEntry            // pods charged here
+	learned    bool                               // known only from extender args (nodeCacheCapable false)
+	cache      [scoreSlots]atomic.Pointer[scored] // verdicts by request shape, round robin
+	nextSlot   atomic.Uint32
+}
+
+// State is the extender's in-memory index: nodes, the pods placed on them, pods
+// the extender reserved or assumed, and gangs. One RWMutex guards it all; scoring
+// runs under the read lock, every change under the write lock.
+type State struct {
+	cfg Config
+	now func() time.Time
+
+	mu        sync.RWMutex
+	nodes     map[string]*nodeEntry
+	pods      map[types.UID]*podEntry
+	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
+	gangs     map[string]*gang
+	podGroups map[string]podGroupSpec
+	gen       uint64 // source of nodeEntry.gen
+	capGen    uint64 // bumped when node capacity changes (keys gang "ever fits" checks)
+	policy    Policy
+	epoch     uint64 // bumped when policy changes
+	cacheable bool   // the policy is deterministic: verdicts may be cached
+	seed      maphash.Seed
+	shapeMu   sync.Mutex
+	shapes    map[reqKey]uint64 // interned request shapes
+	shapeSeq  uint64
+	listMu    sync.Mutex // guards lists (used under the read lock)
+	lists     [resolveCacheSize]*nameList
+	nextList  int
+	planSeq   uint64
+	events    []event // to emit once the lock is released
+	nudges    []nudge // pods to annotate once the lock is released
+	met       *metrics.Extender
+	pending   atomic.Bool // events or nudges are queued
+
+	lastContact atomic.Int64 // unix nanos of the last successful list/watch event
+}
+
+// NewState returns an empty index serving cfg.Policy.
+func NewState(cfg Config, now func() time.Time) (*State, error) {
+	if now == nil {
+		now = time.Now
+	}
+	s := &State{
+		cfg: cfg, now: now,
+		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
+		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
+		podGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(), shapes: map[reqKey]uint64{},
+	}
+	if err := s.setPolicy(nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
+func (s *State) setPolicy(w *Workload) error {
+	p, err := NewPolicy(s.cfg.Policy, w, nil)
+	if err != nil {
+		return fmt.Errorf("building policy: %w", err)
+	}
+	s.policy = p
+	s.epoch++
+	s.cacheable = s.cfg.Policy != PolicyRandom
+	return nil
+}
+
+// RefreshWorkload rebuilds the target workload from every tracked pod's request.
+func (s *State) RefreshWorkload() error {
+	s.mu.RLock()
+	reqs := make([]Request, 0, len(s.pods))
+	for _, p := range s.pods {
+		if p.reqErr == nil {
+			reqs = append(reqs, p.req)
+		}
+	}
+	s.mu.RUnlock()
+	w := NewWorkload(reqs, s.cfg.WorkloadCoverage)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.setPolicy(w)
+}
+
+// Touch records a successful contact with the API server (a list or a watch event).
+func (s *State) Touch() { s.lastContact.Store(s.now().UnixNano()) }
+
+// Staleness is the time since the last successful contact (0 before the first).
+func (s *State) Staleness() time.Duration {
+	t := s.lastContact.Load()
+	if t == 0 {
+		return 0
+	}
+	return s.now().Sub(time.Unix(0, t))
+}
+
+// bump marks e changed. Call with mu held for writing.
+func (s *State) bump(e *nodeEntry) {
+	s.gen++
+	e.gen = s.gen
+}
+
+// charge adds (sign=+1) or removes (sign=-1) r on n without any check: observed
+// reality may over-commit a node, and the index must still mirror it exactly.
+func charge(n *Node, r Request, devs []int, sign int64) {
+	n.UsedCPUMilli += sign * r.CPUMilli
+	n.UsedMemoryMiB += sign * r.MemoryMiB
+	n.UsedBatchCPUMilli += sign * r.BatchCPUMilli
+	n.UsedBatchMemoryMiB += sign * r.BatchMemoryMiB
+	n.Pods += int(sign)
+	for _, d := range devs {
+		if d >= 0 && d < len(n.GPUFree) {
+			n.GPUFree[d] -= int(sign) * r.GPUMilli
+		}
+	}
+}
+
+// hold charges p on node e in the given phase; devices must be valid for p (checked
+// by reserve) or observed. Call with mu held for writing.
+func (s *State) hold(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
+	s.release(p)
+	p.node, p.devices, p.phase, p.charged = e.n.Name, devs, phase, true
+	charge(e.n, p.req, devs, 1)
+	e.pods[p.uid] = p
+	s.bump(e)
+}
+
+// reserve places p on e if it fits there with devs (Node.Place checks both).
+func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) error {
+	if p.charged {
+		s.release(p)
+	}
+	if err := e.n.Place(p.req, devs); err != nil {
+		return err
+	}
+	charge(e.n, p.req, devs, -1) // Place charged it; hold charges it again symmetrically
+	s.hold(p, e, slices.Clone(devs), phase)
+	return nil
+}
+
+// release frees whatever p holds and makes it pending. Call with mu held for writing.
+func (s *State) release(p *podEntry) {
+	if p.charged {
+		if e, ok := s.nodes[p.node]; ok {
+			charge(e.n, p.req, p.devices, -1)
+			delete(e.pods, p.uid)
+			s.bump(e)
+		}
+	}
+	if o, ok := s.orphans[p.node]; ok {
+		delete(o, p.uid)
+		if len(o) == 0 {
+			delete(s.orphans, p.node)
+		}
+	}
+	p.charged, p.node, p.devices, p.phase, p.inferred, p.expires = false, "", nil, phasePending, false, time.Time{}
+}
+
+// UpsertNode adds or refreshes a node from the API object.
+func (s *State) UpsertNode(obj *corev1.Node) {
+	if obj == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.upsertNodeLocked(obj, false)
+}
+
+func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
+	fresh := nodeFromAPI(obj)
+	e, ok := s.nodes[obj.Name]
+	if !ok {
+		e = &nodeEntry{n: fresh, pods: map[types.UID]*podEntry{}, learned: learned}
+		s.nodes[obj.Name] = e
+		s.capGen++
+		for _, p := range s.orphans[obj.Name] {
+			p.charged = true
+			charge(e.n, p.req, p.devices, 1)
+			e.pods[p.uid] = p
+		}
+		delete(s.orphans, obj.Name)
+	} else {
+		if !sameCapacity(e.n, fresh) {
+			s.capGen++
+			for _, p := range e.pods {
+				charge(fresh, p.req, p.devices, 1)
+			}
+			e.n = fresh
+		}
+		if !learned {
+			e.learned = false
+		}
+	}
+	e.metrics, e.metricsErr = nil, ""
+	if v, ok := obj.Annotations[metrics.AnnotationNodeMetrics]; ok {
+		m, err := metrics.DecodeNodeMetrics(v)
+		if err != nil {
+			e.metricsErr = err.Error()
+		} else {
+			e.metrics = &m
+		}
+	} else {
+		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
+	}
+	s.refreshUsage(e, s.now())
+	s.bump(e)
+	return e
+}
+
+// refreshUsage sets n.Usage from the node's metrics while they are fresh; nil otherwise.
+func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
+	var u *metrics.NodeMetrics
+	if e.metrics != nil && e.metrics.Fresh(now, s.cfg.MetricsMaxAge) {
+		u = e.metrics
+	}
+	if u == e.n.Usage {
+		return false
+	}
+	e.n.Usage = u
+	return true
+}
+
+func sameCapacity(a, b *Node) bool {
+	return a.Model == b.Model && a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.MaxPods == b.MaxPods &&
+		len(a.GPUFree) == len(b.GPUFree) && a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB
+}
+
+// nodeFromAPI is the empty placement state of a node: allocatable capacity, GPU
+// count from allocatable nvidia.com/gpu (capped at MaxGPUsPerNode) and model from
+// the nvidia.com/gpu.product label.
+func nodeFromAPI(obj *corev1.Node) *Node {
+	a := obj.Status.Allocatable
+	n := &Node{Name: obj.Name}
+	if q, ok := a[corev1.ResourceCPU]; ok && q.Sign() > 0 {
+		n.CPUMilli = q.MilliValue()
+	}
+	if q, ok := a[corev1.ResourceMemory]; ok && q.Sign() > 0 {
+		n.MemoryMiB = q.Value() / mib
+	}
+	if q, ok := a[corev1.ResourcePods]; ok && q.Sign() > 0 {
+		n.MaxPods = int(min(q.Value(), 1<<20))
+	}
+	if q, ok := a[ResourceGPU]; ok && q.Sign() > 0 {
+		g := int(min(q.Value(), MaxGPUsPerNode))
+		n.GPUFree = make([]int, g)
+		for i := range n.GPUFree {
+			n.GPUFree[i] = MilliPerGPU
+		}
+		n.Model = obj.Labels[LabelGPUProduct]
+	}
+	if q, ok := a[ResourceBatchCPU]; ok && q.Sign() > 0 {
+		n.BatchCPUMilli = q.Value()
+	}
+	if q, ok := a[ResourceBatchMemory]; ok && q.Sign() > 0 {
+		n.BatchMemoryMiB = q.Value() / mib
+	}
+	return n
+}
+
+// DeleteNode forgets a node. Pods bound there wait as orphans for their own delete
+// events; reservations and plans on it are released.
+func (s *State) DeleteNode(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.nodes[name]
+	if !ok {
+		return
+	}
+	delete(s.nodes, name)
+	s.capGen++
+	for _, p := range e.pods {
+		switch p.phase {
+		case phaseBound, phaseAssumed:
+			p.charged = false
+			s.addOrphan(p)
+		default:
+			p.charged = false
+			s.releasePlanOf(p, fmt.Sprintf("node %s deleted", name))
+			s.release(p)
+		}
+	}
+}
+
+func (s *State) addOrphan(p *podEntry) {
+	o := s.orphans[p.node]
+	if o == nil {
+		o = map[types.UID]*podEntry{}
+		s.orphans[p.node] = o
+	}
+	o[p.uid] = p
+}
+
+// UpsertPod records a pod from the informer (or from a fetch).
+func (s *State) UpsertPod(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.upsertPodLocked(pod, true)
+}
+
+// upsertPodLocked records pod; fromInformer distinguishes informer truth from a pod
+// seen only in extender arguments.
+func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		s.deletePodLocked(pod.UID)
+		return nil
+	}
+	p, ok := s.pods[pod.UID]
+	if !ok {
+		p = &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, created: pod.CreationTimestamp.Time}
+		s.pods[pod.UID] = p
+	}
+	if fromInformer {
+		p.informer = true
+	} else {
+		p.seen = s.now()
+	}
+	req, err := PodRequest(pod)
+	if err != nil && !p.charged {
+		// Keep what it asks of CPU and memory so a bound pod is still accounted.
+		req.NumGPU, req.GPUMilli, req.Models = 0, 0, nil
+	}
+	if !p.charged {
+		p.req = req
+	}
+	p.reqErr = err
+	s.setGang(p, pod)
+
+	if pod.Spec.NodeName == "" {
+		return p // pending: keep whatever the extender holds for it
+	}
+	// Bound: the API server is the truth.
+	var devs []int
+	fromAnnotation := false
+	if ann, ok := pod.Annotations[AnnotationGPUDevices]; ok && p.req.NumGPU > 0 {
+		if d, err := ParseDevices(ann); err == nil && len(d) == p.req.NumGPU {
+			devs, fromAnnotation = d, true
+		}
+	}
+	same := p.charged && p.node == pod.Spec.NodeName
+	if !fromAnnotation && same {
+		devs = p.devices
+	}
+	e, known := s.nodes[pod.Spec.NodeName]
+	if same && slices.Equal(devs, p.devices) {
+		if fromAnnotation {
+			p.inferred = false
+		}
+		if p.phase != phaseBound {
+			p.phase = phaseBound
+			s.confirmGangMember(p)
+		}
+		return p
+	}
+	s.releasePlanOf(p, "pod bound elsewhere")
+	s.release(p)
+	p.node, p.phase = pod.Spec.NodeName, phaseBound
+	if !known {
+		p.devices = devs
+		s.addOrphan(p)
+		return p
+	}
+	inferred := false
+	if p.req.NumGPU > 0 && !validDevices(e.n, p.req, devs) {
+		devs, inferred = inferDevices(e.n, p.req), true
+	}
+	s.hold(p, e, devs, phaseBound)
+	p.inferred = inferred
+	s.confirmGangMember(p)
+	return p
+}
+
+// validDevices reports whether devs name NumGPU distinct devices of n.
+func validDevices(n *Node, r Request, devs []int) bool {
+	if len(devs) != r.NumGPU {
+		return false
+	}
+	var seen uint64
+	for _, d := range devs {
+		if d < 0 || d >= len(n.GPUFree) || seen&(1<<uint(d)) != 0 {
+			return false
+		}
+		seen |= 1 << uint(d)
+	}
+	return true
+}
+
+// inferDevices picks devices for a bound pod whose annotation is missing or wrong:
+// the freest devices for whole GPUs, the best-fitting device for a share. It may
+// over-commit (that is what reality did).
+func inferDevices(n *Node, r Request) []int {
+	idx := make([]int, len(n.GPUFree))
+	for i := range idx {
+		idx[i] = i
+	}
+	if r.Sharing() {
+		if d := bestFitDevice(n.GPUFree, r.GPUMilli); d >= 0 {
+			return []int{d}
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(n.GPUFree[b], n.GPUFree[a]) })
+	k := min(r.NumGPU, len(idx))
+	out := slices.Clone(idx[:k])
+	slices.Sort(out)
+	return out
+}
+
+// DeletePod forgets a pod and frees what it held.
+func (s *State) DeletePod(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deletePodLocked(uid)
+}
+
+func (s *State) deletePodLocked(uid types.UID) {
+	p, ok := s.pods[uid]
+	if !ok {
+		return
+	}
+	s.releasePlanOf(p, fmt.Sprintf("member %s deleted", p.key()))
+	s.release(p)
+	s.dropGangMember(p)
+	delete(s.pods, uid)
+}
+
+// argsPodLifetime is how many AssumedTTLs a pod known only from extender args
+// (never from the informer) is kept after it was last seen.
+const argsPodLifetime = 10
+
+// expireReservations releases filter reservations older than AssumedTTL and
+// returns how many; it also forgets pending pods that only extender args ever
+// showed and that have not been seen for a while (deleted before the informer
+// saw them, or an extender without informers).
+func (s *State) expireReservations(now time.Time) int {
+	n := 0
+	for uid, p := range s.pods {
+		if p.phase == phaseReserved && now.After(p.expires) {
+			s.release(p)
+			n++
+		}
+		if !p.informer && p.phase == phasePending && now.Sub(p.seen) > argsPodLifetime*s.cfg.AssumedTTL {
+			s.deletePodLocked(uid)
+		}
+	}
+	return n
+}
+
+// refreshAllUsage re-applies the metrics max age to every node.
+func (s *State) refreshAllUsage(now time.Time) {
+	for _, e := range s.nodes {
+		if s.refreshUsage(e, now) {
+			s.bump(e)
+		}
+	}
+}
+
+// snapshotMetrics implements metrics.ExtenderSource.
+func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
+		CacheStaleness: s.Staleness()}
+	for _, e := range s.nodes {
+		out.GPUs += len(e.n.GPUFree)
+		for _, f := range e.n.GPUFree {
+			out.GPUMilliCapacity += MilliPerGPU
+			out.GPUMilliAllocated += int64(MilliPerGPU - f)
+		}
+		if e.n.Usage == nil {
+			out.StaleNodeMetrics++
+		}
+	}
+	for _, p := range s.pods {
+		out.Pods[p.phase.String()]++
+	}
+	for _, g := range s.gangs {
+		out.Gangs[g.state]++
+	}
+	return out
+}

@@ -1,0 +1,410 @@
+package extender
+
+import (
+	"bytes"
+	"fmt"
+	"hash/maphash"
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// verdict is why one node was refused. name may alias the request body.
+type verdict struct {
+	name   []byte
+	reason string
+}
+
+// filterOutcome is the extender's verdict on the nodes of one filter call.
+// Reasons are generic (never node-specific) so kube-scheduler's summary
+// ("0/N nodes are available: ...") groups them.
+type filterOutcome struct {
+	passed       []string
+	failed       []verdict
+	unresolvable []verdict
+}
+
+func (o *filterOutcome) reset() {
+	o.passed, o.failed, o.unresolvable = o.passed[:0], o.failed[:0], o.unresolvable[:0]
+}
+
+func (o *filterOutcome) fail(name []byte, reason string, unresolvable bool) {
+	if unresolvable {
+		o.unresolvable = append(o.unresolvable, verdict{name, reason})
+	} else {
+		o.failed = append(o.failed, verdict{name, reason})
+	}
+}
+
+func (o *filterOutcome) failAll(names [][]byte, reason string, unresolvable bool) {
+	for _, b := range names {
+		o.fail(b, reason, unresolvable)
+	}
+}
+
+// failOthers refuses every node but keep.
+func (o *filterOutcome) failOthers(names [][]byte, keep, reason string) {
+	for _, b := range names {
+		if string(b) != keep {
+			o.fail(b, reason, false)
+		}
+	}
+}
+
+// maps renders the verdicts as extenderv1.FailedNodesMap (for the Nodes form).
+func (o *filterOutcome) maps() (failed, unresolvable extenderv1.FailedNodesMap) {
+	conv := func(vs []verdict) extenderv1.FailedNodesMap {
+		if len(vs) == 0 {
+			return nil
+		}
+		m := make(extenderv1.FailedNodesMap, len(vs))
+		for _, v := range vs {
+			m[string(v.name)] = v.reason
+		}
+		return m
+	}
+	return conv(o.failed), conv(o.unresolvable)
+}
+
+// Generic reasons for capacity that can never suffice.
+const (
+	reasonNoGPU        = "node has no gpu"
+	reasonFewGPUs      = "node has fewer gpus than requested"
+	reasonSmallNode    = "node's allocatable cpu or memory is below the request"
+	reasonUnknownNode  = "node unknown to the extender (cache not synced yet?)"
+	reasonNoDevice     = "no device placement for this request"
+	reasonChangedRetry = "capacity changed during evaluation; retry"
+)
+
+// fitReason is why r does not fit n now ("" if it fits) and whether it never
+// can. r must be valid. It does not allocate.
+func fitReason(n *Node, r *Request) (string, bool) {
+	err := n.check(r)
+	switch {
+	case err == nil:
+		return "", false
+	case err == ErrGPUModel:
+		return err.Error(), true
+	case r.NumGPU > 0 && len(n.GPUFree) == 0:
+		return reasonNoGPU, true
+	case r.NumGPU > len(n.GPUFree):
+		return reasonFewGPUs, true
+	case r.CPUMilli > n.CPUMilli || r.MemoryMiB > n.MemoryMiB:
+		return reasonSmallNode, true
+	}
+	return err.Error(), false
+}
+
+// candidate is the best node an evaluation found.
+type candidate struct {
+	e     *nodeEntry
+	gen   uint64
+	score float64
+	devs  []int
+}
+
+// scoreSlots is how many request shapes each node remembers a verdict for.
+const scoreSlots = 8
+
+// scored is a node's cached verdict on one request shape at one node
+// generation and policy epoch. Immutable once published.
+type scored struct {
+	shape      uint64 // interned shape id
+	gen, epoch uint64
+	reason     string // "" when r fits
+	never      bool
+	score      float64
+	devs       []int // shared: never modify
+	ok         bool  // the policy found a placement
+}
+
+// shape is a request with its interned shape id, computed once per call.
+type shape struct {
+	r  Request
+	id uint64
+}
+
+// maxShapes bounds the intern table; when full it starts over (new ids never
+// collide with cached ones: ids only grow).
+const maxShapes = 1 << 16
+
+func (s *State) shapeOf(r Request) shape {
+	k := keyOf(r)
+	s.shapeMu.Lock()
+	defer s.shapeMu.Unlock()
+	id, ok := s.shapes[k]
+	if !ok {
+		if len(s.shapes) >= maxShapes {
+			clear(s.shapes)
+		}
+		s.shapeSeq++
+		id = s.shapeSeq
+		s.shapes[k] = id
+	}
+	return shape{r: r, id: id}
+}
+
+// judge is fitReason plus the policy's score of sh on e, cached per node
+// generation and policy epoch (kube-scheduler asks filter and prioritize about
+// the same pod, and a job's pods share a shape). Call with mu held.
+func (s *State) judge(e *nodeEntry, sh *shape) *scored {
+	if s.cacheable {
+		for i := range e.cache {
+			if c := e.cache[i].Load(); c != nil && c.gen == e.gen && c.epoch == s.epoch && c.shape == sh.id {
+				return c
+			}
+		}
+	}
+	c := &scored{shape: sh.id, gen: e.gen, epoch: s.epoch}
+	c.reason, c.never = fitReason(e.n, &sh.r)
+	if c.reason == "" {
+		c.score, c.devs, c.ok = s.policy.Score(e.n, sh.r)
+		if c.ok && (math.IsNaN(c.score) || math.IsInf(c.score, 0)) {
+			c.ok = false
+		}
+	}
+	if s.cacheable {
+		e.cache[e.nextSlot.Add(1)%scoreSlots].Store(c)
+	}
+	return c
+}
+
+// evaluate fits and scores a valid request on every node, recording refusals in
+// out (when non-nil) and returning the best-scoring node. Ties keep the first.
+// Call with mu held.
+func (s *State) evaluate(sh *shape, names [][]byte, entries []*nodeEntry, out *filterOutcome) (candidate, bool) {
+	var best candidate
+	found := false
+	for i, e := range entries {
+		if e == nil {
+			if out != nil {
+				out.fail(names[i], reasonUnknownNode, false)
+			}
+			continue
+		}
+		c := s.judge(e, sh)
+		switch {
+		case c.reason != "":
+			if out != nil {
+				out.fail(names[i], c.reason, c.never)
+			}
+		case !c.ok:
+			if out != nil {
+				out.fail(names[i], reasonNoDevice, false)
+			}
+		case !found || c.score > best.score:
+			best, found = candidate{e: e, gen: e.gen, score: c.score, devs: c.devs}, true
+		}
+	}
+	return best, found
+}
+
+// maxCommitRetries bounds optimistic commits before a filter evaluates under the write lock.
+const maxCommitRetries = 3
+
+// nameList is a NodeNames array as sent (raw JSON bytes) and its nodes.
+type nameList struct {
+	hash    uint64
+	raw     []byte
+	capGen  uint64
+	entries []*nodeEntry
+}
+
+// resolveCacheSize is how many NodeNames lists resolve remembers.
+const resolveCacheSize = 4
+
+// resolve maps names to node entries (nil for unknown nodes). kube-scheduler
+// sends the same candidate list again and again, so a list is remembered by its
+// raw JSON (raw may be nil: no caching) until the set of nodes changes. Call
+// with mu held.
+func (s *State) resolve(names [][]byte, raw []byte) []*nodeEntry {
+	var h uint64
+	if raw != nil {
+		h = maphash.Bytes(s.seed, raw)
+		s.listMu.Lock()
+		for _, l := range s.lists {
+			if l != nil && l.hash == h && l.capGen == s.capGen && bytes.Equal(l.raw, raw) {
+				s.listMu.Unlock()
+				return l.entries
+			}
+		}
+		s.listMu.Unlock()
+	}
+	entries := make([]*nodeEntry, len(names))
+	for i, b := range names {
+		entries[i] = s.nodes[string(b)]
+	}
+	if raw != nil {
+		s.listMu.Lock()
+		s.lists[s.nextList] = &nameList{hash: h, raw: bytes.Clone(raw), capGen: s.capGen, entries: entries}
+		s.nextList = (s.nextList + 1) % resolveCacheSize
+		s.listMu.Unlock()
+	}
+	return entries
+}
+
+// Filter decides which of names pod may go to and reserves the best one for it.
+// For a pod the extender places (every pod it is asked about), the verdict passes
+// exactly one node: the one it reserved, so two quick filters can never book the
+// same capacity. Gang members follow the gang's plan (see gang.go). learned holds
+// full Node objects from a nodeCacheCapable=false call; they teach the index nodes
+// it does not know. raw is the NodeNames JSON (nil if unknown), a cache key.
+// out's slices are reused (truncated) and the filled outcome is returned.
+func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*corev1.Node, out filterOutcome) filterOutcome {
+	out.reset()
+	s.mu.Lock()
+	for _, n := range learned {
+		if e, ok := s.nodes[n.Name]; !ok || e.learned {
+			s.upsertNodeLocked(n, true)
+		}
+	}
+	p := s.pods[pod.UID]
+	if p == nil || !p.informer {
+		p = s.upsertPodLocked(pod, false)
+	}
+	if p == nil {
+		s.mu.Unlock()
+		out.failAll(names, "pod has terminated", true)
+		return out
+	}
+	if p.reqErr != nil {
+		s.mu.Unlock()
+		out.failAll(names, fmt.Sprintf("pod %s: %v", p.key(), p.reqErr), true)
+		return out
+	}
+	if p.hasGang {
+		var done bool
+		out, done = s.gangFilterLocked(p, names, out)
+		if done {
+			s.mu.Unlock()
+			return out
+		}
+	}
+	switch p.phase {
+	case phaseReserved:
+		s.release(p)
+	case phasePending:
+	default:
+		node, reason := p.node, fmt.Sprintf("pod is %s on node %s", p.phase, p.node)
+		s.mu.Unlock()
+		for _, b := range names {
+			if string(b) == node {
+				out.passed = append(out.passed, node)
+			} else {
+				out.fail(b, reason, false)
+			}
+		}
+		return out
+	}
+	sh := s.shapeOf(p.req)
+	s.mu.Unlock()
+
+	for attempt := 0; ; attempt++ {
+		last := attempt >= maxCommitRetries
+		out.reset()
+		var best candidate
+		var found bool
+		if last {
+			s.mu.Lock()
+			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+		} else {
+			s.mu.RLock()
+			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+			s.mu.RUnlock()
+			s.mu.Lock()
+		}
+		if !found {
+			s.mu.Unlock()
+			return out
+		}
+		if s.pods[p.uid] != p {
+			s.mu.Unlock()
+			out.reset()
+			out.failAll(names, "pod was deleted", false)
+			return out
+		}
+		e, ok := s.nodes[best.e.n.Name]
+		ok = ok && e == best.e
+		devs := best.devs
+		if ok && e.gen != best.gen {
+			c := s.judge(e, &sh)
+			ok, devs = c.reason == "" && c.ok, c.devs
+		}
+		if ok {
+			if err := s.reserve(p, e, devs, phaseReserved); err == nil {
+				p.expires = s.now().Add(s.cfg.AssumedTTL)
+				s.mu.Unlock()
+				out.passed = append(out.passed[:0], e.n.Name)
+				return out
+			}
+		}
+		s.mu.Unlock()
+		if last {
+			out.reset()
+			out.failAll(names, reasonChangedRetry, false)
+			return out
+		}
+	}
+}
+
+// Prioritize scores names for pod in [MinExtenderPriority, MaxExtenderPriority]: the
+// node holding the pod's reservation or plan gets the maximum, others the
+// policy's score mapped linearly from [min, max] over the nodes that fit.
+// scores and raws are reused buffers; both are returned grown.
+func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores []int64, raws []float64) ([]int64, []float64) {
+	scores = scores[:0]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var (
+		r     Request
+		held  string
+		valid bool
+	)
+	if p := s.pods[pod.UID]; p != nil && p.reqErr == nil {
+		r, valid = p.req, true
+		if p.phase.holds() {
+			held = p.node
+		}
+	} else if p == nil {
+		if req, err := PodRequest(pod); err == nil {
+			r, valid = req, true
+		}
+	}
+	if !valid {
+		for range names {
+			scores = append(scores, extenderv1.MinExtenderPriority)
+		}
+		return scores, raws
+	}
+	entries := s.resolve(names, raw)
+	sh := s.shapeOf(r)
+	raws = raws[:0]
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, e := range entries {
+		v := math.NaN()
+		if e != nil {
+			if c := s.judge(e, &sh); c.reason == "" && c.ok {
+				v = c.score
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+		raws = append(raws, v)
+	}
+	span := float64(extenderv1.MaxExtenderPriority - extenderv1.MinExtenderPriority)
+	for i, b := range names {
+		var sc int64
+		switch {
+		case held != "" && string(b) == held:
+			sc = extenderv1.MaxExtenderPriority
+		case math.IsNaN(raws[i]):
+			sc = extenderv1.MinExtenderPriority
+		case hi == lo:
+			sc = extenderv1.MaxExtenderPriority
+		default:
+			sc = extenderv1.MinExtenderPriority + int64(math.Round(span*(raws[i]-lo)/(hi-lo)))
+		}
+		scores = append(scores, sc)
+	}
+	return scores, raws
+}

@@ -1,0 +1,164 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ErrNotSynced means the informers' caches did not fill before Run was stopped.
+var ErrNotSynced = errors.New("informer caches not synced")
+
+// touchingListWatch is a ListWatch whose every successful list and every watch
+// event (bookmarks included) marks the state as freshly in contact with the API
+// server; the extender exports the time since as cache staleness.
+func touchingListWatch(st *State,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := list(ctx, o)
+			if err == nil {
+				st.Touch()
+			}
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			st.Touch()
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				if e.Type != watch.Error {
+					st.Touch()
+				}
+				return e, true
+			}), nil
+		},
+	}
+}
+
+// stripManagedFields drops what the extender never reads to keep the pod cache small.
+func stripManagedFields(obj any) (any, error) {
+	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		a.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// tombstone unwraps a DeletedFinalStateUnknown.
+func tombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// startInformers starts the node, pod and PodGroup informers and waits for the
+// node and pod caches. The PodGroup informer is not waited for: without the CRD
+// it never syncs, and PodGroup gangs then wait with a clear reason.
+func (s *Server) startInformers(ctx context.Context) error {
+	c := s.client
+	st := s.state
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(st,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Nodes().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Nodes().Watch(ctx, o)
+		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
+	pods := cache.NewSharedIndexInformer(touchingListWatch(st,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		}), &corev1.Pod{}, s.cfg.InformerResync, cache.Indexers{})
+	for _, inf := range []cache.SharedIndexInformer{nodes, pods} {
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return fmt.Errorf("setting informer transform: %w", err)
+		}
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { st.upsertNodeObj(obj) },
+		UpdateFunc: func(_, obj any) { st.upsertNodeObj(obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := tombstone(obj).(*corev1.Node); ok {
+				st.DeleteNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("adding node handler: %w", err)
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.upsertPodObj(obj) },
+		UpdateFunc: func(_, obj any) { s.upsertPodObj(obj) },
+		DeleteFunc: func(obj any) {
+			if p, ok := tombstone(obj).(*corev1.Pod); ok {
+				st.DeletePod(p.UID)
+				s.flush()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("adding pod handler: %w", err)
+	}
+	go nodes.RunWithContext(ctx)
+	go pods.RunWithContext(ctx)
+	if s.dynamic != nil {
+		ri := s.dynamic.Resource(PodGroupGVR).Namespace(metav1.NamespaceAll)
+		pgs := cache.NewSharedIndexInformer(touchingListWatch(st,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
+		), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
+		if _, err := pgs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { st.upsertPodGroupObj(obj) },
+			UpdateFunc: func(_, obj any) { st.upsertPodGroupObj(obj) },
+			DeleteFunc: func(obj any) {
+				if u, ok := tombstone(obj).(*unstructured.Unstructured); ok {
+					st.DeletePodGroup(u.GetNamespace(), u.GetName())
+				}
+			},
+		}); err != nil {
+			return fmt.Errorf("adding podgroup handler: %w", err)
+		}
+		go pgs.RunWithContext(ctx)
+	}
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return ErrNotSynced
+	}
+	s.synced.Store(true)
+	s.log.Info("informer caches synced", "after", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (s *State) upsertNodeObj(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		s.UpsertNode(n)
+	}
+}
+
+func (s *Server) upsertPodObj(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		s.state.UpsertPod(p)
+		s.flush()
+	}
+}
+
+func (s *State) upsertPodGroupObj(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		s.UpsertPodGroup(u)
+	}
+}

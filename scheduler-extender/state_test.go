@@ -1,0 +1,200 @@
+package extender
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/understory/understory/metrics"
+)
+
+func TestIndexAccountsBoundPods(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		setup func(s *State)
+		want  string // GPUFree of n
+	}{
+		{"devices from annotation", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "1,3")))
+		}, "[1000 0 1000 0]"},
+		{"shares stack on one device", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", milli(300), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(500), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+		}, "[1000 1000 200 1000]"},
+		{"missing annotation is inferred on the freest devices", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
+			s.UpsertPod(testPod("ns", "b", gpus(2), onNode("n")))
+		}, "[0 0 0 1000]"},
+		{"wrong annotation is inferred", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "7,9")))
+		}, "[0 0 1000 1000]"},
+		{"pod before node is an orphan until the node arrives", func(s *State) {
+			s.DeleteNode("n")
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "3")))
+			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
+		}, "[1000 1000 1000 0]"},
+		{"deleted pod frees its devices", func(s *State) {
+			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(AnnotationGPUDevices, "0,1,2,3"))
+			s.UpsertPod(p)
+			s.DeletePod(p.UID)
+		}, "[1000 1000 1000 1000]"},
+		{"terminated pod frees its devices", func(s *State) {
+			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(AnnotationGPUDevices, "0,1,2,3"))
+			s.UpsertPod(p)
+			p = p.DeepCopy()
+			p.Status.Phase = "Succeeded"
+			s.UpsertPod(p)
+		}, "[1000 1000 1000 1000]"},
+		{"capacity change keeps placed pods", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "1")))
+			n := testNode("n", "A100", 4, 64, 256)
+			n.Status.Allocatable["cpu"] = resource.MustParse("32")
+			s.UpsertNode(n)
+		}, "[1000 0 1000 1000]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := NewState(DefaultConfig(), newFakeClock().Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
+			tc.setup(s)
+			s.mu.RLock()
+			got := fmt.Sprint(s.nodes["n"].n.GPUFree)
+			s.mu.RUnlock()
+			if got != tc.want {
+				t.Fatalf("GPUFree %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeFromAPI(t *testing.T) {
+	t.Parallel()
+	n := testNode("n", "NVIDIA-A100", 8, 96, 512)
+	n.Status.Allocatable[ResourceBatchCPU] = resource.MustParse("12000")
+	n.Status.Allocatable[ResourceBatchMemory] = resource.MustParse("4Gi")
+	got := nodeFromAPI(n)
+	if got.Model != "NVIDIA-A100" || len(got.GPUFree) != 8 || got.CPUMilli != 96000 || got.MemoryMiB != 512<<10 ||
+		got.MaxPods != 110 || got.BatchCPUMilli != 12000 || got.BatchMemoryMiB != 4096 {
+		t.Fatalf("got %+v", got)
+	}
+	labelOnly := testNode("l", "", 0, 8, 8)
+	labelOnly.Labels[LabelGPUProduct] = "A100"
+	if got := nodeFromAPI(labelOnly); len(got.GPUFree) != 0 || got.Model != "" {
+		t.Fatalf("a label without capacity means no GPU: %+v", got)
+	}
+}
+
+func TestNodeMetricsFreshness(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	cfg := DefaultConfig()
+	s, err := NewState(cfg, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: clock.Now(), WindowMillis: 10000,
+		CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
+	enc, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testNode("n", "", 0, 8, 8)
+	n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
+	s.UpsertNode(n)
+	bad := testNode("bad", "", 0, 8, 8)
+	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
+	s.UpsertNode(bad)
+	usage := func(name string) *metrics.NodeMetrics {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.nodes[name].n.Usage
+	}
+	if u := usage("n"); u == nil || u.CPU.Used != 2000 {
+		t.Fatalf("fresh metrics not applied: %+v", u)
+	}
+	if usage("bad") != nil {
+		t.Fatal("undecodable metrics must read as unknown")
+	}
+	if s.snapshotMetrics().StaleNodeMetrics != 1 {
+		t.Fatal("one node should count as stale")
+	}
+	clock.Advance(cfg.MetricsMaxAge + time.Second)
+	s.housekeep()
+	if usage("n") != nil {
+		t.Fatal("metrics older than the max age must read as unknown, never idle")
+	}
+	st := (&Server{state: s, now: clock.Now}).Status()
+	for _, ns := range st.Nodes {
+		if ns.MetricsFresh || ns.MetricsProblem == "" {
+			t.Fatalf("node status %+v", ns)
+		}
+		if ns.Name == "bad" && !strings.Contains(ns.MetricsProblem, "unsupported") {
+			t.Fatalf("bad node problem %q", ns.MetricsProblem)
+		}
+	}
+}
+
+func TestRefreshWorkloadInvalidatesScores(t *testing.T) {
+	t.Parallel()
+	s, err := NewState(DefaultConfig(), newFakeClock().Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.UpsertNode(testNode("n", "A100", 8, 64, 256))
+	for i := range 5 {
+		s.UpsertPod(testPod("ns", fmt.Sprintf("p%d", i), milli(500)))
+	}
+	epoch := s.epoch
+	if err := s.RefreshWorkload(); err != nil {
+		t.Fatal(err)
+	}
+	if s.epoch == epoch {
+		t.Fatal("a new workload must start a new score epoch")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		mut  func(*Config)
+		want string
+	}{
+		{"default", func(*Config) {}, ""},
+		{"unknown policy", func(c *Config) { c.Policy = "magic" }, "unknown placement policy"},
+		{"coverage", func(c *Config) { c.WorkloadCoverage = 1.5 }, "coverage"},
+		{"zero ttl", func(c *Config) { c.AssumedTTL = 0 }, "assumed ttl"},
+		{"write timeout too short for gang bind", func(c *Config) { c.WriteTimeout = c.GangBindTimeout }, "write timeout"},
+		{"plan shorter than bind wait", func(c *Config) { c.GangPlanTTL = time.Second }, "gang plan ttl"},
+		{"tiny body", func(c *Config) { c.MaxBodyBytes = 10 }, "max body"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			tc.mut(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, ErrUnknownPolicy) {
+				t.Fatalf("err %v wraps no sentinel", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,344 @@
+package extender
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// DefaultCoverage is the share of pods the target workload's classes cover (FGD paper: 95 %).
+const DefaultCoverage = 0.95
+
+// Class is one task class of a target workload: the pods with the same scoring CPU,
+// per-GPU milli, GPU count and accepted models (memory is ignored).
+type Class struct {
+	CPUMilli int64 // scoring CPU: 0 counts as DefaultScoreCPUMilli
+	GPUMilli int   // per GPU; 0 for a CPU-only class
+	NumGPU   int
+	Models   []string // accepted models; empty means any
+	Count    int      // pods of the class seen
+	Share    float64  // p_m: Count over the pods the kept classes cover
+}
+
+// NeedsGPU reports whether the class asks for any GPU.
+func (c Class) NeedsGPU() bool { return c.NumGPU > 0 && c.GPUMilli > 0 }
+
+func (c Class) accepts(model string) bool {
+	return len(c.Models) == 0 || slices.Contains(c.Models, model)
+}
+
+// Workload is the target workload distribution the fragmentation-aware policies
+// measure nodes against: the most frequent classes covering a share of the pods
+// seen, with renormalised shares. It is immutable once built and safe for
+// concurrent use.
+type Workload struct {
+	classes []Class
+	pods    int // requests it was built from
+	// Per GPU model, the precomputed view fragmentation needs.
+	byModel map[string]*modelTable
+	other   *modelTable // models no class names
+	// cpuPerGPU is the scoring CPU the GPU classes ask per milli-GPU, share-weighted.
+	cpuPerGPU float64
+}
+
+// fragClass is a GPU class as fragmentation sees it on one GPU model.
+type fragClass struct {
+	cpu   int64
+	milli int
+	num   int
+	p     float64
+	group int // index of milli in modelTable.milli
+}
+
+// maxFragGroups bounds the distinct per-GPU milli values frag tracks on the stack.
+const maxFragGroups = 32
+
+// modelTable is the workload as seen from a node of one GPU model: the share of
+// classes for which every free GPU is a fragment whatever the node's state
+// (CPU-only classes and classes that refuse the model), and the other classes
+// sorted by per-GPU milli.
+type modelTable struct {
+	always  float64
+	classes []fragClass
+	milli   []int // distinct per-GPU milli of classes, ascending
+	// waste[x] is the GPU milli a device with x free is expected to leave unused:
+	// GPU pods of the classes arrive at their shares; one that fits takes its share
+	// of the device, the first that does not fit leaves the rest idle.
+	waste [MilliPerGPU + 1]float64
+}
+
+// NewWorkload groups reqs into classes, keeps the most frequent ones until they
+// cover at least coverage of the requests (coverage outside (0,1] means
+// DefaultCoverage) and renormalises their shares. Requests that fail Validate are
+// skipped. Ties in frequency keep the larger request first (CPU, then GPU milli,
+// GPU count, models), as the FGD artifact does.
+func NewWorkload(reqs []Request, coverage float64) *Workload {
+	if coverage <= 0 || coverage > 1 {
+		coverage = DefaultCoverage
+	}
+	type key struct {
+		cpu    int64
+		milli  int
+		num    int
+		models string
+	}
+	counts := map[key]*Class{}
+	valid := 0
+	for _, r := range reqs {
+		if r.Validate() != nil {
+			continue
+		}
+		valid++
+		k := key{cpu: r.ScoreCPUMilli(), milli: r.GPUMilli, num: r.NumGPU, models: strings.Join(r.Models, "|")}
+		if c, ok := counts[k]; ok {
+			c.Count++
+			continue
+		}
+		counts[k] = &Class{CPUMilli: k.cpu, GPUMilli: k.milli, NumGPU: k.num, Models: slices.Clone(r.Models), Count: 1}
+	}
+	all := make([]Class, 0, len(counts))
+	for _, c := range counts {
+		all = append(all, *c)
+	}
+	slices.SortFunc(all, func(a, b Class) int {
+		return cmp.Or(
+			cmp.Compare(b.Count, a.Count),
+			cmp.Compare(b.CPUMilli, a.CPUMilli),
+			cmp.Compare(b.GPUMilli, a.GPUMilli),
+			cmp.Compare(b.NumGPU, a.NumGPU),
+			strings.Compare(strings.Join(b.Models, "|"), strings.Join(a.Models, "|")),
+		)
+	})
+	need := coverage * float64(valid)
+	covered := 0
+	kept := 0
+	for kept < len(all) && float64(covered) < need {
+		covered += all[kept].Count
+		kept++
+	}
+	w := &Workload{classes: all[:kept:kept], pods: valid}
+	for i := range w.classes {
+		w.classes[i].Share = float64(w.classes[i].Count) / float64(covered)
+	}
+	w.prepare()
+	return w
+}
+
+// demandWeighted returns a copy of w whose class shares are weighted by
+// count·(1 + alpha·GPU demand in GPUs) instead of count alone.
+func (w *Workload) demandWeighted(alpha float64) *Workload {
+	if alpha == 0 {
+		return w
+	}
+	c := &Workload{classes: slices.Clone(w.classes), pods: w.pods}
+	var sum float64
+	for i := range c.classes {
+		cl := &c.classes[i]
+		cl.Share = float64(cl.Count) * (1 + alpha*float64(cl.NumGPU*cl.GPUMilli)/MilliPerGPU)
+		sum += cl.Share
+	}
+	for i := range c.classes {
+		c.classes[i].Share /= sum
+	}
+	c.prepare()
+	return c
+}
+
+// prepare builds the per-model tables from the classes and their shares.
+func (w *Workload) prepare() {
+	w.byModel = map[string]*modelTable{}
+	var cpu, gpu float64
+	for _, c := range w.classes {
+		if c.NeedsGPU() {
+			cpu += c.Share * float64(c.CPUMilli)
+			gpu += c.Share * float64(c.NumGPU*c.GPUMilli)
+		}
+	}
+	if gpu > 0 {
+		w.cpuPerGPU = cpu / gpu
+	}
+	w.other = w.buildTable("")
+	for _, c := range w.classes {
+		for _, m := range c.Models {
+			if _, ok := w.byModel[m]; !ok {
+				w.byModel[m] = w.buildTable(m)
+			}
+		}
+	}
+}
+
+// buildTable precomputes the view from a node of the given model ("" = a model
+// no class names).
+func (w *Workload) buildTable(model string) *modelTable {
+	t := &modelTable{}
+	for _, c := range w.classes {
+		if !c.NeedsGPU() || (len(c.Models) > 0 && (model == "" || !c.accepts(model))) {
+			t.always += c.Share
+			continue
+		}
+		t.classes = append(t.classes, fragClass{cpu: c.CPUMilli, milli: c.GPUMilli, num: c.NumGPU, p: c.Share})
+	}
+	slices.SortStableFunc(t.classes, func(a, b fragClass) int { return cmp.Compare(a.milli, b.milli) })
+	for i := range t.classes {
+		if len(t.milli) == 0 || t.milli[len(t.milli)-1] != t.classes[i].milli {
+			t.milli = append(t.milli, t.classes[i].milli)
+		}
+		t.classes[i].group = len(t.milli) - 1
+	}
+	var sum float64
+	for _, c := range t.classes {
+		sum += c.p
+	}
+	for x := 1; x <= MilliPerGPU && sum > 0; x++ {
+		var v float64
+		for _, c := range t.classes {
+			if c.milli <= x {
+				v += c.p / sum * t.waste[x-c.milli]
+			} else {
+				v += c.p / sum * float64(x)
+			}
+		}
+		t.waste[x] = v
+	}
+	return t
+}
+
+// Classes returns the kept classes, most frequent first.
+func (w *Workload) Classes() []Class {
+	out := slices.Clone(w.classes)
+	for i := range out {
+		out[i].Models = slices.Clone(out[i].Models)
+	}
+	return out
+}
+
+// Pods is the number of valid requests the workload was built from.
+func (w *Workload) Pods() int { return w.pods }
+
+func (w *Workload) table(model string) *modelTable {
+	if t, ok := w.byModel[model]; ok {
+		return t
+	}
+	return w.other
+}
+
+// frag is F(n) = Σ_m p_m·f(n,m) for a node of this table's model with cpuLeft
+// scoring CPU free and the given free milli per device: f(n,m) is all the free
+// GPU milli G when m needs no GPU, refuses the model, or the node lacks m's CPU or
+// its GPU count; otherwise the free milli on devices with less than m's per-GPU
+// need.
+func (t *modelTable) frag(cpuLeft int64, free []int) float64 {
+	if len(free) > MaxGPUsPerNode || len(t.milli) > maxFragGroups {
+		return t.fragSlow(cpuLeft, free)
+	}
+	// Sort the free milli (insertion sort: a node has a handful of devices).
+	var sorted [MaxGPUsPerNode]int
+	var g int64
+	for i, f := range free {
+		g += int64(f)
+		j := i
+		for ; j > 0 && sorted[j-1] > f; j-- {
+			sorted[j] = sorted[j-1]
+		}
+		sorted[j] = f
+	}
+	if g == 0 {
+		return 0
+	}
+	// Per distinct class milli m: devices holding m, and the milli on those that do not.
+	var cnt [maxFragGroups]int
+	var lt [maxFragGroups]int64
+	k := 0
+	var below int64
+	for gi, m := range t.milli {
+		for k < len(free) && sorted[k] < m {
+			below += int64(sorted[k])
+			k++
+		}
+		cnt[gi], lt[gi] = len(free)-k, below
+	}
+	fg := float64(g)
+	out := t.always * fg
+	for i := range t.classes {
+		c := &t.classes[i]
+		if cpuLeft < c.cpu || cnt[c.group] < c.num {
+			out += c.p * fg
+		} else {
+			out += c.p * float64(lt[c.group])
+		}
+	}
+	return out
+}
+
+// fragSlow is frag without stack bounds.
+func (t *modelTable) fragSlow(cpuLeft int64, free []int) float64 {
+	var g int64
+	for _, f := range free {
+		g += int64(f)
+	}
+	if g == 0 {
+		return 0
+	}
+	fg := float64(g)
+	out := t.always * fg
+	for i := range t.classes {
+		c := &t.classes[i]
+		cnt := 0
+		var lt int64
+		for _, f := range free {
+			if f >= c.milli {
+				cnt++
+			} else {
+				lt += int64(f)
+			}
+		}
+		if cpuLeft < c.cpu || cnt < c.num {
+			out += c.p * fg
+		} else {
+			out += c.p * float64(lt)
+		}
+	}
+	return out
+}
+
+// Frag is F(n) for n as it stands (0 for a nil workload).
+func (w *Workload) Frag(n *Node) float64 {
+	if w == nil {
+		return 0
+	}
+	return w.table(n.Model).frag(n.FreeCPUMilli(), n.GPUFree)
+}
+
+// fillFrag is F with a multi-pod view of each class m: the free GPU milli that m's
+// pods could not use if only m-pods came, limited both by the devices (a device
+// with x free holds ⌊x/milli⌋ shares; whole-GPU pods need num fully free devices
+// each) and by the CPU left (⌊cpuLeft/cpu⌋ pods):
+// f(n,m) = G − min(gpuPods, cpuPods)·num·milli.
+func (t *modelTable) fillFrag(cpuLeft int64, free []int) float64 {
+	var g int64
+	for _, f := range free {
+		g += int64(f)
+	}
+	if g == 0 {
+		return 0
+	}
+	fg := float64(g)
+	out := t.always * fg
+	lastMilli := -1
+	var slots int64 // shares of lastMilli the devices hold
+	for i := range t.classes {
+		c := &t.classes[i]
+		if c.milli != lastMilli {
+			lastMilli, slots = c.milli, 0
+			for _, f := range free {
+				slots += int64(f / c.milli)
+			}
+		}
+		pods := slots / int64(c.num)
+		if c.cpu > 0 {
+			pods = min(pods, max(0, cpuLeft)/c.cpu)
+		}
+		out += c.p * float64(g-pods*int64(c.num*c.milli))
+	}
+	return out
+}

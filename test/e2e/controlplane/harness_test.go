@@ -1,0 +1,448 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+)
+
+func TestCompleteSchedulerConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		in      string
+		opts    schedulerOptions
+		wantErr bool
+		check   func(t *testing.T, cfg map[string]any)
+	}{
+		{name: "empty gets type and harness fields", in: "", check: func(t *testing.T, cfg map[string]any) {
+			if cfg["apiVersion"] != schedulerAPIVersion || cfg["kind"] != schedulerKind {
+				t.Errorf("type = %v %v", cfg["apiVersion"], cfg["kind"])
+			}
+		}},
+		{name: "profiles pass through", in: "profiles:\n- schedulerName: other\n", check: func(t *testing.T, cfg map[string]any) {
+			p, _ := cfg["profiles"].([]any)
+			if len(p) != 1 || p[0].(map[string]any)["schedulerName"] != "other" {
+				t.Errorf("profiles = %v", cfg["profiles"])
+			}
+		}},
+		{name: "client rate", in: "clientConnection: {qps: 1}\n", opts: schedulerOptions{qps: 5000, burst: 6000}, check: func(t *testing.T, cfg map[string]any) {
+			c := cfg["clientConnection"].(map[string]any)
+			if c["qps"] != float64(5000) || c["burst"] != float64(6000) {
+				t.Errorf("clientConnection = %v", c)
+			}
+		}},
+		{name: "caller rate kept without option", in: "clientConnection: {qps: 7, kubeconfig: /elsewhere}\n", check: func(t *testing.T, cfg map[string]any) {
+			if c := cfg["clientConnection"].(map[string]any); c["qps"] != float64(7) {
+				t.Errorf("clientConnection = %v", c)
+			}
+		}},
+		{name: "leader election forced off", in: "leaderElection: {leaderElect: true, resourceName: x}\n", check: func(t *testing.T, cfg map[string]any) {
+			if le := cfg["leaderElection"].(map[string]any); le["resourceName"] != "x" {
+				t.Errorf("leaderElection = %v", le)
+			}
+		}},
+		{name: "wrong apiVersion", in: "apiVersion: kubescheduler.config.k8s.io/v1beta3\n", wantErr: true},
+		{name: "wrong kind", in: "kind: KubeletConfiguration\n", wantErr: true},
+		{name: "clientConnection not a mapping", in: "clientConnection: [1]\n", wantErr: true},
+		{name: "leaderElection not a mapping", in: "leaderElection: yes\n", wantErr: true},
+		{name: "not yaml", in: "{", wantErr: true},
+		{name: "not a mapping", in: "- a\n", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := completeSchedulerConfig(tc.in, "/k/config", tc.opts)
+			if tc.wantErr {
+				if !errors.Is(err, ErrSchedulerConfig) {
+					t.Fatalf("err = %v, want ErrSchedulerConfig", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := map[string]any{}
+			if err := yaml.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if c := cfg["clientConnection"].(map[string]any); c["kubeconfig"] != "/k/config" {
+				t.Errorf("kubeconfig = %v, want /k/config", c["kubeconfig"])
+			}
+			if le := cfg["leaderElection"].(map[string]any); le["leaderElect"] != false {
+				t.Errorf("leaderElect = %v, want false", le["leaderElect"])
+			}
+			tc.check(t, cfg)
+		})
+	}
+}
+
+func FuzzCompleteSchedulerConfig(f *testing.F) {
+	f.Add("")
+	f.Add("profiles:\n- schedulerName: x\n")
+	f.Add("clientConnection: 3\n")
+	f.Add("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nextenders: [{urlPrefix: http://127.0.0.1:1}]\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		out, err := completeSchedulerConfig(in, "/k", schedulerOptions{qps: 1, burst: 1})
+		if err != nil {
+			return
+		}
+		cfg := map[string]any{}
+		if err := yaml.Unmarshal(out, &cfg); err != nil {
+			t.Fatalf("output does not parse: %v\n%s", err, out)
+		}
+		if c, _ := cfg["clientConnection"].(map[string]any); c["kubeconfig"] != "/k" {
+			t.Fatalf("kubeconfig not set: %s", out)
+		}
+	})
+}
+
+func TestSchedulerConfig(t *testing.T) {
+	t.Parallel()
+	s, err := SchedulerConfig(Extender{URLPrefix: "http://127.0.0.1:9", FilterVerb: "filter", PrioritizeVerb: "prioritize", Weight: 2, NodeCacheCapable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := completeSchedulerConfig(s, "/k", schedulerOptions{})
+	if err != nil {
+		t.Fatalf("SchedulerConfig output rejected: %v\n%s", err, s)
+	}
+	var cfg struct {
+		Extenders []Extender `json:"extenders"`
+	}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := Extender{URLPrefix: "http://127.0.0.1:9", FilterVerb: "filter", PrioritizeVerb: "prioritize", Weight: 2, NodeCacheCapable: true}
+	if len(cfg.Extenders) != 1 || cfg.Extenders[0].URLPrefix != want.URLPrefix || cfg.Extenders[0].Weight != 2 || !cfg.Extenders[0].NodeCacheCapable {
+		t.Errorf("extenders = %+v, want [%+v]", cfg.Extenders, want)
+	}
+	plain, err := SchedulerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain, "extenders") {
+		t.Errorf("no-extender config mentions extenders:\n%s", plain)
+	}
+}
+
+func TestDecodeCRDs(t *testing.T) {
+	t.Parallel()
+	const other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+	tests := []struct {
+		name     string
+		manifest string
+		want     int
+		wantErr  error
+	}{
+		{name: "podgroups", manifest: string(PodGroupCRD()), want: 1},
+		{name: "two with empty docs", manifest: "---\n" + string(PodGroupCRD()) + "\n---\n---\n" + strings.Replace(string(PodGroupCRD()), "podgroups.scheduling", "others.scheduling", 1), want: 2},
+		{name: "not a CRD", manifest: other, wantErr: ErrNotCRD},
+		{name: "CRD then not a CRD", manifest: string(PodGroupCRD()) + "\n---\n" + other, wantErr: ErrNotCRD},
+		{name: "empty", manifest: "", wantErr: ErrNotCRD},
+		{name: "garbage", manifest: "{{{", wantErr: errAny},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := decodeCRDs([]byte(tc.manifest))
+			switch {
+			case tc.wantErr == errAny:
+				if err == nil {
+					t.Fatal("no error")
+				}
+				return
+			case tc.wantErr != nil:
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			if len(got) != tc.want {
+				t.Fatalf("%d CRDs, want %d", len(got), tc.want)
+			}
+		})
+	}
+}
+
+var errAny = errors.New("any error")
+
+func TestPodGroupCRDResource(t *testing.T) {
+	t.Parallel()
+	crds, err := decodeCRDs(PodGroupCRD())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr, namespaced, err := crdResource(crds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gvr != PodGroupGVR() || !namespaced {
+		t.Errorf("resource = %v namespaced=%v, want %v namespaced", gvr, namespaced, PodGroupGVR())
+	}
+}
+
+func FuzzDecodeCRDs(f *testing.F) {
+	f.Add(PodGroupCRD())
+	f.Add([]byte("---\n---\n"))
+	f.Add([]byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","spec":{"versions":[1]}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		crds, err := decodeCRDs(in)
+		if err != nil {
+			return
+		}
+		for _, c := range crds {
+			_, _, _ = crdResource(c) // must not panic on any shape
+		}
+	})
+}
+
+func TestNewNode(t *testing.T) {
+	t.Parallel()
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+	n := NewNode("n1", capacity, map[string]string{"understory.io/pool": "a", corev1.LabelOSStable: "linux"})
+	if _, ok := capacity[corev1.ResourcePods]; ok {
+		t.Error("NewNode modified the caller's capacity")
+	}
+	if got := n.Status.Capacity[corev1.ResourcePods]; got.Value() != defaultPodsPerNode {
+		t.Errorf("pods capacity = %v, want %d", got.String(), defaultPodsPerNode)
+	}
+	for name, q := range n.Status.Capacity {
+		if a := n.Status.Allocatable[name]; a.Cmp(q) != 0 {
+			t.Errorf("allocatable %s = %v, capacity %v", name, a.String(), q.String())
+		}
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status == corev1.ConditionTrue
+		} else if c.Status != corev1.ConditionFalse {
+			t.Errorf("condition %s = %s, want False", c.Type, c.Status)
+		}
+	}
+	if !ready {
+		t.Error("node is not Ready")
+	}
+	for k, v := range map[string]string{corev1.LabelHostname: "n1", "understory.io/pool": "a", corev1.LabelArchStable: "amd64"} {
+		if n.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, n.Labels[k], v)
+		}
+	}
+	if len(n.Spec.Taints) != 0 || n.Spec.Unschedulable {
+		t.Errorf("node is tainted or unschedulable: %+v", n.Spec)
+	}
+}
+
+func TestParallel(t *testing.T) {
+	t.Parallel()
+	t.Run("every index once", func(t *testing.T) {
+		t.Parallel()
+		hits := make([]atomic.Int32, 500)
+		if err := parallel(context.Background(), len(hits), func(_ context.Context, i int) error {
+			hits[i].Add(1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range hits {
+			if h := hits[i].Load(); h != 1 {
+				t.Fatalf("index %d ran %d times", i, h)
+			}
+		}
+	})
+	t.Run("first error stops the rest", func(t *testing.T) {
+		t.Parallel()
+		boom := errors.New("boom")
+		var ran atomic.Int32
+		err := parallel(context.Background(), 100000, func(ctx context.Context, i int) error {
+			ran.Add(1)
+			if i == 3 {
+				return boom
+			}
+			return ctx.Err()
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("err = %v, want boom", err)
+		}
+		if ran.Load() == 100000 {
+			t.Error("all items ran despite the error")
+		}
+	})
+	t.Run("zero items", func(t *testing.T) {
+		t.Parallel()
+		if err := parallel(context.Background(), 0, func(context.Context, int) error { return errors.New("called") }); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestFreePorts(t *testing.T) {
+	t.Parallel()
+	ports, err := freePorts(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Fatalf("bad or repeated port %d in %v", p, ports)
+		}
+		seen[p] = true
+	}
+}
+
+func TestPKIIssue(t *testing.T) {
+	t.Parallel()
+	ca, err := newPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	tests := []struct {
+		req   certRequest
+		usage x509.ExtKeyUsage
+		host  string
+	}{
+		{req: certRequest{commonName: "srv", dnsNames: []string{"localhost"}, server: true}, usage: x509.ExtKeyUsageServerAuth, host: "localhost"},
+		{req: certRequest{commonName: "admin", orgs: []string{"system:masters"}}, usage: x509.ExtKeyUsageClientAuth},
+	}
+	for _, tc := range tests {
+		certPEM, keyPEM, err := ca.issue(tc.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(certPEM)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: tc.host, KeyUsages: []x509.ExtKeyUsage{tc.usage}}); err != nil {
+			t.Errorf("%s: %v", tc.req.commonName, err)
+		}
+		if cert.Subject.CommonName != tc.req.commonName || len(cert.Subject.Organization) != len(tc.req.orgs) {
+			t.Errorf("subject = %v", cert.Subject)
+		}
+		if kb, _ := pem.Decode(keyPEM); kb == nil || kb.Type != "EC PRIVATE KEY" {
+			t.Errorf("%s: key PEM is not an EC private key", tc.req.commonName)
+		}
+	}
+}
+
+func TestSweepStaleTmpfs(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := dead.ProcessState.Pid()
+	dirs := map[string]bool{ // name -> kept
+		tmpfsPrefix + strconv.Itoa(os.Getpid()) + "-a": true,
+		tmpfsPrefix + strconv.Itoa(deadPID) + "-b":     false,
+		tmpfsPrefix + "notapid-c":                      true,
+		"someone-else-" + strconv.Itoa(deadPID):        true,
+	}
+	for d := range dirs {
+		if err := os.Mkdir(filepath.Join(root, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepStaleTmpfs(root)
+	for d, kept := range dirs {
+		if _, err := os.Stat(filepath.Join(root, d)); (err == nil) != kept {
+			t.Errorf("%s: exists=%v, want %v", d, err == nil, kept)
+		}
+	}
+}
+
+func TestProcessStopKillsGroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		script string
+	}{
+		{name: "exits on SIGTERM", script: "sleep 300 & wait"},
+		{name: "ignores SIGTERM", script: "trap '' TERM; sleep 300 & sleep 300"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := startProcess("sh", filepath.Join(t.TempDir(), "sh.log"), "/bin/sh", []string{"-c", tc.script})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.grace = 200 * time.Millisecond
+			t.Cleanup(p.stop)
+			time.Sleep(100 * time.Millisecond) // let the children start
+			pgid := p.cmd.Process.Pid
+			p.stop()
+			p.stop() // idempotent
+			if ok, _ := p.exited(); !ok {
+				t.Fatal("leader still running after stop")
+			}
+			if err := syscall.Kill(-pgid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("process group %d still has members (kill 0: %v)", pgid, err)
+			}
+		})
+	}
+}
+
+func TestProcessWaitReadyReportsExit(t *testing.T) {
+	t.Parallel()
+	p, err := startProcess("false", filepath.Join(t.TempDir(), "false.log"), "/bin/sh", []string{"-c", "echo bad flag; exit 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.stop)
+	err = p.waitReady(10*time.Second, func() error { return errors.New("not yet") })
+	if !errors.Is(err, errExited) {
+		t.Fatalf("err = %v, want errExited", err)
+	}
+	if tail := p.tail(5); !strings.Contains(tail, "bad flag") {
+		t.Errorf("log tail %q lacks the process output", tail)
+	}
+}
+
+func TestLocateReportsMissing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := settings{binDir: dir, etcd: filepath.Join(dir, "etcd")}
+	_, err := s.locate()
+	if !errors.Is(err, errMissing) {
+		t.Fatalf("err = %v, want errMissing", err)
+	}
+	for _, name := range []string{"kube-apiserver", "kube-scheduler", "etcd"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+	for _, name := range []string{"kube-apiserver", "kube-scheduler", "etcd"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := s.locate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.apiserver != filepath.Join(dir, "kube-apiserver") || b.etcd != filepath.Join(dir, "etcd") {
+		t.Errorf("binaries = %+v", b)
+	}
+}
