@@ -20,6 +20,8 @@ type Hierarchy struct {
 
 	// v1 / hybrid controller directories ("" when the controller is absent).
 	cpuDir, cpuacctDir, freezerDir string
+	// v1 memory hierarchy, only ever read (MemoryUsage); "" when absent.
+	memoryDir string
 	// cgroup2 directory: root (v2), root/unified (hybrid), "" (v1).
 	unifiedDir string
 	// v1 subsystems handed to containerd/cgroups, one per distinct
@@ -60,6 +62,7 @@ func OpenLayout(root string, l Layout) *Hierarchy {
 		h.cpuDir = resolveController(root, "cpu")
 		h.cpuacctDir = resolveController(root, "cpuacct")
 		h.freezerDir = controllerDir(root, "freezer")
+		h.memoryDir = controllerDir(root, "memory")
 		if l == LayoutHybrid {
 			h.unifiedDir = filepath.Join(root, unifiedDirName)
 		}

@@ -135,14 +135,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		pods: map[types.UID]*podState{}, tierQuota: nan(),
 	}
 	if deps.Publisher != nil {
-		procRoot := cfg.ProcRoot
-		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, func() (int64, int64, error) {
-			m, err := collect.ReadMemInfo(procRoot)
-			if err != nil {
-				return 0, 0, err
-			}
-			return int64(m.Total), int64(m.Total - m.Available), nil
-		})
+		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory)
 	}
 	if err := a.setUpTier(); err != nil {
 		return nil, err
@@ -320,6 +313,31 @@ func (a *Agent) readTier(now time.Time) {
 	if cores, ok := a.tierRate.Update(now, v); ok {
 		a.tierDemand.add(cores, a.cfg.Period.Duration)
 	}
+}
+
+// memory is the node's memory and the working sets of its LS and batch pods, read once
+// per node-metrics window (per-pod memory changes slowly; the CPU loop does not read it).
+func (a *Agent) memory() (metrics.MemoryMetrics, error) {
+	info, err := collect.ReadMemInfo(a.cfg.ProcRoot)
+	if err != nil {
+		return metrics.MemoryMetrics{}, err
+	}
+	m := metrics.MemoryMetrics{Capacity: int64(info.Total), Used: int64(info.Total - min(info.Available, info.Total))}
+	for _, st := range a.sorted {
+		if st.group == nil || (st.class != qos.ClassLS && st.class != qos.ClassBatch) {
+			continue
+		}
+		v, err := st.group.MemoryUsage()
+		if err != nil {
+			continue // no memory controller, or the pod just went: its share stays unknown
+		}
+		if st.class == qos.ClassLS {
+			m.LS += int64(v)
+		} else {
+			m.Batch += int64(v)
+		}
+	}
+	return m, nil
 }
 
 // observe exports the period's figures.

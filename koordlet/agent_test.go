@@ -114,6 +114,11 @@ const (
 
 func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
 	t.Helper()
+	return newRigWith(t, kind, mutate, nil)
+}
+
+func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub nodeMetricsPublisher) *rig {
+	t.Helper()
 	r := &rig{t: t, root: cgroupstest.NewRoot(t, kind), kind: kind, cpu: &fakeCPU{times: collect.CPUTimes{CPUs: 2}},
 		events: &fakeEvents{}, now: time.Unix(1_800_000_000, 0), usage: map[string]time.Duration{}, period: 100 * time.Millisecond,
 		tier: "kubepods/understory-batch", lsCg: "kubepods/burstable/pod" + string(lsUID),
@@ -135,7 +140,7 @@ func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
 		testPod("bad-annotation", invalidUID, map[string]string{"understory.io/qos-class": "gold"}, "100m"),
 	)
 	r.reg = prometheus.NewRegistry()
-	a, err := New(cfg, Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu,
+	a, err := New(cfg, Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu, Publisher: pub,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

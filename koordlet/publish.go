@@ -23,7 +23,7 @@ type nodeMetricsPublisher interface {
 type publisher struct {
 	sink   nodeMetricsPublisher
 	window time.Duration
-	memory func() (capacity, used int64, err error)
+	memory func() (metrics.MemoryMetrics, error)
 
 	start                         time.Time
 	n                             float64
@@ -32,7 +32,7 @@ type publisher struct {
 	inflight                      sync.WaitGroup
 }
 
-func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (int64, int64, error)) *publisher {
+func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (metrics.MemoryMetrics, error)) *publisher {
 	return &publisher{sink: sink, window: window, memory: memory, busy: make(chan struct{}, 1)}
 }
 
@@ -62,9 +62,11 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 	}
 	p.start, p.n, p.node, p.ls, p.batch, p.budget = now, 0, 0, 0, 0, 0
 	if p.memory != nil {
-		if c, used, err := p.memory(); err == nil {
-			nm.Memory.Capacity, nm.Memory.Used = c, used
+		mem, err := p.memory()
+		if err != nil {
+			log.Warn("node memory unknown in this window's node metrics", "err", err)
 		}
+		nm.Memory = mem
 	}
 	select {
 	case p.busy <- struct{}{}:

@@ -65,7 +65,7 @@ type gangRef struct {
 	err                           error // malformed annotation
 }
 
-// PodGang reports the gang a pod belongs to, if any. The scheduler-plugins label
+// podGang reports the gang a pod belongs to, if any. The scheduler-plugins label
 // wins over Volcano, Volcano over Koordinator.
 func podGang(pod *corev1.Pod) (gangRef, bool) {
 	ref := gangRef{namespace: pod.Namespace}

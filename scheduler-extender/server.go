@@ -159,7 +159,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// Housekeep expires reservations and plans and re-applies the metrics max age.
+// housekeep expires reservations and plans and re-applies the metrics max age;
+// it returns how many reservations expired.
 func (s *State) housekeep() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

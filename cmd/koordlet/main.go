@@ -91,7 +91,7 @@ func run() error {
 	var runSource func(context.Context) error
 	if cfg.StaticPodDir != "" {
 		src := podsource.NewStatic(cfg.StaticPodDir, log)
-		deps.Pods, runSource = src, src.Run
+		deps.Pods, deps.Events, runSource = src, podsource.NewLogSink(log), src.Run
 	} else {
 		if cfg.NodeName == "" {
 			return errors.New("-node-name (or $NODE_NAME) is required without -pod-manifests")

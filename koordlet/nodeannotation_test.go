@@ -1,0 +1,72 @@
+package koordlet
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/metrics"
+)
+
+func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1",
+		Annotations: map[string]string{"other": "kept"}, Labels: map[string]string{"l": "v"}}})
+	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: time.Now().UTC().Truncate(time.Second),
+		WindowMillis: 1000, CPU: metrics.CPUMetrics{Capacity: 2000, Used: 500}}
+	if err := NewNodeAnnotator(client, "n1").Publish(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
+	if err != nil || got != m {
+		t.Fatalf("annotation decodes to %+v, %v; want %+v", got, err, m)
+	}
+	if n.Annotations["other"] != "kept" || n.Labels["l"] != "v" {
+		t.Fatalf("patch touched other fields: %+v", n.ObjectMeta)
+	}
+	// An invalid value is refused before it reaches the API server.
+	if err := NewNodeAnnotator(client, "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrUnsupportedVersion) {
+		t.Fatalf("publishing an invalid value: %v", err)
+	}
+	if err := NewNodeAnnotator(client, "missing").Publish(context.Background(), m); err == nil {
+		t.Fatal("patching a missing node succeeded")
+	}
+}
+
+// TestAgentPublishesWindowMeans drives the agent over one node-metrics window and
+// checks the annotation holds the window's mean usage and budget.
+func TestAgentPublishesWindowMeans(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r := newRigWith(t, cgroupstest.V2, func(c *Config) {
+		c.NodeName = "n1"
+		c.NodeMetricsPeriod.Duration = time.Second
+	}, NewNodeAnnotator(client, "n1"))
+	r.step(0, nil)
+	for range 12 {
+		r.step(1.5, map[string]float64{r.lsCg: 0.4, r.inPlace: 0.5, r.inTier: 0.5})
+	}
+	r.agent.publish.wait()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
+	if err != nil {
+		t.Fatalf("annotation %q: %v", n.Annotations[metrics.AnnotationNodeMetrics], err)
+	}
+	if m.CPU.Capacity != 2000 || m.CPU.LS < 390 || m.CPU.LS > 410 || m.CPU.Used < 1490 || m.CPU.Used > 1510 ||
+		m.CPU.Batch < 990 || m.CPU.Batch > 1010 || m.CPU.BatchBudget <= 0 || m.WindowMillis < 1000 {
+		t.Fatalf("node metrics %+v: want cap 2000, used 1500, ls 400, batch 1000 over ≥ 1 s", m)
+	}
+}
