@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build demo test vet unit k8s-bins fuzz bench-colo bench-openb bench-extender clean
+.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-extender bench-scheduler clean
 
 all: build
 
@@ -39,6 +39,15 @@ fuzz:
 
 bench-colo: build
 	$(BIN)/colo bench -out bench/out/colo.json
+
+# Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable).
+bench-extender:
+	$(GO) run ./cmd/extender-bench -out bench/out/extender.json
+
+# kube-scheduler binding throughput on a real control plane: alone, with a do-nothing
+# extender, and with Understory's extender.
+bench-scheduler: k8s-bins
+	$(GO) test ./test/e2e/schedbench -run '^$$' -bench SchedulerThroughput -benchtime 1x -timeout 40m
 
 clean:
 	rm -rf $(BIN)

@@ -33,8 +33,8 @@ type UnderstoryParams struct {
 	Sig, Levels float64
 	// Loose, if set, breaks device ties by index instead of preferring the tighter device.
 	Loose bool
-	// Fill measures fragmentation with modelTable.fillFrag instead of FGD's frag.
-	Fill bool
+	// Blend mixes FGD's frag (0) and modelTable.fillFrag (1).
+	Blend float64
 	// Size prefers (> 0) or avoids (< 0) nodes with more GPUs, per GPU/8.
 	Size float64
 	// Used prefers nodes that already host a pod.
@@ -82,8 +82,8 @@ func ParseUnderstoryParams(s string) (UnderstoryParams, error) {
 			p.Levels = f
 		case "loose":
 			p.Loose = f != 0
-		case "fill":
-			p.Fill = f != 0
+		case "blend":
+			p.Blend = f
 		case "size":
 			p.Size = f
 		case "used":
@@ -131,10 +131,14 @@ func (p *understoryPolicy) delta(d float64) float64 {
 }
 
 func (p *understoryPolicy) frag(t *modelTable, cpu int64, free []int) float64 {
-	if p.p.Fill {
+	switch b := p.p.Blend; {
+	case b <= 0:
+		return t.frag(cpu, free)
+	case b >= 1:
 		return t.fillFrag(cpu, free)
+	default:
+		return (1-b)*t.frag(cpu, free) + b*t.fillFrag(cpu, free)
 	}
-	return t.frag(cpu, free)
 }
 
 func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
