@@ -3,6 +3,7 @@ package koordlet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
 )
@@ -418,5 +420,37 @@ func TestAgentHTTP(t *testing.T) {
 		if !strings.Contains(metricsBody, m) {
 			t.Fatalf("/metrics lacks %s", m)
 		}
+	}
+}
+
+func TestAgentRejectsEscapingUID(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	evil := testPod("evil", types.UID("../../../../tmp/x"), map[string]string{"understory.io/qos-class": "batch"}, "")
+	r.agent.syncPods(append(r.agent.source.List(), evil))
+	r.step(0, nil)
+	r.step(1.0, map[string]float64{r.lsCg: 0.2})
+	for _, e := range r.agent.Status().Pods["batch"] {
+		if e.Name != "evil" {
+			continue
+		}
+		if !strings.Contains(e.Error, "invalid") || !strings.HasPrefix(e.Cgroup, "not found") {
+			t.Fatalf("escaping UID not rejected: %+v", e)
+		}
+		return
+	}
+	t.Fatal("the pod with an escaping UID is not listed with its error")
+}
+
+func TestNewFailsClearlyWithoutCgroupfs(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.CgroupRoot = t.TempDir() // empty: no controllers
+	_, err := New(cfg, Deps{Pods: newFakePods(), Registry: prometheus.NewRegistry()})
+	if !errors.Is(err, cgroups.ErrNoCgroupFS) || !strings.Contains(err.Error(), cfg.CgroupRoot) {
+		t.Fatalf("New on an empty root: %v; want ErrNoCgroupFS naming the root", err)
+	}
+	if _, err := New(cfg, Deps{}); err == nil {
+		t.Fatal("New without a pod source succeeded")
 	}
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/understory/understory/koordlet"
+)
+
+// TestMain lets the test binary play the LS server and the batch workers, which the
+// scenario starts by re-executing itself.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && (os.Args[1] == "ls-server" || os.Args[1] == "burner") {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		err := run(ctx, os.Args[1:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestDemoEndToEnd runs `make demo`'s scenario with short phases on this machine and
+// checks it prints every phase and leaves nothing behind.
+func TestDemoEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the demo test must run in CI, as root")
+		}
+		t.Skip("the demo creates cgroups: needs root")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	bin := filepath.Join(t.TempDir(), "koordlet")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
+		t.Fatalf("building koordlet: %v\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, batchPods: 2, threads: 1,
+		rounds: 100, rate: 200, workers: 16, lsCPU: "1", tierParent: koordlet.TierParentKubepods}
+	dc := demoConfig{phase: time.Second, warmup: 300 * time.Millisecond, threshold: 0.9, period: 100 * time.Millisecond}
+	var out bytes.Buffer
+	if err := runDemo(context.Background(), sc, dc, func(f string, a ...any) { fmt.Fprintf(&out, f, a...) }); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, row := range []string{"LS alone", "LS + batch, no agent", "LS + batch, agent tier", "LS + batch, agent in-place"} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("output lacks the %q row:\n%s", row, out.String())
+		}
+	}
+	base := fmt.Sprintf("understory-demo-%d", os.Getpid())
+	for _, c := range []string{"cpu", "cpuacct", "freezer", "unified"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, base)); err == nil {
+			t.Errorf("the demo left /sys/fs/cgroup/%s/%s behind", c, base)
+		}
+	}
+}
+
+func TestDemoRefusesWithoutCgroupfs(t *testing.T) {
+	t.Parallel()
+	_, err := checkMachine(t.TempDir())
+	if os.Geteuid() != 0 {
+		if err == nil || !strings.Contains(err.Error(), "root") {
+			t.Fatalf("not root: %v", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "no cgroup filesystem") {
+		t.Fatalf("empty cgroup root: %v; want a clear message", err)
+	}
+}
