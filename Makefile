@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
 
 # The co-location demo: an LS web service and CPU-hungry batch pods on this machine,
 # measured alone, under kubelet's plain BestEffort settings, and under the agent.

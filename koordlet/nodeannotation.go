@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/understory/understory/metrics"
 )
@@ -15,15 +15,20 @@ import (
 // NodeAnnotator publishes node metrics as the understory.io/node-metrics annotation on
 // the agent's own Node, with a merge patch that touches nothing else.
 type NodeAnnotator struct {
-	client   kubernetes.Interface
+	nodes    nodePatcher
 	nodeName string
+}
+
+// nodePatcher patches Nodes (podsource.CoreClient.Nodes, or client-go's typed client).
+type nodePatcher interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
 }
 
 var _ nodeMetricsPublisher = (*NodeAnnotator)(nil)
 
 // NewNodeAnnotator returns a publisher patching node nodeName.
-func NewNodeAnnotator(client kubernetes.Interface, nodeName string) *NodeAnnotator {
-	return &NodeAnnotator{client: client, nodeName: nodeName}
+func NewNodeAnnotator(nodes nodePatcher, nodeName string) *NodeAnnotator {
+	return &NodeAnnotator{nodes: nodes, nodeName: nodeName}
 }
 
 // Publish patches the annotation.
@@ -38,7 +43,7 @@ func (n *NodeAnnotator) Publish(ctx context.Context, m metrics.NodeMetrics) erro
 	if err != nil {
 		return fmt.Errorf("encoding patch: %w", err)
 	}
-	if _, err := n.client.CoreV1().Nodes().Patch(ctx, n.nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := n.nodes.Patch(ctx, n.nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("patching node %s: %w", n.nodeName, err)
 	}
 	return nil

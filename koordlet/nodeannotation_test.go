@@ -20,7 +20,7 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 		Annotations: map[string]string{"other": "kept"}, Labels: map[string]string{"l": "v"}}})
 	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: time.Now().UTC().Truncate(time.Second),
 		WindowMillis: 1000, CPU: metrics.CPUMetrics{Capacity: 2000, Used: 500}}
-	if err := NewNodeAnnotator(client, "n1").Publish(context.Background(), m); err != nil {
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
@@ -35,10 +35,10 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 		t.Fatalf("patch touched other fields: %+v", n.ObjectMeta)
 	}
 	// An invalid value is refused before it reaches the API server.
-	if err := NewNodeAnnotator(client, "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrUnsupportedVersion) {
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrUnsupportedVersion) {
 		t.Fatalf("publishing an invalid value: %v", err)
 	}
-	if err := NewNodeAnnotator(client, "missing").Publish(context.Background(), m); err == nil {
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "missing").Publish(context.Background(), m); err == nil {
 		t.Fatal("patching a missing node succeeded")
 	}
 }
@@ -51,7 +51,7 @@ func TestAgentPublishesWindowMeans(t *testing.T) {
 	r := newRigWith(t, cgroupstest.V2, func(c *Config) {
 		c.NodeName = "n1"
 		c.NodeMetricsPeriod.Duration = time.Second
-	}, NewNodeAnnotator(client, "n1"))
+	}, NewNodeAnnotator(client.CoreV1().Nodes(), "n1"))
 	r.step(0, nil)
 	for range 12 {
 		r.step(1.5, map[string]float64{r.lsCg: 0.4, r.inPlace: 0.5, r.inTier: 0.5})

@@ -35,6 +35,10 @@ type UnderstoryParams struct {
 	Loose bool
 	// Blend mixes FGD's frag (0) and modelTable.fillFrag (1).
 	Blend float64
+	// Reserve weighs keeping contended GPU models free: placing d milli on a node of
+	// model X costs Reserve·(1 − always(X))·d, where 1 − always(X) is the share of
+	// classes that could run on X.
+	Reserve float64
 	// Size prefers (> 0) or avoids (< 0) nodes with more GPUs, per GPU/8.
 	Size float64
 	// Used prefers nodes that already host a pod.
@@ -84,6 +88,8 @@ func ParseUnderstoryParams(s string) (UnderstoryParams, error) {
 			p.Loose = f != 0
 		case "blend":
 			p.Blend = f
+		case "reserve":
+			p.Reserve = f
 		case "size":
 			p.Size = f
 		case "used":
@@ -154,6 +160,7 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	copy(free, n.GPUFree)
 	var best float64
 	var devs deviceSet
+	rsv := p.p.Reserve * (1 - t.always) * float64(r.GPUTotalMilli())
 	if r.Sharing() {
 		dev := -1
 		for i, f := range n.GPUFree {
@@ -162,7 +169,7 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			}
 			free[i] = f - r.GPUMilli
 			// Among devices, also prefer the tighter one (a share of a used GPU).
-			s := p.delta(f0-p.frag(t, cpuAfter, free)+p.p.Waste*(t.waste[f]-t.waste[free[i]])) - 1e-6*float64(free[i])
+			s := p.delta(f0-p.frag(t, cpuAfter, free)+p.p.Waste*(t.waste[f]-t.waste[free[i]])-rsv) - 1e-6*float64(free[i])
 			free[i] = f
 			if dev < 0 || s > best {
 				best, dev = s, i
@@ -179,7 +186,7 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			i := trailing(d)
 			dw += t.waste[n.GPUFree[i]] - t.waste[free[i]]
 		}
-		best = p.delta(f0 - p.frag(t, cpuAfter, free) + p.p.Waste*dw)
+		best = p.delta(f0 - p.frag(t, cpuAfter, free) + p.p.Waste*dw - rsv)
 		for d := devs; d != 0; d &= d - 1 {
 			free[trailing(d)] += r.GPUMilli
 		}

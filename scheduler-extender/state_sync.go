@@ -88,7 +88,10 @@ func (s *Server) startInformers(ctx context.Context) error {
 			return fmt.Errorf("setting informer transform: %w", err)
 		}
 	}
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Sync is judged on the handler registrations, not on the informers: an
+	// informer has synced once its store holds the initial list, possibly
+	// before its handlers have fed that list into the index.
+	nodeReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { st.upsertNodeObj(obj) },
 		UpdateFunc: func(_, obj any) { st.upsertNodeObj(obj) },
 		DeleteFunc: func(obj any) {
@@ -96,10 +99,11 @@ func (s *Server) startInformers(ctx context.Context) error {
 				st.DeleteNode(n.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("adding node handler: %w", err)
 	}
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podReg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.upsertPodObj(obj) },
 		UpdateFunc: func(_, obj any) { s.upsertPodObj(obj) },
 		DeleteFunc: func(obj any) {
@@ -108,7 +112,8 @@ func (s *Server) startInformers(ctx context.Context) error {
 				s.flush()
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("adding pod handler: %w", err)
 	}
 	go nodes.RunWithContext(ctx)
@@ -133,7 +138,7 @@ func (s *Server) startInformers(ctx context.Context) error {
 		go pgs.RunWithContext(ctx)
 	}
 	start := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nodeReg.HasSynced, podReg.HasSynced) {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -100,11 +99,11 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		src := podsource.NewKube(client, cfg.NodeName, log, 0)
-		sink := podsource.NewEventSink(client, "understory-koordlet", cfg.NodeName)
+		src := podsource.NewKube(client.Pods(), cfg.NodeName, log, 0)
+		sink := podsource.NewEventSink(client.Events(), "understory-koordlet", cfg.NodeName)
 		defer sink.Shutdown()
 		deps.Pods, deps.Events, runSource = src, sink, src.Run
-		deps.Publisher = koordlet.NewNodeAnnotator(client, cfg.NodeName)
+		deps.Publisher = koordlet.NewNodeAnnotator(client.Nodes(), cfg.NodeName)
 	}
 
 	agent, err := koordlet.New(cfg, deps)
@@ -152,7 +151,7 @@ func run() error {
 	return firstErr
 }
 
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+func kubeClient(kubeconfig string) (*podsource.CoreClient, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -166,7 +165,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "understory-koordlet"
-	return kubernetes.NewForConfig(cfg)
+	return podsource.NewCoreClient(cfg)
 }
 
 func ignoreClosed(err error) error {

@@ -8,10 +8,8 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -109,16 +107,24 @@ type EventSink struct {
 	stopOnce    sync.Once
 }
 
-// NewEventSink starts an event broadcaster writing core/v1 Events with source
-// component/nodeName. Call Shutdown when done.
-func NewEventSink(client kubernetes.Interface, component, nodeName string, opts ...SinkOption) *EventSink {
+// NewEventSink starts an event broadcaster writing core/v1 Events to sink (CoreClient.Events,
+// or client-go's typed EventSinkImpl) with source component/nodeName. Call Shutdown when done.
+func NewEventSink(sink record.EventSink, component, nodeName string, opts ...SinkOption) *EventSink {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(sink)
 	return &EventSink{
 		broadcaster: b,
-		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: nodeName}),
+		recorder:    b.NewRecorder(podScheme(), corev1.EventSource{Component: component, Host: nodeName}),
 		dedup:       newDedup(newSinkConfig(opts)),
 	}
+}
+
+// podScheme tells the recorder the group, version and kind of a Pod, the only object
+// events are recorded on.
+func podScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Pod{})
+	return s
 }
 
 // Warn records a Warning event on pod unless the same (pod, reason, message)

@@ -2,6 +2,7 @@ package podsource
 
 import (
 	"bytes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"log/slog"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func TestEventSinkRecordsDeduplicatedWarnings(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset()
 	clock := &fakeClock{t: time.Now()}
-	sink := NewEventSink(client, "understory-koordlet", testNode, WithClock(clock.now))
+	sink := NewEventSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, "understory-koordlet", testNode, WithClock(clock.now))
 	defer sink.Shutdown()
 
 	pod := kubePod("team-a", "web", testNode)

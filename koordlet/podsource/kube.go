@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -33,7 +33,6 @@ const NodeNameField = "spec.nodeName"
 type Kube struct {
 	nodeName string
 	logger   *slog.Logger
-	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	lister   corelisters.PodLister
 	changed  chan struct{}
@@ -44,20 +43,28 @@ type Kube struct {
 // NewKube builds (but does not start) a pod informer for nodeName.
 // resync is the informer resync period (0 disables it; resyncs do not
 // signal Changed). A nil logger discards logs.
-func NewKube(client kubernetes.Interface, nodeName string, logger *slog.Logger, resync time.Duration) *Kube {
+func NewKube(pods PodClient, nodeName string, logger *slog.Logger, resync time.Duration) *Kube {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	selector := fields.OneTermEqualSelector(NodeNameField, nodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
-	pods := factory.Core().V1().Pods()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	informer := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	k := &Kube{
 		nodeName: nodeName,
 		logger:   logger.With("source", "kube", "node", nodeName),
-		factory:  factory,
-		informer: pods.Informer(),
-		lister:   pods.Lister(),
+		informer: informer,
+		lister:   corelisters.NewPodLister(informer.GetIndexer()),
 		changed:  newChanged(),
 	}
 	k.setupErr = errors.Join(
@@ -126,8 +133,12 @@ func (k *Kube) Run(ctx context.Context) error {
 	if !k.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	k.factory.Start(ctx.Done())
-	defer k.factory.Shutdown() // waits for the informer goroutines
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.informer.RunWithContext(ctx)
+	}()
+	defer func() { <-done }() // wait for the informer goroutine
 
 	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return k.informer.HasSynced(), nil

@@ -79,7 +79,7 @@ func TestKubeFollowsNodePods(t *testing.T) {
 		kubePod("ns1", "pending", ""),
 	)
 	started, watchSelector := watchStarted(client)
-	k := NewKube(client, testNode, nil, 0)
+	k := NewKube(client.CoreV1().Pods(""), testNode, nil, 0)
 	runKube(t, k)
 	<-started
 
@@ -194,7 +194,7 @@ func TestKubeKeepsPodsWhileAPIServerDown(t *testing.T) {
 		return true, w, nil
 	})
 
-	k := NewKube(client, testNode, nil, 0)
+	k := NewKube(client.CoreV1().Pods(""), testNode, nil, 0)
 	runKube(t, k)
 	want := []string{"ns/a", "ns/b"}
 	if got := podNames(k.List()); !slices.Equal(got, want) {
@@ -235,10 +235,10 @@ func TestKubeKeepsPodsWhileAPIServerDown(t *testing.T) {
 
 func TestKubeRunErrors(t *testing.T) {
 	t.Parallel()
-	if err := NewKube(fake.NewClientset(), "", nil, 0).Run(t.Context()); !errors.Is(err, ErrNoNodeName) {
+	if err := NewKube(fake.NewClientset().CoreV1().Pods(""), "", nil, 0).Run(t.Context()); !errors.Is(err, ErrNoNodeName) {
 		t.Errorf("empty node: Run = %v, want ErrNoNodeName", err)
 	}
-	k := NewKube(fake.NewClientset(), testNode, nil, time.Minute)
+	k := NewKube(fake.NewClientset().CoreV1().Pods(""), testNode, nil, time.Minute)
 	runKube(t, k)
 	if err := k.Run(t.Context()); !errors.Is(err, ErrAlreadyRunning) {
 		t.Errorf("second Run = %v, want ErrAlreadyRunning", err)
@@ -251,7 +251,7 @@ func TestKubeRunReturnsOnCancelBeforeSync(t *testing.T) {
 	client.PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("unreachable")
 	})
-	k := NewKube(client, testNode, nil, 0)
+	k := NewKube(client.CoreV1().Pods(""), testNode, nil, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	if err := k.Run(ctx); err != nil {
