@@ -1,0 +1,36 @@
+// Package koordlet is Understory's node agent: it wires the pod sources
+// (podsource), the node collectors (collect), the policy (qos) and the cgroup
+// layer (cgroups) into one control loop, and serves /metrics, /healthz and
+// /status.
+//
+// Every period (100 ms by default) the agent reads the node's CPU time and the
+// cumulative usage of every pod cgroup, of kubepods and of its batch tier;
+// computes the batch budget (qos.Budgeter); and enforces it: one CFS quota on
+// the tier for the batch pods below it (placed there by the agent's NRI
+// plugin), and per-pod quotas, SCHED_IDLE and the minimum weight for batch
+// pods left in kubelet's cgroups ("in-place"). The shares of the budget are
+// split by max-min fairness on smoothed demand and never add up to more than
+// the budget (cuts are written before raises).
+//
+// Traps:
+//   - Never write kubelet's QoS-level cgroups (kubepods, burstable,
+//     besteffort): cpu.idle on besteffort makes the kernel refuse kubelet's
+//     cpu.shares writes and kubelet fails to restart (Koordinator issue 2732).
+//     The agent writes only its tier and batch pods' own cgroups.
+//   - The kernel compares cpu.idle only between siblings (strict hierarchy
+//     since Linux 6.12), so the tier is a child of kubepods by default: below
+//     besteffort its SCHED_IDLE would not count against LS pods.
+//   - Every CFS quota write refills the group's runtime and unthrottles it; a
+//     limit rewritten every period lets batch run up to twice its budget. Limits
+//     change only past a deadband, and raise at most once per CFS period.
+//   - One period's usage of a throttled group is 0 or a burst; the budget split
+//     uses an exponential average over about a second.
+//   - Pod cgroups come and go under the agent: a vanished one is skipped and
+//     looked for again, never fatal. A pod the agent cannot attribute (its
+//     cgroup unreadable, or not yet listed) counts as LS.
+//   - A (re)starting agent bounds the tier at the policy minimum before it has
+//     measured anything, and a graceful stop leaves batch bounded; quotas live
+//     in the kernel, so a crashed agent leaves the last ones in force.
+//   - The control loop is single-goroutine; /status reads an atomically
+//     swapped snapshot, node metrics are published from their own goroutine.
+package koordlet
