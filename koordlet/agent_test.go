@@ -454,3 +454,27 @@ func TestNewFailsClearlyWithoutCgroupfs(t *testing.T) {
 		t.Fatal("New without a pod source succeeded")
 	}
 }
+
+func TestAgentLiftsQuotaOfTerminatingPod(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+	r.step(0, nil)
+	r.step(1.5, busy)
+	if q := r.quota(r.inPlace); q <= 0 {
+		t.Fatalf("in-place pod has no quota: %v", q)
+	}
+	pods := r.agent.source.List()
+	deleting := pods[1].DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	r.agent.syncPods([]*corev1.Pod{pods[0], deleting, pods[2], pods[3]})
+	r.step(1.5, busy)
+	if q := r.quota(r.inPlace); q != -1 {
+		t.Fatalf("terminating pod quota = %v, want unlimited", q)
+	}
+	// The tier keeps a quota within the budget.
+	if q := r.quota(r.tier); q <= 0 || q > r.agent.Status().Budget.Applied+1e-9 {
+		t.Fatalf("tier quota %v with budget %v", q, r.agent.Status().Budget.Applied)
+	}
+}

@@ -25,6 +25,10 @@ func (a *Agent) enforce(b qos.Budget, now time.Time) {
 		if st.class != qos.ClassBatch || st.group == nil || st.inTier {
 			continue
 		}
+		if st.terminating {
+			a.liftQuota(st)
+			continue
+		}
 		if !st.setUp {
 			a.setUpPod(st)
 		}
@@ -126,6 +130,21 @@ func (a *Agent) worthWriting(cur, next float64, last, now time.Time) bool {
 // writeDeadband is the smallest limit change worth a write: 5 % of the limit, at least
 // 0.05 CPU.
 func writeDeadband(cur float64) float64 { return math.Max(0.05, 0.05*cur) }
+
+// liftQuota removes an in-place pod's quota once (the pod is being deleted).
+func (a *Agent) liftQuota(st *podState) {
+	if st.quota < 0 {
+		return
+	}
+	if err := st.group.SetCPULimit(-1, a.cfg.CFSPeriod.Duration); err != nil {
+		st.lastErr = err
+		if !errors.Is(err, cgroups.ErrNotExist) {
+			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		}
+		return
+	}
+	st.quota = -1
+}
 
 // setUpPod gives an in-place batch pod the tier's static settings: the minimum weight
 // and SCHED_IDLE. These are pod-level cgroups, never kubelet's QoS-level ones.

@@ -29,6 +29,9 @@ type podState struct {
 	candidates []string
 	cgroup     string // the candidate found, relative to the hierarchy root
 	inTier     bool   // the pod runs below the agent's tier
+	// terminating pods (deletion requested) lose their in-place quota, so that a pod
+	// asked to stop is not slowed down while it shuts down.
+	terminating bool
 	// classErr is the annotation error, if the pod's QoS annotation is invalid.
 	classErr error
 
@@ -165,13 +168,14 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 		st := a.pods[pod.UID]
 		if st != nil && st.class == class && st.kubeQOS == kq {
 			st.classErr = classErr
+			st.terminating = pod.DeletionTimestamp != nil
 			continue
 		}
 		if st != nil {
 			st.close()
 		}
 		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
-			classErr: classErr, quota: nan()}
+			classErr: classErr, quota: nan(), terminating: pod.DeletionTimestamp != nil}
 		cgs, err := a.layout.podCgroups(class, kq, pod.UID)
 		if err != nil {
 			st.lastErr = err
@@ -283,11 +287,8 @@ func (a *Agent) removeTierPod(st *podState) {
 	if st.class != qos.ClassBatch || len(st.candidates) == 0 {
 		return
 	}
-	g, err := a.hier.Load(st.candidates[0])
-	if err != nil {
-		return
-	}
-	if err := g.Delete(); err != nil {
+	// The runtime made it with mkdir -p in every hierarchy, so remove it from all of them.
+	if err := a.hier.RemoveEmpty(st.candidates[0]); err != nil {
 		a.log.Debug("tier cgroup of a gone pod not removed", "cgroup", st.candidates[0], "err", err)
 	}
 }

@@ -173,3 +173,68 @@ func reversed(ns []*Node) []*Node {
 	slices.Reverse(out)
 	return out
 }
+
+func TestParseUnderstoryParams(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want UnderstoryParams
+		err  bool
+	}{
+		{"", DefaultUnderstoryParams(), false},
+		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1}, false},
+		{"fgdsquash=1,reserve=0,usage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
+		{"blend=2", UnderstoryParams{}, true},
+		{"quant", UnderstoryParams{}, true},
+		{"quant=NaN", UnderstoryParams{}, true},
+		{"tetris=1", UnderstoryParams{}, true},
+	}
+	for _, tc := range tests {
+		got, err := ParseUnderstoryParams(tc.in)
+		if tc.err {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("ParseUnderstoryParams(%q) err = %v", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Fatalf("ParseUnderstoryParams(%q) = %+v, %v", tc.in, got, err)
+		}
+	}
+}
+
+// TestUnderstoryFGDSquash: with FGD's squash, no blend and no reserve, understory
+// chooses as fgd does.
+func TestUnderstoryFGDSquash(t *testing.T) {
+	t.Parallel()
+	w := shareWorkload()
+	u := NewUnderstoryPolicy(w, UnderstoryParams{FGDSquash: true})
+	f, _ := NewPolicy(PolicyFGD, w, nil)
+	nodes := []*Node{withFree(placeNode("a", "T4", 8000, 4), 1000, 500, 300, 1000), withFree(placeNode("b", "T4", 3000, 2), 600, 1000),
+		withFree(placeNode("c", "T4", 8000, 2), 1000, 1000)}
+	for _, r := range []Request{{CPUMilli: 1000, NumGPU: 1, GPUMilli: 300}, {CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}, {CPUMilli: 2500}} {
+		for _, n := range nodes {
+			us, ud, uok := u.Score(n, r)
+			fs, fd, fok := f.Score(n, r)
+			if us != fs || !slices.Equal(ud, fd) || uok != fok {
+				t.Fatalf("%+v on %s: understory %v %v, fgd %v %v", r, n.Name, us, ud, fs, fd)
+			}
+		}
+	}
+}
+
+// TestUnderstoryReserve: a pod that may run anywhere goes to the model fewer
+// classes can use.
+func TestUnderstoryReserve(t *testing.T) {
+	t.Parallel()
+	// Most pods need T4; few run anywhere.
+	w := NewWorkload(append(reqs(8, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, Models: []string{"T4"}}),
+		reqs(2, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000})...), 1)
+	p, _ := NewPolicy(PolicyUnderstory, w, nil)
+	for _, nodes := range [][]*Node{{placeNode("t4", "T4", 8000, 2), placeNode("v100", "V100", 8000, 2)}, {placeNode("v100", "V100", 8000, 2), placeNode("t4", "T4", 8000, 2)}} {
+		best, _, err := Select(p, nodes, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}, nil)
+		if err != nil || best.Name != "v100" {
+			t.Fatalf("chose %v, %v", best, err)
+		}
+	}
+}

@@ -37,8 +37,6 @@ type Workload struct {
 	// Per GPU model, the precomputed view fragmentation needs.
 	byModel map[string]*modelTable
 	other   *modelTable // models no class names
-	// cpuPerGPU is the scoring CPU the GPU classes ask per milli-GPU, share-weighted.
-	cpuPerGPU float64
 }
 
 // fragClass is a GPU class as fragmentation sees it on one GPU model.
@@ -61,10 +59,6 @@ type modelTable struct {
 	always  float64
 	classes []fragClass
 	milli   []int // distinct per-GPU milli of classes, ascending
-	// waste[x] is the GPU milli a device with x free is expected to leave unused:
-	// GPU pods of the classes arrive at their shares; one that fits takes its share
-	// of the device, the first that does not fit leaves the rest idle.
-	waste [MilliPerGPU + 1]float64
 }
 
 // NewWorkload groups reqs into classes, keeps the most frequent ones until they
@@ -124,39 +118,9 @@ func NewWorkload(reqs []Request, coverage float64) *Workload {
 	return w
 }
 
-// demandWeighted returns a copy of w whose class shares are weighted by
-// count·(1 + alpha·GPU demand in GPUs) instead of count alone.
-func (w *Workload) demandWeighted(alpha float64) *Workload {
-	if alpha == 0 {
-		return w
-	}
-	c := &Workload{classes: slices.Clone(w.classes), pods: w.pods}
-	var sum float64
-	for i := range c.classes {
-		cl := &c.classes[i]
-		cl.Share = float64(cl.Count) * (1 + alpha*float64(cl.NumGPU*cl.GPUMilli)/MilliPerGPU)
-		sum += cl.Share
-	}
-	for i := range c.classes {
-		c.classes[i].Share /= sum
-	}
-	c.prepare()
-	return c
-}
-
 // prepare builds the per-model tables from the classes and their shares.
 func (w *Workload) prepare() {
 	w.byModel = map[string]*modelTable{}
-	var cpu, gpu float64
-	for _, c := range w.classes {
-		if c.NeedsGPU() {
-			cpu += c.Share * float64(c.CPUMilli)
-			gpu += c.Share * float64(c.NumGPU*c.GPUMilli)
-		}
-	}
-	if gpu > 0 {
-		w.cpuPerGPU = cpu / gpu
-	}
 	w.other = w.buildTable("")
 	for _, c := range w.classes {
 		for _, m := range c.Models {
@@ -184,21 +148,6 @@ func (w *Workload) buildTable(model string) *modelTable {
 			t.milli = append(t.milli, t.classes[i].milli)
 		}
 		t.classes[i].group = len(t.milli) - 1
-	}
-	var sum float64
-	for _, c := range t.classes {
-		sum += c.p
-	}
-	for x := 1; x <= MilliPerGPU && sum > 0; x++ {
-		var v float64
-		for _, c := range t.classes {
-			if c.milli <= x {
-				v += c.p / sum * t.waste[x-c.milli]
-			} else {
-				v += c.p / sum * float64(x)
-			}
-		}
-		t.waste[x] = v
 	}
 	return t
 }

@@ -137,3 +137,31 @@ func TestFragModels(t *testing.T) {
 		t.Fatalf("V100 frag %v, want 0", got)
 	}
 }
+
+func TestFillFrag(t *testing.T) {
+	t.Parallel()
+	// Classes: 0.4-GPU shares with 2 CPU (p=0.5), whole 2-GPU pods with 1 CPU (p=0.5).
+	w := NewWorkload(append(reqs(1, Request{CPUMilli: 2000, NumGPU: 1, GPUMilli: 400}),
+		Request{CPUMilli: 1000, NumGPU: 2, GPUMilli: 1000}), 1)
+	tests := []struct {
+		name string
+		cpu  int64
+		free []int
+		want float64
+	}{
+		// Shares: 2+2+2 fit → 2400 of 3000 usable; pairs: one pair of full devices → 2000.
+		{"cpu plenty", 100000, []int{1000, 1000, 1000}, 0.5*600 + 0.5*1000},
+		// CPU for one share only: 400 usable.
+		{"cpu strands gpu", 2000, []int{1000, 1000, 1000}, 0.5*2600 + 0.5*1000},
+		{"no cpu", 0, []int{1000, 1000}, 2000},
+		{"residues", 100000, []int{700, 300}, 0.5*600 + 0.5*1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := w.table("T4").fillFrag(tc.cpu, tc.free); math.Abs(got-tc.want) > 1e-9 {
+				t.Fatalf("fillFrag = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

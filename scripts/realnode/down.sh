@@ -2,8 +2,8 @@
 # down.sh DIR [--purge]: tears down the node up.sh started in DIR. Idempotent, and
 # safe on a half-started node. In order:
 #   1. kubelet (SIGTERM, then SIGKILL), so nothing restarts pods;
-#   2. every containerd task and container in namespace k8s.io (ctr), then any shim of
-#      this containerd still alive, by PID;
+#   2. every containerd task, container and pod sandbox in namespace k8s.io (ctr), then
+#      any shim of this containerd still alive, by PID;
 #   3. containerd, the scheduler, the controller-manager, the apiserver, etcd, the
 #      watchdog - each by the PID up.sh recorded;
 #   4. any process still in this node's kubepods cgroups (SIGKILL, by PID);
@@ -15,6 +15,7 @@
 #      paths /run/containerd, /var/lib/kubelet (device-plugins), /var/log/containers
 #      and /var/log/pods removed when they did not exist before up.sh.
 # DIR's logs and configs stay (for post-mortems) unless --purge; the data dirs go.
+# REALNODE_DEBUG=1 logs each step with its time.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -25,8 +26,9 @@ purge=
 [ "${2:-}" = --purge ] && purge=1
 [ -d "$D/pids" ] || { log "$D is not a real-node run dir"; exit 1; }
 # Ctrl-C must not stop a teardown half-way.
-trap '' INT TERM HUP
+trap '' INT TERM HUP PIPE
 
+dbg() { [ -z "${REALNODE_DEBUG:-}" ] || log "+${SECONDS}s $*"; }
 owns_machine() { [ "$(cat "$ACTIVE_FILE" 2>/dev/null)" = "$D" ]; }
 
 # stop NAME [GRACE]: SIGTERM the recorded PID, SIGKILL after GRACE seconds.
@@ -34,7 +36,8 @@ stop() {
 	local f=$D/pids/$1 grace=${2:-10} pid
 	[ -f "$f" ] || return 0
 	pid=$(cat "$f")
-	if [ "$pid" != "$PPID" ] && pid_alive "$pid"; then
+	dbg "stopping $1"
+	if [ "$pid" != "$PPID" ] && [ "$pid" != "$$" ] && pid_alive "$pid"; then
 		kill -TERM "$pid" 2>/dev/null
 		local end=$((SECONDS + grace))
 		while pid_alive "$pid" && [ $SECONDS -lt $end ]; do sleep 0.1; done
@@ -53,34 +56,44 @@ stop kubelet 15
 addr=$D/containerd/containerd.sock
 ctr_() { timeout 20 "$RT_BIN/ctr" --address "$addr" --namespace k8s.io "$@"; }
 if [ -S "$addr" ] && pid_alive "$(cat "$D/pids/containerd" 2>/dev/null)"; then
+	dbg "killing tasks"
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
 		ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1
 	done
+	dbg "deleting tasks"
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			ctr_ tasks delete -f "$id" >/dev/null 2>&1 && break
-			sleep 0.3
-		done
+		ctr_ tasks delete -f "$id" >/dev/null 2>&1
+	done
+	# CRI pod sandboxes own their shim (and the pause task): removing them makes
+	# the shims exit.
+	dbg "removing sandboxes"
+	for id in $(ctr_ sandboxes ls 2>/dev/null | awk 'NR > 1 {print $1}'); do
+		ctr_ sandboxes remove -f "$id" >/dev/null 2>&1
+	done
+	for id in $(ctr_ tasks ls -q 2>/dev/null); do
+		ctr_ tasks delete -f "$id" >/dev/null 2>&1
 	done
 	for id in $(ctr_ containers ls -q 2>/dev/null); do
 		ctr_ containers delete "$id" >/dev/null 2>&1
 	done
 fi
-# Shims outlive containerd: find this containerd's shims by their -address argument.
-# A shim exits by itself once its tasks are deleted; give it a moment first.
+# Shims outlive containerd: find this containerd's shims by their -address argument
+# (unique to DIR). A shim exits by itself once its sandbox is gone; else SIGKILL.
 shims() {
-	local p cmd
-	for p in /proc/[0-9]*; do
-		cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-		case $cmd in *containerd-shim-runc-v2*"-address $addr "*) echo "${p#/proc/}" ;; esac
+	local f pid
+	for f in $(grep -l -a -F -e "$addr" /proc/[0-9]*/cmdline 2>/dev/null); do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		grep -q -a -F containerd-shim "$f" 2>/dev/null && echo "$pid"
 	done
 }
-for _ in $(seq 20); do
+dbg "waiting for shims"
+for _ in 1 2 3 4 5 6 7 8 9 10; do
 	[ -n "$(shims)" ] || break
 	sleep 0.2
 done
 for pid in $(shims); do
-	log "killing leftover shim $pid"
+	dbg "killing leftover shim $pid"
 	kill -KILL "$pid" 2>/dev/null
 done
 
@@ -88,7 +101,7 @@ done
 stop containerd 10
 stop kube-scheduler 5
 stop kube-controller-manager 5
-stop kube-apiserver 10
+stop kube-apiserver 3
 stop etcd 10
 stop watchdog 1
 

@@ -21,7 +21,8 @@
 //     extender before the scheduler).
 //   - Options.TrackPods decodes every request body a second time; leave it
 //     off in benchmarks.
-//   - The admin client has no client-side rate limit. The binary's default
+//   - The admin client has no client-side rate limit and speaks JSON
+//     (Options.Protobuf: protobuf, like kube-scheduler). The binary's default
 //     (-kube-api-qps 50, -kube-api-burst 100) would cap the extender's binds
 //     at about 25 GPU pods/s (two API calls per bind).
 //   - The extender logs to a file in the test's temp dir; its tail is

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	extender "github.com/understory/understory/scheduler-extender"
@@ -45,6 +47,10 @@ type Options struct {
 	TrackPods bool
 	// SyncTimeout bounds the wait for the informer caches; default 60 s.
 	SyncTimeout time.Duration
+	// Protobuf gives the extender a clientset speaking protobuf (as
+	// kube-scheduler does) instead of the control plane's JSON admin client;
+	// PodGroups stay JSON (CRDs have no protobuf).
+	Protobuf bool
 }
 
 // Calls counts the extender's filter, prioritize and bind requests.
@@ -106,9 +112,18 @@ func Start(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlane, op
 			tb.Logf("extender log %s, last lines:\n%s", logPath, tail(logPath, 40))
 		}
 	})
+	client := cp.Client()
+	if opts.Protobuf {
+		rc := cp.RESTConfig()
+		rc.ContentType = runtime.ContentTypeProtobuf
+		rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
+			tb.Fatalf("extender: protobuf clientset: %v", err)
+		}
+	}
 	e := &Extender{reg: prometheus.NewRegistry(), track: opts.TrackPods, pods: map[string]*PodCalls{}, runErr: make(chan error, 1)}
 	e.srv, err = extender.NewServer(cfg, extender.Deps{
-		Client:   cp.Client(),
+		Client:   client,
 		Dynamic:  cp.Dynamic(),
 		Registry: e.reg,
 		Logger:   slog.New(slog.NewTextHandler(logFile, nil)),

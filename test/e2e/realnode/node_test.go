@@ -149,6 +149,18 @@ func (n *node) kubeletLogSince(offset int64, needles ...string) []string {
 	return out
 }
 
+// kubeletProblems returns kubelet's error and warning lines (klog E/W) after offset
+// that contain needle.
+func (n *node) kubeletProblems(offset int64, needle string) []string {
+	var out []string
+	for _, l := range n.kubeletLogSince(offset, needle) {
+		if strings.HasPrefix(l, "E") || strings.HasPrefix(l, "W") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // podSpec is a hostNetwork busybox pod that prints a line and sleeps.
 func (n *node) podSpec(name string, annotations map[string]string, res corev1.ResourceRequirements) *corev1.Pod {
 	grace := int64(1)

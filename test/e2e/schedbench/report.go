@@ -14,6 +14,9 @@ import (
 // Result is the measurement of one scheduler configuration.
 type Result struct {
 	Name string `json:"name"`
+	// Workload is the pod mix: "cpu" (100m/128Mi) or "gpu" (the same plus
+	// nvidia.com/gpu 1 or 2, or understory.io/gpu-milli 500 or 250).
+	Workload string `json:"workload"`
 	// PodsPerSec is (pods-1) / BindSpanSeconds: binding throughput once the
 	// scheduler is scheduling.
 	PodsPerSec      float64 `json:"pods_per_sec"`
@@ -26,22 +29,76 @@ type Result struct {
 	CreatePodsPerSec      float64 `json:"create_pods_per_sec"`
 	ExtenderFilterCalls   int64   `json:"extender_filter_calls,omitempty"`
 	ExtenderPriorityCalls int64   `json:"extender_prioritize_calls,omitempty"`
+	ExtenderBindCalls     int64   `json:"extender_bind_calls,omitempty"`
 	LoadAvgBefore         string  `json:"loadavg_before"`
+	LoadAvgAfter          string  `json:"loadavg_after"`
+	// CPUSeconds is the CPU time (user + system) each of the benchmark's
+	// processes used from scheduler start to the last bind: "benchmark" is
+	// the test process (the in-process extender, the watch), the others are
+	// its child processes by command name.
+	CPUSeconds map[string]float64 `json:"cpu_s,omitempty"`
+	// CPUMillisPerPod is the sum of CPUSeconds per bound pod, in ms.
+	CPUMillisPerPod float64 `json:"cpu_ms_per_pod,omitempty"`
 }
 
 // Report is the file written to bench/out/scheduler-throughput.json.
 type Report struct {
-	Benchmark       string    `json:"benchmark"`
-	Date            string    `json:"date"`
-	Kubernetes      string    `json:"kubernetes"`
-	Nodes           int       `json:"nodes"`
-	Pods            int       `json:"pods"`
-	SchedulerQPS    int       `json:"scheduler_client_qps"`
-	Etcd            string    `json:"etcd"`
-	CreateNodesSecs float64   `json:"create_nodes_s"`
-	Machine         Machine   `json:"machine"`
-	Summary         []Summary `json:"summary"`
-	Results         []Result  `json:"results"`
+	Benchmark    string `json:"benchmark"`
+	Date         string `json:"date"`
+	Kubernetes   string `json:"kubernetes"`
+	Nodes        int    `json:"nodes"`
+	Pods         int    `json:"pods"`
+	GPUsPerNode  int    `json:"gpus_per_node"`
+	SchedulerQPS int    `json:"scheduler_client_qps"`
+	// PercentageOfNodesToScore is kube-scheduler's setting in every
+	// scenario; 0 is its adaptive default (10 % at 5 000 nodes).
+	PercentageOfNodesToScore int `json:"percentage_of_nodes_to_score"`
+	// Rounds is how often every scenario ran, interleaved (a b c d, a b c d, ...).
+	Rounds int `json:"rounds"`
+	// ExtenderProtobuf: the real extender's clientset spoke protobuf (else JSON).
+	ExtenderProtobuf bool      `json:"extender_protobuf"`
+	Etcd             string    `json:"etcd"`
+	CreateNodesSecs  float64   `json:"create_nodes_s"`
+	Machine          Machine   `json:"machine"`
+	Summary          []Summary `json:"summary"`
+	Ratios           []Ratio   `json:"ratios"`
+	Results          []Result  `json:"results"`
+}
+
+// Ratio compares the median pods/s of two scenarios against a target.
+type Ratio struct {
+	Name        string  `json:"name"`
+	Numerator   string  `json:"numerator"`
+	Denominator string  `json:"denominator"`
+	Value       float64 `json:"value"`
+	Target      float64 `json:"target,omitempty"` // 0: informational
+	Met         bool    `json:"met"`
+}
+
+// ratioSpec is a Ratio before measurement.
+type ratioSpec struct {
+	name, num, den string
+	target         float64
+}
+
+// ratios computes the specs whose two scenarios were both measured.
+func ratios(sum []Summary, specs []ratioSpec) []Ratio {
+	median := map[string]float64{}
+	for _, s := range sum {
+		median[s.Name] = s.MedianPodsPerSec
+	}
+	var out []Ratio
+	for _, sp := range specs {
+		n, okN := median[sp.num]
+		d, okD := median[sp.den]
+		if !okN || !okD || d <= 0 {
+			continue
+		}
+		r := Ratio{Name: sp.name, Numerator: sp.num, Denominator: sp.den, Value: n / d, Target: sp.target}
+		r.Met = r.Value >= sp.target
+		out = append(out, r)
+	}
+	return out
 }
 
 // Summary aggregates the runs of one scenario (-benchtime Nx runs N).
