@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/understory/understory/cgroups/cgroupstest"
 )
 
 // Real-cgroup tests. They run as root against /sys/fs/cgroup (this machine:
@@ -36,6 +38,7 @@ func realHierarchy(t *testing.T) *Hierarchy {
 	if err != nil {
 		t.Fatalf("Open(%s): %v", realRoot, err)
 	}
+	cgroupstest.LockCPU(t)
 	return h
 }
 

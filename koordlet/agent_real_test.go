@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/cgroups/cgroupstest"
 )
 
 // realHierarchy opens the machine's cgroups or skips (fails in CI, where these tests
@@ -37,6 +38,7 @@ func realHierarchy(t *testing.T) *cgroups.Hierarchy {
 	if err != nil {
 		skip("real-cgroup test needs a writable cgroupfs at %s: %v", DefaultCgroupRoot, err)
 	}
+	cgroupstest.LockCPU(t)
 	return h
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet"
 )
 
@@ -44,6 +45,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	cgroupstest.LockCPU(t)
 	bin := filepath.Join(t.TempDir(), "koordlet")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
 		t.Fatalf("building koordlet: %v\n%s", err, out)
