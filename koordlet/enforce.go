@@ -85,12 +85,13 @@ type demand struct {
 // demandWindow is the time constant of the demand average.
 const demandWindow = time.Second
 
-func (d *demand) add(cores float64, period time.Duration) {
+// add folds in usage measured over the last dt.
+func (d *demand) add(cores float64, dt time.Duration) {
 	if !d.ok {
 		d.v, d.ok = cores, true
 		return
 	}
-	alpha := math.Min(1, period.Seconds()/demandWindow.Seconds())
+	alpha := math.Min(1, dt.Seconds()/demandWindow.Seconds())
 	d.v += alpha * (cores - d.v)
 }
 

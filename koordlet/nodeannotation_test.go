@@ -53,7 +53,9 @@ func TestAgentPublishesWindowMeans(t *testing.T) {
 		c.NodeMetricsPeriod.Duration = time.Second
 	}, NewNodeAnnotator(client.CoreV1().Nodes(), "n1"))
 	r.step(0, nil)
-	for range 12 {
+	// Two windows: batch pods held in place are sampled every slowEvery periods, so the
+	// first window starts before their first rate.
+	for range 2*slowEvery + 5 {
 		r.step(1.5, map[string]float64{r.lsCg: 0.4, r.inPlace: 0.5, r.inTier: 0.5})
 	}
 	r.agent.publish.wait()

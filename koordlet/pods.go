@@ -47,6 +47,9 @@ type podState struct {
 	usage  float64 // cores over the last period
 	fresh  bool    // usage is from this period
 	demand demand  // smoothed usage, for splitting the budget
+	// sampledAt is when usage was last read (pods other than LS are read every
+	// slowEvery periods).
+	sampledAt time.Time
 
 	// set up: in-place batch pods get SCHED_IDLE and minimum weight once.
 	setUp bool
@@ -195,6 +198,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 			a.removeTierPod(st)
 		}
 	}
+	a.podsChanged = true
 	a.sorted = a.sorted[:0]
 	for _, st := range a.pods {
 		a.sorted = append(a.sorted, st)
@@ -253,8 +257,9 @@ func (a *Agent) readPod(st *podState, now time.Time) {
 	}
 	if cores, ok := st.rate.Update(now, v); ok {
 		st.usage, st.fresh = cores, true
-		st.demand.add(cores, a.cfg.Period.Duration)
+		st.demand.add(cores, now.Sub(st.sampledAt))
 	}
+	st.sampledAt = now
 }
 
 // openPod finds the first of the pod's candidate cgroups that exists and opens it.

@@ -77,7 +77,10 @@ type PodEntry struct {
 
 const budgetFormula = "applied = restoreLimited(clamp(nodeCPUs × threshold − lsUsage − systemUsage, min, max))"
 
-func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget) {
+// storeStatus publishes the period's snapshot. The pod list is rebuilt only with
+// withPods (every slowEvery periods, or when the pod set changed); otherwise the previous
+// snapshot's is reused: it is immutable once published.
+func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool) {
 	s := &Status{
 		Time: now, Node: a.cfg.NodeName, Layout: a.hier.Layout().String(),
 		Period: a.cfg.Period.Duration.String(), Usage: u, Healthy: true,
@@ -85,8 +88,13 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget) {
 			LSUsage: b.LSUsage, SystemUsage: b.SystemUsage, Raw: b.Raw, Min: b.Min, Max: b.Max,
 			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
 		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota)},
-		Pods: map[string][]PodEntry{},
 	}
+	if prev := a.status.Load(); !withPods && prev != nil && prev.Pods != nil {
+		s.Pods = prev.Pods
+		a.status.Store(s)
+		return
+	}
+	s.Pods = map[string][]PodEntry{}
 	for _, st := range a.sorted {
 		e := PodEntry{Namespace: st.namespace, Name: st.name, UID: string(st.uid), Cgroup: st.cgroup, UsageCores: st.usage}
 		if st.class == qos.ClassBatch {

@@ -58,7 +58,11 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 		return nil, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.cfg.koordlet, "-config", cfgPath)
+	args := []string{"-config", cfgPath}
+	if s.cfg.agentPprof {
+		args = append(args, "-pprof")
+	}
+	cmd := exec.Command(s.cfg.koordlet, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -72,87 +72,27 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 	res := benchResult{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Config: map[string]any{"rate": sc.rate, "rounds_per_request": sc.rounds, "batch_pods": sc.batchPods,
 			"threads_per_batch_pod": sc.threads, "phase_s": dc.phase.Seconds(), "rounds": bc.rounds,
-			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds()}}
-	s, err := newScenario(sc)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-
-	// Paired rounds, so that drift on the machine hits every phase alike.
-	byName := map[string][]phaseResult{}
-	var order []string
-	for i := range bc.rounds {
-		printf("round %d/%d\n", i+1, bc.rounds)
-		rs, err := s.runRound(ctx, dc, logf)
+			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds(), "tier_parent": sc.tierParent}}
+	if bc.rounds > 0 || bc.steps > 0 || len(bc.sweep) > 0 {
+		s, err := newScenario(sc)
 		if err != nil {
 			return err
 		}
-		for _, r := range rs {
-			if _, ok := byName[r.Name]; !ok {
-				order = append(order, r.Name)
-			}
-			byName[r.Name] = append(byName[r.Name], r)
-		}
-	}
-	for _, n := range order {
-		res.Phases = append(res.Phases, pool(n, byName[n]))
-	}
-	solo, vanilla, tier, inplace := res.Phases[0], res.Phases[1], res.Phases[2], res.Phases[3]
-	res.LSP99SoloMs, res.LSP99VanillaMs, res.LSP99AgentMs, res.LSP99AgentInPlaceMs = solo.P99ms, vanilla.P99ms, tier.P99ms, inplace.P99ms
-	res.BatchIdleShareVanilla, res.BatchIdleShareAgent, res.BatchIdleShareAgentInPlace = vanilla.IdleShare, tier.IdleShare, inplace.IdleShare
-	res.RatioVanilla, res.RatioAgent, res.RatioAgentInPlace = vanilla.P99ms/solo.P99ms, tier.P99ms/solo.P99ms, inplace.P99ms/solo.P99ms
-	printTable(printf, "Pooled over rounds", res.Phases, solo.P99ms)
-
-	printf("reaction: %d LS load steps (idle → busy)\n", bc.steps)
-	reactions, settles, err := s.reaction(ctx, dc, bc.steps, logf)
-	if err != nil {
-		return err
-	}
-	res.ReactionsMs = reactions
-	sorted := append([]float64(nil), reactions...)
-	sort.Float64s(sorted)
-	res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = fquantile(sorted, .5), fquantile(sorted, .99), sorted[len(sorted)-1]
-	sort.Float64s(settles)
-	res.SettleP50Ms = fquantile(settles, .5)
-	printf("  reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms; settle p50 %.0f ms\n", res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs, res.SettleP50Ms)
-
-	if len(bc.sweep) > 0 {
-		printf("sweep of the policy threshold (%v each)\n", bc.sweepPhase)
-		if err := s.placeBatch(true); err != nil {
+		err = s.benchScenario(ctx, dc, bc, &res, printf, logf)
+		s.close()
+		if err != nil {
 			return err
 		}
-		for _, th := range bc.sweep {
-			if _, err := s.startAgent(th, dc.period); err != nil {
-				return err
-			}
-			if err := sleep(ctx, dc.warmup); err != nil {
-				return err
-			}
-			r, err := s.measure(ctx, fmt.Sprintf("threshold %.2f", th), bc.sweepPhase)
-			if err != nil {
-				return err
-			}
-			_ = s.stopAgent()
-			soloNow, err := s.soloP99(ctx, bc.sweepPhase)
-			if err != nil {
-				return err
-			}
-			p := sweepPoint{Threshold: th, P99Ms: r.P99ms, P99Ratio: r.P99ms / soloNow, IdleShare: r.IdleShare, BatchCPUs: r.BatchCPU / r.Seconds}
-			res.Sweep = append(res.Sweep, p)
-			printf("  threshold %.2f: p99 %.2f ms (%.2f× solo), batch %.2f CPUs, idle share %.2f\n", th, p.P99Ms, p.P99Ratio, p.BatchCPUs, p.IdleShare)
+	}
+	if bc.overhead > 0 {
+		printf("agent overhead with 110 static pods (%v)\n", bc.overhead)
+		ov, err := measureOverhead(ctx, sc, dc, bc.overhead)
+		if err != nil {
+			return err
 		}
+		res.AgentCPUPct, res.AgentRSSMiB, res.AgentPeakMiB, res.AgentPods = ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods
+		printf("  agent: %.2f%% of a core, RSS %.1f MiB (peak %.1f MiB), %d pods\n", ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods)
 	}
-	s.close()
-
-	printf("agent overhead with 110 static pods (%v)\n", bc.overhead)
-	ov, err := measureOverhead(ctx, sc, dc, bc.overhead)
-	if err != nil {
-		return err
-	}
-	res.AgentCPUPct, res.AgentRSSMiB, res.AgentPeakMiB, res.AgentPods = ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods
-	printf("  agent: %.2f%% of a core, RSS %.1f MiB (peak %.1f MiB), %d pods\n", ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods)
-
 	if err := os.MkdirAll(filepath.Dir(bc.out), 0o755); err != nil {
 		return err
 	}
@@ -164,6 +104,81 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 		return err
 	}
 	printf("wrote %s\n", bc.out)
+	return nil
+}
+
+// benchScenario runs the parts of the benchmark that share one fake node: the paired
+// rounds of the four phases, the reaction steps and the threshold sweep.
+func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchConfig, res *benchResult, printf, logf func(string, ...any)) error {
+	if bc.rounds > 0 {
+		// Paired rounds, so that drift on the machine hits every phase alike.
+		byName := map[string][]phaseResult{}
+		var order []string
+		for i := range bc.rounds {
+			printf("round %d/%d\n", i+1, bc.rounds)
+			rs, err := s.runRound(ctx, dc, logf)
+			if err != nil {
+				return err
+			}
+			for _, r := range rs {
+				if _, ok := byName[r.Name]; !ok {
+					order = append(order, r.Name)
+				}
+				byName[r.Name] = append(byName[r.Name], r)
+			}
+		}
+		for _, n := range order {
+			res.Phases = append(res.Phases, pool(n, byName[n]))
+		}
+		solo, vanilla, tier, inplace := res.Phases[0], res.Phases[1], res.Phases[2], res.Phases[3]
+		res.LSP99SoloMs, res.LSP99VanillaMs, res.LSP99AgentMs, res.LSP99AgentInPlaceMs = solo.P99ms, vanilla.P99ms, tier.P99ms, inplace.P99ms
+		res.BatchIdleShareVanilla, res.BatchIdleShareAgent, res.BatchIdleShareAgentInPlace = vanilla.IdleShare, tier.IdleShare, inplace.IdleShare
+		res.RatioVanilla, res.RatioAgent, res.RatioAgentInPlace = vanilla.P99ms/solo.P99ms, tier.P99ms/solo.P99ms, inplace.P99ms/solo.P99ms
+		printTable(printf, "Pooled over rounds", res.Phases, solo.P99ms)
+	} else if err := s.startBatch(); err != nil {
+		return err
+	}
+	if bc.steps > 0 {
+		printf("reaction: %d LS load steps (idle → busy)\n", bc.steps)
+		reactions, settles, err := s.reaction(ctx, dc, bc.steps, logf)
+		if err != nil {
+			return err
+		}
+		res.ReactionsMs = reactions
+		sorted := append([]float64(nil), reactions...)
+		sort.Float64s(sorted)
+		res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = fquantile(sorted, .5), fquantile(sorted, .99), sorted[len(sorted)-1]
+		sort.Float64s(settles)
+		res.SettleP50Ms = fquantile(settles, .5)
+		printf("  reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms; settle p50 %.0f ms\n", res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs, res.SettleP50Ms)
+	}
+	if len(bc.sweep) == 0 {
+		return nil
+	}
+	printf("sweep of the policy threshold (%v each)\n", bc.sweepPhase)
+	if err := s.placeBatch(true); err != nil {
+		return err
+	}
+	for _, th := range bc.sweep {
+		if _, err := s.startAgent(th, dc.period); err != nil {
+			return err
+		}
+		if err := sleep(ctx, dc.warmup); err != nil {
+			return err
+		}
+		r, err := s.measure(ctx, fmt.Sprintf("threshold %.2f", th), bc.sweepPhase)
+		if err != nil {
+			return err
+		}
+		_ = s.stopAgent()
+		soloNow, err := s.soloP99(ctx, bc.sweepPhase)
+		if err != nil {
+			return err
+		}
+		p := sweepPoint{Threshold: th, P99Ms: r.P99ms, P99Ratio: r.P99ms / soloNow, IdleShare: r.IdleShare, BatchCPUs: r.BatchCPU / r.Seconds}
+		res.Sweep = append(res.Sweep, p)
+		printf("  threshold %.2f: p99 %.2f ms (%.2f× solo), batch %.2f CPUs, idle share %.2f\n", th, p.P99Ms, p.P99Ratio, p.BatchCPUs, p.IdleShare)
+	}
 	return nil
 }
 

@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string) error {
 		fs.Float64Var(&sc.rate, "rate", 500, "LS requests per second")
 		fs.IntVar(&sc.workers, "conns", 64, "load generator connections")
 		fs.StringVar(&sc.lsCPU, "ls-cpu", "1", "LS pod CPU request")
+		fs.BoolVar(&sc.agentPprof, "agent-pprof", false, "start the agent with -pprof (profiling)")
 		fs.StringVar(&sc.tierParent, "tier-parent", koordlet.TierParentKubepods, "where the agent creates its batch tier: kubepods or besteffort")
 		fs.DurationVar(&dc.phase, "phase", 8*time.Second, "length of each measured phase")
 		fs.DurationVar(&dc.warmup, "warmup", time.Second, "agent warm-up before measuring")

@@ -38,6 +38,7 @@ type scenarioConfig struct {
 	lsCPU      string // LS pod CPU request (kubelet sets its cpu.shares from it)
 	extraPods  int    // idle pods (no processes) added to the manifests, for the overhead run
 	tierParent string // koordlet tierParent
+	agentPprof bool   // start the agent with -pprof
 	logf       func(format string, args ...any)
 }
 

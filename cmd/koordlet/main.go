@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -43,6 +44,7 @@ func run() error {
 	listen := flag.String("listen", "", "address for /metrics, /healthz and /status (overrides the config)")
 	cgroupRoot := flag.String("cgroup-root", "", "cgroup filesystem mount (overrides the config)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
+	pprof := flag.Bool("pprof", false, "also serve /debug/pprof/ (profiling) on the listen address")
 	flag.Parse()
 
 	var level slog.Level
@@ -114,7 +116,15 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.ListenAddress, err)
 	}
-	srv := &http.Server{Handler: agent.Handler(reg), ReadHeaderTimeout: 5 * time.Second,
+	handler := agent.Handler(reg)
+	if *pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		handler = mux
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	log.Info("koordlet started", "listen", ln.Addr().String(), "nri", cfg.NRI.Enabled, "node", cfg.NodeName,
 		"static", cfg.StaticPodDir, "period", cfg.Period.Duration)

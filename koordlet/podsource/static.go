@@ -78,6 +78,10 @@ type manifestFile struct {
 	good   *corev1.Pod // last pod from this file that was served
 }
 
+// safetyScanEvery is how many poll intervals pass between full re-reads while
+// inotify reports changes.
+const safetyScanEvery = 10
+
 // NewStatic returns a source for the manifests in dir. It does no IO until
 // Run. A nil logger discards logs.
 func NewStatic(dir string, logger *slog.Logger, opts ...StaticOption) *Static {
@@ -133,19 +137,24 @@ func (s *Static) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-events:
 			s.scan()
 		case <-tick.C:
-			if w != nil && w.lost() {
+			lost := w != nil && w.lost()
+			if lost {
 				if err := w.rewatch(); err == nil {
 					s.logger.Info("inotify watch re-established")
 				}
 			}
-			s.scan()
+			// While inotify works the poll is only a safety net: a full re-read of every
+			// manifest each poll interval is most of an idle agent's work with 100 pods.
+			if w == nil || lost || n%safetyScanEvery == 0 {
+				s.scan()
+			}
 		}
 	}
 }
