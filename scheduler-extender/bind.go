@@ -25,8 +25,10 @@ type podAPI interface {
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	// PatchPodAnnotation sets one annotation; uid guards against a recreated pod.
 	PatchPodAnnotation(ctx context.Context, namespace, name string, uid types.UID, key, value string) error
-	// BindPod creates the pods/binding subresource.
-	BindPod(ctx context.Context, namespace, name string, uid types.UID, node string) error
+	// BindPod creates the pods/binding subresource; uid guards against a
+	// recreated pod. The API server sets spec.nodeName and merges annotations
+	// into the pod's in the same write (see clientAPI.BindPod).
+	BindPod(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error
 }
 
 // clientAPI implements podAPI with a clientset.
@@ -54,9 +56,18 @@ func (a clientAPI) PatchPodAnnotation(ctx context.Context, namespace, name strin
 	return nil
 }
 
-func (a clientAPI) BindPod(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+// BindPod creates the Binding with annotations in its metadata. kube-apiserver
+// (pkg/registry/core/pod/storage, BindingREST.Create → assignPod →
+// setPodNodeAndMetadata in 1.34; setPodHostAndAnnotations in older releases)
+// applies a Binding in one GuaranteedUpdate of the pod: it checks the UID
+// precondition, refuses a pod already assigned or being deleted, sets
+// spec.nodeName, copies every key of the Binding's metadata.annotations onto
+// the pod's annotations and sets PodScheduled=True. So the annotations and the
+// node land in one etcd write and one watch event: nobody can see the pod bound
+// without them, and a failed Binding leaves none behind.
+func (a clientAPI) BindPod(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error {
 	b := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	if err := a.c.CoreV1().Pods(namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
@@ -72,9 +83,11 @@ func (noAPI) GetPod(context.Context, string, string) (*corev1.Pod, error) { retu
 func (noAPI) PatchPodAnnotation(context.Context, string, string, types.UID, string, string) error {
 	return ErrNoClient
 }
-func (noAPI) BindPod(context.Context, string, string, types.UID, string) error { return ErrNoClient }
+func (noAPI) BindPod(context.Context, string, string, types.UID, string, map[string]string) error {
+	return ErrNoClient
+}
 
-// bindMember is one pod to bind: its devices annotation first, then the Binding.
+// bindMember is one pod to bind: one Binding carrying its devices annotation.
 type bindMember struct {
 	namespace, name string
 	uid             types.UID
@@ -195,17 +208,20 @@ func (s *State) finishBind(m bindMember, err error) {
 	p.phase = phaseAssumed
 }
 
-// finishGang records the outcome of a gang commit and wakes every waiting member.
-func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error, whole error) {
+// finishGang records the outcome of a gang commit (each member's Binding
+// error) and wakes every waiting member.
+func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	bound, failed := 0, 0
 	var any *podEntry
 	for uid := range plan.members {
 		p := s.pods[uid]
-		err := whole
-		if err == nil {
-			err = results[uid]
+		err, tried := results[uid]
+		if !tried {
+			// Gone from the index before the commit: no Binding was attempted.
+			err = fmt.Errorf("gang %s: member %s left before the commit: %w", g.key, uid, errGangBind)
+			results[uid] = err
 		}
 		if err != nil {
 			failed++
@@ -225,7 +241,7 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error,
 			p.phase = phaseAssumed
 		}
 	}
-	plan.results, plan.err = results, whole
+	plan.results = results
 	if g.plan == plan {
 		g.plan = nil
 	}
@@ -237,9 +253,6 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error,
 		}
 	} else {
 		reason := fmt.Sprintf("gang %s: %d members bound, %d failed", g.key, bound, failed)
-		if whole != nil {
-			reason = fmt.Sprintf("gang %s: no member bound: %v", g.key, whole)
-		}
 		g.state, g.reason = GangWaiting, reason
 		s.count("bind_failed")
 		if any != nil {
@@ -271,9 +284,11 @@ func (s *State) planResult(plan *gangPlan, uid types.UID) error {
 // maxParallelAPI bounds concurrent API calls of one gang commit.
 const maxParallelAPI = 8
 
-// Bind places a pod on args.Node: it writes the devices annotation, then creates
-// the Binding. A gang member waits (up to GangBindTimeout) until every member of
-// its plan has reached bind; the last one to arrive binds them all.
+// Bind places a pod on args.Node with one API write: a Binding whose metadata
+// carries the pod's devices annotation, which kube-apiserver copies onto the
+// pod in the same update that sets spec.nodeName (see clientAPI.BindPod). A
+// gang member waits (up to GangBindTimeout) until every member of its plan has
+// reached bind; the last one to arrive binds them all.
 func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
 	job, err := s.state.beginBind(&args)
 	if errors.Is(err, ErrUnknownPod) {
@@ -297,17 +312,12 @@ func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		return nil
 	}
 	if job.plan == nil {
-		res := s.apply(ctx, []bindMember{job.member})
-		err := res.err
-		if err == nil {
-			err = res.per[job.member.uid]
-		}
+		err := s.apply(ctx, []bindMember{job.member})[job.member.uid]
 		s.state.finishBind(job.member, err)
 		return err
 	}
 	if job.commit {
-		res := s.apply(ctx, job.all)
-		s.state.finishGang(job.g, job.plan, res.per, res.err)
+		s.state.finishGang(job.g, job.plan, s.apply(ctx, job.all))
 	}
 	timer := time.NewTimer(s.cfg.GangBindTimeout)
 	defer timer.Stop()
@@ -323,69 +333,59 @@ func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	return s.state.planResult(job.plan, job.member.uid)
 }
 
-// applyResult is the outcome of apply: err fails every member (no Binding was
-// created), per holds each member's Binding error.
-type applyResult struct {
-	err error
-	per map[types.UID]error
+// bindAnnotations is what a member's Binding writes onto the pod.
+func bindAnnotations(m bindMember) map[string]string {
+	if !m.gpu {
+		return nil
+	}
+	return map[string]string{AnnotationGPUDevices: FormatDevices(m.devices)}
 }
 
-// apply writes every member's devices annotation and, only if all succeeded,
-// creates every Binding. API calls outlive a cancelled request (a half-done
-// commit is worse than a late one) but each is bounded by APITimeout.
-func (s *Server) apply(ctx context.Context, ms []bindMember) applyResult {
+// apply creates every member's Binding (its devices annotation inside, one
+// write per pod), at most maxParallelAPI at a time, and returns each member's
+// error (nil: bound).
+//
+// A gang's members are bound the same way, without a first round of annotation
+// patches: kube-apiserver cannot create several Bindings atomically, so a gang
+// commit was never all-or-nothing at the API (a Binding cannot be undone). The
+// patch round only moved a member deleted or recreated since its plan from
+// "its Binding fails" to "no Binding is created", at the price of a second
+// write per member inside the gang's bind wait. Such a member now fails alone
+// on the Binding's UID precondition, the others are bound, and the gang needs
+// only the missing members again (as for any partial failure). A member
+// deleted before the commit has released the plan already.
+//
+// API calls outlive a cancelled request (a half-done gang commit is worse than
+// a late one) but each is bounded by APITimeout.
+func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error {
 	ctx = context.WithoutCancel(ctx)
-	res := applyResult{per: make(map[types.UID]error, len(ms))}
+	per := make(map[types.UID]error, len(ms))
 	var mu sync.Mutex
-	run := func(f func(context.Context, bindMember) error) {
-		sem := make(chan struct{}, maxParallelAPI)
-		var wg sync.WaitGroup
-		for _, m := range ms {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
-				defer cancel()
-				err := f(actx, m)
-				mu.Lock()
-				if err != nil || res.per[m.uid] == nil {
-					res.per[m.uid] = err
-				}
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-	}
-	run(func(ctx context.Context, m bindMember) error {
-		if !m.gpu {
-			return nil
-		}
-		return s.api.PatchPodAnnotation(ctx, m.namespace, m.name, m.uid, AnnotationGPUDevices, FormatDevices(m.devices))
-	})
-	var errs []error
+	sem := make(chan struct{}, maxParallelAPI)
+	var wg sync.WaitGroup
 	for _, m := range ms {
-		if err := res.per[m.uid]; err != nil {
-			errs = append(errs, err)
-		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
+			defer cancel()
+			err := s.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
+			mu.Lock()
+			per[m.uid] = err
+			mu.Unlock()
+		}()
 	}
-	if len(errs) > 0 {
-		res.err = fmt.Errorf("writing %s before binding: %w", AnnotationGPUDevices, errors.Join(errs...))
-		s.countBinds(0, len(ms))
-		return res
-	}
-	run(func(ctx context.Context, m bindMember) error {
-		return s.api.BindPod(ctx, m.namespace, m.name, m.uid, m.node)
-	})
+	wg.Wait()
 	ok := 0
 	for _, m := range ms {
-		if res.per[m.uid] == nil {
+		if per[m.uid] == nil {
 			ok++
 		}
 	}
 	s.countBinds(ok, len(ms)-ok)
-	return res
+	return per
 }
 
 func (s *Server) countBinds(ok, failed int) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 
@@ -14,8 +16,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// fakeCluster is a fake clientset that performs bindings like the API server
-// does (sets spec.nodeName) and logs patches and bindings in order.
+// fakeCluster is a fake clientset that performs bindings like kube-apiserver's
+// BindingREST does (in one update of the pod: UID precondition, refusal of an
+// assigned pod, spec.nodeName set and the Binding's annotations merged in) and
+// logs patches and bindings in order.
 type fakeCluster struct {
 	*fake.Clientset
 	mu       sync.Mutex
@@ -34,7 +38,11 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 		b := ca.GetObject().(*corev1.Binding)
 		fc.mu.Lock()
 		fail := fc.failBind[b.Name]
-		fc.log = append(fc.log, fmt.Sprintf("bind %s/%s %s", b.Namespace, b.Name, b.Target.Name))
+		entry := fmt.Sprintf("bind %s/%s %s", b.Namespace, b.Name, b.Target.Name)
+		for _, k := range slices.Sorted(maps.Keys(b.Annotations)) {
+			entry += fmt.Sprintf(" %s=%s", k, b.Annotations[k])
+		}
+		fc.log = append(fc.log, entry)
 		fc.mu.Unlock()
 		if fail {
 			return true, nil, errors.New("injected binding failure")
@@ -47,7 +55,14 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 		if pod.UID != b.UID {
 			return true, nil, errors.New("uid precondition failed")
 		}
+		if pod.Spec.NodeName != "" {
+			return true, nil, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName)
+		}
 		pod.Spec.NodeName = b.Target.Name
+		if len(b.Annotations) > 0 && pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		maps.Copy(pod.Annotations, b.Annotations)
 		return true, b, fc.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, b.Namespace, metav1.UpdateOptions{})
 	})
 	fc.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {

@@ -93,8 +93,11 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1<<10 {
 		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)
 	}
-	// A gang member's bind waits up to GangBindTimeout, then the committing bind makes
-	// 2 API calls per member; the server must not cut the response off before that.
+	// A gang member's bind waits up to GangBindTimeout, then the committing bind
+	// creates the members' Bindings (one API call each, maxParallelAPI at a
+	// time); the server must not cut the response off before that. Two
+	// APITimeouts of margin cover a gang of up to 2 × maxParallelAPI members
+	// even when every call runs to its timeout.
 	if c.WriteTimeout <= c.GangBindTimeout+2*c.APITimeout {
 		bad("write timeout %v must exceed gang bind timeout %v + 2 × api timeout %v", c.WriteTimeout, c.GangBindTimeout, c.APITimeout)
 	}

@@ -128,6 +128,7 @@ type gang struct {
 	everGen  uint64 // capGen the ever-fits verdict was computed at (0: none)
 	everMin  int
 	everKey  reqKey
+	everCons string // constraints key of the pod it was computed for
 	everFits int
 }
 
@@ -170,10 +171,11 @@ func (s *State) setGang(p *podEntry, pod *corev1.Pod) {
 	if p.hasGang && (!ok || ref.key != p.gang.key) {
 		s.dropGangMember(p)
 	}
+	p.cons = nil
 	if !ok {
 		return
 	}
-	p.gang, p.hasGang = ref, true
+	p.gang, p.hasGang, p.cons = ref, true, constraintsOf(pod)
 	g := s.gangs[ref.key]
 	if g == nil {
 		g = &gang{key: ref.key, namespace: ref.namespace, name: ref.name, dialect: ref.dialect,
@@ -249,32 +251,55 @@ type planSlot struct {
 }
 
 // planGang places members greedily (largest first) on the named nodes as they are
-// now, without changing them. It returns the slots of the members that fit.
+// now, without changing them, each member only where its constraints allow
+// (the names passed kube-scheduler's filters for the member being filtered,
+// not necessarily for the others). It returns the slots of the members that fit.
 func (s *State) planGang(members []*podEntry, names [][]byte) []planSlot {
 	nodes := make([]*Node, 0, len(names))
+	meta := make([]*corev1.Node, 0, len(names))
 	idx := make(map[string]int, len(names))
 	for _, b := range names {
 		if e, ok := s.nodes[string(b)]; ok {
 			if _, dup := idx[e.n.Name]; !dup {
 				idx[e.n.Name] = len(nodes)
 				nodes = append(nodes, e.n)
+				meta = append(meta, e.meta)
 			}
 		}
 	}
-	return placeAll(s.policy, nodes, idx, members)
+	return placeAll(s.policy, nodes, meta, idx, members, true)
 }
 
 // placeAll places members on nodes (cloning a node before its first change) and
-// returns the slots of those that fit.
-func placeAll(pol Policy, nodes []*Node, idx map[string]int, members []*podEntry) []planSlot {
+// returns the slots of those that fit. meta[i] is the name, labels and taints of
+// nodes[i]: a member goes only to nodes its constraints allow, condition taints
+// counting or not as conditions says (see podConstraints.allows).
+func placeAll(pol Policy, nodes []*Node, meta []*corev1.Node, idx map[string]int, members []*podEntry, conditions bool) []planSlot {
 	order := slices.Clone(members)
 	slices.SortStableFunc(order, func(a, b *podEntry) int {
 		return cmp.Or(cmp.Compare(b.req.GPUTotalMilli(), a.req.GPUTotalMilli()), cmp.Compare(b.req.CPUMilli, a.req.CPUMilli))
 	})
 	cloned := make(map[int]bool)
+	allowed := make(map[string][]int) // constraints key → indices of the nodes they allow
+	cand := make([]*Node, 0, len(nodes))
 	var slots []planSlot
 	for _, m := range order {
-		best, devs, err := Select(pol, nodes, m.req, nil)
+		key := m.cons.cacheKey()
+		ix, ok := allowed[key]
+		if !ok {
+			ix = []int{}
+			for i := range nodes {
+				if m.cons.allows(meta[i], conditions) {
+					ix = append(ix, i)
+				}
+			}
+			allowed[key] = ix
+		}
+		cand = cand[:0]
+		for _, i := range ix {
+			cand = append(cand, nodes[i]) // after clones: nodes[i] is the current copy
+		}
+		best, devs, err := Select(pol, cand, m.req, nil)
 		if err != nil {
 			continue
 		}
@@ -291,27 +316,31 @@ func placeAll(pol Policy, nodes []*Node, idx map[string]int, members []*podEntry
 }
 
 // everFits is how many of minMember members (the gang's own requests, padded with
-// p's) fit on the whole cluster emptied of every pod; cached per node-capacity
-// generation.
+// p's) fit on the whole cluster emptied of every pod, each member only on the
+// nodes its node selector, required node affinity and tolerations allow
+// (condition taints such as not-ready or cordoned do not count: they pass).
+// Cached per node generation (capacity, labels, taints), request shape and
+// constraints of p.
 func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
-	k := keyOf(p.req)
-	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == k {
+	k, ck := keyOf(p.req), p.cons.cacheKey()
+	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == k && g.everCons == ck {
 		return g.everFits
 	}
-	nodes := make([]*Node, 0, len(s.nodes))
-	idx := make(map[string]int, len(s.nodes))
+	entries := make([]*nodeEntry, 0, len(s.nodes))
 	for _, e := range s.nodes {
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
+	nodes := make([]*Node, len(entries))
+	meta := make([]*corev1.Node, len(entries))
+	idx := make(map[string]int, len(entries))
+	for i, e := range entries {
 		n := &Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
 			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
-		for i := range n.GPUFree {
-			n.GPUFree[i] = MilliPerGPU
+		for d := range n.GPUFree {
+			n.GPUFree[d] = MilliPerGPU
 		}
-		idx[n.Name] = len(nodes)
-		nodes = append(nodes, n)
-	}
-	slices.SortFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
-	for i, n := range nodes {
-		idx[n.Name] = i
+		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
 	}
 	members := make([]*podEntry, 0, minMember)
 	for _, m := range sortedMembers(g, p) {
@@ -322,8 +351,8 @@ func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
 	for len(members) < minMember {
 		members = append(members, p)
 	}
-	fits := len(placeAll(s.policy, nodes, idx, members))
-	g.everGen, g.everMin, g.everKey, g.everFits = s.capGen, minMember, k, fits
+	fits := len(placeAll(s.policy, nodes, meta, idx, members, false))
+	g.everGen, g.everMin, g.everKey, g.everCons, g.everFits = s.capGen, minMember, k, ck, fits
 	return fits
 }
 

@@ -41,8 +41,9 @@ type scorer interface {
 
 // NewPolicy returns the named policy. w is the target workload the
 // fragmentation-aware policies (fgd, understory) need; nil means an empty one,
-// under which they only pack. rng drives the random policy (nil: seed 1); it is
-// used under a lock, so the policy stays safe for concurrent use.
+// under which they only pack. rng (math/rand, v1: the openb replay shares one
+// seeded stream with it) drives the random policy (nil: seed 1); it is used under
+// a lock. Every policy is safe for concurrent use and never changes the nodes.
 func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {
 	if w == nil {
 		w = NewWorkload(nil, DefaultCoverage)

@@ -122,11 +122,22 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	t := p.w.table(n.Model)
 	cpu := n.FreeCPUMilli()
 	cpuAfter := cpu - r.ScoreCPUMilli()
-	f0 := p.frag(t, cpu, n.GPUFree)
 	reserve := p.p.Reserve * (1 - t.always) * float64(r.GPUTotalMilli())
+	blend := min(1, max(0, p.p.Blend))
+	var st fragStats
+	fast := t.stats(n.GPUFree, &st)
+	var f0 float64
+	if fast {
+		f0 = t.eval(&st, cpu, blend)
+	} else {
+		f0 = p.frag(t, cpu, n.GPUFree)
+	}
 	var buf [MaxGPUsPerNode]int
-	free := buf[:len(n.GPUFree)]
-	copy(free, n.GPUFree)
+	var free []int
+	if !fast {
+		free = buf[:min(len(n.GPUFree), MaxGPUsPerNode)]
+		copy(free, n.GPUFree)
+	}
 	var best float64
 	var devs deviceSet
 	if r.Sharing() {
@@ -135,9 +146,18 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			if f < r.GPUMilli || seenBefore(n.GPUFree, i) {
 				continue
 			}
-			free[i] = f - r.GPUMilli
-			s := p.level(f0 - p.frag(t, cpuAfter, free) - reserve)
-			free[i] = f
+			var f1 float64
+			if fast {
+				s2 := st
+				t.add(&s2, f, -1)
+				t.add(&s2, f-r.GPUMilli, 1)
+				f1 = t.eval(&s2, cpuAfter, blend)
+			} else {
+				free[i] = f - r.GPUMilli
+				f1 = p.frag(t, cpuAfter, free)
+				free[i] = f
+			}
+			s := p.level(f0 - f1 - reserve)
 			if dev < 0 || s > best {
 				best, dev = s, i
 			}
@@ -145,10 +165,22 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 		devs = 1 << uint(dev)
 	} else {
 		devs = lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU)
-		for d := devs; d != 0; d &= d - 1 {
-			free[trailing(d)] -= r.GPUMilli
+		var f1 float64
+		if fast {
+			s2 := st
+			for d := devs; d != 0; d &= d - 1 {
+				f := n.GPUFree[trailing(d)]
+				t.add(&s2, f, -1)
+				t.add(&s2, f-r.GPUMilli, 1)
+			}
+			f1 = t.eval(&s2, cpuAfter, blend)
+		} else {
+			for d := devs; d != 0; d &= d - 1 {
+				free[trailing(d)] -= r.GPUMilli
+			}
+			f1 = p.frag(t, cpuAfter, free)
 		}
-		best = p.level(f0 - p.frag(t, cpuAfter, free) - reserve)
+		best = p.level(f0 - f1 - reserve)
 	}
 	if p.p.Usage != 0 {
 		best += p.p.Usage * usageTerm(n.Usage)

@@ -77,6 +77,7 @@ type Server struct {
 	outs        sync.Pool // *[]byte responses
 	scratches   sync.Pool // *scratch
 	nudgeWG     sync.WaitGroup
+	informerWG  sync.WaitGroup // Run waits for its informers to stop
 	synced      atomic.Bool
 }
 
@@ -133,6 +134,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer s.broadcaster.Shutdown()
 	}
 	if s.client != nil {
+		defer s.informerWG.Wait()
 		if err := s.startInformers(ctx); err != nil {
 			return err
 		}

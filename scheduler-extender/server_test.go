@@ -172,7 +172,7 @@ func TestPrioritizeScoresInRange(t *testing.T) {
 	}
 }
 
-func TestBindPatchesDevicesBeforeBinding(t *testing.T) {
+func TestBindWritesDevicesInTheBinding(t *testing.T) {
 	t.Parallel()
 	pod := testPod("ns", "p", gpus(2))
 	fc := newFakeCluster(t, pod)
@@ -184,9 +184,10 @@ func TestBindPatchesDevicesBeforeBinding(t *testing.T) {
 	if e := bind(t, url, pod, node); e != "" {
 		t.Fatalf("bind: %s", e)
 	}
+	// One write: the Binding, carrying the devices annotation.
 	acts := fc.actions()
-	if len(acts) != 2 || !strings.HasPrefix(acts[0], "patch ns/p") || !strings.HasPrefix(acts[1], "bind ns/p n") {
-		t.Fatalf("want patch then bind, got %q", acts)
+	if len(acts) != 1 || !strings.HasPrefix(acts[0], "bind ns/p n "+AnnotationGPUDevices+"=") {
+		t.Fatalf("want one binding carrying %s, got %q", AnnotationGPUDevices, acts)
 	}
 	got := fc.pod(t, "ns", "p")
 	devs, err := ParseDevices(got.Annotations[AnnotationGPUDevices])

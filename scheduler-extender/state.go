@@ -50,8 +50,9 @@ type podEntry struct {
 	reqErr          error // why the pod cannot be turned into a Request (user error)
 	gang            gangRef
 	hasGang         bool
-	informer        bool      // seen by the pod informer (not only in extender args)
-	seen            time.Time // last time extender args carried it (for !informer pods)
+	cons            *podConstraints // gang members only: selector, required affinity, tolerations
+	informer        bool            // seen by the pod informer (not only in extender args)
+	seen            time.Time       // last time extender args carried it (for !informer pods)
 
 	phase   podPhase
 	node    string // node it is bound to or reserved on
@@ -68,6 +69,8 @@ func (p *podEntry) key() string { return p.namespace + "/" + p.name }
 type nodeEntry struct {
 	n   *Node
 	gen uint64 // bumped on every change of n (an optimistic filter re-checks it)
+	// meta is the node's name, labels and taints, for gang members' constraints.
+	meta *corev1.Node
 	// metrics is the node's last decodable node-metrics annotation; n.Usage is it while fresh.
 	metrics    *metrics.NodeMetrics
 	metricsErr string
@@ -91,7 +94,7 @@ type State struct {
 	gangs     map[string]*gang
 	podGroups map[string]podGroupSpec
 	gen       uint64 // source of nodeEntry.gen
-	capGen    uint64 // bumped when node capacity changes (keys gang "ever fits" checks)
+	capGen    uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
 	policy    Policy
 	epoch     uint64 // bumped when policy changes
 	cacheable bool   // the policy is deterministic: verdicts may be cached
@@ -244,7 +247,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 	fresh := nodeFromAPI(obj)
 	e, ok := s.nodes[obj.Name]
 	if !ok {
-		e = &nodeEntry{n: fresh, pods: map[types.UID]*podEntry{}, learned: learned}
+		e = &nodeEntry{n: fresh, meta: nodeMeta(obj), pods: map[types.UID]*podEntry{}, learned: learned}
 		s.nodes[obj.Name] = e
 		s.capGen++
 		for _, p := range s.orphans[obj.Name] {
@@ -260,6 +263,10 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 				charge(fresh, p.req, p.devices, 1)
 			}
 			e.n = fresh
+		}
+		if !sameMeta(e.meta, obj) {
+			s.capGen++
+			e.meta = nodeMeta(obj)
 		}
 		if !learned {
 			e.learned = false

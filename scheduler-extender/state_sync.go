@@ -116,8 +116,8 @@ func (s *Server) startInformers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("adding pod handler: %w", err)
 	}
-	go nodes.RunWithContext(ctx)
-	go pods.RunWithContext(ctx)
+	s.informerWG.Go(func() { nodes.RunWithContext(ctx) })
+	s.informerWG.Go(func() { pods.RunWithContext(ctx) })
 	if s.dynamic != nil {
 		ri := s.dynamic.Resource(PodGroupGVR).Namespace(metav1.NamespaceAll)
 		pgs := cache.NewSharedIndexInformer(touchingListWatch(st,
@@ -135,7 +135,7 @@ func (s *Server) startInformers(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("adding podgroup handler: %w", err)
 		}
-		go pgs.RunWithContext(ctx)
+		s.informerWG.Go(func() { pgs.RunWithContext(ctx) })
 	}
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), nodeReg.HasSynced, podReg.HasSynced) {

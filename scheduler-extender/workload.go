@@ -58,7 +58,8 @@ const maxFragGroups = 32
 type modelTable struct {
 	always  float64
 	classes []fragClass
-	milli   []int // distinct per-GPU milli of classes, ascending
+	milli   []int    // distinct per-GPU milli of classes, ascending
+	inv     []uint64 // ⌈2^32/milli⌉ per group: x·inv >> 32 = ⌊x/milli⌋ for x ≤ MilliPerGPU
 }
 
 // NewWorkload groups reqs into classes, keeps the most frequent ones until they
@@ -148,6 +149,9 @@ func (w *Workload) buildTable(model string) *modelTable {
 			t.milli = append(t.milli, t.classes[i].milli)
 		}
 		t.classes[i].group = len(t.milli) - 1
+	}
+	for _, m := range t.milli {
+		t.inv = append(t.inv, (1<<32+uint64(m)-1)/uint64(m))
 	}
 	return t
 }
@@ -290,4 +294,74 @@ func (t *modelTable) fillFrag(cpuLeft int64, free []int) float64 {
 		out += c.p * float64(g-pods*int64(c.num*c.milli))
 	}
 	return out
+}
+
+// fragStats summarises a node's free devices per distinct class milli m: how many
+// hold m, the milli on those that do not, and how many m-shares they hold. It
+// lets scoring re-evaluate F after one device changes in O(groups), without
+// divisions or allocation.
+type fragStats struct {
+	g     int64
+	cnt   [maxFragGroups]int32
+	slots [maxFragGroups]int32
+	lt    [maxFragGroups]int64
+}
+
+// stats fills st for free; false when free or the table is too large for the
+// fixed arrays (callers then use frag and fillFrag).
+func (t *modelTable) stats(free []int, st *fragStats) bool {
+	if len(free) > MaxGPUsPerNode || len(t.milli) > maxFragGroups {
+		return false
+	}
+	for _, x := range free {
+		if x < 0 || x > MilliPerGPU {
+			return false
+		}
+		t.add(st, x, 1)
+	}
+	return true
+}
+
+// add counts a device with x free into st (sign 1) or out of it (sign -1).
+func (t *modelTable) add(st *fragStats, x int, sign int32) {
+	st.g += int64(sign) * int64(x)
+	for j, m := range t.milli {
+		if x >= m {
+			st.cnt[j] += sign
+			st.slots[j] += sign * int32((uint64(x)*t.inv[j])>>32)
+		} else {
+			st.lt[j] += int64(sign) * int64(x)
+		}
+	}
+}
+
+// eval is (1−blend)·frag + blend·fillFrag for the node st describes.
+func (t *modelTable) eval(st *fragStats, cpuLeft int64, blend float64) float64 {
+	if st.g == 0 {
+		return 0
+	}
+	fg := float64(st.g)
+	one, fill := t.always*fg, t.always*fg
+	cpu := max(0, cpuLeft)
+	for i := range t.classes {
+		c := &t.classes[i]
+		j := c.group
+		if cpuLeft < c.cpu || int(st.cnt[j]) < c.num {
+			one += c.p * fg
+		} else {
+			one += c.p * float64(st.lt[j])
+		}
+		if blend == 0 {
+			continue
+		}
+		pods := int64(st.slots[j])
+		if c.num > 1 {
+			pods /= int64(c.num)
+		}
+		if c.cpu > 0 && pods*c.cpu > cpu {
+			pods = cpu / c.cpu
+		}
+		fill += c.p * (fg - float64(pods*int64(c.num*c.milli)))
+	}
+	return (1-blend)*one + blend*fill
 }

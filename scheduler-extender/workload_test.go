@@ -2,6 +2,7 @@ package extender
 
 import (
 	"math"
+	"math/rand"
 	"testing"
 )
 
@@ -163,5 +164,43 @@ func TestFillFrag(t *testing.T) {
 				t.Fatalf("fillFrag = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEvalMatchesReference: the incremental evaluation equals frag and fillFrag.
+func TestEvalMatchesReference(t *testing.T) {
+	t.Parallel()
+	_, w := benchCluster()
+	rng := rand.New(rand.NewSource(3))
+	for _, model := range []string{"T4", "G2", "other"} {
+		tab := w.table(model)
+		for range 2000 {
+			free := make([]int, 1+rng.Intn(8))
+			for i := range free {
+				free[i] = []int{0, 1000, rng.Intn(1001)}[rng.Intn(3)]
+			}
+			cpu := rng.Int63n(70000) - 1000
+			var st fragStats
+			if !tab.stats(free, &st) {
+				t.Fatal("stats refused a small node")
+			}
+			for _, b := range []float64{0, 0.3, 1} {
+				want := (1-b)*tab.frag(cpu, free) + b*tab.fillFrag(cpu, free)
+				if got := tab.eval(&st, cpu, b); math.Abs(got-want) > 1e-6 {
+					t.Fatalf("%s free %v cpu %d blend %v: eval %v, reference %v", model, free, cpu, b, got, want)
+				}
+			}
+			// Moving a device is the same as recounting.
+			i, to := rng.Intn(len(free)), rng.Intn(1001)
+			s2 := st
+			tab.add(&s2, free[i], -1)
+			tab.add(&s2, to, 1)
+			free[i] = to
+			var s3 fragStats
+			tab.stats(free, &s3)
+			if s2 != s3 {
+				t.Fatalf("incremental stats differ after moving device %d to %d", i, to)
+			}
+		}
 	}
 }

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	extender "github.com/understory/understory/scheduler-extender"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -15,7 +22,14 @@ func TestParseFlags(t *testing.T) {
 		want string // error part; "" for success
 		chk  func(options) bool
 	}{
-		{"defaults", nil, "", func(o options) bool { return o.listen == ":8888" && o.cfg.Policy == "understory" && o.cfg.Seed != 0 }},
+		{"defaults", nil, "", func(o options) bool {
+			return o.listen == ":8888" && o.cfg.Policy == "understory" && o.cfg.Seed != 0 && o.qps == 500 && o.burst == 1000
+		}},
+		{"client rate", []string{"-kube-api-qps", "80", "-kube-api-burst", "160"}, "", func(o options) bool { return o.qps == 80 && o.burst == 160 }},
+		{"zero qps", []string{"-kube-api-qps", "0"}, "-kube-api-qps 0 must be > 0", nil},
+		{"negative qps", []string{"-kube-api-qps", "-1"}, "-kube-api-qps -1 must be > 0", nil},
+		{"NaN qps", []string{"-kube-api-qps", "NaN"}, "-kube-api-qps NaN must be > 0", nil},
+		{"zero burst", []string{"-kube-api-burst", "0"}, "-kube-api-burst 0 >= 1", nil},
 		{"overrides", []string{"-listen", "127.0.0.1:9000", "-policy", "bestfit", "-gang-plan-ttl", "2m",
 			"-gang-bind-timeout", "10s", "-metrics-max-age", "30s", "-seed", "7"}, "",
 			func(o options) bool {
@@ -35,11 +49,42 @@ func TestParseFlags(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("err %v, want %q", err, tc.want)
 				}
+				if strings.HasPrefix(tc.want, "-kube-api-") && !errors.Is(err, errBadFlag) {
+					t.Fatalf("err %v does not wrap errBadFlag", err)
+				}
 				return
 			}
 			if err != nil || !tc.chk(o) {
 				t.Fatalf("got %+v, %v", o, err)
 			}
 		})
+	}
+}
+
+func TestClientConfig(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags([]string{"-kube-api-qps", "123", "-kube-api-burst", "456"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &rest.Config{Host: "https://127.0.0.1:6443"}
+	clientConfig(rc, o)
+	if rc.QPS != 123 || rc.Burst != 456 {
+		t.Errorf("rate %v/%d, want 123/456", rc.QPS, rc.Burst)
+	}
+	// Requests in protobuf, answers in protobuf or JSON, as kube-scheduler's client.
+	if rc.ContentType != "application/vnd.kubernetes.protobuf" ||
+		rc.AcceptContentTypes != "application/vnd.kubernetes.protobuf,application/json" {
+		t.Errorf("content types %q / accept %q", rc.ContentType, rc.AcceptContentTypes)
+	}
+	if rc.UserAgent != extender.EventComponent {
+		t.Errorf("user agent %q", rc.UserAgent)
+	}
+	// The PodGroup client built from the same config must stay JSON (CRDs have no protobuf).
+	if d := dynamic.ConfigFor(rc); strings.Contains(d.ContentType+d.AcceptContentTypes, "protobuf") {
+		t.Errorf("dynamic client would send %q, accept %q", d.ContentType, d.AcceptContentTypes)
+	}
+	if _, err := kubernetes.NewForConfig(rc); err != nil {
+		t.Fatalf("clientset from the tuned config: %v", err)
 	}
 }

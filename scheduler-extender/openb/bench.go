@@ -66,10 +66,10 @@ func ParsePaper(r io.Reader, name string) (Paper, error) {
 		if err == io.EOF {
 			return p, nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %v: %w", name, line, err, ErrBadCSV)
+			return nil, fmt.Errorf("%s: %v: %w", name, err, ErrBadCSV)
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) != len(head) {
 			return nil, fmt.Errorf("%s:%d: %d fields, header has %d: %w", name, line, len(rec), len(head), ErrBadCSV)
 		}

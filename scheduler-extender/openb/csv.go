@@ -132,17 +132,18 @@ func eachRow(r io.Reader, name string, want []string, fn func(line int, row map[
 	row := make(map[string]string, len(want)+len(optionalColumns))
 	for {
 		rec, err := cr.Read()
-		line, _ := cr.FieldPos(0)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
+			line := 0
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				line = pe.Line
 			}
 			return fmt.Errorf("%s:%d: %v: %w", name, line, err, ErrBadCSV)
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) != len(header) {
 			return fmt.Errorf("%s:%d: %d fields, header has %d: %w", name, line, len(rec), len(header), ErrBadCSV)
 		}

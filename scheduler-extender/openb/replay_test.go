@@ -250,3 +250,22 @@ func TestParsePaperErrors(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParsePaper(f *testing.F) {
+	f.Add("workload,sc_policy,tune,seed,total_gpus,100,130\nw,06-FGD,1.3,42,6212,95.1,95.3\n")
+	f.Add("workload,sc_policy,seed,100,130\nw,p,\"1\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		p, err := ParsePaper(strings.NewReader(in), "fuzz.csv")
+		if err != nil {
+			if !errors.Is(err, ErrBadCSV) {
+				t.Fatalf("error %v does not wrap ErrBadCSV", err)
+			}
+			return
+		}
+		for _, w := range p.Workloads() {
+			if p[w] == nil {
+				t.Fatalf("workload %q listed without results", w)
+			}
+		}
+	})
+}

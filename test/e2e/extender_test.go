@@ -309,6 +309,7 @@ func devices(t *testing.T, pod *corev1.Pod, gpus int) []int {
 // CPU-only node is a candidate too): every device must be used exactly once.
 func testWholeGPUs(t *testing.T, c *cluster, ns string) {
 	nodes := c.nodes(t, ns, nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{})
+	watchBinds(t, c, ns)
 	var specs []podSpec
 	for i := range 4 {
 		specs = append(specs, podSpec{name: fmt.Sprintf("w-%d", i), gpus: 2})
@@ -336,6 +337,7 @@ func testWholeGPUs(t *testing.T, c *cluster, ns string) {
 // not fit waits with the extender's reasons.
 func testSharedGPU(t *testing.T, c *cluster, ns string) {
 	nodes := c.nodes(t, ns, nodeSpec{1, modelT4}, nodeSpec{})
+	watchBinds(t, c, ns)
 	bound := c.waitBound(t, ns, c.create(t, ns, podSpec{name: "share-600", milli: 600}, podSpec{name: "share-400", milli: 400})...)
 	for _, p := range bound {
 		if p.Spec.NodeName != nodes[0] {
@@ -606,7 +608,10 @@ func (c *cluster) waitEvent(t *testing.T, ns, reason, want string) {
 
 // watchBinds watches namespace ns from now on and returns a function giving,
 // per pod name, when spec.nodeName was first seen set (pods bound before the
-// call are reported at their next change, if any: use it for new pods).
+// call are reported at their next change, if any: use it for new pods). It
+// also fails the test if any event shows a GPU pod bound without a valid
+// understory.io/gpu-devices annotation: the extender's Binding carries the
+// annotation, so the pod must never be observable bound without it.
 func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time {
 	t.Helper()
 	pods := c.cp.Client().CoreV1().Pods(ns)
@@ -623,6 +628,7 @@ func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time
 	}
 	var mu sync.Mutex
 	seen := map[string]time.Time{}
+	var bare []string // GPU pods seen bound without their devices
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -632,9 +638,19 @@ func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time
 				continue
 			}
 			now := time.Now()
+			problem := ""
+			if req, err := extender.PodRequest(p); err == nil && req.NumGPU > 0 {
+				v, has := p.Annotations[extender.AnnotationGPUDevices]
+				if d, err := extender.ParseDevices(v); !has || err != nil || len(d) != req.NumGPU {
+					problem = fmt.Sprintf("%s on %s at rv %s with %s=%q", p.Name, p.Spec.NodeName, p.ResourceVersion, extender.AnnotationGPUDevices, v)
+				}
+			}
 			mu.Lock()
 			if _, dup := seen[p.Name]; !dup {
 				seen[p.Name] = now
+			}
+			if problem != "" {
+				bare = append(bare, problem)
 			}
 			mu.Unlock()
 		}
@@ -642,6 +658,9 @@ func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time
 	t.Cleanup(func() {
 		rw.Stop()
 		<-done
+		if len(bare) > 0 {
+			t.Errorf("GPU pods observed bound without their devices: %s", strings.Join(bare, "; "))
+		}
 	})
 	return func() map[string]time.Time {
 		mu.Lock()

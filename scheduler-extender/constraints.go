@@ -1,0 +1,104 @@
+package extender
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// podConstraints is what a pod says about the nodes it may run on, read as
+// kube-scheduler's NodeAffinity and TaintToleration filters read it:
+// spec.nodeSelector, required node affinity, and tolerations against a node's
+// NoSchedule and NoExecute taints. kube-scheduler applies them to the nodes it
+// sends to filter; the extender needs them only where it places pods on nodes
+// kube-scheduler did not filter for them: the gang members other than the one
+// being filtered, and the gang "can never fit" check over the whole cluster.
+// A nil *podConstraints is a pod without selector, affinity or tolerations.
+type podConstraints struct {
+	affinity    nodeaffinity.RequiredNodeAffinity
+	tolerations []corev1.Toleration
+	key         string // canonical form: equal keys, equal constraints ("" for none)
+}
+
+// constraintsOf returns pod's constraints; nil when it has none.
+func constraintsOf(pod *corev1.Pod) *podConstraints {
+	spec := &pod.Spec
+	var required *corev1.NodeSelector
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
+		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	if len(spec.NodeSelector) == 0 && required == nil && len(spec.Tolerations) == 0 {
+		return nil
+	}
+	// encoding/json writes map keys sorted: the key is canonical.
+	key, err := json.Marshal(struct {
+		S map[string]string    `json:"s,omitempty"`
+		A *corev1.NodeSelector `json:"a,omitempty"`
+		T []corev1.Toleration  `json:"t,omitempty"`
+	}{spec.NodeSelector, required, spec.Tolerations})
+	if err != nil {
+		// Cannot happen for these types; a key of the pod's own keeps the
+		// verdicts cached for it apart from every other pod's.
+		key = []byte("uid:" + string(pod.UID))
+	}
+	return &podConstraints{affinity: nodeaffinity.GetRequiredNodeAffinity(pod), tolerations: spec.Tolerations, key: string(key)}
+}
+
+func (c *podConstraints) cacheKey() string {
+	if c == nil {
+		return ""
+	}
+	return c.key
+}
+
+// conditionTaint reports whether a taint is one the node lifecycle and cloud
+// controllers put on and take off nodes as their condition changes (not
+// ready, unreachable, cordoned, under pressure, not initialised yet).
+func conditionTaint(t *corev1.Taint) bool {
+	return strings.HasPrefix(t.Key, "node.kubernetes.io/") || strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/")
+}
+
+// allows reports whether node n (its name, labels and taints) passes the
+// constraints. With conditions false, condition taints (conditionTaint) do not
+// count: they say whether a pod can run on the node now, not whether it ever can.
+func (c *podConstraints) allows(n *corev1.Node, conditions bool) bool {
+	var tolerations []corev1.Toleration
+	if c != nil {
+		if ok, err := c.affinity.Match(n); err != nil || !ok {
+			return false // kube-scheduler also reads a malformed affinity as no match
+		}
+		tolerations = c.tolerations
+	}
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !conditions && conditionTaint(t) {
+			continue
+		}
+		if !corev1helpers.TolerationsTolerateTaint(tolerations, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeMeta is the part of a node that constraints read. It shares obj's label
+// map and taint slice (informer objects are never modified).
+func nodeMeta(obj *corev1.Node) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: obj.Name, Labels: obj.Labels},
+		Spec: corev1.NodeSpec{Taints: obj.Spec.Taints}}
+}
+
+// sameMeta reports whether a and b have the same name, labels and taints.
+func sameMeta(a, b *corev1.Node) bool {
+	return a.Name == b.Name && maps.Equal(a.Labels, b.Labels) &&
+		slices.EqualFunc(a.Spec.Taints, b.Spec.Taints, func(x, y corev1.Taint) bool { return x.MatchTaint(&y) && x.Value == y.Value })
+}

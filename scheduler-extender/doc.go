@@ -1,0 +1,44 @@
+// Package extender is Understory's kube-scheduler HTTP extender (served by
+// cmd/scheduler-extender, described in docs/extender.md). For pods asking for
+// whole GPUs, GPU shares or the node agent's batch resources it filters,
+// prioritizes and binds: it picks the devices on a node, accounts batch
+// capacity, and admits gangs (scheduler-plugins PodGroups, Volcano and
+// Koordinator annotations) all-or-nothing. It also serves /healthz, /metrics
+// and /status.
+//
+// State is the one in-memory index: nodes, the pods charged on them, the
+// extender's own reservations and gangs, behind a single sync.RWMutex. The
+// node, pod and PodGroup informers feed it; scoring runs under the read lock,
+// every change under the write lock, and a filter that scored optimistically
+// re-checks the node's generation before it commits. Nothing does I/O under
+// the lock: Events and gang nudges are queued and flushed afterwards, and a
+// gang member's bind waits on a channel with no lock held.
+//
+// Traps:
+//   - Filter passes exactly one node and reserves the pod's request on it,
+//     devices included, so two quick filters can never book the same GPU. The
+//     reservation expires after Config.AssumedTTL if no bind comes; a bound pod
+//     stays assumed until the informer shows it bound. With one node left,
+//     kube-scheduler skips scoring: prioritize is not called after such a filter.
+//   - Bind is one API write per pod: the devices annotation travels in the
+//     Binding's metadata, which kube-apiserver copies onto the pod in the update
+//     that sets spec.nodeName. Never split it into a patch and a Binding again:
+//     that doubles the writes per bind.
+//   - A gang member's bind blocks until every planned member has reached bind
+//     (at most Config.GangBindTimeout). That must stay below kube-scheduler's
+//     extender httpTimeout, and the HTTP write timeout above it plus the API
+//     calls of the commit (Config.Validate checks the latter).
+//   - Verdicts are cached per node, keyed by the node's generation, the policy
+//     epoch and the request shape. Every change of a node's placement state
+//     must go through State.bump, and cached device slices are shared: never
+//     modify them. Gang "can never fit" verdicts are keyed by capGen, which
+//     moves with the node set and each node's capacity, labels and taints.
+//   - A node-metrics annotation that is stale, missing or undecodable makes
+//     Node.Usage nil, which means unknown, never idle.
+//   - Node names in a filter's verdicts alias the request body and per-request
+//     scratch is pooled: nothing may keep them past the request.
+//   - The placement core (Policy and its implementations, Workload, Select,
+//     Node and Request) is shared with cmd/openb-replay through package openb:
+//     it must stay free of State, locks and I/O, and a change there moves the
+//     replay's published results as well as live placement.
+package extender
