@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-extender bench-scheduler clean
+.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -40,6 +40,19 @@ fuzz:
 bench-colo: build
 	$(BIN)/colo bench -out bench/out/colo.json
 
+# The FGD paper's openb experiment replayed through the extender's placement code
+# (every workload of the paper's table, 4 policies, seeds 42-51; ~10-20 min on 2 cores).
+OPENB_DIR ?= ../shared/traces/openb
+bench-openb:
+	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) -workloads all \
+	  -policy random,bestfit,fgd,understory -seeds 42-51 -out bench/out/openb.json
+
+# Two workloads, one seed: a seconds-long sanity check of the same harness.
+bench-openb-short:
+	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) \
+	  -workloads openb_pod_list_default,openb_pod_list_gpushare40 -policy fgd,understory \
+	  -seeds 42 -out bench/out/openb-short.json
+
 # Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable).
 bench-extender:
 	$(GO) run ./cmd/extender-bench -out bench/out/extender.json
@@ -47,7 +60,14 @@ bench-extender:
 # kube-scheduler binding throughput on a real control plane: alone, with a do-nothing
 # extender, and with Understory's extender.
 bench-scheduler: k8s-bins
-	$(GO) test ./test/e2e/schedbench -run '^$$' -bench SchedulerThroughput -benchtime 1x -timeout 40m
+	$(GO) test ./test/e2e/schedbench -run '^$$' -bench SchedulerThroughput -benchtime 1x -timeout 40m \
+	  -args -schedbench.rounds 3
+
+# The agent's assumptions checked on a REAL kubelet + containerd + runc node built
+# from the Go module proxy (docs/real-node.md). Root; ~10 min cold.
+test-realnode: build
+	scripts/realnode/build.sh
+	UNDERSTORY_REALNODE=1 $(GO) test -count=1 -timeout 15m -v -run TestRealNode ./test/e2e/realnode/
 
 clean:
 	rm -rf $(BIN)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +68,9 @@ type Agent struct {
 	pods        map[types.UID]*podState
 	sorted      []*podState
 	nodeRate    collect.Rate
-	kubepods    *cgroups.UsageReader
-	kubepodsRt  collect.Rate
+	kubepods    aggregate
+	besteffort  aggregate // kubelet's BestEffort QoS cgroup
+	tierInBE    bool      // the tier is inside the BestEffort QoS cgroup
 	tier        *cgroups.Group
 	tierQuota   float64 // cores in force on the tier, NaN unknown
 	tierWritten time.Time
@@ -139,7 +141,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, hier: hier, layout: lay,
 		nodeCPU: nodeCPU, budget: qos.NewBudgeter(cfg.Policy),
 		pods: map[types.UID]*podState{}, tierQuota: nan(),
+		kubepods:   aggregate{path: lay.kubepods()},
+		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
 	}
+	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
 		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory)
 	}
@@ -215,24 +220,38 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		return
 	}
 	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
-	kubepodsCores, kpOK := a.readKubepods(now)
+	kubepodsCores, kpOK := a.kubepods.read(a.hier, now)
+	beCores, beOK := a.besteffort.read(a.hier, now)
 	a.readTier(now)
-	// The budget needs the LS pods every period; the tier's own usage covers the pods
-	// below it. Every other pod (BE, batch held in place) is read every slowEvery
-	// periods: its last sample serves for metrics, status and the demand the budget is
-	// split by (an average over a second anyway). With 110 pods, a pread per pod per
-	// period was most of the agent's cost.
+	// The budget needs the LS usage every period. It is measured from aggregates:
+	// kubepods minus kubelet's BestEffort cgroup minus the tier, corrected by the few
+	// pods whose class does not match where kubelet put them (an LS-annotated
+	// BestEffort pod, a batch- or BE-annotated Burstable one), which are read every
+	// period. Whatever else runs in kubepods counts as LS: the safe side. Every other
+	// pod is read every slowEvery periods: its last sample serves for metrics, status
+	// and the demand the budget is split by (an average over a second anyway). With 110
+	// pods, a pread per pod per period was most of the agent's cost. Without the
+	// aggregates (first period, a read error), LS pods are read one by one as before.
+	fastLS := kpOK && beOK && a.tierOK
 	slow := a.ticks%slowEvery == 1 || a.podsChanged
 	a.podsChanged = false
-	var ls, be, inPlace float64
+	var ls, be, inPlace, lsInBE, otherOutBE float64
 	var counts podCounts
 	for _, st := range a.sorted {
 		counts.add(st.class)
-		if st.class == qos.ClassLS || slow {
+		mismatched := !st.inTier && (st.class == qos.ClassLS) == (st.kubeQOS == cgroups.QOSBestEffort)
+		if slow || (fastLS && mismatched) || (!fastLS && st.class == qos.ClassLS) {
 			a.readPod(st, now)
 		}
+		if fastLS && mismatched && st.fresh {
+			if st.class == qos.ClassLS {
+				lsInBE += st.usage
+			} else {
+				otherOutBE += st.usage
+			}
+		}
 		switch {
-		case st.class == qos.ClassLS && st.fresh:
+		case st.class == qos.ClassLS && (st.fresh || (fastLS && st.reader != nil)):
 			ls += st.usage
 		case st.class == qos.ClassBE && st.reader != nil:
 			be += st.usage
@@ -257,6 +276,15 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		a.unattributed = math.Max(0, kubepodsCores-(ls+be+batch))
 	}
 	unknown := a.unattributed
+	lsEstimate := ls + unknown
+	if fastLS {
+		tier := a.tierUsage
+		if a.tierInBE {
+			tier = 0 // already in BestEffort's usage
+		}
+		lsEstimate = math.Max(0, kubepodsCores-beCores-tier-otherOutBE+lsInBE)
+		unknown = math.Max(0, lsEstimate-ls)
+	}
 	known := ls + be + batch
 	system := nodeCores - kubepodsCores
 	if !kpOK {
@@ -264,7 +292,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	system = math.Max(0, system)
 	cpus := float64(times.CPUs)
-	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: ls + unknown, SystemUsage: system})
+	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
 	a.enforce(b, now)
 	if b.Applied < a.last.Applied {
 		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
@@ -281,28 +309,6 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	a.metrics.LoopDuration.Observe(time.Since(start).Seconds())
 	a.metrics.LastTick.Set(float64(now.UnixNano()) / 1e9)
 	a.healthy.Store(now.UnixNano())
-}
-
-// readKubepods samples the cgroup holding all pods.
-func (a *Agent) readKubepods(now time.Time) (float64, bool) {
-	if a.kubepods == nil {
-		g, err := a.hier.Load(a.layout.kubepods())
-		if err != nil {
-			return 0, false
-		}
-		r, err := g.UsageReader()
-		if err != nil {
-			return 0, false
-		}
-		a.kubepods, a.kubepodsRt = r, collect.Rate{}
-	}
-	v, err := a.kubepods.Read()
-	if err != nil {
-		_ = a.kubepods.Close()
-		a.kubepods = nil
-		return 0, false
-	}
-	return a.kubepodsRt.Update(now, v)
 }
 
 // readTier samples the tier's usage, the demand of the pods below it.
@@ -456,9 +462,8 @@ func (a *Agent) shutdown() {
 		for _, st := range a.pods {
 			st.close()
 		}
-		if a.kubepods != nil {
-			_ = a.kubepods.Close()
-		}
+		a.kubepods.close()
+		a.besteffort.close()
 		if a.tierReader != nil {
 			_ = a.tierReader.Close()
 		}

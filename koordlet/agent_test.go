@@ -158,14 +158,19 @@ func (r *rig) step(node float64, cores map[string]float64) {
 	r.t.Helper()
 	r.now = r.now.Add(r.period)
 	r.cpu.add(time.Duration(node*float64(r.period)), 2*r.period)
-	kubepods := 0.0
+	kubepods, besteffort := 0.0, 0.0
 	for cg, c := range cores {
 		r.usage[cg] += time.Duration(c * float64(r.period))
 		cgroupstest.SetUsage(r.t, r.root, r.kind, cg, r.usage[cg])
 		if cg != r.tier {
 			kubepods += c
 		}
+		if strings.HasPrefix(cg, "kubepods/besteffort/") {
+			besteffort += c
+		}
 	}
+	r.usage["kubepods/besteffort"] += time.Duration(besteffort * float64(r.period))
+	cgroupstest.SetUsage(r.t, r.root, r.kind, "kubepods/besteffort", r.usage["kubepods/besteffort"])
 	// Parents account for their children, as the kernel does.
 	tier := cores[r.inTier]
 	r.usage[r.tier] += time.Duration(tier * float64(r.period))
@@ -478,5 +483,38 @@ func TestAgentLiftsQuotaOfTerminatingPod(t *testing.T) {
 	// The tier keeps a quota within the budget.
 	if q := r.quota(r.tier); q <= 0 || q > r.agent.Status().Budget.Applied+1e-9 {
 		t.Fatalf("tier quota %v with budget %v", q, r.agent.Status().Budget.Applied)
+	}
+}
+
+// The LS usage the budget uses is measured every period from aggregates (kubepods minus
+// BestEffort minus the tier), so swings of batch held in place never leak into it, LS
+// changes show at once even in periods that read no pod, and CPU in kubepods that no
+// known pod accounts for counts as LS.
+func TestAgentLSFromAggregates(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.Hybrid} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			r.step(0, nil)
+			r.step(1.0, map[string]float64{r.lsCg: 0.2, r.inPlace: 0.3, r.inTier: 0.3}) // a slow period
+			for i, c := range []struct {
+				ls, inPlace, unknown float64
+			}{
+				{0.2, 1.2, 0}, // in-place batch bursts: LS unchanged
+				{0.2, 0.0, 0}, // and stops
+				{0.7, 0.3, 0}, // LS grows in a period that reads no LS pod
+				{0.2, 0.3, 0.4},
+			} {
+				cores := map[string]float64{r.lsCg: c.ls, r.inPlace: c.inPlace, r.inTier: 0.3}
+				if c.unknown > 0 {
+					cores["kubepods/burstable/pod"+"0badc0de-0000-4000-8000-00000000abcd"] = c.unknown
+				}
+				r.step(c.ls+c.inPlace+0.3+c.unknown+0.1, cores)
+				if got, want := r.agent.Status().Budget.LSUsage, c.ls+c.unknown; !near(got, want) {
+					t.Fatalf("step %d: budget LS usage %v, want %v", i, got, want)
+				}
+			}
+		})
 	}
 }

@@ -51,7 +51,11 @@ type Config struct {
 	NRI NRIConfig `json:"nri"`
 	// Period is the sampling and control period.
 	Period metav1.Duration `json:"period,omitempty"`
-	// CFSPeriod is the CFS bandwidth period written with every quota.
+	// CFSPeriod is the CFS bandwidth period written with every quota. Long by default
+	// (1s): batch runs at SCHED_IDLE, so a burst within a period costs LS nothing, while
+	// every throttle/unthrottle transition does; measured in docs/benchmarks.md (LS p99
+	// 1.80x solo at 10ms, 1.25-1.45x at 100ms, 1.13-1.23x at 400ms, 1.03x at 1s). A cut is
+	// still immediate: writing a quota restarts the period.
 	CFSPeriod metav1.Duration `json:"cfsPeriod,omitempty"`
 	// MinPodCPU is the smallest quota (cores) one batch pod gets in in-place mode.
 	MinPodCPU float64 `json:"minPodCPU,omitempty"`
@@ -84,7 +88,7 @@ const (
 	DefaultProcRoot          = "/proc"
 	DefaultTierName          = "understory-batch"
 	DefaultPeriod            = 100 * time.Millisecond
-	DefaultCFSPeriod         = 100 * time.Millisecond
+	DefaultCFSPeriod         = time.Second
 	DefaultMinPodCPU         = 0.01
 	DefaultListenAddress     = ":9316"
 	DefaultNodeMetricsPeriod = 10 * time.Second

@@ -35,6 +35,10 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 	cfg.Policy.Threshold = threshold
 	cfg.Period.Duration = period
 	cfg.TierParent = s.tierParent
+	if s.cfg.cfsPeriod > 0 {
+		cfg.CFSPeriod.Duration = s.cfg.cfsPeriod
+		cfg.MinPodCPU = max(cfg.MinPodCPU, float64(time.Millisecond)/float64(s.cfg.cfsPeriod))
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -65,7 +69,7 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 	cmd := exec.Command(s.cfg.koordlet, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startDefaultSlice(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s (build it with `make build`): %w", s.cfg.koordlet, err)
 	}
 	a := &agentProc{cmd: cmd, addr: cfg.ListenAddress, log: logPath}

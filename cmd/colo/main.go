@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string) error {
 		fs.DurationVar(&dc.warmup, "warmup", time.Second, "agent warm-up before measuring")
 		fs.Float64Var(&dc.threshold, "threshold", qos.DefaultThreshold, "policy threshold for the agent phases")
 		fs.DurationVar(&dc.period, "period", 100*time.Millisecond, "agent control period")
+		fs.DurationVar(&sc.cfsPeriod, "cfs-period", 0, "agent CFS bandwidth period (0: the agent's default)")
 		fs.IntVar(&bc.rounds, "rounds", 3, "bench: paired rounds of the four phases")
 		fs.IntVar(&bc.steps, "steps", 30, "bench: LS load steps for the reaction time")
 		sweep := fs.String("sweep", "0.6,0.7,0.8,0.9,0.95,1.0", "bench: thresholds for the trade-off curve (empty: none)")
@@ -127,6 +128,9 @@ func run(ctx context.Context, args []string) error {
 		if err := join(*root, *cg); err != nil {
 			return err
 		}
+		// Tell the parent the worker sits in its cgroup: a move made before this
+		// line would be undone by the join above.
+		fmt.Println(burnerReady)
 		burn(ctx, *threads)
 		return nil
 	}

@@ -36,6 +36,8 @@ func (s *scenario) measure(ctx context.Context, name string, d time.Duration) (p
 		return phaseResult{}, err
 	}
 	defer ps.Close()
+	// Threads the runtime started since setUp get the load generator's slice too.
+	_ = setSlice(loadgenSlice)
 	n0, err := ps.Read()
 	if err != nil {
 		return phaseResult{}, err

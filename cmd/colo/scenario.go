@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,10 +37,11 @@ type scenarioConfig struct {
 	rounds     int // SHA-256 rounds per LS request
 	rate       float64
 	workers    int
-	lsCPU      string // LS pod CPU request (kubelet sets its cpu.shares from it)
-	extraPods  int    // idle pods (no processes) added to the manifests, for the overhead run
-	tierParent string // koordlet tierParent
-	agentPprof bool   // start the agent with -pprof
+	lsCPU      string        // LS pod CPU request (kubelet sets its cpu.shares from it)
+	extraPods  int           // idle pods (no processes) added to the manifests, for the overhead run
+	tierParent string        // koordlet tierParent
+	cfsPeriod  time.Duration // koordlet cfsPeriod (0: its default)
+	agentPprof bool          // start the agent with -pprof
 	logf       func(format string, args ...any)
 }
 
@@ -127,7 +130,11 @@ func (s *scenario) setUp() error {
 	lsReq := resource.MustParse(s.cfg.lsCPU)
 	// The node's cgroups as kubelet lays them out (cgroupfs driver), plus one cgroup for
 	// the load generator, away from the pods. The fake node's root gets the weight a
-	// real kubepods would have against the rest of the machine.
+	// real kubepods would have against the rest of the machine. The load generator
+	// stands for clients on other machines: it gets the largest weight, so that batch
+	// never delays a send or the reading of a reply. At weight 1024 it competed with
+	// kubepods (2048) on equal terms, and its own wake-up delays, not the LS pod's,
+	// made the tail (plain BestEffort measured 17x solo that way).
 	if _, err := s.create(s.base, 1024*uint64(max(1, numCPU()))); err != nil {
 		return err
 	}
@@ -138,7 +145,7 @@ func (s *scenario) setUp() error {
 		{"kubepods", 1024 * uint64(max(1, numCPU()))},
 		{"kubepods/burstable", lsShares(lsReq)},
 		{"kubepods/besteffort", 2},
-		{"loadgen", 1024},
+		{"loadgen", cgroups.MaxShares},
 	} {
 		if _, err := s.create(s.cg(c.rel), c.shares); err != nil {
 			return fmt.Errorf("creating %s: %w", c.rel, err)
@@ -209,6 +216,9 @@ func (s *scenario) setUp() error {
 	if err := lg.AddProc(os.Getpid()); err != nil {
 		return fmt.Errorf("moving the load generator into its cgroup: %w", err)
 	}
+	if err := setSlice(loadgenSlice); err != nil && s.cfg.logf != nil {
+		s.cfg.logf("warning: no short scheduler slice for the load generator (its own wake-ups may add to the LS tail): %v", err)
+	}
 	return s.startLS(s.cg(lsCg))
 }
 
@@ -242,7 +252,7 @@ func (s *scenario) startLS(cgroup string) error {
 		"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", cgroup)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startDefaultSlice(cmd); err != nil {
 		return fmt.Errorf("starting the LS server: %w", err)
 	}
 	s.ls = cmd
@@ -278,15 +288,28 @@ func (s *scenario) startBatch() error {
 		}
 		cmd := exec.Command(s.cfg.self, "burner", "-threads", strconv.Itoa(s.cfg.threads),
 			"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", rel)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := startDefaultSlice(cmd); err != nil {
 			return fmt.Errorf("starting batch worker %s: %w", p.name, err)
 		}
 		p.cmd = cmd
+		// Wait until the worker has joined its cgroup, so that placeBatch, which may
+		// follow at once, is not undone by the worker's own join.
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != burnerReady {
+			return fmt.Errorf("batch worker %s did not start (read %q): %v", p.name, line, err)
+		}
 	}
 	return nil
 }
+
+// burnerReady is the line a batch worker prints once it runs in its cgroup.
+const burnerReady = "burner ready"
 
 // placeBatch moves the batch workers into kubelet's pod cgroups (inTier false) or below
 // the agent's tier (inTier true), creating the latter as the runtime would.

@@ -40,8 +40,10 @@
 // Traps:
 //   - kube-scheduler's default clientConnection qps/burst (50/100) caps
 //     binding at ~50 pods/s; the benchmark raises them (-schedbench.qps).
-//     The real extender uses the unlimited admin client; the binary's
-//     default -kube-api-qps 50 would cap it at ~25 GPU binds/s.
+//     The real extender uses the unlimited admin client here. Its binary
+//     writes one Binding per pod (the device annotation rides on the
+//     Binding), and its default -kube-api-qps 500 / -kube-api-burst 1000
+//     leave headroom above this benchmark's bind rate.
 //   - etcd runs on tmpfs (Options.EtcdOnTmpfs): on this shared VM disk
 //     fdatasync stalls of >1 s were seen, which would measure the disk.
 //   - The machine has 2 shared cores: apiserver, etcd, scheduler, the
