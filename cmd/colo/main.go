@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string) error {
 		fs.Float64Var(&dc.threshold, "threshold", qos.DefaultThreshold, "policy threshold for the agent phases")
 		fs.DurationVar(&dc.period, "period", 100*time.Millisecond, "agent control period")
 		fs.DurationVar(&sc.cfsPeriod, "cfs-period", 0, "agent CFS bandwidth period (0: the agent's default)")
-		fs.IntVar(&bc.rounds, "rounds", 3, "bench: paired rounds of the four phases")
+		fs.IntVar(&bc.rounds, "rounds", 5, "bench: paired rounds of the four phases")
 		fs.IntVar(&bc.steps, "steps", 30, "bench: LS load steps for the reaction time")
 		sweep := fs.String("sweep", "0.6,0.7,0.8,0.9,0.95,1.0", "bench: thresholds for the trade-off curve (empty: none)")
 		fs.DurationVar(&bc.sweepPhase, "sweep-phase", 8*time.Second, "bench: length of each sweep point")

@@ -40,7 +40,7 @@ var (
 	flagOut        = flag.String("schedbench.out", "", "JSON report (default <module>/bench/out/scheduler-throughput.json)")
 	flagProfiles   = flag.String("schedbench.cpuprofile-dir", "", "write a CPU profile of the benchmark process (the in-process extender) per scenario run, scheduler start to last bind")
 	flagRounds     = flag.Int("schedbench.rounds", 1, "rounds; each runs every scenario once, in order, so drifting machine load spreads over all scenarios")
-	flagProtobuf   = flag.Bool("schedbench.extender-protobuf", false, "give the real extender a protobuf clientset (cmd/scheduler-extender uses client-go's default, JSON)")
+	flagProtobuf   = flag.Bool("schedbench.extender-protobuf", true, "give the real extender a protobuf clientset, as cmd/scheduler-extender does (false: JSON)")
 )
 
 // gpuModel is the nvidia.com/gpu.product label of every node.
