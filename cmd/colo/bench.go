@@ -302,6 +302,18 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 			logf("step %d: no cut of ≥ %.1f CPU (limit %.2f → %.2f); counted as the step length", i+1, cutMargin, before, final)
 			react = float64(busyFor.Milliseconds())
 		}
+		if react > 2*float64(dc.period.Milliseconds()) {
+			// A slow step: show how the limit moved, to tell a late cut from a small one.
+			var b strings.Builder
+			next := 0.0
+			for _, smp := range trace {
+				if at := float64(smp.at.Microseconds()) / 1000; at >= next {
+					fmt.Fprintf(&b, " %.0fms:%.2f", at, smp.limit)
+					next = at + 50
+				}
+			}
+			logf("step %d: cut after %.0f ms (limit %.2f before); limit over the step:%s", i+1, react, before, b.String())
+		}
 		reactions = append(reactions, react)
 		settles = append(settles, settle)
 	}
