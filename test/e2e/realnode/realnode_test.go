@@ -141,8 +141,9 @@ func (r *realNode) agentKubernetesMode(t *testing.T) {
 	}
 	t.Logf("tier %s after agent start: %v", tierCgroup, tier)
 	// The agent writes cpu.shares=2 then cpu.idle=1; an idle group reads shares 3.
-	if tier.Idle != "1" || tier.Shares != "3" || tier.Quota == "-1" || tier.Period != "100000" {
-		t.Errorf("tier settings %v, want idle=1, shares=3 (the kernel's idle weight), a quota, period 100000", tier)
+	wantPeriod := strconv.FormatInt(koordlet.DefaultCFSPeriod.Microseconds(), 10)
+	if tier.Idle != "1" || tier.Shares != "3" || tier.Quota == "-1" || tier.Period != wantPeriod {
+		t.Errorf("tier settings %v, want idle=1, shares=3 (the kernel's idle weight), a quota, period %s (the agent's default cfsPeriod)", tier, wantPeriod)
 	}
 
 	r.w.setPhase("5: batch pods start")
