@@ -78,10 +78,9 @@ type Agent struct {
 	tierStats   cpuStats
 	splitBuf    []qos.PodDemand
 	inPlaceBuf  []*podState
-	tierReader  *cgroups.UsageReader
-	tierRate    collect.Rate
+	tierUsage   aggregate
 	tierDemand  demand
-	tierUsage   float64 // this period
+	tierCores   float64 // the tier's usage this period
 	tierOK      bool
 	last        qos.Budget
 	ticks       uint64
@@ -143,6 +142,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		pods: map[types.UID]*podState{}, tierQuota: nan(),
 		kubepods:   aggregate{path: lay.kubepods()},
 		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
+		tierUsage:  aggregate{path: lay.tier},
 	}
 	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
@@ -220,8 +220,8 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		return
 	}
 	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
-	kubepodsCores, kpOK := a.kubepods.read(a.hier, now)
-	beCores, beOK := a.besteffort.read(a.hier, now)
+	kubepodsCores, kpOK, _ := a.kubepods.read(a.hier, now)
+	beCores, beOK, _ := a.besteffort.read(a.hier, now)
 	a.readTier(now)
 	// The budget needs the LS usage every period. It is measured from aggregates:
 	// kubepods minus kubelet's BestEffort cgroup minus the tier, corrected by the few
@@ -261,7 +261,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	batch := inPlace
 	if a.tierOK {
-		batch += a.tierUsage
+		batch += a.tierCores
 	}
 	if !nodeOK {
 		// First sample: rates need two. Show the pods already.
@@ -278,7 +278,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	unknown := a.unattributed
 	lsEstimate := ls + unknown
 	if fastLS {
-		tier := a.tierUsage
+		tier := a.tierCores
 		if a.tierInBE {
 			tier = 0 // already in BestEffort's usage
 		}
@@ -313,20 +313,11 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 
 // readTier samples the tier's usage, the demand of the pods below it.
 func (a *Agent) readTier(now time.Time) {
-	a.tierOK = false
-	if a.tierReader == nil {
-		r, err := a.tier.UsageReader()
-		if err != nil {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
-			return
-		}
-		a.tierReader, a.tierRate, a.tierDemand = r, collect.Rate{}, demand{}
-	}
-	v, err := a.tierReader.Read()
+	reopen := !a.tierUsage.opened()
+	cores, ok, err := a.tierUsage.read(a.hier, now)
+	a.tierCores, a.tierOK = cores, ok
 	if err != nil {
 		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
-		_ = a.tierReader.Close()
-		a.tierReader = nil
 		if errors.Is(err, cgroups.ErrNotExist) {
 			// Someone removed the tier: recreate it, bounded, next period.
 			if err := a.setUpTier(); err != nil {
@@ -335,9 +326,11 @@ func (a *Agent) readTier(now time.Time) {
 		}
 		return
 	}
-	a.tierUsage, a.tierOK = a.tierRate.Update(now, v)
-	if a.tierOK {
-		a.tierDemand.add(a.tierUsage, a.cfg.Period.Duration)
+	if reopen {
+		a.tierDemand = demand{} // a new file: the demand starts over
+	}
+	if ok {
+		a.tierDemand.add(cores, a.cfg.Period.Duration)
 	}
 }
 
@@ -464,9 +457,7 @@ func (a *Agent) shutdown() {
 		}
 		a.kubepods.close()
 		a.besteffort.close()
-		if a.tierReader != nil {
-			_ = a.tierReader.Close()
-		}
+		a.tierUsage.close()
 		if a.publish != nil {
 			a.publish.wait()
 		}

@@ -107,6 +107,10 @@ func TestAgentRealCgroups(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.KubeletCgroupRoot = "/" + base
 	cfg.Period.Duration = 50 * time.Millisecond
+	// Every quota write refills a CFS period's runtime; with the 1 s default a 2 s
+	// window cannot tell such refills from overuse. 100 ms periods keep the check below
+	// about the kernel holding batch to the quotas.
+	cfg.CFSPeriod.Duration = 100 * time.Millisecond
 	// A fixed budget, so that what the kernel allows can be checked against it whatever
 	// else this machine runs; the dynamic budget is tested on fake cgroups.
 	cfg.Policy.MinBatchCPU, cfg.Policy.MaxBatchCPU = 0.3, 0.3

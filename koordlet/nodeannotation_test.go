@@ -55,10 +55,13 @@ func TestAgentPublishesWindowMeans(t *testing.T) {
 	r.step(0, nil)
 	// Two windows: batch pods held in place are sampled every slowEvery periods, so the
 	// first window starts before their first rate.
+	// Each publish is waited for: the publisher skips a window while the previous
+	// publish is still in flight, which on a loaded machine left the first window's
+	// figures in the annotation.
 	for range 2*slowEvery + 5 {
 		r.step(1.5, map[string]float64{r.lsCg: 0.4, r.inPlace: 0.5, r.inTier: 0.5})
+		r.agent.publish.wait()
 	}
-	r.agent.publish.wait()
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

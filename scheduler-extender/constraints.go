@@ -75,19 +75,12 @@ func (c *podConstraints) allows(n *corev1.Node, conditions bool) bool {
 		}
 		tolerations = c.tolerations
 	}
-	for i := range n.Spec.Taints {
-		t := &n.Spec.Taints[i]
-		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
-			continue
-		}
-		if !conditions && conditionTaint(t) {
-			continue
-		}
-		if !corev1helpers.TolerationsTolerateTaint(tolerations, t) {
-			return false
-		}
-	}
-	return true
+	// kube-scheduler's TaintToleration filter, with condition taints left out on request.
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Spec.Taints, tolerations, func(t *corev1.Taint) bool {
+		return (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) &&
+			(conditions || !conditionTaint(t))
+	})
+	return !untolerated
 }
 
 // nodeMeta is the part of a node that constraints read. It shares obj's label

@@ -3,6 +3,7 @@ package extender
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -92,7 +93,12 @@ func (p *understoryPolicy) Name() string { return PolicyUnderstory }
 
 func (p *understoryPolicy) Score(n *Node, r Request) (float64, []int, bool) { return scoreVia(p, n, r) }
 
-// frag is F_u: FGD's fragmentation blended with the multi-pod one.
+// blend is the weight of the multi-pod fragmentation in F_u, in [0, 1].
+func (p *understoryPolicy) blend() float64 { return min(1, max(0, p.p.Blend)) }
+
+// frag is F_u: FGD's fragmentation blended with the multi-pod one (the
+// reference evaluation; score uses modelTable.eval when the node fits its
+// fixed-size summary).
 func (p *understoryPolicy) frag(t *modelTable, cpu int64, free []int) float64 {
 	switch b := p.p.Blend; {
 	case b <= 0:
@@ -123,20 +129,35 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	cpu := n.FreeCPUMilli()
 	cpuAfter := cpu - r.ScoreCPUMilli()
 	reserve := p.p.Reserve * (1 - t.always) * float64(r.GPUTotalMilli())
-	blend := min(1, max(0, p.p.Blend))
 	var st fragStats
 	fast := t.stats(n.GPUFree, &st)
 	var f0 float64
+	var free []int // the slow path's scratch copy of n.GPUFree
 	if fast {
-		f0 = t.eval(&st, cpu, blend)
+		f0 = t.eval(&st, cpu, p.blend())
 	} else {
 		f0 = p.frag(t, cpu, n.GPUFree)
+		free = slices.Clone(n.GPUFree)
 	}
-	var buf [MaxGPUsPerNode]int
-	var free []int
-	if !fast {
-		free = buf[:min(len(n.GPUFree), MaxGPUsPerNode)]
-		copy(free, n.GPUFree)
+	// after is F once r has taken its share of every device in ds.
+	after := func(ds deviceSet) float64 {
+		if fast {
+			s2 := st
+			for d := ds; d != 0; d &= d - 1 {
+				f := n.GPUFree[trailing(d)]
+				t.add(&s2, f, -1)
+				t.add(&s2, f-r.GPUMilli, 1)
+			}
+			return t.eval(&s2, cpuAfter, p.blend())
+		}
+		for d := ds; d != 0; d &= d - 1 {
+			free[trailing(d)] -= r.GPUMilli
+		}
+		f1 := p.frag(t, cpuAfter, free)
+		for d := ds; d != 0; d &= d - 1 {
+			free[trailing(d)] += r.GPUMilli
+		}
+		return f1
 	}
 	var best float64
 	var devs deviceSet
@@ -146,18 +167,7 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			if f < r.GPUMilli || seenBefore(n.GPUFree, i) {
 				continue
 			}
-			var f1 float64
-			if fast {
-				s2 := st
-				t.add(&s2, f, -1)
-				t.add(&s2, f-r.GPUMilli, 1)
-				f1 = t.eval(&s2, cpuAfter, blend)
-			} else {
-				free[i] = f - r.GPUMilli
-				f1 = p.frag(t, cpuAfter, free)
-				free[i] = f
-			}
-			s := p.level(f0 - f1 - reserve)
+			s := p.level(f0 - after(1<<uint(i)) - reserve)
 			if dev < 0 || s > best {
 				best, dev = s, i
 			}
@@ -165,22 +175,7 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 		devs = 1 << uint(dev)
 	} else {
 		devs = lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU)
-		var f1 float64
-		if fast {
-			s2 := st
-			for d := devs; d != 0; d &= d - 1 {
-				f := n.GPUFree[trailing(d)]
-				t.add(&s2, f, -1)
-				t.add(&s2, f-r.GPUMilli, 1)
-			}
-			f1 = t.eval(&s2, cpuAfter, blend)
-		} else {
-			for d := devs; d != 0; d &= d - 1 {
-				free[trailing(d)] -= r.GPUMilli
-			}
-			f1 = p.frag(t, cpuAfter, free)
-		}
-		best = p.level(f0 - f1 - reserve)
+		best = p.level(f0 - after(devs) - reserve)
 	}
 	if p.p.Usage != 0 {
 		best += p.p.Usage * usageTerm(n.Usage)
