@@ -61,7 +61,7 @@ bench-extender:
 # extender, and with Understory's extender.
 bench-scheduler: k8s-bins
 	$(GO) test ./test/e2e/schedbench -run '^$$' -bench SchedulerThroughput -benchtime 1x -timeout 40m \
-	  -args -schedbench.rounds 3
+	  -args -schedbench.rounds 5
 
 # The agent's assumptions checked on a REAL kubelet + containerd + runc node built
 # from the Go module proxy (docs/real-node.md). Root; ~10 min cold.

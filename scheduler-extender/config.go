@@ -3,6 +3,7 @@ package extender
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -13,7 +14,9 @@ var ErrInvalidConfig = errors.New("invalid extender config")
 type Config struct {
 	// Policy names the placement policy (see PolicyNames).
 	Policy string
-	// WorkloadCoverage is the share of pods the target workload classes cover (fgd, understory).
+	// WorkloadCoverage is the share of pods the target workload classes cover (fgd,
+	// understory); 0 means the policy's own default (fgd: DefaultCoverage, the
+	// paper's 95 %; understory: DefaultUnderstoryCoverage).
 	WorkloadCoverage float64
 	// WorkloadRefresh is how often the target workload is rebuilt from the pods in the index.
 	WorkloadRefresh time.Duration
@@ -47,7 +50,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Policy:            DefaultPolicy,
-		WorkloadCoverage:  DefaultCoverage,
+		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
 		MetricsMaxAge:     2 * time.Minute,
 		AssumedTTL:        30 * time.Second,
@@ -70,8 +73,8 @@ func (c Config) Validate() error {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf(format+": %w", append(a, ErrInvalidConfig)...))
 	}
-	if c.WorkloadCoverage <= 0 || c.WorkloadCoverage > 1 {
-		bad("workload coverage %v must be in (0,1]", c.WorkloadCoverage)
+	if c.WorkloadCoverage < 0 || c.WorkloadCoverage > 1 || math.IsNaN(c.WorkloadCoverage) {
+		bad("workload coverage %v must be in (0,1], or 0 for the policy's default", c.WorkloadCoverage)
 	}
 	for _, d := range []struct {
 		name string

@@ -182,8 +182,10 @@ func TestParseUnderstoryParams(t *testing.T) {
 		err  bool
 	}{
 		{"", DefaultUnderstoryParams(), false},
-		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1}, false},
-		{"fgdsquash=1,reserve=0,usage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
+		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1, Coverage: DefaultUnderstoryCoverage}, false},
+		{"fgdsquash=1,reserve=0,usage=0,coverage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
+		{"coverage=0.99", UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, Coverage: 0.99}, false},
+		{"coverage=1.5", UnderstoryParams{}, true},
 		{"blend=2", UnderstoryParams{}, true},
 		{"quant", UnderstoryParams{}, true},
 		{"quant=NaN", UnderstoryParams{}, true},
@@ -236,5 +238,41 @@ func TestUnderstoryReserve(t *testing.T) {
 		if err != nil || best.Name != "v100" {
 			t.Fatalf("chose %v, %v", best, err)
 		}
+	}
+}
+
+// TestUnderstoryCoverage: understory's default workload keeps a class of 1 % of
+// the pods that FGD's 95 % drops; the extender's -workload-coverage overrides it.
+func TestUnderstoryCoverage(t *testing.T) {
+	t.Parallel()
+	in := append(reqs(99, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}), Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 160})
+	w := NewWorkload(in, 0)
+	tests := []struct {
+		name     string
+		coverage float64 // Config.WorkloadCoverage; 0: the policy's default
+		want     int     // classes understory sees
+	}{
+		{"default", 0, 2},
+		{"explicit 0.9", 0.9, 1},
+		{"explicit 1", 1, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := &State{cfg: Config{Policy: PolicyUnderstory, WorkloadCoverage: tc.coverage}}
+			if err := s.setPolicy(w); err != nil {
+				t.Fatal(err)
+			}
+			u, ok := s.policy.(*understoryPolicy)
+			if !ok {
+				t.Fatalf("policy %T", s.policy)
+			}
+			if got := len(u.w.Classes()); got != tc.want {
+				t.Fatalf("understory sees %d classes, want %d", got, tc.want)
+			}
+		})
+	}
+	if got := len(w.Classes()); got != 1 {
+		t.Fatalf("FGD's workload has %d classes, want 1 (the rare one dropped)", got)
 	}
 }

@@ -22,18 +22,27 @@ type UnderstoryParams struct {
 	Reserve float64
 	// Usage weighs the live-utilisation term, in Quant steps.
 	Usage float64
+	// Coverage, if in (0,1], rebuilds the target workload it is given to cover
+	// that share of the pods (workloads are built with FGD's DefaultCoverage);
+	// 0 keeps the workload as given.
+	Coverage float64
 	// FGDSquash scores ΔF as FGD does (⌊100·σ(ΔF/1000)⌋) instead of Quant steps;
 	// for ablations.
 	FGDSquash bool
 }
 
+// DefaultUnderstoryCoverage is the share of pods understory's target workload
+// covers: wider than FGD's 95 %, so that rare classes (the small shares that fill
+// the residues larger shares leave, pods pinned to a GPU model) count.
+const DefaultUnderstoryCoverage = 0.995
+
 // DefaultUnderstoryParams are the weights the extender serves (tuned on openb seed 42).
 func DefaultUnderstoryParams() UnderstoryParams {
-	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1}
+	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, Coverage: DefaultUnderstoryCoverage}
 }
 
 // ParseUnderstoryParams overrides the defaults with "key=value,..." (keys: quant,
-// blend, reserve, usage, fgdsquash).
+// blend, reserve, usage, coverage, fgdsquash).
 func ParseUnderstoryParams(s string) (UnderstoryParams, error) {
 	p := DefaultUnderstoryParams()
 	if strings.TrimSpace(s) == "" {
@@ -57,6 +66,11 @@ func ParseUnderstoryParams(s string) (UnderstoryParams, error) {
 			p.Reserve = f
 		case "usage":
 			p.Usage = f
+		case "coverage":
+			if f < 0 || f > 1 {
+				return p, fmt.Errorf("understory param coverage=%v not in [0,1]: %w", f, ErrInvalidRequest)
+			}
+			p.Coverage = f
 		case "fgdsquash":
 			p.FGDSquash = f != 0
 		default:
@@ -86,6 +100,9 @@ type understoryPolicy struct {
 var _ Policy = (*understoryPolicy)(nil)
 
 func newUnderstory(w *Workload, p UnderstoryParams) *understoryPolicy {
+	if p.Coverage > 0 && p.Coverage <= 1 {
+		w = w.WithCoverage(p.Coverage)
+	}
 	return &understoryPolicy{w: w, p: p}
 }
 

@@ -133,8 +133,13 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 
 // setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
 func (s *State) setPolicy(w *Workload) error {
-	p, err := NewPolicy(s.cfg.Policy, w, nil)
-	if err != nil {
+	var p Policy
+	var err error
+	if s.cfg.Policy == PolicyUnderstory && s.cfg.WorkloadCoverage > 0 {
+		up := DefaultUnderstoryParams()
+		up.Coverage = s.cfg.WorkloadCoverage
+		p = NewUnderstoryPolicy(w, up)
+	} else if p, err = NewPolicy(s.cfg.Policy, w, nil); err != nil {
 		return fmt.Errorf("building policy: %w", err)
 	}
 	s.policy = p

@@ -33,7 +33,8 @@ func (c Class) accepts(model string) bool {
 // concurrent use.
 type Workload struct {
 	classes []Class
-	pods    int // requests it was built from
+	all     []Class // every class seen, most frequent first (WithCoverage)
+	pods    int     // requests it was built from
 	// Per GPU model, the precomputed view fragmentation needs.
 	byModel map[string]*modelTable
 	other   *modelTable // models no class names
@@ -104,19 +105,34 @@ func NewWorkload(reqs []Request, coverage float64) *Workload {
 			strings.Compare(strings.Join(b.Models, "|"), strings.Join(a.Models, "|")),
 		)
 	})
-	need := coverage * float64(valid)
+	return cover(all, valid, coverage)
+}
+
+// cover builds the workload of the most frequent classes of all (sorted, most
+// frequent first) that cover coverage of the pods.
+func cover(all []Class, pods int, coverage float64) *Workload {
+	need := coverage * float64(pods)
 	covered := 0
 	kept := 0
 	for kept < len(all) && float64(covered) < need {
 		covered += all[kept].Count
 		kept++
 	}
-	w := &Workload{classes: all[:kept:kept], pods: valid}
+	w := &Workload{classes: slices.Clone(all[:kept]), all: all, pods: pods}
 	for i := range w.classes {
 		w.classes[i].Share = float64(w.classes[i].Count) / float64(covered)
 	}
 	w.prepare()
 	return w
+}
+
+// WithCoverage returns the workload of the same requests with another coverage
+// (outside (0,1]: DefaultCoverage).
+func (w *Workload) WithCoverage(coverage float64) *Workload {
+	if coverage <= 0 || coverage > 1 {
+		coverage = DefaultCoverage
+	}
+	return cover(w.all, w.pods, coverage)
 }
 
 // prepare builds the per-model tables from the classes and their shares.

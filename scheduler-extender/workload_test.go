@@ -51,27 +51,29 @@ func TestNewWorkloadGrouping(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			w := NewWorkload(in, tc.coverage)
-			got := w.Classes()
-			if w.Pods() != 100 || len(got) != len(tc.want) {
-				t.Fatalf("pods %d, classes %+v", w.Pods(), got)
-			}
-			covered, sum := 0, 0.0
-			for _, c := range tc.want {
-				covered += c.Count
-			}
-			for i, c := range got {
-				wc := tc.want[i]
-				if c.CPUMilli != wc.CPUMilli || c.GPUMilli != wc.GPUMilli || c.NumGPU != wc.NumGPU || c.Count != wc.Count || len(c.Models) != len(wc.Models) {
-					t.Fatalf("class %d = %+v, want %+v", i, c, wc)
+			// Built with the coverage, or rebuilt to it from a narrower workload.
+			for _, w := range []*Workload{NewWorkload(in, tc.coverage), NewWorkload(in, 0.5).WithCoverage(tc.coverage)} {
+				got := w.Classes()
+				if w.Pods() != 100 || len(got) != len(tc.want) {
+					t.Fatalf("pods %d, classes %+v", w.Pods(), got)
 				}
-				if want := float64(c.Count) / float64(covered); math.Abs(c.Share-want) > 1e-12 {
-					t.Fatalf("class %d share %v, want %v", i, c.Share, want)
+				covered, sum := 0, 0.0
+				for _, c := range tc.want {
+					covered += c.Count
 				}
-				sum += c.Share
-			}
-			if math.Abs(sum-1) > 1e-9 {
-				t.Fatalf("shares sum to %v", sum)
+				for i, c := range got {
+					wc := tc.want[i]
+					if c.CPUMilli != wc.CPUMilli || c.GPUMilli != wc.GPUMilli || c.NumGPU != wc.NumGPU || c.Count != wc.Count || len(c.Models) != len(wc.Models) {
+						t.Fatalf("class %d = %+v, want %+v", i, c, wc)
+					}
+					if want := float64(c.Count) / float64(covered); math.Abs(c.Share-want) > 1e-12 {
+						t.Fatalf("class %d share %v, want %v", i, c.Share, want)
+					}
+					sum += c.Share
+				}
+				if math.Abs(sum-1) > 1e-9 {
+					t.Fatalf("shares sum to %v", sum)
+				}
 			}
 		})
 	}

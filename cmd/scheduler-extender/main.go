@@ -62,7 +62,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "kube-api-burst", defaultBurst, "client-side burst to the API server (a gang commit sends its Bindings together)")
 	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch scheduling.x-k8s.io PodGroups")
 	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", extender.PolicyNames()))
-	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory)")
+	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory); 0: the policy's default (fgd 0.95, understory 0.995)")
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
 	fs.DurationVar(&c.MetricsMaxAge, "metrics-max-age", c.MetricsMaxAge, "node-metrics annotations older than this count as unknown")

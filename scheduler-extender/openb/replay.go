@@ -52,6 +52,59 @@ type Result struct {
 	FinalArriv float64 `json:"final_arrived"`
 	Classes    int     `json:"classes"`
 	Elapsed    float64 `json:"elapsed"` // seconds
+	// Leftover is where the GPU capacity that was not allocated sits at the end.
+	Leftover Leftover `json:"leftover"`
+}
+
+// Leftover breaks down the cluster's free GPU at the end of a replay, in GPUs.
+// A node is stranded when it cannot take even the least demanding GPU pod of
+// the replay any more, whatever its GPUs: CPU-stranded if its free CPU is below
+// every GPU pod's CPU request, otherwise other-stranded if its memory or pod
+// count is. The free GPU of the other nodes is split into whole free devices and
+// partly used ones, the latter by 100-milli bucket of the device's free share.
+type Leftover struct {
+	CPUStranded   float64     `json:"cpu_stranded"`
+	OtherStranded float64     `json:"other_stranded"`
+	Whole         float64     `json:"whole"`
+	Partial       [10]float64 `json:"partial_by_100_milli"`
+	// ShareHoles is the free share a sharing pod left on a device it opened (a
+	// whole free device: 1000 − milli), summed over those pods; HolesFilled is
+	// the GPU that sharing pods took on devices already partly used.
+	ShareHoles  float64 `json:"share_holes"`
+	HolesFilled float64 `json:"holes_filled"`
+}
+
+// measure fills the stranded and free buckets of l from the nodes at the end
+// of a replay; minCPU, minMem are the smallest CPU and memory requests among the
+// replay's GPU pods.
+func (l *Leftover) measure(nodes []*extender.Node, minCPU, minMem int64) {
+	for _, n := range nodes {
+		g := float64(n.FreeGPUMilli()) / extender.MilliPerGPU
+		if g == 0 {
+			continue
+		}
+		switch {
+		case n.FreeCPUMilli() < minCPU:
+			l.CPUStranded += g
+			continue
+		case n.MemoryMiB-n.UsedMemoryMiB < minMem, n.MaxPods > 0 && n.Pods >= n.MaxPods:
+			l.OtherStranded += g
+			continue
+		}
+		for _, f := range n.GPUFree {
+			switch {
+			case f >= extender.MilliPerGPU:
+				l.Whole++
+			case f > 0:
+				l.Partial[min(9, f/100)] += float64(f) / extender.MilliPerGPU
+			}
+		}
+	}
+	l.CPUStranded, l.OtherStranded, l.Whole = round2(l.CPUStranded), round2(l.OtherStranded), round2(l.Whole)
+	for i := range l.Partial {
+		l.Partial[i] = round2(l.Partial[i])
+	}
+	l.ShareHoles, l.HolesFilled = round2(l.ShareHoles), round2(l.HolesFilled)
 }
 
 // MarshalJSON writes a level the replay never reached as null.
@@ -130,12 +183,16 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		Pods: len(order), Classes: len(w.Classes())}
 	var m levelMeans
 	var arrived, used int64
+	minCPU, minMem := int64(math.MaxInt64), int64(math.MaxInt64)
 	for i, p := range order {
 		if i%256 == 0 && ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		}
 		r := p.Request
 		arrived += r.GPUTotalMilli()
+		if r.GPUMilli > 0 {
+			minCPU, minMem = min(minCPU, r.CPUMilli), min(minMem, r.MemoryMiB)
+		}
 		n, devs, err := extender.Select(policy, ranked, r, nil)
 		switch {
 		case errors.Is(err, extender.ErrNoFit):
@@ -143,6 +200,13 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		case err != nil:
 			return Result{}, fmt.Errorf("pod %s: %w", p.Name, err)
 		default:
+			if r.Sharing() {
+				if f := n.GPUFree[devs[0]]; f >= extender.MilliPerGPU {
+					res.Leftover.ShareHoles += float64(f-r.GPUMilli) / extender.MilliPerGPU
+				} else {
+					res.Leftover.HolesFilled += float64(r.GPUMilli) / extender.MilliPerGPU
+				}
+			}
 			if err := n.Place(r, devs); err != nil {
 				return Result{}, fmt.Errorf("pod %s: placing what %s chose: %w", p.Name, policy.Name(), err)
 			}
@@ -150,6 +214,7 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		}
 		m.add(float64(arrived)/float64(capacity)*100, float64(used)/float64(capacity)*100)
 	}
+	res.Leftover.measure(cluster, minCPU, minMem)
 	res.AllocAt100 = m.at(100)
 	res.AllocAt130 = m.at(130)
 	res.FinalAlloc = round2(float64(used) / float64(capacity) * 100)

@@ -56,6 +56,21 @@ func TestReplaySlice(t *testing.T) {
 			r.AllocAt100 > r.AllocAt130+0.5 || math.IsNaN(r.AllocAt100) {
 			t.Fatalf("%s: %+v", p, r)
 		}
+		var capacity, free float64
+		for _, n := range nodes {
+			capacity += float64(len(n.GPUFree))
+		}
+		l := r.Leftover
+		free = l.CPUStranded + l.OtherStranded + l.Whole
+		for _, f := range l.Partial {
+			free += f
+		}
+		if used := capacity * r.FinalAlloc / 100; math.Abs(used+free-capacity) > 0.1 {
+			t.Fatalf("%s: leftover %+v adds up to %.2f free GPUs, %.2f used of %.0f", p, l, free, used, capacity)
+		}
+		if l.ShareHoles <= 0 {
+			t.Fatalf("%s: no share opened a device: %+v", p, l)
+		}
 		res[p] = r
 	}
 	if res["fgd"].AllocAt130 <= res["random"].AllocAt130 || res["understory"].AllocAt130 <= res["random"].AllocAt130 {
@@ -71,6 +86,29 @@ func TestReplaySlice(t *testing.T) {
 	}
 	if !slices.Equal(nodes[0].GPUFree, orig.GPUFree) || nodes[0].Pods != 0 {
 		t.Fatal("Run changed the caller's nodes")
+	}
+}
+
+func TestLeftoverMeasure(t *testing.T) {
+	t.Parallel()
+	nodes := []*extender.Node{
+		// CPU-stranded: 500 m left, every GPU pod asks for more.
+		{Name: "cpu", CPUMilli: 8000, UsedCPUMilli: 7500, MemoryMiB: 1 << 20, GPUFree: []int{1000, 190}},
+		// Pod slots used up.
+		{Name: "pods", CPUMilli: 8000, MemoryMiB: 1 << 20, MaxPods: 2, Pods: 2, GPUFree: []int{1000, 0}},
+		// Memory used up.
+		{Name: "mem", CPUMilli: 8000, MemoryMiB: 1000, UsedMemoryMiB: 900, GPUFree: []int{530}},
+		// Open: one whole device, residues in the 100 and 900 buckets.
+		{Name: "open", CPUMilli: 8000, MemoryMiB: 1 << 20, GPUFree: []int{1000, 150, 999, 0}},
+	}
+	var l Leftover
+	l.ShareHoles, l.HolesFilled = 0.123456, 0.5
+	l.measure(nodes, 1000, 512)
+	want := Leftover{CPUStranded: 1.19, OtherStranded: 1.53, Whole: 1, ShareHoles: 0.12, HolesFilled: 0.5}
+	want.Partial[1] = 0.15
+	want.Partial[9] = 1
+	if l != want {
+		t.Fatalf("leftover = %+v, want %+v", l, want)
 	}
 }
 
