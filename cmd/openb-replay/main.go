@@ -114,6 +114,9 @@ func table(ctx context.Context, dir, workloads, policies, seeds string, tune flo
 		return err
 	}
 	fmt.Print(t.Markdown())
+	fmt.Println()
+	fmt.Print(t.LeftoverMarkdown())
+	fmt.Println()
 	s, err := json.Marshal(t.Mean)
 	if err != nil {
 		return err

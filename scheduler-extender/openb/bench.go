@@ -151,6 +151,8 @@ type Cell struct {
 	VsFGD130 *float64 `json:"vs_fgd_130,omitempty"`
 	Seeds    []Result `json:"seeds"`
 	Elapsed  float64  `json:"elapsed"` // seconds over all seeds
+	// Leftover is the seed-mean of the replays' leftover breakdowns.
+	Leftover Leftover `json:"leftover"`
 }
 
 // Row is one workload of the table.
@@ -273,11 +275,14 @@ feed:
 	for _, row := range t.Rows {
 		for p, c := range row.Policies {
 			slices.SortFunc(c.Seeds, func(a, b Result) int { return cmp.Compare(a.Seed, b.Seed) })
+			var ls []Leftover
 			for _, r := range c.Seeds {
 				c.AllocAt100 += r.AllocAt100
 				c.AllocAt130 += r.AllocAt130
 				c.Elapsed += r.Elapsed
+				ls = append(ls, r.Leftover)
 			}
+			c.Leftover = meanLeftover(ls)
 			c.AllocAt100 = round2(c.AllocAt100 / float64(len(c.Seeds)))
 			c.AllocAt130 = round2(c.AllocAt130 / float64(len(c.Seeds)))
 			if m, ok := paper.mean(row.Workload, p, cfg.Seeds); ok {
@@ -361,6 +366,30 @@ func (t *Table) Markdown() string {
 		fmt.Fprintf(&b, " %.2f / %.2f |", t.Mean[p][0], t.Mean[p][1])
 	}
 	b.WriteString("\n")
+	return b.String()
+}
+
+// LeftoverMarkdown renders where each policy left the unallocated GPU at the end
+// of the replays (seed-means, in GPUs) as a GitHub table.
+func (t *Table) LeftoverMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| workload | policy | stranded (CPU / memory, pods) | whole free | partial 0-99 milli | partial 100-199 | partial 200-999 | total | share holes opened | filled |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range t.Rows {
+		for i, p := range t.Policies {
+			l := row.Policies[p].Leftover
+			w := ""
+			if i == 0 {
+				w = strings.TrimPrefix(row.Workload, "openb_pod_list_")
+			}
+			var rest float64
+			for _, f := range l.Partial[2:] {
+				rest += f
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f / %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", w, p,
+				l.CPUStranded, l.OtherStranded, l.Whole, l.Partial[0], l.Partial[1], rest, l.Total(), l.ShareHoles, l.HolesFilled)
+		}
+	}
 	return b.String()
 }
 

@@ -74,6 +74,44 @@ type Leftover struct {
 	HolesFilled float64 `json:"holes_filled"`
 }
 
+// Total is the free GPU the breakdown covers.
+func (l Leftover) Total() float64 {
+	t := l.CPUStranded + l.OtherStranded + l.Whole
+	for _, f := range l.Partial {
+		t += f
+	}
+	return t
+}
+
+// meanLeftover averages breakdowns field by field (zero for none).
+func meanLeftover(ls []Leftover) Leftover {
+	var m Leftover
+	if len(ls) == 0 {
+		return m
+	}
+	k := float64(len(ls))
+	for _, l := range ls {
+		m.CPUStranded += l.CPUStranded / k
+		m.OtherStranded += l.OtherStranded / k
+		m.Whole += l.Whole / k
+		for i := range m.Partial {
+			m.Partial[i] += l.Partial[i] / k
+		}
+		m.ShareHoles += l.ShareHoles / k
+		m.HolesFilled += l.HolesFilled / k
+	}
+	m.round()
+	return m
+}
+
+func (l *Leftover) round() {
+	l.CPUStranded, l.OtherStranded, l.Whole = round2(l.CPUStranded), round2(l.OtherStranded), round2(l.Whole)
+	for i := range l.Partial {
+		l.Partial[i] = round2(l.Partial[i])
+	}
+	l.ShareHoles, l.HolesFilled = round2(l.ShareHoles), round2(l.HolesFilled)
+}
+
 // measure fills the stranded and free buckets of l from the nodes at the end
 // of a replay; minCPU, minMem are the smallest CPU and memory requests among the
 // replay's GPU pods.
@@ -100,11 +138,7 @@ func (l *Leftover) measure(nodes []*extender.Node, minCPU, minMem int64) {
 			}
 		}
 	}
-	l.CPUStranded, l.OtherStranded, l.Whole = round2(l.CPUStranded), round2(l.OtherStranded), round2(l.Whole)
-	for i := range l.Partial {
-		l.Partial[i] = round2(l.Partial[i])
-	}
-	l.ShareHoles, l.HolesFilled = round2(l.ShareHoles), round2(l.HolesFilled)
+	l.round()
 }
 
 // MarshalJSON writes a level the replay never reached as null.

@@ -56,15 +56,12 @@ func TestReplaySlice(t *testing.T) {
 			r.AllocAt100 > r.AllocAt130+0.5 || math.IsNaN(r.AllocAt100) {
 			t.Fatalf("%s: %+v", p, r)
 		}
-		var capacity, free float64
+		var capacity float64
 		for _, n := range nodes {
 			capacity += float64(len(n.GPUFree))
 		}
 		l := r.Leftover
-		free = l.CPUStranded + l.OtherStranded + l.Whole
-		for _, f := range l.Partial {
-			free += f
-		}
+		free := l.Total()
 		if used := capacity * r.FinalAlloc / 100; math.Abs(used+free-capacity) > 0.1 {
 			t.Fatalf("%s: leftover %+v adds up to %.2f free GPUs, %.2f used of %.0f", p, l, free, used, capacity)
 		}
@@ -109,6 +106,25 @@ func TestLeftoverMeasure(t *testing.T) {
 	want.Partial[9] = 1
 	if l != want {
 		t.Fatalf("leftover = %+v, want %+v", l, want)
+	}
+}
+
+func TestMeanLeftover(t *testing.T) {
+	t.Parallel()
+	a := Leftover{CPUStranded: 1, OtherStranded: 2, Whole: 3, ShareHoles: 4, HolesFilled: 5}
+	a.Partial[1] = 6
+	b := Leftover{CPUStranded: 2, Whole: 1, ShareHoles: 1}
+	b.Partial[1], b.Partial[9] = 1, 0.333
+	want := Leftover{CPUStranded: 1.5, OtherStranded: 1, Whole: 2, ShareHoles: 2.5, HolesFilled: 2.5}
+	want.Partial[1], want.Partial[9] = 3.5, 0.17
+	if got := meanLeftover([]Leftover{a, b}); got != want {
+		t.Fatalf("mean = %+v, want %+v", got, want)
+	}
+	if got := meanLeftover(nil); got != (Leftover{}) {
+		t.Fatalf("mean of none = %+v", got)
+	}
+	if got := want.Total(); math.Abs(got-(1.5+1+2+3.5+0.17)) > 1e-9 {
+		t.Fatalf("total = %v", got)
 	}
 }
 
@@ -274,6 +290,13 @@ func TestRunTable(t *testing.T) {
 	}
 	if md := tab.Markdown(); !strings.Contains(md, "| tiny |") || !strings.Contains(md, "paper 90.00 / 91.00") {
 		t.Fatalf("markdown:\n%s", md)
+	}
+	// The cell's leftover is the seed-mean of the replays'.
+	if want := meanLeftover([]Leftover{fgd.Seeds[0].Leftover, fgd.Seeds[1].Leftover}); fgd.Leftover != want || fgd.Leftover.Total() <= 0 {
+		t.Fatalf("fgd leftover %+v, want %+v", fgd.Leftover, want)
+	}
+	if md := tab.LeftoverMarkdown(); !strings.Contains(md, "| tiny | fgd |") || !strings.Contains(md, "|  | understory |") {
+		t.Fatalf("leftover markdown:\n%s", md)
 	}
 	if _, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: nil}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("no seeds: %v", err)
