@@ -39,9 +39,20 @@ type scorer interface {
 	score(n *Node, r *Request) (float64, deviceSet, bool)
 }
 
+// PolicyCoverage is the coverage of the target workload the named policy is
+// measured against when nobody sets one: FGD's 95 % (DefaultCoverage) for fgd,
+// DefaultUnderstoryCoverage for understory. Whoever builds the workload for a
+// policy (the extender's state, the openb replay) builds it at this coverage.
+func PolicyCoverage(name string) float64 {
+	if name == PolicyUnderstory {
+		return DefaultUnderstoryCoverage
+	}
+	return DefaultCoverage
+}
+
 // NewPolicy returns the named policy. w is the target workload the
-// fragmentation-aware policies (fgd, understory) need; nil means an empty one,
-// under which they only pack. rng (math/rand, v1: the openb replay shares one
+// fragmentation-aware policies (fgd, understory) need, used as given (build it
+// at PolicyCoverage(name)); nil means an empty one, under which they only pack. rng (math/rand, v1: the openb replay shares one
 // seeded stream with it) drives the random policy (nil: seed 1); it is used under
 // a lock. Every policy is safe for concurrent use and never changes the nodes.
 func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {

@@ -2,6 +2,7 @@ package extender
 
 import (
 	"errors"
+	"fmt"
 	"math/rand"
 	"slices"
 	"testing"
@@ -182,8 +183,8 @@ func TestParseUnderstoryParams(t *testing.T) {
 		err  bool
 	}{
 		{"", DefaultUnderstoryParams(), false},
-		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1, Coverage: DefaultUnderstoryCoverage}, false},
-		{"fgdsquash=1,reserve=0,usage=0,coverage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
+		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1}, false},
+		{"fgdsquash=1,reserve=0,usage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
 		{"coverage=0.99", UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, Coverage: 0.99}, false},
 		{"coverage=1.5", UnderstoryParams{}, true},
 		{"blend=2", UnderstoryParams{}, true},
@@ -241,38 +242,70 @@ func TestUnderstoryReserve(t *testing.T) {
 	}
 }
 
-// TestUnderstoryCoverage: understory's default workload keeps a class of 1 % of
-// the pods that FGD's 95 % drops; the extender's -workload-coverage overrides it.
+// TestUnderstoryCoverage: the extender builds understory's workload at 99.5 %,
+// so a class of 1 % of the pods that FGD's 95 % drops counts; fgd keeps the
+// paper's 95 %, and -workload-coverage sets both.
 func TestUnderstoryCoverage(t *testing.T) {
 	t.Parallel()
-	in := append(reqs(99, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}), Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 160})
-	w := NewWorkload(in, 0)
 	tests := []struct {
 		name     string
+		policy   string
 		coverage float64 // Config.WorkloadCoverage; 0: the policy's default
-		want     int     // classes understory sees
+		want     int     // classes the policy sees
 	}{
-		{"default", 0, 2},
-		{"explicit 0.9", 0.9, 1},
-		{"explicit 1", 1, 2},
+		{"understory default", PolicyUnderstory, 0, 2},
+		{"understory explicit 0.9", PolicyUnderstory, 0.9, 1},
+		{"fgd default", PolicyFGD, 0, 1},
+		{"fgd explicit 1", PolicyFGD, 1, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := &State{cfg: Config{Policy: PolicyUnderstory, WorkloadCoverage: tc.coverage}}
-			if err := s.setPolicy(w); err != nil {
+			cfg := DefaultConfig()
+			cfg.Policy, cfg.WorkloadCoverage = tc.policy, tc.coverage
+			s, err := NewState(cfg, newFakeClock().Now)
+			if err != nil {
 				t.Fatal(err)
 			}
-			u, ok := s.policy.(*understoryPolicy)
-			if !ok {
+			for i := range 99 {
+				s.UpsertPod(testPod("ns", fmt.Sprintf("whole%d", i), gpus(1)))
+			}
+			s.UpsertPod(testPod("ns", "rare", milli(160)))
+			if err := s.RefreshWorkload(); err != nil {
+				t.Fatal(err)
+			}
+			var w *Workload
+			switch p := s.policy.(type) {
+			case *understoryPolicy:
+				w = p.w
+			case *fgdPolicy:
+				w = p.w
+			default:
 				t.Fatalf("policy %T", s.policy)
 			}
-			if got := len(u.w.Classes()); got != tc.want {
-				t.Fatalf("understory sees %d classes, want %d", got, tc.want)
+			if got := len(w.Classes()); got != tc.want {
+				t.Fatalf("%s sees %d classes, want %d", tc.policy, got, tc.want)
 			}
 		})
 	}
-	if got := len(w.Classes()); got != 1 {
-		t.Fatalf("FGD's workload has %d classes, want 1 (the rare one dropped)", got)
+}
+
+// TestUnderstoryCoverageParam: the coverage parameter (for ablations) rebuilds
+// the workload understory is given; 0 keeps it.
+func TestUnderstoryCoverageParam(t *testing.T) {
+	t.Parallel()
+	in := append(reqs(99, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}), Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 160})
+	w := NewWorkload(in, DefaultCoverage)
+	for _, tc := range []struct {
+		coverage float64
+		want     int
+	}{{0, 1}, {DefaultUnderstoryCoverage, 2}, {1, 2}} {
+		u := NewUnderstoryPolicy(w, UnderstoryParams{Quant: 100, Coverage: tc.coverage}).(*understoryPolicy)
+		if got := len(u.w.Classes()); got != tc.want {
+			t.Fatalf("coverage %v: %d classes, want %d", tc.coverage, got, tc.want)
+		}
+	}
+	if w.WithCoverage(DefaultCoverage) != w {
+		t.Fatal("WithCoverage at the workload's own coverage rebuilt it")
 	}
 }

@@ -23,8 +23,8 @@ type UnderstoryParams struct {
 	// Usage weighs the live-utilisation term, in Quant steps.
 	Usage float64
 	// Coverage, if in (0,1], rebuilds the target workload it is given to cover
-	// that share of the pods (workloads are built with FGD's DefaultCoverage);
-	// 0 keeps the workload as given.
+	// that share of the pods, for ablations; 0 (the default) keeps the workload
+	// as given, which its builder makes at PolicyCoverage(PolicyUnderstory).
 	Coverage float64
 	// FGDSquash scores ΔF as FGD does (⌊100·σ(ΔF/1000)⌋) instead of Quant steps;
 	// for ablations.
@@ -32,13 +32,14 @@ type UnderstoryParams struct {
 }
 
 // DefaultUnderstoryCoverage is the share of pods understory's target workload
-// covers: wider than FGD's 95 %, so that rare classes (the small shares that fill
-// the residues larger shares leave, pods pinned to a GPU model) count.
+// covers (PolicyCoverage): wider than FGD's 95 %, so that rare classes (the small
+// shares that fill the residues larger shares leave, pods pinned to a GPU model)
+// count.
 const DefaultUnderstoryCoverage = 0.995
 
 // DefaultUnderstoryParams are the weights the extender serves (tuned on openb seed 42).
 func DefaultUnderstoryParams() UnderstoryParams {
-	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, Coverage: DefaultUnderstoryCoverage}
+	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1}
 }
 
 // ParseUnderstoryParams overrides the defaults with "key=value,..." (keys: quant,
@@ -100,7 +101,7 @@ type understoryPolicy struct {
 var _ Policy = (*understoryPolicy)(nil)
 
 func newUnderstory(w *Workload, p UnderstoryParams) *understoryPolicy {
-	if p.Coverage > 0 && p.Coverage <= 1 {
+	if p.Coverage > 0 {
 		w = w.WithCoverage(p.Coverage)
 	}
 	return &understoryPolicy{w: w, p: p}

@@ -133,13 +133,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 
 // setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
 func (s *State) setPolicy(w *Workload) error {
-	var p Policy
-	var err error
-	if s.cfg.Policy == PolicyUnderstory && s.cfg.WorkloadCoverage > 0 {
-		up := DefaultUnderstoryParams()
-		up.Coverage = s.cfg.WorkloadCoverage
-		p = NewUnderstoryPolicy(w, up)
-	} else if p, err = NewPolicy(s.cfg.Policy, w, nil); err != nil {
+	p, err := NewPolicy(s.cfg.Policy, w, nil)
+	if err != nil {
 		return fmt.Errorf("building policy: %w", err)
 	}
 	s.policy = p
@@ -158,7 +153,11 @@ func (s *State) RefreshWorkload() error {
 		}
 	}
 	s.mu.RUnlock()
-	w := NewWorkload(reqs, s.cfg.WorkloadCoverage)
+	coverage := s.cfg.WorkloadCoverage
+	if coverage == 0 {
+		coverage = PolicyCoverage(s.cfg.Policy)
+	}
+	w := NewWorkload(reqs, coverage)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.setPolicy(w)

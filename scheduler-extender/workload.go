@@ -32,9 +32,10 @@ func (c Class) accepts(model string) bool {
 // seen, with renormalised shares. It is immutable once built and safe for
 // concurrent use.
 type Workload struct {
-	classes []Class
-	all     []Class // every class seen, most frequent first (WithCoverage)
-	pods    int     // requests it was built from
+	classes  []Class
+	all      []Class // every class seen, most frequent first (WithCoverage)
+	pods     int     // requests it was built from
+	coverage float64 // what it was built to cover
 	// Per GPU model, the precomputed view fragmentation needs.
 	byModel map[string]*modelTable
 	other   *modelTable // models no class names
@@ -118,7 +119,7 @@ func cover(all []Class, pods int, coverage float64) *Workload {
 		covered += all[kept].Count
 		kept++
 	}
-	w := &Workload{classes: slices.Clone(all[:kept]), all: all, pods: pods}
+	w := &Workload{classes: slices.Clone(all[:kept]), all: all, pods: pods, coverage: coverage}
 	for i := range w.classes {
 		w.classes[i].Share = float64(w.classes[i].Count) / float64(covered)
 	}
@@ -127,10 +128,13 @@ func cover(all []Class, pods int, coverage float64) *Workload {
 }
 
 // WithCoverage returns the workload of the same requests with another coverage
-// (outside (0,1]: DefaultCoverage).
+// (outside (0,1]: DefaultCoverage); w itself when it already has that one.
 func (w *Workload) WithCoverage(coverage float64) *Workload {
 	if coverage <= 0 || coverage > 1 {
 		coverage = DefaultCoverage
+	}
+	if coverage == w.coverage {
+		return w
 	}
 	return cover(w.all, w.pods, coverage)
 }

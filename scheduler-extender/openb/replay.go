@@ -23,14 +23,17 @@ type PolicyFactory func(w *extender.Workload, rng *rand.Rand) (extender.Policy, 
 
 // Config is one replay.
 type Config struct {
-	Policy string // a name NewPolicy knows; ignored when Factory is set
+	// Policy is a name NewPolicy knows; with Factory set it only picks the
+	// workload's default coverage.
+	Policy string
 	// Factory, if set, builds the policy instead of extender.NewPolicy(Policy, ...).
 	Factory PolicyFactory
 	Seed    int64
 	// Tune is the arrived GPU demand to reach, as a multiple of the cluster's GPU
 	// capacity (the FGD artifact's "tune"); <= 0 replays the trace as it is.
 	Tune float64
-	// Coverage of the target workload's classes; <= 0 means extender.DefaultCoverage.
+	// Coverage of the target workload's classes; <= 0 means the policy's own,
+	// extender.PolicyCoverage(Policy).
 	Coverage float64
 	// Workload names the trace in the result.
 	Workload string
@@ -185,7 +188,11 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 	for i, p := range sorted {
 		reqs[i] = p.Request
 	}
-	w := extender.NewWorkload(reqs, cfg.Coverage)
+	coverage := cfg.Coverage
+	if coverage <= 0 {
+		coverage = extender.PolicyCoverage(cfg.Policy)
+	}
+	w := extender.NewWorkload(reqs, coverage)
 
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	rng.Int() // the artifact draws one number right after seeding
