@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-openb-lookahead bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -52,6 +52,12 @@ bench-openb-short:
 	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) \
 	  -workloads openb_pod_list_default,openb_pod_list_gpushare40 -policy fgd,understory \
 	  -seeds 42 -out bench/out/openb-short.json
+
+# How much a clairvoyant rule could still win over understory late in the
+# replays (docs/benchmarks-openb.md): seed 42, every workload, ~20 min on 2 cores.
+bench-openb-lookahead:
+	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) -workloads all -policy understory \
+	  -seeds 42 -lookahead 4,500,0.8 -compare bench/out/openb.json -out bench/out/openb-lookahead.json
 
 # Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable).
 bench-extender:

@@ -12,5 +12,12 @@
 //	openb-replay -workloads all -policy random,bestfit,fgd,understory -seeds 42-51 -out bench/out/openb.json
 //
 // -understory-params "key=value,..." overrides the understory policy's weights
-// for ablations (see docs/scoring.md). Exit status 1 on any error.
+// for ablations (see docs/scoring.md). -lookahead K,H,FROM makes every replay the
+// clairvoyant upper-bound probe (openb.Lookahead: from arrival FROM on, the
+// policy's best K distinct nodes rolled out over the next H real pods), and in
+// table mode -compare FILE prints the run against an earlier table's JSON:
+//
+//	openb-replay -workloads all -policy understory -seeds 42 -lookahead 4,500,0.8 -compare bench/out/openb.json -out bench/out/openb-lookahead.json
+//
+// Exit status 1 on any error.
 package main

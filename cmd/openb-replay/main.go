@@ -37,6 +37,8 @@ func run() error {
 		out       = flag.String("out", "bench/out/openb.json", "table mode: JSON output file")
 		workers   = flag.Int("workers", runtime.NumCPU(), "table mode: replays run in parallel")
 		quiet     = flag.Bool("quiet", false, "table mode: no per-replay progress on stderr")
+		lookahead = flag.String("lookahead", "", `clairvoyant upper-bound probe, "CANDIDATES,HORIZON,FROM" (e.g. "4,500,0.8"): from arrival FROM on, roll the policy's best CANDIDATES nodes out over the next HORIZON pods of the real order and keep the best; empty: off`)
+		compare   = flag.String("compare", "", "table mode: an earlier table's JSON (e.g. bench/out/openb.json) to print this run against, over this run's seeds")
 		uparams   = flag.String("understory-params", "", `weights of the understory policy, "key=value,..." (see docs/scoring.md); empty: the defaults`)
 	)
 	flag.Parse()
@@ -47,11 +49,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	look, err := openb.ParseLookahead(*lookahead)
+	if err != nil {
+		return err
+	}
 	factory := func(w *extender.Workload, _ *rand.Rand) (extender.Policy, error) {
 		return extender.NewUnderstoryPolicy(w, params), nil
 	}
 	if *workloads != "" {
-		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory)
+		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory, look, *compare)
 	}
 	if *nodesPath == "" || *podsPath == "" {
 		return fmt.Errorf("-nodes and -pods are required (or -workloads for the table)")
@@ -69,7 +75,7 @@ func run() error {
 		f = factory
 	}
 	res, err := openb.Run(ctx, nodes, pods, openb.Config{
-		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f,
+		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Lookahead: look,
 		Workload: strings.TrimSuffix(filepath.Base(*podsPath), ".csv"),
 	})
 	if err != nil {
@@ -83,13 +89,19 @@ func run() error {
 	return nil
 }
 
-func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory) error {
+func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory, look openb.Lookahead, compare string) error {
 	ss, err := openb.ParseSeeds(seeds)
 	if err != nil {
 		return err
 	}
+	var base *openb.Table
+	if compare != "" {
+		if base, err = openb.ReadTable(compare); err != nil {
+			return err
+		}
+	}
 	cfg := openb.TableConfig{Dir: dir, Policies: strings.Split(policies, ","), Seeds: ss, Tune: tune, Workers: workers,
-		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}}
+		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}, Lookahead: look}
 	if workloads != "all" {
 		cfg.Workloads = strings.Split(workloads, ",")
 	}
@@ -117,6 +129,11 @@ func table(ctx context.Context, dir, workloads, policies, seeds string, tune flo
 	fmt.Println()
 	fmt.Print(t.LeftoverMarkdown())
 	fmt.Println()
+	if base != nil {
+		fmt.Printf("Against %s:\n\n", compare)
+		fmt.Print(t.CompareMarkdown(base))
+		fmt.Println()
+	}
 	s, err := json.Marshal(t.Mean)
 	if err != nil {
 		return err

@@ -136,6 +136,8 @@ type TableConfig struct {
 	Factories map[string]PolicyFactory
 	// Progress, if set, gets one line per finished replay.
 	Progress io.Writer
+	// Lookahead, if enabled, runs every replay as the clairvoyant probe.
+	Lookahead Lookahead
 }
 
 // Cell is one workload × policy of the table.
@@ -166,7 +168,9 @@ type Table struct {
 	Tune     float64  `json:"tune"`
 	Seeds    []int64  `json:"seeds"`
 	Policies []string `json:"policies"`
-	Rows     []Row    `json:"rows"`
+	// Lookahead is the clairvoyant probe every replay ran, if any.
+	Lookahead *Lookahead `json:"lookahead,omitempty"`
+	Rows      []Row      `json:"rows"`
 	// Mean over workloads of each policy's seed-means.
 	Mean map[string][2]float64 `json:"mean"`
 }
@@ -183,6 +187,9 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 	}
 	if len(cfg.Policies) == 0 || len(cfg.Seeds) == 0 {
 		return nil, fmt.Errorf("%d policies, %d seeds: %w", len(cfg.Policies), len(cfg.Seeds), ErrBadConfig)
+	}
+	if err := cfg.Lookahead.Validate(); err != nil {
+		return nil, err
 	}
 	nodes, err := ReadNodes(filepath.Join(cfg.Dir, NodeFile), DefaultMaxPods)
 	if err != nil {
@@ -223,7 +230,7 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 			defer wg.Done()
 			for i := range next {
 				j := jobs[i]
-				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p]}
+				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p], Lookahead: cfg.Lookahead}
 				res, err := Run(ctx, nodes, traces[j.w], rc)
 				mu.Lock()
 				if err != nil && firstErr == nil {
@@ -258,6 +265,10 @@ feed:
 	}
 
 	t := &Table{Tune: cfg.Tune, Seeds: cfg.Seeds, Policies: cfg.Policies, Mean: map[string][2]float64{}}
+	if cfg.Lookahead.Enabled() {
+		l := cfg.Lookahead
+		t.Lookahead = &l
+	}
 	byKey := map[[2]string]*Cell{}
 	for _, w := range cfg.Workloads {
 		row := Row{Workload: w, Policies: map[string]*Cell{}}

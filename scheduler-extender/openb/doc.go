@@ -13,6 +13,12 @@
 // RunTable runs every workload × policy × seed on a pool of goroutines and puts
 // the paper's seed-means beside ours.
 //
+// Config.Lookahead turns a replay into a clairvoyant probe of how much any
+// placement rule could still gain over a policy: from an arrival level on, each
+// GPU pod tries the policy's best few distinct nodes, rolls each out over the
+// next pods of the real order, and keeps the best. It reads the future, so its
+// numbers bound what is left to win; they never describe a policy.
+//
 // Traps:
 //   - All randomness comes from one math/rand (v1) stream drawn in the
 //     artifact's order: one Int, the shuffle, the inflation draws, the node
@@ -27,4 +33,7 @@
 //   - Nodes get the artifact's pod capacity (DefaultMaxPods, 1001); a pod asking
 //     for 0 CPU fits with 0 but scores as 100m.
 //   - The multigpu pod lists have no gpu_spec column; it is optional.
+//   - The lookahead's rollouts place and take back pods on the replay's own nodes
+//     (Node.Unplace), so a rollout that returned early would corrupt the replay;
+//     and its cost is candidates × horizon Selects per pod (minutes per replay).
 package openb

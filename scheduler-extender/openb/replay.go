@@ -37,6 +37,8 @@ type Config struct {
 	Coverage float64
 	// Workload names the trace in the result.
 	Workload string
+	// Lookahead, if enabled, makes the replay a clairvoyant upper-bound probe.
+	Lookahead Lookahead
 }
 
 // Result is what a replay measured. Allocation ratios are in % of the cluster's
@@ -57,6 +59,8 @@ type Result struct {
 	Elapsed    float64 `json:"elapsed"` // seconds
 	// Leftover is where the GPU capacity that was not allocated sits at the end.
 	Leftover Leftover `json:"leftover"`
+	// Lookahead is what the clairvoyant probe did, when the replay ran it.
+	Lookahead *LookaheadResult `json:"lookahead,omitempty"`
 }
 
 // Leftover breaks down the cluster's free GPU at the end of a replay, in GPUs.
@@ -175,6 +179,9 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 	if len(nodes) == 0 || len(trace) == 0 {
 		return Result{}, fmt.Errorf("%d nodes, %d pods: %w", len(nodes), len(trace), ErrBadConfig)
 	}
+	if err := cfg.Lookahead.Validate(); err != nil {
+		return Result{}, err
+	}
 	var capacity int64
 	for _, n := range nodes {
 		capacity += int64(len(n.GPUFree)) * extender.MilliPerGPU
@@ -222,6 +229,11 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 
 	res := Result{Workload: cfg.Workload, Policy: policy.Name(), Seed: cfg.Seed, Tune: cfg.Tune,
 		Pods: len(order), Classes: len(w.Classes())}
+	var look *lookahead
+	if cfg.Lookahead.Enabled() {
+		look = &lookahead{cfg: cfg.Lookahead, policy: policy, nodes: ranked}
+		look.res.Lookahead = cfg.Lookahead
+	}
 	var m levelMeans
 	var arrived, used int64
 	minCPU, minMem := int64(math.MaxInt64), int64(math.MaxInt64)
@@ -234,7 +246,17 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		if r.GPUMilli > 0 {
 			minCPU, minMem = min(minCPU, r.CPUMilli), min(minMem, r.MemoryMiB)
 		}
-		n, devs, err := extender.Select(policy, ranked, r, nil)
+		var (
+			n    *extender.Node
+			devs []int
+		)
+		if look != nil && r.GPUMilli > 0 && float64(arrived) >= cfg.Lookahead.From*float64(capacity) {
+			if err = r.Validate(); err == nil {
+				n, devs, err = look.place(order, i)
+			}
+		} else {
+			n, devs, err = extender.Select(policy, ranked, r, nil)
+		}
 		switch {
 		case errors.Is(err, extender.ErrNoFit):
 			res.Failed++
@@ -256,6 +278,9 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		m.add(float64(arrived)/float64(capacity)*100, float64(used)/float64(capacity)*100)
 	}
 	res.Leftover.measure(cluster, minCPU, minMem)
+	if look != nil {
+		res.Lookahead = &look.res
+	}
 	res.AllocAt100 = m.at(100)
 	res.AllocAt130 = m.at(130)
 	res.FinalAlloc = round2(float64(used) / float64(capacity) * 100)

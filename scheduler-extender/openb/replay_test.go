@@ -30,10 +30,10 @@ func traceDir(t *testing.T) string {
 	return ""
 }
 
-// TestReplaySlice replays a slice of the real trace (the first 80 nodes and 700
-// pods of default) with every policy.
-func TestReplaySlice(t *testing.T) {
-	t.Parallel()
+// defaultSlice reads the first n nodes and p pods of the real trace's default
+// workload (skipping without the trace).
+func defaultSlice(t *testing.T, n, p int) ([]*extender.Node, []Pod) {
+	t.Helper()
 	dir := traceDir(t)
 	nodes, err := ReadNodes(filepath.Join(dir, NodeFile), 0)
 	if err != nil {
@@ -43,7 +43,14 @@ func TestReplaySlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, pods = nodes[:80], pods[:700]
+	return nodes[:n], pods[:p]
+}
+
+// TestReplaySlice replays a slice of the real trace (the first 80 nodes and 700
+// pods of default) with every policy.
+func TestReplaySlice(t *testing.T) {
+	t.Parallel()
+	nodes, pods := defaultSlice(t, 80, 700)
 	orig := nodes[0].Clone()
 	res := map[string]Result{}
 	for _, p := range extender.PolicyNames() {
@@ -142,6 +149,7 @@ func TestRunErrors(t *testing.T) {
 		{"no pods", []*extender.Node{n}, nil, Config{Policy: "fgd"}, ErrBadConfig},
 		{"no gpus", []*extender.Node{{Name: "c", CPUMilli: 1}}, pods, Config{Policy: "fgd"}, ErrBadConfig},
 		{"unknown policy", []*extender.Node{n}, pods, Config{Policy: "tetris"}, extender.ErrUnknownPolicy},
+		{"one-candidate lookahead", []*extender.Node{n}, pods, Config{Policy: "fgd", Lookahead: Lookahead{Candidates: 1, Horizon: 5}}, ErrBadConfig},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,6 +308,20 @@ func TestRunTable(t *testing.T) {
 	}
 	if _, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: nil}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("no seeds: %v", err)
+	}
+	if tab.Lookahead != nil {
+		t.Fatalf("plain table reports a lookahead: %+v", tab.Lookahead)
+	}
+	look := Lookahead{Candidates: 2, Horizon: 3, From: 0.5}
+	lt, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Tune: 1.4, Lookahead: look})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lt.Lookahead == nil || *lt.Lookahead != look || lt.Rows[0].Policies["fgd"].Seeds[0].Lookahead == nil {
+		t.Fatalf("lookahead table: %+v", lt)
+	}
+	if _, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Lookahead: Lookahead{Horizon: 3}}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("lookahead without candidates: %v", err)
 	}
 }
 
