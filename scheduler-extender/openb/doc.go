@@ -35,5 +35,7 @@
 //   - The multigpu pod lists have no gpu_spec column; it is optional.
 //   - The lookahead's rollouts place and take back pods on the replay's own nodes
 //     (Node.Unplace), so a rollout that returned early would corrupt the replay;
-//     and its cost is candidates × horizon Selects per pod (minutes per replay).
+//     its cost is candidates × horizon Selects per pod (minutes per replay); and
+//     with the random policy its rollouts draw from the replay's stream, so the
+//     probe's random replay is not the plain one plus changes.
 package openb
