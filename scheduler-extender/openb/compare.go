@@ -44,21 +44,19 @@ func (c *Cell) seedMean(seeds []int64) (m [2]float64, ok bool) {
 
 // CompareMarkdown renders t against base (an earlier table, e.g. the plain run a
 // lookahead probe is measured against) over t's seeds: each policy's allocation in
-// both, the difference, the difference of t to base's fgd at 130 %, and what the
+// both, the difference, the difference of t to base's fgd, and what the
 // lookahead did. Workloads or policies base lacks for those seeds are left out.
 func (t *Table) CompareMarkdown(base *Table) string {
 	var b strings.Builder
-	b.WriteString("| workload | policy | base 100 / 130 | this 100 / 130 | Δ 100 / 130 | this vs base fgd 130 | lookahead decisions / changed |\n")
+	b.WriteString("| workload | policy | base 100 / 130 | this 100 / 130 | Δ 100 / 130 | this vs base fgd 100 / 130 | lookahead decisions / changed |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	cells := map[string]map[string]*Cell{}
 	for _, row := range base.Rows {
 		cells[row.Workload] = row.Policies
 	}
 	type sum struct {
-		d   [2]float64
-		fgd float64
-		n   int
-		nf  int
+		d, fgd [2]float64
+		n, nf  int
 	}
 	sums := map[string]*sum{}
 	for _, row := range t.Rows {
@@ -85,8 +83,9 @@ func (t *Table) CompareMarkdown(base *Table) string {
 			vsFGD := "-"
 			if fc := cells[row.Workload][extender.PolicyFGD]; fc != nil {
 				if f, ok := fc.seedMean(t.Seeds); ok {
-					vsFGD = fmt.Sprintf("%+.2f", now[1]-f[1])
-					s.fgd += now[1] - f[1]
+					vsFGD = fmt.Sprintf("%+.2f / %+.2f", now[0]-f[0], now[1]-f[1])
+					s.fgd[0] += now[0] - f[0]
+					s.fgd[1] += now[1] - f[1]
 					s.nf++
 				}
 			}
@@ -108,7 +107,7 @@ func (t *Table) CompareMarkdown(base *Table) string {
 		}
 		vsFGD := "-"
 		if s.nf > 0 {
-			vsFGD = fmt.Sprintf("%+.2f", s.fgd/float64(s.nf))
+			vsFGD = fmt.Sprintf("%+.2f / %+.2f", s.fgd[0]/float64(s.nf), s.fgd[1]/float64(s.nf))
 		}
 		fmt.Fprintf(&b, "| **mean** | %s | | | %+.2f / %+.2f | %s | |\n", p, s.d[0]/float64(s.n), s.d[1]/float64(s.n), vsFGD)
 	}

@@ -46,8 +46,8 @@ func TestCompareMarkdown(t *testing.T) {
 	}
 	md := probe.CompareMarkdown(read)
 	for _, want := range []string{
-		"| a | understory | 90.50 / 91.25 | 91.00 / 91.50 | +0.50 / +0.25 | +0.50 | 7 / 2 |",
-		"| **mean** | understory | | | +0.50 / +0.25 | +0.50 | |",
+		"| a | understory | 90.50 / 91.25 | 91.00 / 91.50 | +0.50 / +0.25 | +1.00 / +0.50 | 7 / 2 |",
+		"| **mean** | understory | | | +0.50 / +0.25 | +1.00 / +0.50 | |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("missing %q in:\n%s", want, md)

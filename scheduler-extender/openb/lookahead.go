@@ -96,11 +96,15 @@ type placement struct {
 	devs []int
 }
 
-// place puts r on a node for pod i of order and returns it and the devices, or
-// ErrNoFit. The policy's choice is the first candidate: the highest score, the
-// earliest node in the order on ties, as extender.Select picks.
+// place puts pod i of order on a node and returns it and the devices, or an
+// error as extender.Select does (ErrInvalidRequest, ErrNoFit). The policy's
+// choice is the first candidate: the highest score, the earliest node in the
+// order on ties, as extender.Select picks.
 func (l *lookahead) place(order []Pod, i int) (*extender.Node, []int, error) {
 	r := order[i].Request
+	if err := r.Validate(); err != nil {
+		return nil, nil, err
+	}
 	l.cands = l.cands[:0]
 	for _, n := range l.nodes {
 		if s, devs, ok := l.policy.Score(n, r); ok {
@@ -178,26 +182,21 @@ func sameState(a, b candidate) bool {
 	x, y := a.n, b.n
 	if x.Model != y.Model || x.FreeCPUMilli() != y.FreeCPUMilli() ||
 		x.MemoryMiB-x.UsedMemoryMiB != y.MemoryMiB-y.UsedMemoryMiB ||
-		x.MaxPods-x.Pods != y.MaxPods-y.Pods || len(x.GPUFree) != len(y.GPUFree) ||
-		len(a.devs) != len(b.devs) || x.Usage != nil || y.Usage != nil {
+		x.MaxPods-x.Pods != y.MaxPods-y.Pods || x.Usage != nil || y.Usage != nil {
 		return false
 	}
-	return sortedEqual(x.GPUFree, nil, y.GPUFree, nil) && sortedEqual(x.GPUFree, a.devs, y.GPUFree, b.devs)
+	return sameMultiset(x.GPUFree, y.GPUFree) && sameMultiset(freeOn(x, a.devs), freeOn(y, b.devs))
 }
 
-// sortedEqual compares the multisets free[idx...] of two nodes (all of free when
-// idx is nil).
-func sortedEqual(fa []int, ia []int, fb []int, ib []int) bool {
-	pick := func(f, idx []int) []int {
-		if idx == nil {
-			return slices.Sorted(slices.Values(f))
-		}
-		out := make([]int, len(idx))
-		for i, d := range idx {
-			out[i] = f[d]
-		}
-		slices.Sort(out)
-		return out
+// freeOn is the free milli of n's devices devs.
+func freeOn(n *extender.Node, devs []int) []int {
+	out := make([]int, len(devs))
+	for i, d := range devs {
+		out[i] = n.GPUFree[d]
 	}
-	return slices.Equal(pick(fa, ia), pick(fb, ib))
+	return out
+}
+
+func sameMultiset(a, b []int) bool {
+	return len(a) == len(b) && slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }

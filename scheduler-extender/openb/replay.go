@@ -231,8 +231,7 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 		Pods: len(order), Classes: len(w.Classes())}
 	var look *lookahead
 	if cfg.Lookahead.Enabled() {
-		look = &lookahead{cfg: cfg.Lookahead, policy: policy, nodes: ranked}
-		look.res.Lookahead = cfg.Lookahead
+		look = &lookahead{cfg: cfg.Lookahead, policy: policy, nodes: ranked, res: LookaheadResult{Lookahead: cfg.Lookahead}}
 	}
 	var m levelMeans
 	var arrived, used int64
@@ -251,9 +250,7 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 			devs []int
 		)
 		if look != nil && r.GPUMilli > 0 && float64(arrived) >= cfg.Lookahead.From*float64(capacity) {
-			if err = r.Validate(); err == nil {
-				n, devs, err = look.place(order, i)
-			}
+			n, devs, err = look.place(order, i)
 		} else {
 			n, devs, err = extender.Select(policy, ranked, r, nil)
 		}
