@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-openb-lookahead bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -58,6 +58,12 @@ bench-openb-short:
 bench-openb-lookahead:
 	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) -workloads all -policy understory \
 	  -seeds 42 -lookahead 4,500,0.8 -compare bench/out/openb.json -out bench/out/openb-lookahead.json
+
+# How much a clairvoyant search over the whole replay finds above understory
+# (docs/benchmarks-openb.md): seed 42, every workload, 80 tries each, ~30 min on 2 cores.
+bench-openb-search:
+	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) -workloads all -policy understory \
+	  -seeds 42 -search 80,4,20,0,1.3 -compare bench/out/openb.json -out bench/out/openb-search.json
 
 # Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable).
 bench-extender:

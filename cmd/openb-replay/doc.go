@@ -19,5 +19,12 @@
 //
 //	openb-replay -workloads all -policy understory -seeds 42 -lookahead 4,500,0.8 -compare bench/out/openb.json -out bench/out/openb-lookahead.json
 //
+// -search TRIES,CANDIDATES,CHANGES,FROM,TO runs every replay as the clairvoyant
+// search (openb.RunSearch): TRIES more replays, each changing CHANGES choices of
+// GPU pods that arrive between FROM and TO to another of the policy's best
+// CANDIDATES distinct nodes, keeping the best:
+//
+//	openb-replay -workloads all -policy understory -seeds 42 -search 80,4,20,0,1.3 -compare bench/out/openb.json -out bench/out/openb-search.json
+//
 // Exit status 1 on any error.
 package main

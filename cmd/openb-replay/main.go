@@ -38,6 +38,7 @@ func run() error {
 		workers   = flag.Int("workers", runtime.NumCPU(), "table mode: replays run in parallel")
 		quiet     = flag.Bool("quiet", false, "table mode: no per-replay progress on stderr")
 		lookahead = flag.String("lookahead", "", `clairvoyant upper-bound probe, "CANDIDATES,HORIZON,FROM" (e.g. "4,500,0.8"): from arrival FROM on, roll the policy's best CANDIDATES nodes out over the next HORIZON pods of the real order and keep the best; empty: off`)
+		search    = flag.String("search", "", `clairvoyant search, "TRIES,CANDIDATES,CHANGES,FROM,TO" (e.g. "200,4,20,0,0.6"): after the policy's own replay, TRIES replays each change CHANGES choices of GPU pods arriving between FROM and TO (fractions of capacity) to another of the policy's best CANDIDATES nodes, keeping the best; empty: off`)
 		compare   = flag.String("compare", "", "table mode: an earlier table's JSON (e.g. bench/out/openb.json) to print this run against, over this run's seeds")
 		uparams   = flag.String("understory-params", "", `weights of the understory policy, "key=value,..." (see docs/scoring.md); empty: the defaults`)
 	)
@@ -53,11 +54,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	srch, err := openb.ParseSearch(*search)
+	if err != nil {
+		return err
+	}
 	factory := func(w *extender.Workload, _ *rand.Rand) (extender.Policy, error) {
 		return extender.NewUnderstoryPolicy(w, params), nil
 	}
 	if *workloads != "" {
-		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory, look, *compare)
+		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory, look, srch, *compare)
 	}
 	if *nodesPath == "" || *podsPath == "" {
 		return fmt.Errorf("-nodes and -pods are required (or -workloads for the table)")
@@ -74,10 +79,16 @@ func run() error {
 	if *policy == extender.PolicyUnderstory {
 		f = factory
 	}
-	res, err := openb.Run(ctx, nodes, pods, openb.Config{
+	cfg := openb.Config{
 		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Lookahead: look,
 		Workload: strings.TrimSuffix(filepath.Base(*podsPath), ".csv"),
-	})
+	}
+	var res openb.Result
+	if srch.Enabled() {
+		res, err = openb.RunSearch(ctx, nodes, pods, cfg, srch)
+	} else {
+		res, err = openb.Run(ctx, nodes, pods, cfg)
+	}
 	if err != nil {
 		return err
 	}
@@ -89,7 +100,7 @@ func run() error {
 	return nil
 }
 
-func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory, look openb.Lookahead, compare string) error {
+func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory, look openb.Lookahead, srch openb.Search, compare string) error {
 	ss, err := openb.ParseSeeds(seeds)
 	if err != nil {
 		return err
@@ -101,7 +112,7 @@ func table(ctx context.Context, dir, workloads, policies, seeds string, tune flo
 		}
 	}
 	cfg := openb.TableConfig{Dir: dir, Policies: strings.Split(policies, ","), Seeds: ss, Tune: tune, Workers: workers,
-		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}, Lookahead: look}
+		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}, Lookahead: look, Search: srch}
 	if workloads != "all" {
 		cfg.Workloads = strings.Split(workloads, ",")
 	}

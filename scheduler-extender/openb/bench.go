@@ -138,6 +138,8 @@ type TableConfig struct {
 	Progress io.Writer
 	// Lookahead, if enabled, runs every replay as the clairvoyant probe.
 	Lookahead Lookahead
+	// Search, if enabled, runs every replay as the clairvoyant search (RunSearch).
+	Search Search
 }
 
 // Cell is one workload × policy of the table.
@@ -170,7 +172,9 @@ type Table struct {
 	Policies []string `json:"policies"`
 	// Lookahead is the clairvoyant probe every replay ran, if any.
 	Lookahead *Lookahead `json:"lookahead,omitempty"`
-	Rows      []Row      `json:"rows"`
+	// Search is the clairvoyant search every replay ran, if any.
+	Search *Search `json:"search,omitempty"`
+	Rows   []Row   `json:"rows"`
 	// Mean over workloads of each policy's seed-means.
 	Mean map[string][2]float64 `json:"mean"`
 }
@@ -190,6 +194,12 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 	}
 	if err := cfg.Lookahead.Validate(); err != nil {
 		return nil, err
+	}
+	if err := cfg.Search.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Search.Enabled() && cfg.Lookahead.Enabled() {
+		return nil, fmt.Errorf("search and lookahead together: %w", ErrBadConfig)
 	}
 	nodes, err := ReadNodes(filepath.Join(cfg.Dir, NodeFile), DefaultMaxPods)
 	if err != nil {
@@ -231,7 +241,13 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 			for i := range next {
 				j := jobs[i]
 				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p], Lookahead: cfg.Lookahead}
-				res, err := Run(ctx, nodes, traces[j.w], rc)
+				var res Result
+				var err error
+				if cfg.Search.Enabled() {
+					res, err = RunSearch(ctx, nodes, traces[j.w], rc, cfg.Search)
+				} else {
+					res, err = Run(ctx, nodes, traces[j.w], rc)
+				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("%s %s seed %d: %w", j.w, j.p, j.seed, err)
@@ -268,6 +284,10 @@ feed:
 	if cfg.Lookahead.Enabled() {
 		l := cfg.Lookahead
 		t.Lookahead = &l
+	}
+	if cfg.Search.Enabled() {
+		sc := cfg.Search
+		t.Search = &sc
 	}
 	byKey := map[[2]string]*Cell{}
 	for _, w := range cfg.Workloads {

@@ -48,7 +48,7 @@ func (c *Cell) seedMean(seeds []int64) (m [2]float64, ok bool) {
 // lookahead did. Workloads or policies base lacks for those seeds are left out.
 func (t *Table) CompareMarkdown(base *Table) string {
 	var b strings.Builder
-	b.WriteString("| workload | policy | base 100 / 130 | this 100 / 130 | Δ 100 / 130 | this vs base fgd 100 / 130 | lookahead decisions / changed |\n")
+	b.WriteString("| workload | policy | base 100 / 130 | this 100 / 130 | Δ 100 / 130 | this vs base fgd 100 / 130 | probe decisions / changed |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	cells := map[string]map[string]*Cell{}
 	for _, row := range base.Rows {
@@ -94,6 +94,10 @@ func (t *Table) CompareMarkdown(base *Table) string {
 				if r.Lookahead != nil {
 					dec += r.Lookahead.Decisions
 					chg += r.Lookahead.Changed
+				}
+				if r.Search != nil {
+					dec += r.Search.Window
+					chg += r.Search.Deviations
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %+.2f / %+.2f | %s | %d / %d |\n",

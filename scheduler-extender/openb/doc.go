@@ -18,6 +18,11 @@
 // GPU pod tries the policy's best few distinct nodes, rolls each out over the
 // next pods of the real order, and keeps the best. It reads the future, so its
 // numbers bound what is left to win; they never describe a policy.
+// RunSearch (Config plus Search) is the same kind of probe over the whole
+// replay: after the policy's own replay it hill-climbs over full replays, each
+// try sending a few GPU pods of an arrival window to another of the policy's best
+// distinct nodes, and keeps the best; what it finds is an allocation some
+// placement sequence reaches, found after the fact.
 //
 // Traps:
 //   - All randomness comes from one math/rand (v1) stream drawn in the
@@ -38,4 +43,10 @@
 //     its cost is candidates × horizon Selects per pod (minutes per replay); and
 //     with the random policy its rollouts draw from the replay's stream, so the
 //     probe's random replay is not the plain one plus changes.
+//   - The search's changes are keyed by a pod's index in the replay's order and
+//     by its rank among the policy's distinct candidates in the state that try
+//     reaches, not by node: one change early moves every later state, so the
+//     same rank vector means different nodes in different tries. Its cost is
+//     one full replay per try (2-3 s per workload), and its best is a maximum
+//     over noisy replays: part of what it finds is luck, not slack.
 package openb

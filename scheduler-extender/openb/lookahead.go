@@ -102,27 +102,9 @@ type placement struct {
 // order on ties, as extender.Select picks.
 func (l *lookahead) place(order []Pod, i int) (*extender.Node, []int, error) {
 	r := order[i].Request
-	if err := r.Validate(); err != nil {
+	distinct, err := rankCandidates(l.policy, l.nodes, r, l.cfg.Candidates, &l.cands)
+	if err != nil {
 		return nil, nil, err
-	}
-	l.cands = l.cands[:0]
-	for _, n := range l.nodes {
-		if s, devs, ok := l.policy.Score(n, r); ok {
-			l.cands = append(l.cands, candidate{n: n, score: s, devs: devs})
-		}
-	}
-	if len(l.cands) == 0 {
-		return nil, nil, fmt.Errorf("%d nodes for %dx%d milli gpu: %w", len(l.nodes), r.NumGPU, r.GPUMilli, extender.ErrNoFit)
-	}
-	slices.SortStableFunc(l.cands, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
-	distinct := l.cands[:1]
-	for _, c := range l.cands[1:] {
-		if len(distinct) == l.cfg.Candidates {
-			break
-		}
-		if !slices.ContainsFunc(distinct, func(d candidate) bool { return sameState(d, c) }) {
-			distinct = append(distinct, c)
-		}
 	}
 	if len(distinct) == 1 {
 		return distinct[0].n, distinct[0].devs, nil
@@ -147,6 +129,37 @@ func (l *lookahead) place(order []Pod, i int) (*extender.Node, []int, error) {
 		l.res.Changed++
 	}
 	return distinct[best].n, distinct[best].devs, nil
+}
+
+// rankCandidates returns the policy's best k nodes for r whose states differ
+// (sameState), best first; the first is the node extender.Select picks (the
+// highest score, the earliest in the order on ties). buf is reused between calls.
+// Errors are extender.Select's: ErrInvalidRequest, ErrNoFit.
+func rankCandidates(policy extender.Policy, nodes []*extender.Node, r extender.Request, k int, buf *[]candidate) ([]candidate, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	cands := (*buf)[:0]
+	for _, n := range nodes {
+		if s, devs, ok := policy.Score(n, r); ok {
+			cands = append(cands, candidate{n: n, score: s, devs: devs})
+		}
+	}
+	*buf = cands
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%d nodes for %dx%d milli gpu: %w", len(nodes), r.NumGPU, r.GPUMilli, extender.ErrNoFit)
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
+	distinct := cands[:1]
+	for _, c := range cands[1:] {
+		if len(distinct) == k {
+			break
+		}
+		if !slices.ContainsFunc(distinct, func(d candidate) bool { return sameState(d, c) }) {
+			distinct = append(distinct, c)
+		}
+	}
+	return distinct, nil
 }
 
 // rollout places future with the policy, returns the GPU milli it allocated, and

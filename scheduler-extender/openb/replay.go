@@ -39,6 +39,9 @@ type Config struct {
 	Workload string
 	// Lookahead, if enabled, makes the replay a clairvoyant upper-bound probe.
 	Lookahead Lookahead
+
+	// deviation, set by RunSearch, overrides the policy's choice for some pods.
+	deviation *deviation
 }
 
 // Result is what a replay measured. Allocation ratios are in % of the cluster's
@@ -61,6 +64,8 @@ type Result struct {
 	Leftover Leftover `json:"leftover"`
 	// Lookahead is what the clairvoyant probe did, when the replay ran it.
 	Lookahead *LookaheadResult `json:"lookahead,omitempty"`
+	// Search is what the clairvoyant search did, when RunSearch ran it.
+	Search *SearchResult `json:"search,omitempty"`
 }
 
 // Leftover breaks down the cluster's free GPU at the end of a replay, in GPUs.
@@ -249,9 +254,12 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 			n    *extender.Node
 			devs []int
 		)
-		if look != nil && r.GPUMilli > 0 && float64(arrived) >= cfg.Lookahead.From*float64(capacity) {
+		switch {
+		case look != nil && r.GPUMilli > 0 && float64(arrived) >= cfg.Lookahead.From*float64(capacity):
 			n, devs, err = look.place(order, i)
-		} else {
+		case cfg.deviation != nil && r.GPUMilli > 0:
+			n, devs, err = cfg.deviation.place(policy, ranked, r, i, float64(arrived)/float64(capacity))
+		default:
 			n, devs, err = extender.Select(policy, ranked, r, nil)
 		}
 		switch {

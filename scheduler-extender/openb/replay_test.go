@@ -323,6 +323,25 @@ func TestRunTable(t *testing.T) {
 	if _, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Lookahead: Lookahead{Horizon: 3}}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("lookahead without candidates: %v", err)
 	}
+	if tab.Search != nil {
+		t.Fatalf("plain table reports a search: %+v", tab.Search)
+	}
+	srch := Search{Tries: 2, Candidates: 2, Changes: 1, To: 1.4}
+	st, err := RunTable(context.Background(), TableConfig{Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Tune: 1.4, Search: srch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr := st.Rows[0].Policies["fgd"].Seeds[0].Search; st.Search == nil || *st.Search != srch || sr == nil || sr.Search != srch {
+		t.Fatalf("search table: %+v", st)
+	}
+	for name, tc := range map[string]TableConfig{
+		"search without changes": {Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Search: Search{Tries: 2, Candidates: 2, To: 1}},
+		"search and lookahead":   {Dir: dir, Policies: []string{"fgd"}, Seeds: []int64{1}, Search: srch, Lookahead: look},
+	} {
+		if _, err := RunTable(context.Background(), tc); !errors.Is(err, ErrBadConfig) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
 }
 
 func TestParsePaperErrors(t *testing.T) {
