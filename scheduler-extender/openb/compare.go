@@ -43,9 +43,10 @@ func (c *Cell) seedMean(seeds []int64) (m [2]float64, ok bool) {
 }
 
 // CompareMarkdown renders t against base (an earlier table, e.g. the plain run a
-// lookahead probe is measured against) over t's seeds: each policy's allocation in
-// both, the difference, the difference of t to base's fgd, and what the
-// lookahead did. Workloads or policies base lacks for those seeds are left out.
+// probe is measured against) over t's seeds: each policy's allocation in both,
+// the difference, the difference of t to base's fgd, and what the probe did (the
+// lookahead's decisions and changes, or the search's window and deviations).
+// Workloads or policies base lacks for those seeds are left out.
 func (t *Table) CompareMarkdown(base *Table) string {
 	var b strings.Builder
 	b.WriteString("| workload | policy | base 100 / 130 | this 100 / 130 | Δ 100 / 130 | this vs base fgd 100 / 130 | probe decisions / changed |\n")
