@@ -52,9 +52,9 @@ func PolicyCoverage(name string) float64 {
 
 // NewPolicy returns the named policy. w is the target workload the
 // fragmentation-aware policies (fgd, understory) need, used as given (build it
-// at PolicyCoverage(name)); nil means an empty one, under which they only pack. rng (math/rand, v1: the openb replay shares one
-// seeded stream with it) drives the random policy (nil: seed 1); it is used under
-// a lock. Every policy is safe for concurrent use and never changes the nodes.
+// at PolicyCoverage(name)); nil means an empty one, under which they only pack.
+// rng (math/rand, v1: the openb replay shares one seeded stream with it) drives
+// the random policy (nil: seed 1); it is used under a lock. Every policy is safe for concurrent use and never changes the nodes.
 func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {
 	if w == nil {
 		w = NewWorkload(nil, DefaultCoverage)

@@ -20,7 +20,7 @@
 //	openb-replay -workloads all -policy understory -seeds 42 -lookahead 4,500,0.8 -compare bench/out/openb.json -out bench/out/openb-lookahead.json
 //
 // -search TRIES,CANDIDATES,CHANGES,FROM,TO runs every replay as the clairvoyant
-// search (openb.RunSearch): TRIES more replays, each changing CHANGES choices of
+// search (openb.Config.Search): TRIES more replays, each changing CHANGES choices of
 // GPU pods that arrive between FROM and TO to another of the policy's best
 // CANDIDATES distinct nodes, keeping the best:
 //

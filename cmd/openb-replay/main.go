@@ -79,16 +79,10 @@ func run() error {
 	if *policy == extender.PolicyUnderstory {
 		f = factory
 	}
-	cfg := openb.Config{
-		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Lookahead: look,
+	res, err := openb.Run(ctx, nodes, pods, openb.Config{
+		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Lookahead: look, Search: srch,
 		Workload: strings.TrimSuffix(filepath.Base(*podsPath), ".csv"),
-	}
-	var res openb.Result
-	if srch.Enabled() {
-		res, err = openb.RunSearch(ctx, nodes, pods, cfg, srch)
-	} else {
-		res, err = openb.Run(ctx, nodes, pods, cfg)
-	}
+	})
 	if err != nil {
 		return err
 	}

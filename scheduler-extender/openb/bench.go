@@ -138,7 +138,7 @@ type TableConfig struct {
 	Progress io.Writer
 	// Lookahead, if enabled, runs every replay as the clairvoyant probe.
 	Lookahead Lookahead
-	// Search, if enabled, runs every replay as the clairvoyant search (RunSearch).
+	// Search, if enabled, runs every replay as the clairvoyant search.
 	Search Search
 }
 
@@ -192,14 +192,8 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 	if len(cfg.Policies) == 0 || len(cfg.Seeds) == 0 {
 		return nil, fmt.Errorf("%d policies, %d seeds: %w", len(cfg.Policies), len(cfg.Seeds), ErrBadConfig)
 	}
-	if err := cfg.Lookahead.Validate(); err != nil {
+	if err := (Config{Lookahead: cfg.Lookahead, Search: cfg.Search}).validateProbes(); err != nil {
 		return nil, err
-	}
-	if err := cfg.Search.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Search.Enabled() && cfg.Lookahead.Enabled() {
-		return nil, fmt.Errorf("search and lookahead together: %w", ErrBadConfig)
 	}
 	nodes, err := ReadNodes(filepath.Join(cfg.Dir, NodeFile), DefaultMaxPods)
 	if err != nil {
@@ -240,14 +234,9 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 			defer wg.Done()
 			for i := range next {
 				j := jobs[i]
-				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p], Lookahead: cfg.Lookahead}
-				var res Result
-				var err error
-				if cfg.Search.Enabled() {
-					res, err = RunSearch(ctx, nodes, traces[j.w], rc, cfg.Search)
-				} else {
-					res, err = Run(ctx, nodes, traces[j.w], rc)
-				}
+				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p],
+					Lookahead: cfg.Lookahead, Search: cfg.Search}
+				res, err := Run(ctx, nodes, traces[j.w], rc)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("%s %s seed %d: %w", j.w, j.p, j.seed, err)

@@ -18,7 +18,7 @@
 // GPU pod tries the policy's best few distinct nodes, rolls each out over the
 // next pods of the real order, and keeps the best. It reads the future, so its
 // numbers bound what is left to win; they never describe a policy.
-// RunSearch (Config plus Search) is the same kind of probe over the whole
+// Config.Search makes Run the same kind of probe over the whole
 // replay: after the policy's own replay it hill-climbs over full replays, each
 // try sending a few GPU pods of an arrival window to another of the policy's best
 // distinct nodes, and keeps the best; what it finds is an allocation some

@@ -80,6 +80,8 @@ type candidate struct {
 	devs  []int
 }
 
+var _ chooser = (*lookahead)(nil)
+
 // lookahead is the probe's state within one replay.
 type lookahead struct {
 	cfg    Lookahead
@@ -97,11 +99,14 @@ type placement struct {
 }
 
 // place puts pod i of order on a node and returns it and the devices, or an
-// error as extender.Select does (ErrInvalidRequest, ErrNoFit). The policy's
-// choice is the first candidate: the highest score, the earliest node in the
-// order on ties, as extender.Select picks.
-func (l *lookahead) place(order []Pod, i int) (*extender.Node, []int, error) {
+// error as extender.Select does (ErrInvalidRequest, ErrNoFit). Before arrival
+// level From it is Select. The policy's choice is the first candidate: the
+// highest score, the earliest node in the order on ties, as extender.Select picks.
+func (l *lookahead) place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error) {
 	r := order[i].Request
+	if float64(arrived) < l.cfg.From*float64(capacity) {
+		return extender.Select(l.policy, l.nodes, r, nil)
+	}
 	distinct, err := rankCandidates(l.policy, l.nodes, r, l.cfg.Candidates, &l.cands)
 	if err != nil {
 		return nil, nil, err

@@ -80,7 +80,7 @@ func TestLookaheadPlace(t *testing.T) {
 			nodes, _, _ := trap()
 			l := &lookahead{cfg: Lookahead{Candidates: 2, Horizon: tc.horizon}, policy: policy, nodes: nodes}
 			before := []int{nodes[0].GPUFree[0], nodes[1].GPUFree[0]}
-			n, devs, err := l.place(order, 0)
+			n, devs, err := l.place(order, 0, 0, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestLookaheadPlace(t *testing.T) {
 	nodes2, _, _ := trap()
 	l := &lookahead{cfg: Lookahead{Candidates: 2, Horizon: 1}, policy: policy, nodes: nodes2}
 	big := []Pod{{Name: "big", Request: extender.Request{NumGPU: 2, GPUMilli: 1000}}}
-	if _, _, err := l.place(big, 0); !errors.Is(err, extender.ErrNoFit) {
+	if _, _, err := l.place(big, 0, 0, 1); !errors.Is(err, extender.ErrNoFit) {
 		t.Fatalf("err = %v, want ErrNoFit", err)
 	}
 }

@@ -39,9 +39,29 @@ type Config struct {
 	Workload string
 	// Lookahead, if enabled, makes the replay a clairvoyant upper-bound probe.
 	Lookahead Lookahead
+	// Search, if enabled, makes Run the clairvoyant search over whole replays.
+	Search Search
+}
 
-	// deviation, set by RunSearch, overrides the policy's choice for some pods.
-	deviation *deviation
+// validateProbes rejects a probe that cannot run, and both probes at once.
+func (c Config) validateProbes() error {
+	if err := c.Lookahead.Validate(); err != nil {
+		return err
+	}
+	if err := c.Search.Validate(); err != nil {
+		return err
+	}
+	if c.Lookahead.Enabled() && c.Search.Enabled() {
+		return fmt.Errorf("search and lookahead together: %w", ErrBadConfig)
+	}
+	return nil
+}
+
+// chooser places a GPU pod instead of extender.Select: the clairvoyant probes.
+// i is the pod's index in order; arrived is the GPU milli arrived so far, this
+// pod's included, of capacity.
+type chooser interface {
+	place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error)
 }
 
 // Result is what a replay measured. Allocation ratios are in % of the cluster's
@@ -64,7 +84,7 @@ type Result struct {
 	Leftover Leftover `json:"leftover"`
 	// Lookahead is what the clairvoyant probe did, when the replay ran it.
 	Lookahead *LookaheadResult `json:"lookahead,omitempty"`
-	// Search is what the clairvoyant search did, when RunSearch ran it.
+	// Search is what the clairvoyant search did, when the replay was one.
 	Search *SearchResult `json:"search,omitempty"`
 }
 
@@ -179,13 +199,24 @@ const maxLevel = 400
 // ranked by a seeded permutation that breaks score ties, pods placed one at a time
 // through extender.Select and never leaving. All randomness comes from one
 // math/rand stream seeded with cfg.Seed, drawn in the artifact's order.
+//
+// With cfg.Search enabled, Run is the clairvoyant search (search.go) and
+// returns the best of its replays.
 func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (Result, error) {
+	if err := cfg.validateProbes(); err != nil {
+		return Result{}, err
+	}
+	if cfg.Search.Enabled() {
+		return search(ctx, nodes, trace, cfg)
+	}
+	return replay(ctx, nodes, trace, cfg, nil)
+}
+
+// replay is one replay of Run; d, if set, overrides some of the policy's choices.
+func replay(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config, d *deviation) (Result, error) {
 	start := time.Now()
 	if len(nodes) == 0 || len(trace) == 0 {
 		return Result{}, fmt.Errorf("%d nodes, %d pods: %w", len(nodes), len(trace), ErrBadConfig)
-	}
-	if err := cfg.Lookahead.Validate(); err != nil {
-		return Result{}, err
 	}
 	var capacity int64
 	for _, n := range nodes {
@@ -234,9 +265,17 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 
 	res := Result{Workload: cfg.Workload, Policy: policy.Name(), Seed: cfg.Seed, Tune: cfg.Tune,
 		Pods: len(order), Classes: len(w.Classes())}
-	var look *lookahead
-	if cfg.Lookahead.Enabled() {
+	var (
+		look  *lookahead
+		probe chooser
+	)
+	switch {
+	case cfg.Lookahead.Enabled():
 		look = &lookahead{cfg: cfg.Lookahead, policy: policy, nodes: ranked, res: LookaheadResult{Lookahead: cfg.Lookahead}}
+		probe = look
+	case d != nil:
+		d.policy, d.nodes = policy, ranked
+		probe = d
 	}
 	var m levelMeans
 	var arrived, used int64
@@ -254,12 +293,9 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 			n    *extender.Node
 			devs []int
 		)
-		switch {
-		case look != nil && r.GPUMilli > 0 && float64(arrived) >= cfg.Lookahead.From*float64(capacity):
-			n, devs, err = look.place(order, i)
-		case cfg.deviation != nil && r.GPUMilli > 0:
-			n, devs, err = cfg.deviation.place(policy, ranked, r, i, float64(arrived)/float64(capacity))
-		default:
+		if probe != nil && r.GPUMilli > 0 {
+			n, devs, err = probe.place(order, i, arrived, capacity)
+		} else {
 			n, devs, err = extender.Select(policy, ranked, r, nil)
 		}
 		switch {

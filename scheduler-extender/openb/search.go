@@ -92,30 +92,35 @@ func ParseSearch(str string) (Search, error) {
 	return s, s.Validate()
 }
 
-// deviation tells Run where to leave the policy's choice. In the first replay
-// (rank nil) Run only records the window; afterwards rank[i] > 0 sends GPU pod i
-// to the policy's rank[i]-th best distinct node (the last one when it has fewer).
+// deviation tells a replay where to leave the policy's choice. In the first
+// replay (rank nil) it only records the window; afterwards rank[i] > 0 sends GPU
+// pod i to the policy's rank[i]-th best distinct node (the last one when it has
+// fewer). The replay sets policy and nodes.
 type deviation struct {
 	from, to   float64
 	candidates int
 	rank       []uint8 // by index in the replay's order
 	window     []int   // indices of the GPU pods that arrived in [from, to)
 	changed    int     // pods placed elsewhere than the policy's choice
+	policy     extender.Policy
+	nodes      []*extender.Node // in the replay's tie-breaking order
 	cands      []candidate
 }
 
-// place is Run's choice for GPU pod i, arriving at frac of the capacity.
-func (d *deviation) place(policy extender.Policy, nodes []*extender.Node, r extender.Request, i int, frac float64) (*extender.Node, []int, error) {
+var _ chooser = (*deviation)(nil)
+
+func (d *deviation) place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error) {
+	r := order[i].Request
 	if d.rank == nil {
-		if frac >= d.from && frac < d.to {
+		if frac := float64(arrived) / float64(capacity); frac >= d.from && frac < d.to {
 			d.window = append(d.window, i)
 		}
-		return extender.Select(policy, nodes, r, nil)
+		return extender.Select(d.policy, d.nodes, r, nil)
 	}
 	if d.rank[i] == 0 {
-		return extender.Select(policy, nodes, r, nil)
+		return extender.Select(d.policy, d.nodes, r, nil)
 	}
-	distinct, err := rankCandidates(policy, nodes, r, d.candidates, &d.cands)
+	distinct, err := rankCandidates(d.policy, d.nodes, r, d.candidates, &d.cands)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,22 +131,13 @@ func (d *deviation) place(policy extender.Policy, nodes []*extender.Node, r exte
 	return c.n, c.devs, nil
 }
 
-// RunSearch replays trace as Run does, then searches as s says, and returns the
-// best replay with Search filled in.
-func RunSearch(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config, s Search) (Result, error) {
-	if err := s.Validate(); err != nil {
-		return Result{}, err
-	}
-	if !s.Enabled() {
-		return Result{}, fmt.Errorf("search: zero tries: %w", ErrBadConfig)
-	}
-	if cfg.Lookahead.Enabled() {
-		return Result{}, fmt.Errorf("search and lookahead together: %w", ErrBadConfig)
-	}
+// search is Run with cfg.Search enabled (validated): the policy's own replay,
+// then the search, and the best replay with Search filled in.
+func search(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (Result, error) {
 	start := time.Now()
+	s := cfg.Search
 	d := &deviation{from: s.From, to: s.To, candidates: s.Candidates}
-	cfg.deviation = d
-	best, err := Run(ctx, nodes, trace, cfg)
+	best, err := replay(ctx, nodes, trace, cfg, d)
 	if err != nil {
 		return Result{}, err
 	}
@@ -160,7 +156,7 @@ func RunSearch(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Con
 			try[d.window[rng.Intn(len(d.window))]] = uint8(rng.Intn(s.Candidates))
 		}
 		d.rank, d.changed = try, 0
-		res, err := Run(ctx, nodes, trace, cfg)
+		res, err := replay(ctx, nodes, trace, cfg, d)
 		if err != nil {
 			return Result{}, err
 		}

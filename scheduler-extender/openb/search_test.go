@@ -44,7 +44,7 @@ func TestParseSearch(t *testing.T) {
 	}
 }
 
-// TestRunSearchTrap: the search finds the placement that avoids best fit's trap,
+// TestRunSearchTrap: the search (Run with Config.Search) finds the placement that avoids best fit's trap,
 // for every order the seed shuffles the two pods in, and reports what it changed.
 func TestRunSearchTrap(t *testing.T) {
 	t.Parallel()
@@ -58,7 +58,8 @@ func TestRunSearchTrap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := RunSearch(context.Background(), nodes, pods, cfg, s)
+		cfg.Search = s
+		got, err := Run(context.Background(), nodes, pods, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,11 +92,12 @@ func TestRunSearchSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := RunSearch(context.Background(), nodes, pods, cfg, s)
+	cfg.Search = s
+	a, err := Run(context.Background(), nodes, pods, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := RunSearch(context.Background(), nodes, pods, cfg, s)
+	b, err := Run(context.Background(), nodes, pods, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,18 +125,16 @@ func TestRunSearchErrors(t *testing.T) {
 	t.Parallel()
 	nodes, share, whole := trap()
 	pods := []Pod{share, whole}
-	ok := Search{Tries: 1, Candidates: 2, Changes: 1, To: 1}
 	tests := []struct {
 		name string
 		cfg  Config
-		s    Search
 	}{
-		{"off", Config{Policy: extender.PolicyBestFit}, Search{}},
-		{"invalid", Config{Policy: extender.PolicyBestFit}, Search{Tries: 1, Candidates: 2, Changes: 1, From: 1, To: 0.5}},
-		{"with lookahead", Config{Policy: extender.PolicyBestFit, Lookahead: Lookahead{Candidates: 2, Horizon: 1}}, ok},
+		{"invalid", Config{Policy: extender.PolicyBestFit, Search: Search{Tries: 1, Candidates: 2, Changes: 1, From: 1, To: 0.5}}},
+		{"with lookahead", Config{Policy: extender.PolicyBestFit, Lookahead: Lookahead{Candidates: 2, Horizon: 1},
+			Search: Search{Tries: 1, Candidates: 2, Changes: 1, To: 1}}},
 	}
 	for _, tc := range tests {
-		if _, err := RunSearch(context.Background(), nodes, pods, tc.cfg, tc.s); !errors.Is(err, ErrBadConfig) {
+		if _, err := Run(context.Background(), nodes, pods, tc.cfg); !errors.Is(err, ErrBadConfig) {
 			t.Fatalf("%s: err = %v, want ErrBadConfig", tc.name, err)
 		}
 	}
