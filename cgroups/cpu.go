@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"math/bits"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -81,7 +84,7 @@ func (g *Group) SetCPUShares(shares uint64) error {
 		err = writeFile(dir, fileShares, strconv.FormatUint(shares, 10))
 	}
 	if errors.Is(err, ErrInvalidValue) {
-		if idle, ierr := g.idle(); ierr == nil && idle {
+		if idle, ierr := g.Idle(); ierr == nil && idle {
 			return fmt.Errorf("setting cpu shares on %s: %w: %w", g.rel, ErrIdle, err)
 		}
 	}
@@ -103,9 +106,15 @@ func (g *Group) SetIdle(idle bool) error {
 	return writeFile(g.cpuDir(), fileIdle, v)
 }
 
-func (g *Group) idle() (bool, error) {
+// Idle reports cpu.idle: true for a SCHED_IDLE group. kubelet never sets it
+// on pod cgroups, so an idle pod cgroup with a CFS quota is one an agent
+// run made in-place batch. ErrUnsupported when the kernel has no cpu.idle.
+func (g *Group) Idle() (bool, error) {
 	v, err := readInt(g.cpuDir(), fileIdle)
-	return v == 1, err
+	if err != nil {
+		return false, err
+	}
+	return v == 1, nil
 }
 
 // SetCPULimit sets the CFS bandwidth limit: at most quota of CPU time per
@@ -113,11 +122,17 @@ func (g *Group) idle() (bool, error) {
 // in [MinCFSPeriod, MaxCFSPeriod], quota (unless negative) in
 // [MinCFSQuota, MaxCFSQuota]; durations are truncated to microseconds.
 //
-// v2 writes cpu.max atomically. v1 needs two writes, and the kernel rejects
-// a write whose intermediate quota/period ratio exceeds the parent's limit
-// or falls below a child's; SetCPULimit orders the writes to stay in range
-// and, if the kernel still refuses, passes through "unlimited" (always
-// valid) before applying the final value. Unchanged values are not written.
+// v2 writes cpu.max atomically and never refuses a ratio. v1 needs two
+// writes, and the kernel rejects a write whose quota/period ratio exceeds
+// the parent's limit or falls below a descendant's; SetCPULimit orders the
+// writes to stay in range and never passes through "unlimited" (quota -1)
+// on its way between two limits. When the target is below a descendant's
+// ratio (a cut of a pod below its container's own quota), or is a period
+// change no write order can make, the nearest setting the kernel accepts
+// is applied (the descendant's ratio; the current period) and the error is
+// a *ClampError wrapping ErrClamped, whose Applied field is what is now
+// set. A target above the parent's limit is refused (ErrInvalidValue) and
+// the old setting kept. Unchanged values are not written.
 func (g *Group) SetCPULimit(quota, period time.Duration) error {
 	if period < MinCFSPeriod || period > MaxCFSPeriod {
 		return fmt.Errorf("setting cpu limit on %s: period %v outside [%v,%v]: %w", g.rel, period, MinCFSPeriod, MaxCFSPeriod, ErrInvalidValue)
@@ -145,8 +160,46 @@ func (g *Group) SetCPULimit(quota, period time.Duration) error {
 		}
 		return nil
 	}
-	return applyCFS(dirCFS(dir), q, p)
+	if err := applyCFS(dirCFS(dir), q, p); err != nil {
+		var ce *ClampError
+		if errors.As(err, &ce) {
+			ce.Group = g.rel
+		}
+		return err
+	}
+	return nil
 }
+
+// CFSLimit is a CFS bandwidth setting: Quota of CPU time per Period; Quota
+// Unlimited (negative) for none.
+type CFSLimit struct {
+	Quota, Period time.Duration
+}
+
+// CPUs returns Quota/Period, or -1 when unlimited.
+func (l CFSLimit) CPUs() float64 {
+	if l.Quota < 0 || l.Period <= 0 {
+		return -1
+	}
+	return float64(l.Quota) / float64(l.Period)
+}
+
+// ClampError reports a v1 SetCPULimit that applied a different limit than
+// asked, because the kernel refuses the wanted one (see SetCPULimit).
+// errors.Is(err, ErrClamped) holds; use errors.As to read Applied.
+type ClampError struct {
+	Group   string   // the group's relative path
+	Wanted  CFSLimit // what the caller asked for
+	Applied CFSLimit // what is set now (never unlimited unless it was before)
+}
+
+func (e *ClampError) Error() string {
+	return fmt.Sprintf("setting cpu limit on %s: wanted %v per %v, applied %v per %v, the nearest the kernel "+
+		"accepts under a child group's quota: %v", e.Group, e.Wanted.Quota, e.Wanted.Period, e.Applied.Quota, e.Applied.Period, ErrClamped)
+}
+
+// Unwrap returns ErrClamped.
+func (e *ClampError) Unwrap() error { return ErrClamped }
 
 // CPULimit returns the CFS quota and period; quota is Unlimited (negative)
 // when there is no limit.
@@ -355,6 +408,10 @@ type cfsWrite struct {
 type cfsIO interface {
 	readCFS() (quotaUS, periodUS int64, err error)
 	writeCFS(f cfsFile, v int64) error
+	// floor returns the setting of the limited descendant with the highest
+	// quota/period ratio, the lowest ratio the kernel accepts for the group;
+	// quota -1 when no descendant has a quota.
+	floor() (quotaUS, periodUS int64, err error)
 }
 
 type dirCFS string
@@ -377,11 +434,45 @@ func (d dirCFS) writeCFS(f cfsFile, v int64) error {
 	return writeFile(string(d), f.String(), strconv.FormatInt(v, 10))
 }
 
+// floor walks every descendant (an unlimited child inherits the group's
+// limit, so its limited children count too). Descendants that vanish during
+// the walk are skipped; the group itself vanishing wraps ErrNotExist.
+func (d dirCFS) floor() (int64, int64, error) {
+	fq, fp := int64(-1), int64(1)
+	err := filepath.WalkDir(string(d), func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if p != string(d) && isGone(err) {
+				return nil
+			}
+			return err
+		}
+		if !e.IsDir() || p == string(d) {
+			return nil
+		}
+		q, per, err := dirCFS(p).readCFS()
+		if err != nil {
+			if errors.Is(err, ErrNotExist) || errors.Is(err, ErrUnsupported) {
+				return fs.SkipDir // vanished, or not a group
+			}
+			return err
+		}
+		if q >= 0 && per > 0 && (fq < 0 || ratioLess(fq, fp, q, per)) {
+			fq, fp = q, per
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, classify("reading cfs limits below", string(d), "", err)
+	}
+	return fq, fp, nil
+}
+
 // planCFS orders the v1 writes from (oq, op) to (nq, np) so that the
 // intermediate state is, when possible, a ratio between the old and new
 // ones (valid if both ends are); otherwise the lower intermediate ratio
 // (the parent limit is the common constraint; a child's is rarer and
-// handled by applyCFS's fallback). Quotas < 0 mean unlimited.
+// handled by applyCFS's clamp). Quotas < 0 mean unlimited: -1 is written
+// only when it is the target.
 func planCFS(oq, op, nq, np int64) []cfsWrite {
 	switch {
 	case op == np:
@@ -420,10 +511,22 @@ func runCFS(io cfsIO, plan []cfsWrite) error {
 }
 
 // applyCFS moves the v1 bandwidth settings to (nq, np) without a transient
-// kernel rejection: the planned order first, then, on EINVAL, via quota -1
-// ("unlimited" inherits the parent's limit, so it is always accepted), then
-// the new period, then the new quota. If the final value itself is
-// rejected the old setting is restored and the error returned.
+// kernel rejection where it can, and never through "unlimited" (quota -1)
+// unless -1 is the old or the new setting: a cut of a batch group that
+// passes through -1 leaves it unthrottled, and a caller retrying every
+// period keeps it there.
+//
+// The planned order comes first, then the other one. If the kernel rejects
+// both (EINVAL), the
+// limited descendant with the highest quota/period ratio sets a floor
+// (tg_cfs_schedulable_down: no descendant may have a higher ratio than its
+// nearest limited ancestor), and applyCFS tries, in turn, the target with
+// its quota raised to that floor, then the same ratio at the current period
+// (a period change that no two-write order can make). The first accepted
+// one is applied; if it is not (nq, np) the result is a *ClampError
+// (ErrClamped). If nothing is accepted (e.g. the target exceeds the
+// parent's limit) the old setting is restored and the kernel's error
+// returned.
 func applyCFS(io cfsIO, nq, np int64) error {
 	oq, op, err := io.readCFS()
 	if err != nil {
@@ -435,23 +538,126 @@ func applyCFS(io cfsIO, nq, np int64) error {
 	if oq == nq && op == np {
 		return nil
 	}
-	err = runCFS(io, planCFS(oq, op, nq, np))
-	if err == nil || !errors.Is(err, syscall.EINVAL) {
+	rejected := moveCFS(io, oq, op, nq, np)
+	if rejected == nil || !errors.Is(rejected, syscall.EINVAL) {
+		return rejected
+	}
+	// A two-write plan may have made its first write: start from what is set.
+	cq, cp, err := io.readCFS()
+	if err != nil {
 		return err
 	}
-	fallback := []cfsWrite{{cfsQuota, -1}, {cfsPeriod, np}}
+	var cands [][2]int64
 	if nq >= 0 {
-		fallback = append(fallback, cfsWrite{cfsQuota, nq})
-	}
-	if err := runCFS(io, fallback); err != nil {
-		restore := []cfsWrite{{cfsQuota, -1}, {cfsPeriod, op}}
-		if oq >= 0 {
-			restore = append(restore, cfsWrite{cfsQuota, oq})
+		fq, fp, err := io.floor()
+		if err != nil {
+			return err
 		}
-		if rerr := runCFS(io, restore); rerr != nil {
-			return fmt.Errorf("cfs quota %dus period %dus rejected, and restoring %dus/%dus failed (%v): %w", nq, np, oq, op, rerr, err)
+		tq := nq
+		if fq >= 0 && ratioLess(nq, np, fq, fp) {
+			tq = max(scaleCeil(fq, np, fp), MinCFSQuota.Microseconds())
 		}
-		return fmt.Errorf("cfs quota %dus period %dus rejected (outside the parent's limit or below a child's): %w", nq, np, err)
+		if tq != nq {
+			cands = append(cands, [2]int64{tq, np})
+		}
+		if np != cp {
+			kq := max(scaleCeil(tq, cp, np), MinCFSQuota.Microseconds())
+			if fq >= 0 {
+				kq = max(kq, scaleCeil(fq, cp, fp))
+			}
+			cands = append(cands, [2]int64{kq, cp})
+		}
 	}
-	return nil
+	for _, c := range cands {
+		if c[0] > MaxCFSQuota.Microseconds() {
+			continue
+		}
+		if c[0] != cq || c[1] != cp {
+			err := moveCFS(io, cq, cp, c[0], c[1])
+			if err != nil && !errors.Is(err, syscall.EINVAL) {
+				return err
+			}
+			if cq, cp, err = io.readCFS(); err != nil {
+				return err
+			}
+			if c[0] != cq || c[1] != cp {
+				continue
+			}
+		}
+		return &ClampError{
+			Wanted:  CFSLimit{Quota: cfsDuration(nq), Period: cfsDuration(np)},
+			Applied: CFSLimit{Quota: cfsDuration(cq), Period: cfsDuration(cp)},
+		}
+	}
+	if cq != oq || cp != op {
+		if err := moveCFS(io, cq, cp, oq, op); err != nil {
+			return fmt.Errorf("cfs quota %dus period %dus rejected, and restoring %dus/%dus failed (%v): %w", nq, np, oq, op, err, rejected)
+		}
+	}
+	return fmt.Errorf("cfs quota %dus period %dus rejected (outside the parent's limit or below a child's): %w", nq, np, rejected)
+}
+
+// moveCFS moves from the current (cq, cp) to (q, p): the planned order,
+// then, if the kernel rejected it and two writes are needed, the other
+// order (after undoing the plan's first write if that one went through).
+// -1 is written only when q is -1 (planCFS never writes it otherwise).
+func moveCFS(io cfsIO, cq, cp, q, p int64) error {
+	plan := planCFS(cq, cp, q, p)
+	err := runCFS(io, plan)
+	if err == nil || !errors.Is(err, syscall.EINVAL) || len(plan) < 2 {
+		return err
+	}
+	nowQ, nowP, rerr := io.readCFS()
+	if rerr != nil {
+		return rerr
+	}
+	if nowQ == q && nowP == p {
+		return nil
+	}
+	if nowQ != cq || nowP != cp {
+		undo := cfsWrite{cfsQuota, cq}
+		if plan[0].file == cfsPeriod {
+			undo = cfsWrite{cfsPeriod, cp}
+		}
+		if uerr := io.writeCFS(undo.file, undo.val); uerr != nil {
+			return err
+		}
+	}
+	if plan[0].file == cfsPeriod {
+		return runCFS(io, []cfsWrite{{cfsQuota, q}, {cfsPeriod, p}})
+	}
+	return runCFS(io, []cfsWrite{{cfsPeriod, p}, {cfsQuota, q}})
+}
+
+func cfsDuration(us int64) time.Duration {
+	if us < 0 {
+		return Unlimited
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// ratioLess reports whether q1/p1 < q2/p2 exactly (all arguments >= 0,
+// periods > 0): q1*p2 < q2*p1 in 128 bits.
+func ratioLess(q1, p1, q2, p2 int64) bool {
+	h1, l1 := bits.Mul64(uint64(q1), uint64(p2))
+	h2, l2 := bits.Mul64(uint64(q2), uint64(p1))
+	return h1 < h2 || (h1 == h2 && l1 < l2)
+}
+
+// scaleCeil returns ceil(q*np/p): the smallest quota over period np whose
+// ratio is not below q/p (so the kernel's truncated fixed-point ratio is not
+// below it either). It saturates at math.MaxInt64.
+func scaleCeil(q, np, p int64) int64 {
+	hi, lo := bits.Mul64(uint64(q), uint64(np))
+	if hi >= uint64(p) {
+		return math.MaxInt64
+	}
+	quo, rem := bits.Div64(hi, lo, uint64(p))
+	if rem != 0 {
+		quo++
+	}
+	if quo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(quo)
 }

@@ -3,6 +3,7 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -248,19 +249,34 @@ func TestParseCPUStat(t *testing.T) {
 
 // simKernel models v1 CFS bandwidth validation (tg_cfs_schedulable_down):
 // a group's quota/period ratio must not exceed its parent's limit nor fall
-// below the largest child ratio; "unlimited" inherits the parent's limit.
+// below the largest limited descendant's ratio; "unlimited" inherits the
+// parent's limit.
 type simKernel struct {
-	q, p          int64   // current group setting (µs, q<0 unlimited)
-	parentRatio   float64 // 0 = no parent limit
-	childRatio    float64 // 0 = no child with a limit
-	writes        []string
-	rejected      int
-	failFinalOnce bool
+	q, p           int64   // current group setting (µs, q<0 unlimited)
+	parentRatio    float64 // 0 = no parent limit
+	childQ, childP int64   // the highest-ratio limited descendant; childP 0 = none
+	writes         []string
+	rejected       int
+	unlimitedWrite bool // a -1 quota was accepted
 }
 
 var _ cfsIO = (*simKernel)(nil)
 
 func (s *simKernel) readCFS() (int64, int64, error) { return s.q, s.p, nil }
+
+func (s *simKernel) floor() (int64, int64, error) {
+	if s.childP == 0 {
+		return -1, 1, nil
+	}
+	return s.childQ, s.childP, nil
+}
+
+func (s *simKernel) childRatio() float64 {
+	if s.childP == 0 {
+		return 0
+	}
+	return float64(s.childQ) / float64(s.childP)
+}
 
 func (s *simKernel) effective(q, p int64) float64 {
 	if q < 0 {
@@ -272,6 +288,11 @@ func (s *simKernel) effective(q, p int64) float64 {
 	return float64(q) / float64(p)
 }
 
+func (s *simKernel) valid(q, p int64) bool {
+	r := s.effective(q, p)
+	return !(s.parentRatio > 0 && q >= 0 && r > s.parentRatio) && !(s.childRatio() > 0 && r < s.childRatio())
+}
+
 func (s *simKernel) writeCFS(f cfsFile, v int64) error {
 	q, p := s.q, s.p
 	if f == cfsQuota {
@@ -280,10 +301,12 @@ func (s *simKernel) writeCFS(f cfsFile, v int64) error {
 		p = v
 	}
 	s.writes = append(s.writes, fmt.Sprintf("%s=%d", f, v))
-	r := s.effective(q, p)
-	if (s.parentRatio > 0 && q >= 0 && r > s.parentRatio) || (s.childRatio > 0 && r < s.childRatio) {
+	if !s.valid(q, p) {
 		s.rejected++
 		return fmt.Errorf("write %s: %w", f, syscall.EINVAL)
+	}
+	if f == cfsQuota && v < 0 {
+		s.unlimitedWrite = true
 	}
 	s.q, s.p = q, p
 	return nil
@@ -297,7 +320,7 @@ func TestApplyCFSOrdering(t *testing.T) {
 		nq, np         int64
 		wantRejected   int
 		wantWrites     int
-		wantErr        bool
+		wantErr        error // nil, ErrClamped or ErrInvalidValue (kernel refusal)
 		wantQ, wantP   int64
 		wantFirstWrite string
 	}{
@@ -320,40 +343,146 @@ func TestApplyCFSOrdering(t *testing.T) {
 			wantWrites: 2, wantQ: -1, wantP: 10000, wantFirstWrite: "cpu.cfs_quota_us=-1"},
 		{name: "from unlimited", k: simKernel{q: -1, p: 100000, parentRatio: 0.5}, nq: 4000, np: 10000,
 			wantWrites: 2, wantQ: 4000, wantP: 10000, wantFirstWrite: "cpu.cfs_period_us=10000"},
-		// Same ratio, both orders leave [lo,hi] and the lower one is below a
-		// child's 0.45: the fallback through unlimited gets there.
-		{name: "child limit forces fallback", k: simKernel{q: 50000, p: 100000, parentRatio: 0.6, childRatio: 0.45}, nq: 25000, np: 50000,
-			wantRejected: 1, wantWrites: 4, wantQ: 25000, wantP: 50000},
-		// Target above the parent: rejected, old value restored.
+		// The bug: a cut below a child's own quota. It used to pass through -1
+		// (and end there when -1 was the old value). Now: clamped to the child.
+		{name: "cut below child clamps", k: simKernel{q: 80000, p: 100000, childQ: 50000, childP: 100000}, nq: 10000, np: 100000,
+			wantRejected: 1, wantWrites: 2, wantErr: ErrClamped, wantQ: 50000, wantP: 100000},
+		{name: "cut below child from unlimited", k: simKernel{q: -1, p: 100000, childQ: 50000, childP: 100000}, nq: 10000, np: 100000,
+			wantRejected: 1, wantWrites: 2, wantErr: ErrClamped, wantQ: 50000, wantP: 100000},
+		// Child ratios normalise across periods: 5ms/10ms is 0.5 at 100ms.
+		{name: "clamp normalises the child's period", k: simKernel{q: 80000, p: 100000, childQ: 5000, childP: 10000}, nq: 20000, np: 100000,
+			wantRejected: 1, wantWrites: 2, wantErr: ErrClamped, wantQ: 50000, wantP: 100000},
+		{name: "clamp rounds up", k: simKernel{q: 90000, p: 100000, childQ: 1000, childP: 3000}, nq: 10000, np: 100000,
+			wantRejected: 1, wantWrites: 2, wantErr: ErrClamped, wantQ: 33334, wantP: 100000},
+		// Cut with a period change, no parent limit: the quota-first plan dips
+		// below the child, the other order reaches the clamped target.
+		{name: "cut below child with period change", k: simKernel{q: 80000, p: 100000, childQ: 50000, childP: 100000}, nq: 2000, np: 10000,
+			wantErr: ErrClamped, wantQ: 5000, wantP: 10000},
+		// Same ratio, both orders leave [child, parent]: no two-write order
+		// exists without -1, so the period stays and ErrClamped says so.
+		{name: "impossible period change keeps period", k: simKernel{q: 50000, p: 100000, parentRatio: 0.6, childQ: 45000, childP: 100000}, nq: 25000, np: 50000,
+			wantRejected: 2, wantWrites: 2, wantErr: ErrClamped, wantQ: 50000, wantP: 100000},
+		// A target that is fine for the child but not the parent: refused, kept.
 		{name: "infeasible restores", k: simKernel{q: 10000, p: 100000, parentRatio: 0.5}, nq: 90000, np: 100000,
-			wantErr: true, wantQ: 10000, wantP: 100000},
+			wantErr: ErrInvalidValue, wantQ: 10000, wantP: 100000},
+		{name: "infeasible with period change restores", k: simKernel{q: 10000, p: 100000, parentRatio: 0.5, childQ: 5000, childP: 100000},
+			nq: 9000, np: 10000, wantErr: ErrInvalidValue, wantQ: 10000, wantP: 100000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			k := tc.k
+			oq := k.q
 			err := applyCFS(&k, tc.nq, tc.np)
-			if (err != nil) != tc.wantErr {
+			switch {
+			case tc.wantErr == nil && err != nil:
 				t.Fatalf("applyCFS = %v (writes %v)", err, k.writes)
-			}
-			if tc.wantErr && !errors.Is(err, syscall.EINVAL) {
-				t.Fatalf("error %v does not wrap EINVAL", err)
+			case tc.wantErr == ErrInvalidValue && !errors.Is(err, syscall.EINVAL):
+				t.Fatalf("applyCFS = %v; want the kernel's EINVAL (writes %v)", err, k.writes)
+			case tc.wantErr == ErrClamped:
+				var ce *ClampError
+				if !errors.Is(err, ErrClamped) || !errors.As(err, &ce) {
+					t.Fatalf("applyCFS = %v; want a *ClampError (writes %v)", err, k.writes)
+				}
+				want := CFSLimit{time.Duration(tc.wantQ) * time.Microsecond, time.Duration(tc.wantP) * time.Microsecond}
+				wanted := CFSLimit{time.Duration(tc.nq) * time.Microsecond, time.Duration(tc.np) * time.Microsecond}
+				if ce.Applied != want || ce.Wanted != wanted {
+					t.Fatalf("ClampError %+v; want Applied %+v, Wanted %+v", ce, want, wanted)
+				}
 			}
 			if k.q != tc.wantQ || k.p != tc.wantP {
 				t.Fatalf("final %d/%d, want %d/%d (writes %v)", k.q, k.p, tc.wantQ, tc.wantP, k.writes)
 			}
-			if tc.wantErr {
+			if k.unlimitedWrite && oq >= 0 && tc.nq >= 0 {
+				t.Fatalf("a limited group passed through unlimited: writes %v", k.writes)
+			}
+			if tc.wantErr == ErrInvalidValue {
 				return
 			}
-			if k.rejected != tc.wantRejected {
+			if tc.wantRejected != 0 && k.rejected != tc.wantRejected {
 				t.Errorf("%d rejected writes, want %d (writes %v)", k.rejected, tc.wantRejected, k.writes)
 			}
-			if len(k.writes) != tc.wantWrites {
+			if tc.wantWrites != 0 && len(k.writes) != tc.wantWrites || tc.wantWrites == 0 && tc.wantErr == nil && tc.wantRejected == 0 && k.rejected != 0 {
 				t.Errorf("%d writes, want %d: %v", len(k.writes), tc.wantWrites, k.writes)
 			}
 			if tc.wantFirstWrite != "" && (len(k.writes) == 0 || k.writes[0] != tc.wantFirstWrite) {
 				t.Errorf("writes %v, want first %s", k.writes, tc.wantFirstWrite)
 			}
 		})
+	}
+}
+
+// Property, over a grid of parents, children, old and new settings that the
+// kernel accepts: applyCFS never writes -1 between two limits; it reaches
+// the target, or clamps to a valid setting no lower than both the target
+// and the child's ratio, or (target above the parent) keeps the old one.
+func TestApplyCFSNeverUnlimited(t *testing.T) {
+	t.Parallel()
+	periods := []int64{1000, 10000, 50000, 100000, 1000000}
+	quotas := []int64{-1, 1000, 5000, 20000, 50000, 100000, 400000}
+	children := [][2]int64{{0, 0}, {5000, 100000}, {50000, 100000}, {4500, 10000}, {300000, 1000000}}
+	for _, parent := range []float64{0, 0.5, 1} {
+		for _, c := range children {
+			for _, op := range periods {
+				for _, oq := range quotas {
+					for _, np := range periods {
+						for _, nq := range quotas {
+							k := simKernel{q: oq, p: op, parentRatio: parent, childQ: c[0], childP: c[1]}
+							if !k.valid(oq, op) {
+								continue
+							}
+							err := applyCFS(&k, nq, np)
+							desc := fmt.Sprintf("parent %.2f child %v: %d/%d -> %d/%d: err %v, writes %v", parent, c, oq, op, nq, np, err, k.writes)
+							if k.unlimitedWrite && oq >= 0 && nq >= 0 {
+								t.Fatalf("%s: passed through unlimited", desc)
+							}
+							if !k.valid(k.q, k.p) {
+								t.Fatalf("%s: ended invalid at %d/%d", desc, k.q, k.p)
+							}
+							var ce *ClampError
+							switch {
+							case err == nil:
+								if k.q != nq && !(nq < 0 && k.q < 0) || k.p != np {
+									t.Fatalf("%s: nil error but at %d/%d", desc, k.q, k.p)
+								}
+							case errors.As(err, &ce):
+								if ce.Applied.Quota != time.Duration(k.q)*time.Microsecond || ce.Applied.Period != time.Duration(k.p)*time.Microsecond {
+									t.Fatalf("%s: Applied %+v but at %d/%d", desc, ce.Applied, k.q, k.p)
+								}
+								if k.q < 0 || ratioLess(k.q, k.p, nq, np) {
+									t.Fatalf("%s: clamped below the target to %d/%d", desc, k.q, k.p)
+								}
+							default:
+								if !errors.Is(err, syscall.EINVAL) || k.q != oq || k.p != op {
+									t.Fatalf("%s: refused but at %d/%d", desc, k.q, k.p)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestRatioMath(t *testing.T) {
+	t.Parallel()
+	if !ratioLess(1, 3, 33334, 100000) || ratioLess(33334, 100000, 1, 3) || ratioLess(1, 2, 5, 10) {
+		t.Fatal("ratioLess")
+	}
+	big := MaxCFSQuota.Microseconds()
+	if !ratioLess(big-1, 1000000, big, 1000000) {
+		t.Fatal("ratioLess near the maximum quota")
+	}
+	for _, tc := range []struct{ q, np, p, want int64 }{
+		{1, 100000, 3, 33334}, {5000, 100000, 10000, 50000}, {50000, 10000, 100000, 5000},
+		{big, 1000000, 1000, big * 1000},
+	} {
+		if got := scaleCeil(tc.q, tc.np, tc.p); got != tc.want {
+			t.Errorf("scaleCeil(%d, %d, %d) = %d, want %d", tc.q, tc.np, tc.p, got, tc.want)
+		}
+	}
+	if got := scaleCeil(math.MaxInt64, math.MaxInt64, 1); got != math.MaxInt64 {
+		t.Errorf("scaleCeil overflow = %d, want saturation", got)
 	}
 }
 
@@ -385,5 +514,39 @@ func TestPlanCFSNeverRejectedUnderParent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Idle reads back what SetIdle wrote; how the agent tells its own in-place
+// batch pod cgroups (kubelet never sets cpu.idle) from kubelet's.
+func TestIdle(t *testing.T) {
+	t.Parallel()
+	for _, k := range allFakeKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			g := fakeCreate(t, OpenLayout(newFake(t, k), k.layout()), "kubepods/besteffort/podx")
+			for _, want := range []bool{false, true, false} {
+				if want {
+					if err := g.SetIdle(true); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := g.SetIdle(false); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := g.Idle(); err != nil || got != want {
+					t.Fatalf("Idle = %v, %v; want %v", got, err, want)
+				}
+			}
+			mustWrite(t, filepath.Join(g.cpuDir(), "cpu.idle"), "yes\n")
+			if _, err := g.Idle(); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Idle on garbage = %v; want ErrMalformed", err)
+			}
+			if err := os.Remove(filepath.Join(g.cpuDir(), "cpu.idle")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Idle(); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("Idle without cpu.idle = %v; want ErrUnsupported", err)
+			}
+		})
 	}
 }

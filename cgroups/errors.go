@@ -35,8 +35,15 @@ var (
 	// the kernel answers EINVAL. Clear idle first (SetIdle(false)) if the
 	// weight really must change.
 	ErrIdle = errors.New("cgroups: group is idle (cpu.idle=1); its weight cannot be written")
-	// ErrBusy: Delete found tasks left in the group or a descendant.
-	ErrBusy = errors.New("cgroups: group still has tasks")
+	// ErrBusy: Delete found tasks left in the group or a descendant; or
+	// SetMemoryLimit could not lower the limit below the group's usage (v1
+	// EBUSY after the kernel's reclaim; v2 refused before memory.max would
+	// OOM-kill): the old limit stays, retry later.
+	ErrBusy = errors.New("cgroups: group still has tasks or memory")
+	// ErrClamped: SetCPULimit (v1) applied a higher quota than asked, the
+	// lowest the kernel accepts under a child group's own quota. The error
+	// is a *ClampError; errors.As gives the applied limit.
+	ErrClamped = errors.New("cgroups: cpu limit clamped to what the kernel accepts")
 	// ErrTimeout: a freeze or thaw did not settle before the deadline.
 	ErrTimeout = errors.New("cgroups: timed out waiting for freezer state")
 	// ErrMalformed: a kernel file did not have the expected format.

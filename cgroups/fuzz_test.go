@@ -161,3 +161,24 @@ func FuzzParseCPUMax(f *testing.F) {
 		}
 	})
 }
+
+// Memory event and limit parsers read kernel files: never panic, and an
+// accepted v1 oom_control has under_oom 0/1.
+func FuzzParseMemoryFiles(f *testing.F) {
+	for _, s := range []string{
+		"low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+		"oom_kill_disable 0\nunder_oom 1\noom_kill 4\n", "under_oom 2\n", "oom_kill 1\noom_kill 1\n",
+		"max", "-1", "9223372036854771712", "1048576\n", "", " \n", "oom_kill 18446744073709551615\nunder_oom 0",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		_, _ = parseMemoryEventsV2([]byte(in))
+		if ev, err := parseOOMControl([]byte(in)); err == nil && ev.UnderOOM && !strings.Contains(in, "under_oom") {
+			t.Fatalf("UnderOOM without an under_oom line: %q", in)
+		}
+		if v, err := parseMemValue([]byte(in)); err == nil && v < 0 && v != UnlimitedMemory {
+			t.Fatalf("parseMemValue(%q) = %d", in, v)
+		}
+	})
+}

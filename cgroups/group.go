@@ -17,6 +17,7 @@ type Group struct {
 	h   *Hierarchy
 	rel string
 	v1  cgroup1.Cgroup   // cpu, cpuacct, freezer (v1, hybrid)
+	mem cgroup1.Cgroup   // v1 memory (v1, hybrid); nil when the group has no memory directory
 	v2  *cgroup2.Manager // v2 group, or the hybrid unified group
 }
 
@@ -52,7 +53,10 @@ func (g *Group) wrapLib(op string, err error) error {
 
 // AddProc moves process pid (all its threads) into the group in every
 // hierarchy the agent uses: cpu, cpuacct, freezer and, on hybrid, unified.
-// Never memory or cpuset: the process keeps its memory cgroup.
+// Never v1 memory or cpuset: the process keeps its memory cgroup (the
+// caller may be moving itself, and its own memory cgroup is a sandbox's).
+// On v2 there is one hierarchy, so the group's memory limit applies too.
+// Use AddProcMemory for a process the group's memory limit must bound.
 func (g *Group) AddProc(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("adding pid %d to cgroup %s: %w", pid, g.rel, ErrInvalidValue)
@@ -66,6 +70,30 @@ func (g *Group) AddProc(pid int) error {
 		if err := g.v2.AddProc(uint64(pid)); err != nil {
 			return g.wrapLib(fmt.Sprintf("adding pid %d to", pid), err)
 		}
+	}
+	return nil
+}
+
+// AddProcMemory is AddProc plus, on v1 and hybrid, the group's v1 memory
+// cgroup, so that SetMemoryLimit bounds the process and MemoryEvents counts
+// its OOM kill. Memory already charged stays with the old memory cgroup
+// (memory.move_charge_at_immigrate is left alone); only new allocations
+// are charged here. A group without a memory directory (made before Create
+// created one) wraps ErrNotExist: call Create to repair it.
+func (g *Group) AddProcMemory(pid int) error {
+	// Memory co-mounted with cpu has no subsystem of its own: AddProc moves it.
+	needMem := g.h.layout != LayoutV2 && len(g.h.memSubsystems) > 0
+	if needMem && g.mem == nil && pid > 0 {
+		return fmt.Errorf("adding pid %d to memory cgroup %s: no memory directory (call Create): %w", pid, g.rel, ErrNotExist)
+	}
+	if err := g.AddProc(pid); err != nil || !needMem {
+		return err
+	}
+	if err := g.mem.AddProc(uint64(pid)); err != nil {
+		if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			return fmt.Errorf("adding pid %d to memory cgroup %s: %w", pid, g.rel, ErrNotExist)
+		}
+		return classify(fmt.Sprintf("adding pid %d to memory cgroup", pid), filepath.Join(g.h.memoryDir, g.rel), "", err)
 	}
 	return nil
 }
@@ -101,7 +129,7 @@ func (g *Group) Procs() ([]int, error) {
 }
 
 // Delete removes the group, its descendants first, from every hierarchy
-// the agent uses. A group that is already gone (anywhere or everywhere) is
+// the agent uses (v1 memory included). A group that is already gone (anywhere or everywhere) is
 // not an error. If any task remains in the group or a descendant, nothing
 // is removed and the error wraps ErrBusy.
 func (g *Group) Delete() error {
@@ -111,7 +139,7 @@ func (g *Group) Delete() error {
 		return fmt.Errorf("deleting cgroup %s: %d task(s) remain under %s: %w", g.rel, n, where, ErrBusy)
 	}
 	if g.h.layout != LayoutV2 {
-		c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.hierarchyFunc()))
+		c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.allHierarchyFunc()))
 		switch {
 		case errors.Is(err, cgroup1.ErrCgroupDeleted):
 		case err != nil:
@@ -138,7 +166,7 @@ func (g *Group) Delete() error {
 // all hierarchies the agent uses; missing directories count as empty.
 func (g *Group) remainingTasks() (int, string, error) {
 	if g.h.layout != LayoutV2 {
-		c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.hierarchyFunc()))
+		c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.allHierarchyFunc()))
 		switch {
 		case errors.Is(err, cgroup1.ErrCgroupDeleted):
 		case err != nil:

@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/understory/understory/cgroups/cgroupstest"
 )
 
 // Every layout x driver: Create makes the tier in exactly the hierarchies
-// the agent uses, never memory or cpuset, is idempotent, and Load/Exists
-// agree.
+// the agent uses (v1 memory included), never cpuset, is idempotent, and
+// Load/Exists agree.
 func TestCreateLoadExists(t *testing.T) {
 	t.Parallel()
 	for _, k := range allFakeKinds {
@@ -42,10 +44,11 @@ func TestCreateLoadExists(t *testing.T) {
 				}
 				switch k.layout() {
 				case LayoutV1, LayoutHybrid:
-					for _, never := range []string{"memory", "cpuset"} {
-						if _, err := os.Stat(filepath.Join(root, never, rel)); !errors.Is(err, fs.ErrNotExist) {
-							t.Errorf("%s hierarchy touched: %v", never, err)
-						}
+					if _, err := os.Stat(filepath.Join(root, "cpuset", rel)); !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("cpuset hierarchy touched: %v", err)
+					}
+					if !isDir(filepath.Join(root, "memory", rel)) {
+						t.Error("no v1 memory group")
 					}
 					if k.layout() == LayoutHybrid && !isDir(filepath.Join(root, "unified", rel)) {
 						t.Error("hybrid: no unified group")
@@ -125,14 +128,19 @@ func TestAddProcAndProcs(t *testing.T) {
 			if err := g.AddProc(4242); err != nil {
 				t.Fatalf("AddProc: %v", err)
 			}
+			memDir := filepath.Join(root, "memory", g.Path())
 			for _, dir := range groupDirs(h, g.Path()) {
+				if dir == memDir {
+					continue
+				}
 				if got := mustRead(t, filepath.Join(dir, "cgroup.procs")); strings.TrimSpace(got) != "4242" {
 					t.Errorf("%s/cgroup.procs = %q, want 4242", dir, got)
 				}
 			}
+			// AddProc never moves a task between v1 memory cgroups...
 			if k.layout() != LayoutV2 {
-				if _, err := os.Stat(filepath.Join(root, "memory", g.Path())); !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("memory hierarchy touched: %v", err)
+				if _, err := os.Stat(filepath.Join(memDir, "cgroup.procs")); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("AddProc wrote the memory hierarchy: %v", err)
 				}
 			}
 			procs, err := g.Procs()
@@ -142,6 +150,21 @@ func TestAddProcAndProcs(t *testing.T) {
 			for _, bad := range []int{0, -1} {
 				if err := g.AddProc(bad); !errors.Is(err, ErrInvalidValue) {
 					t.Errorf("AddProc(%d) = %v; want ErrInvalidValue", bad, err)
+				}
+				if err := g.AddProcMemory(bad); !errors.Is(err, ErrInvalidValue) {
+					t.Errorf("AddProcMemory(%d) = %v; want ErrInvalidValue", bad, err)
+				}
+			}
+			// ...AddProcMemory does (v2: the one hierarchy AddProc already wrote).
+			if k.layout() != LayoutV2 {
+				mustWrite(t, filepath.Join(memDir, "cgroup.procs"), "")
+			}
+			if err := g.AddProcMemory(4343); err != nil {
+				t.Fatalf("AddProcMemory: %v", err)
+			}
+			for _, dir := range groupDirs(h, g.Path()) {
+				if got := mustRead(t, filepath.Join(dir, "cgroup.procs")); strings.TrimSpace(got) != "4343" {
+					t.Errorf("after AddProcMemory %s/cgroup.procs = %q, want 4343", dir, got)
 				}
 			}
 		})
@@ -255,6 +278,39 @@ func TestLoadRootMovesBack(t *testing.T) {
 			}
 			if got := mustRead(t, procs); !strings.Contains(got, "4242") {
 				t.Fatalf("%s = %q, want the pid", procs, got)
+			}
+		})
+	}
+}
+
+func TestListChildren(t *testing.T) {
+	t.Parallel()
+	for _, k := range allFakeKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			root := newFake(t, k)
+			h := OpenLayout(root, k.layout())
+			parent := "kubepods/besteffort"
+			for _, c := range []string{"podb", "poda", "understory-batch", "podc"} {
+				fakeCreate(t, h, parent+"/"+c)
+			}
+			fakeCreate(t, h, parent+"/poda/container1") // grandchildren are not listed
+			got, err := h.ListChildren(parent)
+			if want := []string{"poda", "podb", "podc", "understory-batch"}; err != nil || !slices.Equal(got, want) {
+				t.Fatalf("ListChildren = %v, %v; want %v (files such as cpu.max left out)", got, err, want)
+			}
+			if got, err := h.ListChildren(parent + "/podb"); err != nil || len(got) != 0 {
+				t.Fatalf("ListChildren(leaf) = %v, %v; want none", got, err)
+			}
+			cgroupstest.RemoveGroup(t, root, cgroupstest.Kind(k), parent+"/podc")
+			if got, _ := h.ListChildren(parent); slices.Contains(got, "podc") {
+				t.Fatalf("a removed child is still listed: %v", got)
+			}
+			if _, err := h.ListChildren("kubepods/gone"); !errors.Is(err, ErrNotExist) {
+				t.Fatalf("ListChildren(missing) = %v; want ErrNotExist", err)
+			}
+			if _, err := h.ListChildren("../x"); !errors.Is(err, ErrInvalidPath) {
+				t.Fatalf("ListChildren(../x) = %v; want ErrInvalidPath", err)
 			}
 		})
 	}

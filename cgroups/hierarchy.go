@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -20,13 +21,20 @@ type Hierarchy struct {
 
 	// v1 / hybrid controller directories ("" when the controller is absent).
 	cpuDir, cpuacctDir, freezerDir string
-	// v1 memory hierarchy, only ever read (MemoryUsage); "" when absent.
+	// v1 memory hierarchy (v1, hybrid); "" when absent. Create makes groups
+	// there and SetMemoryLimit writes there, but AddProc never moves tasks
+	// into it (AddProcMemory does).
 	memoryDir string
 	// cgroup2 directory: root (v2), root/unified (hybrid), "" (v1).
 	unifiedDir string
 	// v1 subsystems handed to containerd/cgroups, one per distinct
 	// directory (co-mounted cpu,cpuacct appears once).
 	subsystems []cgroup1.Subsystem
+	// memSubsystems is the v1 memory controller on its own (empty when
+	// absent, or co-mounted with one of subsystems): kept apart so that
+	// AddProc and Procs, which act on every subsystem of a cgroup1.Cgroup,
+	// never move tasks between memory cgroups.
+	memSubsystems []cgroup1.Subsystem
 }
 
 // Open detects the layout under root and checks that the hierarchies the
@@ -67,6 +75,7 @@ func OpenLayout(root string, l Layout) *Hierarchy {
 			h.unifiedDir = filepath.Join(root, unifiedDirName)
 		}
 		h.subsystems = h.buildSubsystems()
+		h.memSubsystems = h.buildMemSubsystem()
 	}
 	return h
 }
@@ -126,14 +135,46 @@ func (h *Hierarchy) buildSubsystems() []cgroup1.Subsystem {
 	return out
 }
 
+// buildMemSubsystem returns the v1 memory controller as a one-element list,
+// or nothing when there is no memory hierarchy or it shares a directory
+// with cpu, cpuacct or freezer (then their subsystem already covers it).
+func (h *Hierarchy) buildMemSubsystem() []cgroup1.Subsystem {
+	if h.memoryDir == "" {
+		return nil
+	}
+	if mi, err := os.Stat(h.memoryDir); err == nil {
+		for _, d := range []string{h.cpuDir, h.cpuacctDir, h.freezerDir} {
+			if fi, err := os.Stat(d); d != "" && err == nil && os.SameFile(mi, fi) {
+				return nil
+			}
+		}
+	}
+	if h.memoryDir == filepath.Join(h.root, string(cgroup1.Memory)) {
+		return []cgroup1.Subsystem{cgroup1.NewMemory(h.root)}
+	}
+	return []cgroup1.Subsystem{cgroup1.NewNamed(h.root, cgroup1.Name(filepath.Base(h.memoryDir)))}
+}
+
 func (h *Hierarchy) hierarchyFunc() cgroup1.Hierarchy {
 	return func() ([]cgroup1.Subsystem, error) { return h.subsystems, nil }
+}
+
+func (h *Hierarchy) memHierarchyFunc() cgroup1.Hierarchy {
+	return func() ([]cgroup1.Subsystem, error) { return h.memSubsystems, nil }
+}
+
+// allHierarchyFunc is every v1 subsystem the agent creates groups in (cpu,
+// cpuacct, freezer, memory): for Delete and its task count.
+func (h *Hierarchy) allHierarchyFunc() cgroup1.Hierarchy {
+	return func() ([]cgroup1.Subsystem, error) {
+		return append(slices.Clip(h.subsystems), h.memSubsystems...), nil
+	}
 }
 
 // writableDirs are the controller roots the agent writes into.
 func (h *Hierarchy) writableDirs() []string {
 	var out []string
-	for _, d := range []string{h.cpuDir, h.cpuacctDir, h.freezerDir, h.unifiedDir} {
+	for _, d := range []string{h.cpuDir, h.cpuacctDir, h.freezerDir, h.unifiedDir, h.memoryDir} {
 		if d != "" {
 			out = append(out, d)
 		}
@@ -165,10 +206,13 @@ func (h *Hierarchy) checkLayout() error {
 }
 
 // Create makes rel in every hierarchy the agent uses and returns its Group:
-// v1/hybrid in cpu, cpuacct and freezer (never memory or cpuset); hybrid
-// also under root/unified so cpu.pressure exists; v2 at root/rel with the
-// cpu controller enabled along the path. Missing parents are created too.
-// Create is idempotent and repairs a group missing from some hierarchy.
+// v1/hybrid in cpu, cpuacct, freezer and memory (never cpuset); hybrid also
+// under root/unified so cpu.pressure and memory.pressure exist; v2 at
+// root/rel with the cpu controller enabled along the path (memory is not
+// enabled: kubelet enables it on its QoS cgroups, and where it did not,
+// SetMemoryLimit answers ErrUnsupported). Missing parents are created too.
+// Create is idempotent and repairs a group missing from some hierarchy,
+// e.g. a group an older agent made without its memory directory.
 func (h *Hierarchy) Create(rel string) (*Group, error) {
 	rel, err := CleanPath(rel)
 	if err != nil {
@@ -191,6 +235,15 @@ func (h *Hierarchy) Create(rel string) (*Group, error) {
 			return nil, classify("creating", filepath.Join(h.cpuDir, rel), "", err)
 		}
 		g.v1 = c
+		if len(h.memSubsystems) > 0 {
+			// Only mkdir: the library's memory Create writes nothing without
+			// resources.Memory.
+			m, err := cgroup1.New(cgroup1.StaticPath("/"+rel), &specs.LinuxResources{}, cgroup1.WithHierarchy(h.memHierarchyFunc()))
+			if err != nil {
+				return nil, classify("creating", filepath.Join(h.memoryDir, rel), "", err)
+			}
+			g.mem = m
+		}
 	}
 	if h.unifiedDir != "" {
 		res := &cgroup2.Resources{}
@@ -240,6 +293,13 @@ func (h *Hierarchy) load(rel string) (*Group, error) {
 			return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.root, err)
 		}
 		g.v1 = c
+		if len(h.memSubsystems) > 0 && isDir(filepath.Join(h.memoryDir, rel)) {
+			m, err := cgroup1.Load(cgroup1.StaticPath("/"+rel), cgroup1.WithHierarchy(h.memHierarchyFunc()))
+			if err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+				return nil, fmt.Errorf("loading cgroup %s under %s: %w", rel, h.memoryDir, err)
+			}
+			g.mem = m
+		}
 	}
 	if h.unifiedDir != "" && isDir(filepath.Join(h.unifiedDir, rel)) {
 		m, err := cgroup2.Load("/"+rel, cgroup2.WithMountpoint(h.unifiedDir))
@@ -259,4 +319,35 @@ func (h *Hierarchy) Exists(rel string) bool {
 		return false
 	}
 	return isDir(h.primaryDir(rel))
+}
+
+// ListChildren returns the sorted names (not paths) of rel's child groups in
+// the cpu hierarchy (v1, hybrid) or at root/rel (v2), e.g. to rediscover the
+// pod cgroups below a QoS cgroup or the tier at start-up. Children that
+// vanish while the directory is read are simply absent; a rel that is gone
+// wraps ErrNotExist. Names are directory names: join them to rel and check
+// them (CleanPath) before use.
+func (h *Hierarchy) ListChildren(rel string) ([]string, error) {
+	rel, err := CleanPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkLayout(); err != nil {
+		return nil, err
+	}
+	dir := h.primaryDir(rel)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, classify("listing children of", dir, "", err)
+	}
+	var out []string
+	for _, e := range entries {
+		// kernfs reports DT_DIR in the directory entry itself, so no stat
+		// (which could race with a removal) is needed.
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -242,3 +242,32 @@ func CleanPath(rel string) (string, error) {
 	}
 	return clean, nil
 }
+
+// PodUIDFromDir returns the pod UID in the name of a pod cgroup kubelet made below the
+// QoS-level cgroup of q (the last path component, as PodPath builds it): cgroupfs
+// "pod<uid>", systemd "kubepods[-<qos>]-pod<uid_>.slice" with '_' turned back into
+// '-'. ok is false for any other name (the agent's tier, a runtime's own groups).
+func PodUIDFromDir(d Driver, q KubeQOS, name string) (uid string, ok bool) {
+	c, valid := qosComponent(q)
+	if !valid {
+		return "", false
+	}
+	switch d {
+	case DriverCgroupfs:
+		uid, ok = strings.CutPrefix(name, podPrefix)
+	case DriverSystemd:
+		prefix := kubepodsName + "-"
+		if c != "" {
+			prefix += c + "-"
+		}
+		var rest string
+		if rest, ok = strings.CutPrefix(name, prefix+podPrefix); ok {
+			rest, ok = strings.CutSuffix(rest, sliceSuffix)
+			uid = strings.ReplaceAll(rest, "_", "-")
+		}
+	}
+	if !ok || validName(uid) != nil {
+		return "", false
+	}
+	return uid, true
+}

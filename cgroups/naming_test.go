@@ -235,3 +235,43 @@ func TestKubeQOSString(t *testing.T) {
 		}
 	}
 }
+
+func TestPodUIDFromDir(t *testing.T) {
+	t.Parallel()
+	const uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	tests := []struct {
+		name   string
+		d      Driver
+		q      KubeQOS
+		dir    string
+		want   string
+		wantOK bool
+	}{
+		{"cgroupfs burstable", DriverCgroupfs, QOSBurstable, "pod" + uid, uid, true},
+		{"cgroupfs guaranteed", DriverCgroupfs, QOSGuaranteed, "pod" + uid, uid, true},
+		{"systemd besteffort", DriverSystemd, QOSBestEffort, "kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice", uid, true},
+		{"systemd guaranteed", DriverSystemd, QOSGuaranteed, "kubepods-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice", uid, true},
+		{"systemd wrong qos prefix", DriverSystemd, QOSBurstable, "kubepods-besteffort-pod" + uid + ".slice", "", false},
+		{"tier is no pod", DriverCgroupfs, QOSGuaranteed, "understory-batch", "", false},
+		{"qos dir is no pod", DriverCgroupfs, QOSGuaranteed, "burstable", "", false},
+		{"empty uid", DriverCgroupfs, QOSBurstable, "pod", "", false},
+		{"unsafe uid", DriverCgroupfs, QOSBurstable, "pod..", "", false},
+		{"systemd missing suffix", DriverSystemd, QOSBestEffort, "kubepods-besteffort-pod" + uid, "", false},
+		{"bad driver", Driver("x"), QOSBurstable, "pod" + uid, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := PodUIDFromDir(tt.d, tt.q, tt.dir)
+			if got != tt.want || ok != tt.wantOK {
+				t.Fatalf("PodUIDFromDir(%q) = %q, %v; want %q, %v", tt.dir, got, ok, tt.want, tt.wantOK)
+			}
+			if ok {
+				p, err := PodPath(tt.d, tt.q, got)
+				if err != nil || !strings.HasSuffix(p, "/"+tt.dir) {
+					t.Fatalf("PodPath round trip: %q, %v; want suffix %q", p, err, tt.dir)
+				}
+			}
+		})
+	}
+}

@@ -154,18 +154,27 @@ func parsePSILine(s string) (PSILine, error) {
 // hybrid root/unified/rel/cpu.pressure (PSI is tracked per cgroup2 group even
 // without controllers). v1 has no PSI per group: ErrUnsupported. A kernel
 // booted with psi=0 also yields ErrUnsupported.
-func (g *Group) Pressure() (PSI, error) {
+func (g *Group) Pressure() (PSI, error) { return g.pressure("cpu", filePressure) }
+
+// MemoryPressure returns the group's memory.pressure ("full" = time every
+// task of the group was stalled on memory: reclaim, refaults, swap-in), from
+// the same place as Pressure: on hybrid it lives in the unified hierarchy,
+// which tracks it without a memory controller. v1: ErrUnsupported. The
+// node's /proc/pressure/memory is not a group file (collect reads it).
+func (g *Group) MemoryPressure() (PSI, error) { return g.pressure("memory", fileMemPressure) }
+
+func (g *Group) pressure(what, file string) (PSI, error) {
 	dir := g.unifiedDir()
 	if dir == "" {
-		return PSI{}, fmt.Errorf("cpu pressure of %s: v1 has no per-group PSI: %w", g.rel, ErrUnsupported)
+		return PSI{}, fmt.Errorf("%s pressure of %s: v1 has no per-group PSI: %w", what, g.rel, ErrUnsupported)
 	}
-	b, err := readFile(dir, filePressure)
+	b, err := readFile(dir, file)
 	if err != nil {
 		return PSI{}, err
 	}
 	p, err := ParsePSI(strings.NewReader(string(b)))
 	if err != nil {
-		return PSI{}, fmt.Errorf("%s/%s: %w", dir, filePressure, err)
+		return PSI{}, fmt.Errorf("%s/%s: %w", dir, file, err)
 	}
 	return p, nil
 }

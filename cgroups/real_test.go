@@ -22,7 +22,8 @@ import (
 // hybrid, v1 cpu/cpuacct/freezer + controller-less cgroup2 at unified),
 // create uniquely named groups at the top of each hierarchy and remove them
 // (after thawing and killing what they started) in t.Cleanup, even on
-// failure. They never touch the memory or cpuset hierarchies.
+// failure. They never touch the cpuset hierarchy; Create makes memory
+// groups, and only the memory tests move a (helper) task into one.
 
 const realRoot = "/sys/fs/cgroup"
 
@@ -167,10 +168,8 @@ func TestRealTier(t *testing.T) {
 			t.Fatalf("Create did not make %s", dir)
 		}
 	}
-	for _, never := range []string{"memory", "cpuset"} {
-		if _, err := os.Stat(filepath.Join(realRoot, never, base)); err == nil {
-			t.Fatalf("Create touched the %s hierarchy", never)
-		}
+	if _, err := os.Stat(filepath.Join(realRoot, "cpuset", base)); err == nil {
+		t.Fatal("Create touched the cpuset hierarchy")
 	}
 
 	const quota, period = 20 * time.Millisecond, 100 * time.Millisecond
@@ -415,8 +414,9 @@ func TestRealCFSOrdering(t *testing.T) {
 	}
 	// A grandchild at 0.55 CPU: moving the child from 30/50 (0.6) to
 	// 60/100 (0.6) must not dip below 0.55 (quota first: 60/50 = 1.2 >
-	// parent; period first: 30/100 = 0.3 < grandchild), so only the pass
-	// through "unlimited" works.
+	// parent; period first: 30/100 = 0.3 < grandchild). Only a pass through
+	// "unlimited" would get there, which SetCPULimit never does: the period
+	// stays and ErrClamped says what is applied.
 	grand, err := h.Create(base + "/child/grand")
 	if err != nil {
 		t.Fatal(err)
@@ -424,16 +424,24 @@ func TestRealCFSOrdering(t *testing.T) {
 	if err := grand.SetCPULimit(55*time.Millisecond, 100*time.Millisecond); err != nil {
 		t.Fatalf("grandchild limit: %v", err)
 	}
-	if err := child.SetCPULimit(60*time.Millisecond, 100*time.Millisecond); err != nil {
-		t.Fatalf("child 30/50 -> 60/100 with a 0.55 grandchild: %v", err)
+	err = child.SetCPULimit(60*time.Millisecond, 100*time.Millisecond)
+	var ce *ClampError
+	if !errors.Is(err, ErrClamped) || !errors.As(err, &ce) {
+		t.Fatalf("child 30/50 -> 60/100 with a 0.55 grandchild = %v; want ErrClamped", err)
+	}
+	if want := (CFSLimit{30 * time.Millisecond, 50 * time.Millisecond}); ce.Applied != want {
+		t.Fatalf("Applied = %+v, want %+v", ce.Applied, want)
+	}
+	if q, p, err := child.CPULimit(); err != nil || q != 30*time.Millisecond || p != 50*time.Millisecond {
+		t.Fatalf("after the clamp: CPULimit = %v, %v, %v; want 30ms/50ms", q, p, err)
 	}
 	// Above the parent: rejected with ErrInvalidValue, old value kept.
 	err = child.SetCPULimit(90*time.Millisecond, 100*time.Millisecond)
 	if !errors.Is(err, ErrInvalidValue) {
 		t.Fatalf("child above parent = %v; want ErrInvalidValue", err)
 	}
-	if q, p, err := child.CPULimit(); err != nil || q != 60*time.Millisecond || p != 100*time.Millisecond {
-		t.Fatalf("after rejected change: CPULimit = %v, %v, %v; want the old 60ms/100ms", q, p, err)
+	if q, p, err := child.CPULimit(); err != nil || q != 30*time.Millisecond || p != 50*time.Millisecond {
+		t.Fatalf("after rejected change: CPULimit = %v, %v, %v; want the old 30ms/50ms", q, p, err)
 	}
 }
 
@@ -470,5 +478,122 @@ func TestRealDeleteNested(t *testing.T) {
 	}
 	if _, err := h.Load(base); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("Load after Delete = %v; want ErrNotExist", err)
+	}
+}
+
+// TestRealCFSClamp: cutting a group below a child's own quota. The kernel
+// refuses it (EINVAL); SetCPULimit used to pass through quota -1 and, when
+// -1 was the old value, leave the group there. Now the group is clamped to
+// the child's ratio (normalised to its own period, grandchildren included)
+// and the quota file never reads -1 while that happens.
+func TestRealCFSClamp(t *testing.T) {
+	t.Parallel()
+	h := realHierarchy(t)
+	if h.Layout() == LayoutV2 {
+		t.Skip("v2 does not refuse a parent below its children (cpu.max min()s them)")
+	}
+	base := uniqueName(t)
+	cleanupGroup(t, h, base)
+	parent, err := h.Create(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := h.Create(base + "/child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.SetCPULimit(50*time.Millisecond, 100*time.Millisecond); err != nil {
+		t.Fatalf("child 50ms/100ms: %v", err)
+	}
+	quotaFile := filepath.Join(parent.cpuDir(), "cpu.cfs_quota_us")
+	if naive := os.WriteFile(quotaFile, []byte("10000"), 0); !errors.Is(naive, syscall.EINVAL) {
+		t.Fatalf("kernel accepted a parent quota below its child's (%v); the trap is gone?", naive)
+	}
+	// Watch the parent's quota while cutting it: once limited it must never
+	// read -1.
+	watch := func(t *testing.T, f func()) {
+		t.Helper()
+		stop, sawUnlimited := make(chan struct{}), make(chan bool)
+		go func() {
+			saw := false
+			for {
+				select {
+				case <-stop:
+					sawUnlimited <- saw
+					return
+				default:
+				}
+				if b, err := os.ReadFile(quotaFile); err == nil && strings.TrimSpace(string(b)) == "-1" {
+					saw = true
+				}
+			}
+		}()
+		f()
+		close(stop)
+		if <-sawUnlimited {
+			t.Fatal("the parent's quota read -1 during the cut")
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		from         time.Duration // Unlimited: start unlimited (the quota file still must not end at -1)
+		cut, period  time.Duration
+		wantQ, wantP time.Duration
+		limited      bool
+	}{
+		{"from unlimited", Unlimited, 10 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, false},
+		{"from a limit", 80 * time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, true},
+		// 0.5 CPU at a 20 ms period: 10 ms.
+		{"with a period change", 80 * time.Millisecond, 2 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := parent.SetCPULimit(tc.from, 100*time.Millisecond); err != nil {
+				t.Fatalf("parent start %v: %v", tc.from, err)
+			}
+			var err error
+			cut := func() { err = parent.SetCPULimit(tc.cut, tc.period) }
+			if tc.limited {
+				watch(t, cut)
+			} else {
+				cut()
+			}
+			var ce *ClampError
+			if !errors.Is(err, ErrClamped) || !errors.As(err, &ce) {
+				t.Fatalf("cut to %v/%v = %v; want ErrClamped", tc.cut, tc.period, err)
+			}
+			if want := (CFSLimit{tc.wantQ, tc.wantP}); ce.Applied != want || ce.Wanted != (CFSLimit{tc.cut, tc.period}) {
+				t.Fatalf("ClampError %+v; want Applied %+v", ce, want)
+			}
+			if q, p, err := parent.CPULimit(); err != nil || q != tc.wantQ || p != tc.wantP {
+				t.Fatalf("parent after the cut: %v/%v, %v; want %v/%v", q, p, err, tc.wantQ, tc.wantP)
+			}
+			// Retrying the same cut (the agent does, every period) changes nothing.
+			if err := parent.SetCPULimit(tc.cut, tc.period); !errors.Is(err, ErrClamped) {
+				t.Fatalf("retried cut = %v; want ErrClamped", err)
+			}
+			if q, p, _ := parent.CPULimit(); q != tc.wantQ || p != tc.wantP {
+				t.Fatalf("parent after a retried cut: %v/%v", q, p)
+			}
+		})
+	}
+	// A limited grandchild below an unlimited child constrains the parent too.
+	if err := child.SetCPULimit(Unlimited, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	grand, err := h.Create(base + "/child/grand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grand.SetCPULimit(3*time.Millisecond, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	err = parent.SetCPULimit(5*time.Millisecond, 100*time.Millisecond)
+	var ce *ClampError
+	if !errors.As(err, &ce) || ce.Applied != (CFSLimit{30 * time.Millisecond, 100 * time.Millisecond}) {
+		t.Fatalf("cut below a grandchild = %v; want clamped to 30ms/100ms", err)
+	}
+	// A cut the children allow is no clamp.
+	if err := parent.SetCPULimit(40*time.Millisecond, 100*time.Millisecond); err != nil {
+		t.Fatalf("cut above the grandchild: %v", err)
 	}
 }

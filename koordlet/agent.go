@@ -17,6 +17,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -48,6 +49,12 @@ type Deps struct {
 	NodeCPU nodeCPUReader
 	// Publisher receives node metrics every NodeMetricsPeriod (Kubernetes mode).
 	Publisher nodeMetricsPublisher
+	// BatchResources writes understory.io/batch-cpu and batch-memory to the Node's
+	// status (Kubernetes mode; nodestatus.Publisher, run by the caller).
+	BatchResources batchResourceSink
+	// Evictions is the Eviction API (Kubernetes mode: podsource.CoreClient). Without it
+	// evictions are reported, not performed (static mode).
+	Evictions evict.API
 }
 
 // Agent is the node agent: it samples usage every period, computes the batch budget and
@@ -63,6 +70,16 @@ type Agent struct {
 	nodeCPU nodeCPUReader
 	budget  *qos.Budgeter
 	publish *publisher
+	// batchSink writes the batch resources to the Node; nil in static mode.
+	batchSink batchResourceSink
+	// escalator decides the graded actions; evictor performs evictions in Run's
+	// goroutine.
+	escalator      *qos.Escalator
+	evictor        evictor
+	escMetrics     *metrics.Escalation
+	lastEscalation qos.EscalationDecision
+	tierFrozen     bool
+	evictorDone    chan struct{}
 
 	// control-loop state, owned by the Run goroutine.
 	pods        map[types.UID]*podState
@@ -78,6 +95,7 @@ type Agent struct {
 	tierStats   cpuStats
 	splitBuf    []qos.PodDemand
 	inPlaceBuf  []*podState
+	inTierBuf   []*podState
 	tierUsage   aggregate
 	tierDemand  demand
 	tierCores   float64 // the tier's usage this period
@@ -88,6 +106,20 @@ type Agent struct {
 	// unattributed is the kubepods CPU no known pod accounts for, at the last period
 	// that read every pod; it counts as LS.
 	unattributed float64
+	// restores are pods that left batch whose kubelet values could not be written yet.
+	restores []restore
+	// reclaim computes the batch resources published on the Node.
+	reclaim     *qos.Reclaimer
+	lastReclaim qos.Reclaimed
+	mem         memoryReader
+	memUsage    MemoryUsage
+	tierMemory  memoryLimitState
+	// lsCPURequests and lsMemRequests are the LS pods' requests (cores, bytes).
+	lsCPURequests, lsMemRequests float64
+	// sourceErrors is the pod source's error count at the last period.
+	sourceErrors uint64
+	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
+	nodeWrites, nodeFailures int64
 
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
@@ -116,6 +148,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
+	em, err := metrics.NewEscalation(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	hier, err := cgroups.Open(cfg.CgroupRoot)
 	if err != nil {
 		return nil, fmt.Errorf("opening cgroup root %s: %w", cfg.CgroupRoot, err)
@@ -138,7 +174,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, hier: hier, layout: lay,
-		nodeCPU: nodeCPU, budget: qos.NewBudgeter(cfg.Policy),
+		nodeCPU: nodeCPU, budget: qos.NewBudgeter(cfg.Policy), reclaim: qos.NewReclaimer(cfg.BatchResources),
+		tierMemory: memoryLimitState{bytes: nan()}, batchSink: deps.BatchResources,
+		escalator: qos.NewEscalator(cfg.Escalation, cfg.Period.Duration), escMetrics: em,
+		evictor: evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
+			Events: events, Metrics: em, Logger: log}),
 		pods: map[types.UID]*podState{}, tierQuota: nan(),
 		kubepods:   aggregate{path: lay.kubepods()},
 		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
@@ -146,11 +186,15 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
-		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory)
+		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory, a.writtenBatch)
 	}
 	if err := a.setUpTier(); err != nil {
 		return nil, err
 	}
+	// A crashed run may have left batch frozen: thaw first, then decide again.
+	a.tierFrozen = true
+	a.thawAll()
+	a.rediscover()
 	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier}})
 	return a, nil
 }
@@ -187,6 +231,16 @@ const minShares = 2
 
 // Run samples and enforces every period until ctx ends, then leaves the tier bounded.
 func (a *Agent) Run(ctx context.Context) error {
+	evictCtx, stopEvictor := context.WithCancel(ctx)
+	a.evictorDone = make(chan struct{})
+	go func() {
+		defer close(a.evictorDone)
+		_ = a.evictor.Run(evictCtx)
+	}()
+	defer func() {
+		stopEvictor()
+		<-a.evictorDone
+	}()
 	defer a.shutdown()
 	period := a.cfg.Period.Duration
 	t := time.NewTicker(period)
@@ -213,6 +267,10 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) tick(ctx context.Context, now time.Time) {
 	start := time.Now()
 	a.ticks++
+	a.countSourceErrors()
+	if len(a.restores) > 0 {
+		a.retryRestores()
+	}
 	times, err := a.nodeCPU.Read()
 	if err != nil {
 		a.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
@@ -237,8 +295,10 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	a.podsChanged = false
 	var ls, be, inPlace, lsInBE, otherOutBE float64
 	var counts podCounts
+	hasBatch := false
 	for _, st := range a.sorted {
 		counts.add(st.class)
+		hasBatch = hasBatch || st.class == qos.ClassBatch
 		mismatched := !st.inTier && (st.class == qos.ClassLS) == (st.kubeQOS == cgroups.QOSBestEffort)
 		if slow || (fastLS && mismatched) || (!fastLS && st.class == qos.ClassLS) {
 			a.readPod(st, now)
@@ -292,8 +352,27 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	system = math.Max(0, system)
 	cpus := float64(times.CPUs)
+	if a.ticks%memoryEvery == 0 || !a.mem.ok {
+		a.memUsage, _ = a.readMemory(slow, now)
+	}
+	mu := a.memUsage
+	a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
+		CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
+			SystemUsage: system},
+		Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
+			SystemUsage: mu.System}})
+	a.publishBatchResources(a.lastReclaim)
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
 	a.enforce(b, now)
+	if a.mem.ok {
+		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
+	}
+	for _, st := range a.sorted {
+		if st.class == qos.ClassBatch {
+			a.enforcePodMemory(st, now)
+		}
+	}
+	a.escalate(b, mu, a.mem.ok, hasBatch, now)
 	if b.Applied < a.last.Applied {
 		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
 	} else if b.Applied > a.last.Applied && a.ticks > 2 {
@@ -309,6 +388,22 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	a.metrics.LoopDuration.Observe(time.Since(start).Seconds())
 	a.metrics.LastTick.Set(float64(now.UnixNano()) / 1e9)
 	a.healthy.Store(now.UnixNano())
+}
+
+// errorCounter is a pod source that counts its failures (list/watch errors, broken
+// manifests).
+type errorCounter interface{ ErrorCount() uint64 }
+
+// countSourceErrors adds the pod source's new failures to errors_total{kind="pod_source"}.
+func (a *Agent) countSourceErrors() {
+	c, ok := a.source.(errorCounter)
+	if !ok {
+		return
+	}
+	if n := c.ErrorCount(); n > a.sourceErrors {
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindPodSource).Add(float64(n - a.sourceErrors))
+		a.sourceErrors = n
+	}
 }
 
 // readTier samples the tier's usage, the demand of the pods below it.
@@ -372,6 +467,19 @@ func (a *Agent) observe(u Usage, counts podCounts, now time.Time) {
 	m.Pods.WithLabelValues(string(qos.ClassLS)).Set(float64(counts.ls))
 	m.Pods.WithLabelValues(string(qos.ClassBE)).Set(float64(counts.be))
 	m.Pods.WithLabelValues(string(qos.ClassBatch)).Set(float64(counts.batch))
+	if a.mem.ok {
+		mu := a.memUsage
+		for _, kv := range []struct {
+			class string
+			v     float64
+		}{{"ls", mu.LS}, {"be", mu.BE}, {"batch", mu.Batch}, {"system", mu.System}, {"used", mu.Used},
+			{"capacity", mu.Capacity}} {
+			m.Memory.WithLabelValues(kv.class).Set(kv.v)
+		}
+	}
+	if v := a.tierMemory.bytes; !math.IsNaN(v) {
+		m.TierMemoryLimit.Set(v)
+	}
 	// Throttling and pressure change slowly and are only exported (Prometheus scrapes
 	// every 15-30 s): read them every statsInterval, not every period. Reading cpu.stat
 	// of every in-place batch pod every second was a third of the agent's work.
@@ -385,6 +493,16 @@ func (a *Agent) observe(u Usage, counts podCounts, now time.Time) {
 	}
 	if psi, err := collect.ReadPressure(a.cfg.ProcRoot, "cpu"); err == nil {
 		m.CPUPressure.WithLabelValues("node").Set(psi.Some.Avg10 / 100)
+	}
+	if a.batchSink != nil {
+		ns := a.batchSink.Status()
+		if d := ns.Writes - a.nodeWrites; d > 0 {
+			m.NodeStatusWrites.Add(float64(d))
+		}
+		if d := ns.Failures - a.nodeFailures; d > 0 {
+			m.Errors.WithLabelValues(metrics.ErrKindNodeStatus).Add(float64(d))
+		}
+		a.nodeWrites, a.nodeFailures = ns.Writes, ns.Failures
 	}
 }
 
@@ -451,6 +569,8 @@ func (a *Agent) shutdown() {
 		}
 		b := qos.Budget{Applied: target, Reason: "shutdown"}
 		a.enforce(b, time.Now())
+		// Freeze never outlives the agent: batch stays bounded by its quota instead.
+		a.thawAll()
 		a.log.Info("agent stopped; batch left bounded", "budget_cores", target)
 		for _, st := range a.pods {
 			st.close()

@@ -31,9 +31,10 @@ import (
 
 // fakePods is a pod source with a fixed, settable pod list.
 type fakePods struct {
-	mu      sync.Mutex
-	pods    []*corev1.Pod
-	changed chan struct{}
+	mu       sync.Mutex
+	pods     []*corev1.Pod
+	changed  chan struct{}
+	unsynced bool
 }
 
 var _ podLister = (*fakePods)(nil)
@@ -47,7 +48,7 @@ func (f *fakePods) List() []*corev1.Pod {
 	return f.pods
 }
 func (f *fakePods) Changed() <-chan struct{} { return f.changed }
-func (f *fakePods) HasSynced() bool          { return true }
+func (f *fakePods) HasSynced() bool          { return !f.unsynced }
 
 // fakeCPU is a node CPU reader the test advances.
 type fakeCPU struct {
@@ -462,27 +463,31 @@ func TestNewFailsClearlyWithoutCgroupfs(t *testing.T) {
 	}
 }
 
-func TestAgentLiftsQuotaOfTerminatingPod(t *testing.T) {
+// A terminating batch pod keeps a bounded quota (its share of the budget) for its whole
+// grace period: lifting it to unlimited let a pod asked to stop run unbounded next to LS.
+func TestAgentKeepsTerminatingPodBounded(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, cgroupstest.V2, nil)
-	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
-	r.step(0, nil)
-	r.step(1.5, busy)
-	if q := r.quota(r.inPlace); q <= 0 {
-		t.Fatalf("in-place pod has no quota: %v", q)
-	}
-	pods := r.agent.source.List()
-	deleting := pods[1].DeepCopy()
-	now := metav1.Now()
-	deleting.DeletionTimestamp = &now
-	r.agent.syncPods([]*corev1.Pod{pods[0], deleting, pods[2], pods[3]})
-	r.step(1.5, busy)
-	if q := r.quota(r.inPlace); q != -1 {
-		t.Fatalf("terminating pod quota = %v, want unlimited", q)
-	}
-	// The tier keeps a quota within the budget.
-	if q := r.quota(r.tier); q <= 0 || q > r.agent.Status().Budget.Applied+1e-9 {
-		t.Fatalf("tier quota %v with budget %v", q, r.agent.Status().Budget.Applied)
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+			r.step(0, nil)
+			r.step(1.5, busy)
+			pods := r.agent.source.List()
+			deleting := pods[1].DeepCopy()
+			now := metav1.Now()
+			deleting.DeletionTimestamp = &now
+			r.agent.syncPods([]*corev1.Pod{pods[0], deleting, pods[2], pods[3]})
+			for range 20 {
+				r.step(1.5, busy)
+				budget := r.agent.Status().Budget.Applied
+				q, tier := r.quota(r.inPlace), r.quota(r.tier)
+				if q <= 0 || tier <= 0 || q+tier > budget+1e-6 {
+					t.Fatalf("terminating pod quota %v + tier %v with budget %v: want both bounded within it", q, tier, budget)
+				}
+			}
+		})
 	}
 }
 

@@ -69,6 +69,13 @@ type Config struct {
 	ShutdownBudgetCPU *float64 `json:"shutdownBudgetCPU,omitempty"`
 	// Policy is the batch CPU budget policy.
 	Policy qos.Policy `json:"policy"`
+	// BatchResources is how the batch resources published on the Node
+	// (understory.io/batch-cpu, understory.io/batch-memory) are computed; its memory
+	// threshold also sets the tier's memory limit.
+	BatchResources qos.ReclaimConfig `json:"batchResources"`
+	// Escalation is when batch is frozen and when batch pods are evicted (through the
+	// Eviction API, so PodDisruptionBudgets hold; reported only in static mode).
+	Escalation qos.EscalationConfig `json:"escalation"`
 }
 
 // Where the tier may be created.
@@ -111,6 +118,8 @@ func DefaultConfig() Config {
 		ListenAddress:     DefaultListenAddress,
 		NodeMetricsPeriod: metav1.Duration{Duration: DefaultNodeMetricsPeriod},
 		Policy:            qos.DefaultPolicy(),
+		BatchResources:    qos.DefaultReclaimConfig(),
+		Escalation:        qos.DefaultEscalationConfig(),
 	}
 }
 
@@ -202,6 +211,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("policy.%w", err)
+	}
+	if err := c.BatchResources.Validate(); err != nil {
+		return fmt.Errorf("batchResources.%w", err)
+	}
+	if err := c.Escalation.Validate(); err != nil {
+		return fmt.Errorf("escalation.%w", err)
 	}
 	return nil
 }

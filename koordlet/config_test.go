@@ -2,9 +2,15 @@ package koordlet
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/qos"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -33,6 +39,9 @@ tierParent: besteffort
 nri: {enabled: true, socket: /run/nri/nri.sock}
 policy:
   threshold: 0.75
+batchResources:
+  cpu: {policy: maxUsageRequest}
+  lsWindow: 10m
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +50,12 @@ policy:
 		cfg.NRI.Socket != "/run/nri/nri.sock" || cfg.Policy.Threshold != 0.75 || cfg.TierParent != TierParentBestEffort {
 		t.Fatalf("overrides not applied: %+v", cfg)
 	}
-	// Fields the file leaves out keep their defaults, also inside policy.
-	if cfg.Policy.RestoreStepPercent == 0 || cfg.ListenAddress != DefaultListenAddress {
+	if cfg.BatchResources.CPU.Policy != "maxUsageRequest" || cfg.BatchResources.LSWindow.Duration != 10*time.Minute {
+		t.Fatalf("batchResources overrides not applied: %+v", cfg.BatchResources)
+	}
+	// Fields the file leaves out keep their defaults, also inside policy and batchResources.
+	if cfg.Policy.RestoreStepPercent == 0 || cfg.ListenAddress != DefaultListenAddress ||
+		cfg.BatchResources.CPU.Threshold == 0 || cfg.BatchResources.Memory.Policy != "maxUsageRequest" {
 		t.Fatalf("defaults lost: %+v", cfg)
 	}
 }
@@ -65,6 +78,10 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 		{"shutdownBudgetCPU: -1", "shutdownBudgetCPU"},
 		{"policy: {threshold: 1.5}", "policy.threshold"},
 		{"policy: {restoreStepPercent: 0}", "policy.restoreStepPercent"},
+		{"batchResources: {cpu: {policy: request}}", "batchResources.cpu.policy"},
+		{"batchResources: {memory: {threshold: 0}}", "batchResources.memory.threshold"},
+		{"batchResources: {lsWindow: 1s}", "batchResources.lsWindow"},
+		{"batchResources: {lsPercentile: 2}", "batchResources.lsPercentile"},
 		{"polcy: {}", "polcy"},
 		{"listenAddress: ''", "listenAddress"},
 		{"cgroupRoot: ''", "cgroupRoot"},
@@ -78,7 +95,8 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name field %q", err, tc.field)
 			}
-			if !errors.Is(err, ErrInvalidConfig) && !strings.HasPrefix(tc.field, "policy.") {
+			if !errors.Is(err, ErrInvalidConfig) && !strings.HasPrefix(tc.field, "policy.") &&
+				!strings.HasPrefix(tc.field, "batchResources.") {
 				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
 			}
 		})
@@ -103,4 +121,25 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("loaded config has no layout: %v", err)
 		}
 	})
+}
+
+// The configuration shipped in manifests/koordlet loads: every key it sets exists and
+// is in range.
+func TestShippedConfigLoads(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../manifests/koordlet/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("shipped config: %v", err)
+	}
+	if cfg.BatchResources.Memory.Policy != qos.ReclaimPolicyMaxUsageRequest || cfg.Escalation.FreezeAfter.Duration == 0 {
+		t.Fatalf("shipped config lost its batchResources/escalation sections: %+v", cfg)
+	}
 }

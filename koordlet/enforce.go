@@ -20,56 +20,93 @@ import (
 func (a *Agent) enforce(b qos.Budget, now time.Time) {
 	demands := append(a.splitBuf[:0], qos.PodDemand{ID: "tier", Usage: a.tierDemand.v, NoHistory: !a.tierDemand.ok,
 		Throttled: wantsMore(a.tierDemand.v, a.tierQuota)})
-	inPlace := a.inPlaceBuf[:0]
+	inPlace, inTier := a.inPlaceBuf[:0], a.inTierBuf[:0]
+	// The tier needs no more than its pods' own limits together, when every pod has one.
+	tierLimit, tierLimited := 0.0, true
 	for _, st := range a.sorted {
-		if st.class != qos.ClassBatch || st.group == nil || st.inTier {
+		if st.class != qos.ClassBatch || st.group == nil {
 			continue
 		}
-		if st.terminating {
-			a.liftQuota(st)
+		if st.inTier {
+			if st.spec.batchCPU > 0 {
+				tierLimit += st.spec.batchCPU
+				inTier = append(inTier, st)
+			} else {
+				tierLimited = false
+			}
 			continue
 		}
 		if !st.setUp {
 			a.setUpPod(st)
 		}
+		// A terminating pod keeps its share: lifting its quota for the whole grace
+		// period would let it run unbounded next to LS.
 		demands = append(demands, qos.PodDemand{ID: string(st.uid), Usage: st.demand.v, NoHistory: !st.demand.ok,
-			Throttled: wantsMore(st.demand.v, st.quota)})
+			Throttled: wantsMore(st.demand.v, st.quota), Limit: st.spec.batchCPU})
 		inPlace = append(inPlace, st)
 	}
-	a.splitBuf, a.inPlaceBuf = demands, inPlace
+	if tierLimited && len(inTier) > 0 {
+		demands[0].Limit = tierLimit
+	}
+	a.splitBuf, a.inPlaceBuf, a.inTierBuf = demands, inPlace, inTier
 	shares := []float64{b.Applied}
-	if len(inPlace) > 0 {
+	if len(inPlace) > 0 || demands[0].Limit > 0 {
 		shares = qos.SplitBudget(b.Applied, demands, a.cfg.MinPodCPU)
 	}
 	// Cuts first, so that the sum of the quotas in force never exceeds the budget, even
-	// between two writes.
+	// between two writes. A pod below the tier gets its own batch-cpu limit, at most the
+	// tier's share: cgroup v1 refuses a child quota above its parent's, so such pods are
+	// cut before the tier and raised after it.
 	for _, cuts := range []bool{true, false} {
+		if cuts {
+			a.enforceTierPods(inTier, shares[0], cuts, now)
+		}
 		if isCut(a.tierQuota, shares[0]) == cuts {
 			if err := a.applyTier(shares[0], now); err != nil {
 				a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 				a.log.Error("writing tier quota; retrying next period", "cgroup", a.layout.tier, "err", err)
 			}
 		}
+		if !cuts {
+			a.enforceTierPods(inTier, shares[0], cuts, now)
+		}
 		for i, st := range inPlace {
-			q := shares[i+1]
-			if isCut(st.quota, q) != cuts || !a.worthWriting(st.quota, q, st.lastWrite, now) {
-				continue
-			}
-			if err := a.writeQuota(st.group, q); err != nil {
-				st.quota = nan()
-				st.lastErr = err
-				if errors.Is(err, cgroups.ErrNotExist) {
-					st.close()
-					st.nextOpen = now.Add(reopenBackoff)
-					continue
-				}
-				a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
-				a.log.Error("writing pod quota; retrying next period", logAttrsPod(st), "err", err)
-				continue
-			}
-			st.quota, st.lastWrite = q, now
+			a.applyPodQuota(st, shares[i+1], cuts, now)
 		}
 	}
+}
+
+// enforceTierPods gives each pod below the tier that has a batch-cpu limit a quota of
+// that limit, at most the tier's share.
+func (a *Agent) enforceTierPods(pods []*podState, tierShare float64, cuts bool, now time.Time) {
+	for _, st := range pods {
+		a.applyPodQuota(st, math.Min(st.spec.batchCPU, tierShare), cuts, now)
+	}
+}
+
+// applyPodQuota writes one pod's quota q (cores) in the pass for cuts or for raises.
+func (a *Agent) applyPodQuota(st *podState, q float64, cuts bool, now time.Time) {
+	if isCut(st.quota, q) != cuts || !a.worthWriting(st.quota, q, st.lastWrite, now) {
+		return
+	}
+	if err := a.writeQuota(st.group, q); err != nil {
+		if applied, ok := a.clamped(err, st.key()); ok {
+			// Written, but no lower than a child's own quota: never unlimited.
+			st.quota, st.lastWrite, st.lastErr = applied, now, err
+			return
+		}
+		st.quota = nan()
+		st.lastErr = err
+		if errors.Is(err, cgroups.ErrNotExist) {
+			st.close()
+			st.nextOpen = now.Add(reopenBackoff)
+			return
+		}
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		a.log.Error("writing pod quota; retrying next period", logAttrsPod(st), "err", err)
+		return
+	}
+	st.quota, st.lastWrite = q, now
 }
 
 // demand is a consumer's smoothed CPU usage, what the budget split is based on. One
@@ -132,21 +169,6 @@ func (a *Agent) worthWriting(cur, next float64, last, now time.Time) bool {
 // 0.05 CPU.
 func writeDeadband(cur float64) float64 { return math.Max(0.05, 0.05*cur) }
 
-// liftQuota removes an in-place pod's quota once (the pod is being deleted).
-func (a *Agent) liftQuota(st *podState) {
-	if st.quota < 0 {
-		return
-	}
-	if err := st.group.SetCPULimit(-1, a.cfg.CFSPeriod.Duration); err != nil {
-		st.lastErr = err
-		if !errors.Is(err, cgroups.ErrNotExist) {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
-		}
-		return
-	}
-	st.quota = -1
-}
-
 // setUpPod gives an in-place batch pod the tier's static settings: the minimum weight
 // and SCHED_IDLE. These are pod-level cgroups, never kubelet's QoS-level ones.
 func (a *Agent) setUpPod(st *podState) {
@@ -170,11 +192,29 @@ func (a *Agent) applyTier(cores float64, now time.Time) error {
 		return nil
 	}
 	if err := a.writeQuota(a.tier, cores); err != nil {
+		if applied, ok := a.clamped(err, "batch tier"); ok {
+			a.tierQuota, a.tierWritten = applied, now
+			return nil
+		}
 		a.tierQuota = nan()
 		return err
 	}
 	a.tierQuota, a.tierWritten = cores, now
 	return nil
+}
+
+// clamped reports whether err is a cut the kernel accepted only down to a child
+// group's own quota (cgroup v1 refuses a parent quota below a child's), and the cores
+// then in force. The cut is counted and logged; it is retried every period, but at the
+// same value the kernel writes nothing.
+func (a *Agent) clamped(err error, what string) (float64, bool) {
+	var ce *cgroups.ClampError
+	if !errors.As(err, &ce) {
+		return 0, false
+	}
+	a.metrics.Actions.WithLabelValues(metrics.ActionQuotaClamped).Inc()
+	a.log.Debug("CPU cut clamped to a child cgroup's own quota", "of", what, "err", err)
+	return ce.Applied.CPUs(), true
 }
 
 // writeQuota sets a CFS quota of the given cores over the configured CFS period.

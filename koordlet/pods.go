@@ -29,11 +29,15 @@ type podState struct {
 	candidates []string
 	cgroup     string // the candidate found, relative to the hierarchy root
 	inTier     bool   // the pod runs below the agent's tier
-	// terminating pods (deletion requested) lose their in-place quota, so that a pod
-	// asked to stop is not slowed down while it shuts down.
-	terminating bool
 	// classErr is the annotation error, if the pod's QoS annotation is invalid.
 	classErr error
+	// terminating: the pod's deletion was requested. It keeps its share of the budget
+	// but is never frozen (it must handle SIGTERM) nor an eviction candidate.
+	terminating bool
+	// frozen: the agent froze the pod's cgroup (in-place batch).
+	frozen bool
+	// spec is what the agent reads from the pod's spec (requests, batch limits).
+	spec podSpec
 
 	group  *cgroups.Group
 	reader *cgroups.UsageReader
@@ -53,6 +57,13 @@ type podState struct {
 
 	// set up: in-place batch pods get SCHED_IDLE and minimum weight once.
 	setUp bool
+	// memUsage is the pod's memory working set at the last slow period (batch pods and
+	// pods outside the cgroup their class implies), bytes.
+	memUsage float64
+	// memory is the pod's own memory limit (its understory.io/batch-memory limit) in
+	// force; memLimit is non-zero once the agent has written one.
+	memory   memoryLimitState
+	memLimit int64
 	// quota is the per-pod limit in force (cores), -1 when unlimited, NaN when unknown
 	// (never written or the last write failed: rewrite next period).
 	quota float64
@@ -168,17 +179,24 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 		seen[pod.UID] = true
 		class, classErr := qos.Classify(pod)
 		kq := kubeQOSOf(qos.KubeQOSClass(pod))
+		spec := specOf(pod, kq)
 		st := a.pods[pod.UID]
 		if st != nil && st.class == class && st.kubeQOS == kq {
 			st.classErr = classErr
+			st.spec = spec
 			st.terminating = pod.DeletionTimestamp != nil
+			st.namespace, st.name = pod.Namespace, pod.Name // a rediscovered pod gets its name
 			continue
 		}
 		if st != nil {
+			if st.class == qos.ClassBatch && class != qos.ClassBatch {
+				a.leaveBatch(st, spec)
+			}
 			st.close()
 		}
 		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
-			classErr: classErr, quota: nan(), terminating: pod.DeletionTimestamp != nil}
+			classErr: classErr, quota: nan(), spec: spec,
+			terminating: pod.DeletionTimestamp != nil}
 		cgs, err := a.layout.podCgroups(class, kq, pod.UID)
 		if err != nil {
 			st.lastErr = err
@@ -198,12 +216,28 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 			a.removeTierPod(st)
 		}
 	}
+	a.resort()
+}
+
+// resort rebuilds the sorted pod list and the LS pods' requests after the pod table
+// changed.
+func (a *Agent) resort() {
 	a.podsChanged = true
 	a.sorted = a.sorted[:0]
+	a.lsCPURequests, a.lsMemRequests = 0, 0
 	for _, st := range a.pods {
 		a.sorted = append(a.sorted, st)
+		if st.class == qos.ClassLS {
+			a.lsCPURequests += st.spec.cpuRequest
+			a.lsMemRequests += st.spec.memRequest
+		}
 	}
-	sort.Slice(a.sorted, func(i, j int) bool { return a.sorted[i].key() < a.sorted[j].key() })
+	sort.Slice(a.sorted, func(i, j int) bool {
+		if ki, kj := a.sorted[i].key(), a.sorted[j].key(); ki != kj {
+			return ki < kj
+		}
+		return a.sorted[i].uid < a.sorted[j].uid
+	})
 }
 
 // podActive reports whether the pod can still run processes.
@@ -280,6 +314,7 @@ func (a *Agent) openPod(st *podState) error {
 		st.rate, st.demand = collect.Rate{}, demand{}
 		st.setUp = false
 		st.quota = nan()
+		st.memory = memoryLimitState{bytes: nan()}
 		return nil
 	}
 	return err

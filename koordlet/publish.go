@@ -21,9 +21,10 @@ type nodeMetricsPublisher interface {
 // result to the sink once per window, in its own goroutine so a slow API server never
 // delays the control loop.
 type publisher struct {
-	sink   nodeMetricsPublisher
-	window time.Duration
-	memory func() (metrics.MemoryMetrics, error)
+	sink    nodeMetricsPublisher
+	window  time.Duration
+	memory  func() (metrics.MemoryMetrics, error)
+	written func() *metrics.BatchResources
 
 	start                         time.Time
 	n                             float64
@@ -32,8 +33,9 @@ type publisher struct {
 	inflight                      sync.WaitGroup
 }
 
-func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (metrics.MemoryMetrics, error)) *publisher {
-	return &publisher{sink: sink, window: window, memory: memory, busy: make(chan struct{}, 1)}
+func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (metrics.MemoryMetrics, error),
+	written func() *metrics.BatchResources) *publisher {
+	return &publisher{sink: sink, window: window, memory: memory, written: written, busy: make(chan struct{}, 1)}
 }
 
 func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budget, log *slog.Logger, m *metrics.Agent) {
@@ -59,6 +61,9 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 			Batch:       milli(p.batch / p.n),
 			BatchBudget: milli(p.budget / p.n),
 		},
+	}
+	if p.written != nil {
+		nm.Batch = p.written() // what is on the Node now; nil until the first write
 	}
 	p.start, p.n, p.node, p.ls, p.batch, p.budget = now, 0, 0, 0, 0, 0
 	if p.memory != nil {

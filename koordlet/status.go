@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/understory/understory/koordlet/evict"
+	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/qos"
 )
 
@@ -27,15 +29,35 @@ type Usage struct {
 // Status is what /status serves: the pods by class with their cgroups, and the budget
 // with every term of its formula, so a user can see why batch got what it got.
 type Status struct {
-	Time    time.Time             `json:"time"`
-	Node    string                `json:"node,omitempty"`
-	Layout  string                `json:"cgroupLayout"`
-	Period  string                `json:"period"`
-	Usage   Usage                 `json:"usageCores"`
-	Budget  BudgetStatus          `json:"budget"`
-	Tier    TierStatus            `json:"tier"`
-	Pods    map[string][]PodEntry `json:"pods"`
-	Healthy bool                  `json:"healthy"`
+	Time   time.Time    `json:"time"`
+	Node   string       `json:"node,omitempty"`
+	Layout string       `json:"cgroupLayout"`
+	Period string       `json:"period"`
+	Usage  Usage        `json:"usageCores"`
+	Budget BudgetStatus `json:"budget"`
+	Tier   TierStatus   `json:"tier"`
+	// Memory is the node's memory by class, bytes.
+	Memory MemoryUsage `json:"memoryBytes"`
+	// BatchResources explains the batch resources published on the Node, every term of
+	// the formula for cpu (cores) and memory (bytes).
+	BatchResources BatchResourcesStatus `json:"batchResources"`
+	// Escalation is the graded action in force (throttle, freeze, evict) and why;
+	// Evictions what the evictor did (dryRun in static mode).
+	Escalation qos.EscalationDecision `json:"escalation"`
+	Evictions  evict.Status           `json:"evictions"`
+	Pods       map[string][]PodEntry  `json:"pods"`
+	// PodSource says whether the pod source has delivered its first complete list (until
+	// then the only pods the agent knows are the in-place batch pods it rediscovered in
+	// the cgroup tree; LS usage comes from kubepods' aggregates either way) and how often
+	// it failed.
+	PodSource PodSourceStatus `json:"podSource"`
+	Healthy   bool            `json:"healthy"`
+}
+
+// PodSourceStatus is the state of the pod source.
+type PodSourceStatus struct {
+	Synced bool   `json:"synced"`
+	Errors uint64 `json:"errors"`
 }
 
 // BudgetStatus explains the batch budget:
@@ -59,7 +81,24 @@ type BudgetStatus struct {
 type TierStatus struct {
 	Cgroup     string   `json:"cgroup"`
 	QuotaCores *float64 `json:"quotaCores,omitempty"`
+	// MemoryLimitBytes is the tier's memory limit in force: capacity × memory
+	// threshold − LS memory, at least 64 MiB.
+	MemoryLimitBytes *float64 `json:"memoryLimitBytes,omitempty"`
+	// MemoryLimitError is why the last memory limit write failed (a cut the kernel
+	// refused while the memory is in use keeps the previous limit).
+	MemoryLimitError string `json:"memoryLimitError,omitempty"`
 }
+
+// BatchResourcesStatus is what the agent publishes for the scheduler.
+type BatchResourcesStatus struct {
+	Formula string `json:"formula"`
+	qos.Reclaimed
+	// Node is the state of the writes to the Node's status (Kubernetes mode only).
+	Node *nodestatus.Status `json:"node,omitempty"`
+}
+
+const reclaimFormula = "published = damped(clamp(capacity × threshold − lsTerm − beRecent − systemRecent, 0, capacity)); " +
+	"lsTerm = max(lsWindowPercentile, lsRecent) (policy usage), max(lsWindowPercentile, lsRecent, lsRequest) (maxUsageRequest)"
 
 // PodEntry is one pod in /status.
 type PodEntry struct {
@@ -87,7 +126,17 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		Budget: BudgetStatus{Formula: budgetFormula, NodeCPUs: b.NodeCPUs, Threshold: b.Threshold,
 			LSUsage: b.LSUsage, SystemUsage: b.SystemUsage, Raw: b.Raw, Min: b.Min, Max: b.Max,
 			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
-		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota)},
+		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota),
+			MemoryLimitBytes: optional(a.tierMemory.bytes), MemoryLimitError: errString(a.tierMemory.err)},
+		Memory:         a.memUsage,
+		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.lastReclaim},
+		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sourceErrors},
+		Escalation:     a.lastEscalation,
+		Evictions:      a.evictor.Status(),
+	}
+	if a.batchSink != nil {
+		ns := a.batchSink.Status()
+		s.BatchResources.Node = &ns
 	}
 	if prev := a.status.Load(); !withPods && prev != nil && prev.Pods != nil {
 		s.Pods = prev.Pods
@@ -101,9 +150,8 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 			e.Placement = "in-place"
 			if st.inTier {
 				e.Placement = "tier"
-			} else {
-				e.QuotaCores = optional(st.quota)
 			}
+			e.QuotaCores = optional(st.quota)
 		}
 		if st.cgroup == "" {
 			e.Cgroup = "not found: " + strings.Join(st.candidates, " or ")
@@ -117,6 +165,13 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		s.Pods[string(st.class)] = append(s.Pods[string(st.class)], e)
 	}
 	a.status.Store(s)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func optional(v float64) *float64 {

@@ -12,6 +12,11 @@ const (
 	ErrKindAnnotation  = "annotation"
 	ErrKindPodSource   = "pod_source"
 	ErrKindNodePatch   = "node_patch"
+	// ErrKindBatchResource is a batch resource computed from unusable inputs (NaN,
+	// negative, absurd) and clamped before it was published.
+	ErrKindBatchResource = "batch_resource"
+	// ErrKindNodeStatus is a failed write of the batch resources to the Node's status.
+	ErrKindNodeStatus = "node_status"
 )
 
 // Batch actions counted by Agent.Actions.
@@ -19,6 +24,16 @@ const (
 	ActionCut     = "cut"
 	ActionRestore = "restore"
 	ActionPodSet  = "pod_setup"
+	// ActionMemoryCut is a memory limit of the tier or a batch pod lowered.
+	ActionMemoryCut = "memory_cut"
+	// ActionMemoryCutRefused is a memory cut the kernel refused because the memory is in
+	// use and could not be reclaimed (the old limit stays; retried).
+	ActionMemoryCutRefused = "memory_cut_refused"
+	// ActionQuotaClamped is a CPU cut the kernel accepted only down to a child cgroup's
+	// own quota (cgroup v1): the nearest limit it accepts is kept, never "unlimited".
+	ActionQuotaClamped = "quota_clamped"
+	// ActionRestoreKubelet is a pod that left batch given back kubelet's cgroup values.
+	ActionRestoreKubelet = "restore_kubelet"
 )
 
 // Agent is the node agent's Prometheus metric set.
@@ -38,6 +53,15 @@ type Agent struct {
 	Errors         *prometheus.CounterVec
 	LoopDuration   prometheus.Histogram
 	LastTick       prometheus.Gauge
+	// BatchResource is every term of the published batch resources, by resource (cpu
+	// in cores, memory in bytes) and term (capacity, ls_term, raw, published, ...).
+	BatchResource *prometheus.GaugeVec
+	// Memory is the node's memory by class (ls, be, batch, system, used, capacity).
+	Memory *prometheus.GaugeVec
+	// TierMemoryLimit is the memory limit in force on the batch tier.
+	TierMemoryLimit prometheus.Gauge
+	// NodeStatusWrites counts successful writes of the batch resources to the Node.
+	NodeStatusWrites prometheus.Counter
 }
 
 // NewAgent creates the agent's metrics and registers them on reg.
@@ -75,19 +99,32 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3}}),
 		LastTick: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "control_loop_last_run_timestamp_seconds",
 			Help: "Unix time of the last completed control period."}),
+		BatchResource: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "batch_resource",
+			Help: "Terms of the batch resources published on the Node (cpu in cores, memory in bytes): " +
+				"published = damped(clamp(capacity × threshold − ls_term − be_usage − system_usage))."},
+			[]string{"resource", "term"}),
+		Memory: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "memory_usage_bytes",
+			Help: "Node memory by class (working sets), what the node uses, and the capacity pods may use."},
+			[]string{"class"}),
+		TierMemoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_memory_limit_bytes",
+			Help: "Memory limit in force on the batch tier (0 while unknown)."}),
+		NodeStatusWrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "node_status_writes_total",
+			Help: "Writes of the batch resources to the Node's status."}),
 	}
 	for _, c := range []prometheus.Collector{m.NodeCPU, m.NodeCPUs, m.LSCPU, m.BECPU, m.SystemCPU, m.BatchCPU,
 		m.BatchBudget, m.BatchThrottled, m.BatchPeriods, m.CPUPressure, m.Pods, m.Actions, m.Errors,
-		m.LoopDuration, m.LastTick} {
+		m.LoopDuration, m.LastTick, m.BatchResource, m.Memory, m.TierMemoryLimit, m.NodeStatusWrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	// Known label values start at zero so dashboards and rate() see them from the first scrape.
-	for _, k := range []string{ErrKindCgroupRead, ErrKindCgroupWrite, ErrKindProcRead, ErrKindAnnotation, ErrKindPodSource, ErrKindNodePatch} {
+	for _, k := range []string{ErrKindCgroupRead, ErrKindCgroupWrite, ErrKindProcRead, ErrKindAnnotation, ErrKindPodSource,
+		ErrKindNodePatch, ErrKindBatchResource, ErrKindNodeStatus} {
 		m.Errors.WithLabelValues(k)
 	}
-	for _, a := range []string{ActionCut, ActionRestore, ActionPodSet} {
+	for _, a := range []string{ActionCut, ActionRestore, ActionPodSet, ActionMemoryCut, ActionMemoryCutRefused,
+		ActionRestoreKubelet, ActionQuotaClamped} {
 		m.Actions.WithLabelValues(a)
 	}
 	return m, nil

@@ -19,21 +19,35 @@ func TestAgentMetricsGolden(t *testing.T) {
 	m.Errors.WithLabelValues(ErrKindCgroupWrite).Add(2)
 	m.Actions.WithLabelValues(ActionCut).Inc()
 	m.Pods.WithLabelValues("batch").Set(3)
+	m.BatchResource.WithLabelValues("cpu", "published").Set(2.5)
+	m.Memory.WithLabelValues("ls").Set(1 << 30)
 	const want = `
+# HELP understory_batch_resource Terms of the batch resources published on the Node (cpu in cores, memory in bytes): published = damped(clamp(capacity × threshold − ls_term − be_usage − system_usage)).
+# TYPE understory_batch_resource gauge
+understory_batch_resource{resource="cpu",term="published"} 2.5
+# HELP understory_memory_usage_bytes Node memory by class (working sets), what the node uses, and the capacity pods may use.
+# TYPE understory_memory_usage_bytes gauge
+understory_memory_usage_bytes{class="ls"} 1.073741824e+09
 # HELP understory_batch_actions_total Actions taken on batch pods: budget cuts and restores, pod setup.
 # TYPE understory_batch_actions_total counter
 understory_batch_actions_total{action="cut"} 1
+understory_batch_actions_total{action="memory_cut"} 0
+understory_batch_actions_total{action="memory_cut_refused"} 0
 understory_batch_actions_total{action="pod_setup"} 0
+understory_batch_actions_total{action="quota_clamped"} 0
 understory_batch_actions_total{action="restore"} 0
+understory_batch_actions_total{action="restore_kubelet"} 0
 # HELP understory_batch_cpu_budget_cores CPU the agent currently lets batch pods use, in cores.
 # TYPE understory_batch_cpu_budget_cores gauge
 understory_batch_cpu_budget_cores 1.25
 # HELP understory_errors_total Errors by kind; cgroup writes are retried the next period.
 # TYPE understory_errors_total counter
 understory_errors_total{kind="annotation"} 0
+understory_errors_total{kind="batch_resource"} 0
 understory_errors_total{kind="cgroup_read"} 0
 understory_errors_total{kind="cgroup_write"} 2
 understory_errors_total{kind="node_patch"} 0
+understory_errors_total{kind="node_status"} 0
 understory_errors_total{kind="pod_source"} 0
 understory_errors_total{kind="proc_read"} 0
 # HELP understory_pods Pods on the node by QoS class.
@@ -41,7 +55,8 @@ understory_errors_total{kind="proc_read"} 0
 understory_pods{class="batch"} 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"understory_batch_actions_total", "understory_batch_cpu_budget_cores", "understory_errors_total", "understory_pods"); err != nil {
+		"understory_batch_actions_total", "understory_batch_cpu_budget_cores", "understory_errors_total", "understory_pods",
+		"understory_batch_resource", "understory_memory_usage_bytes"); err != nil {
 		t.Fatal(err)
 	}
 	// A second registration on the same registry is an error, not a panic.

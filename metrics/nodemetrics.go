@@ -33,6 +33,19 @@ type NodeMetrics struct {
 	WindowMillis int64         `json:"win"`
 	CPU          CPUMetrics    `json:"cpu"`
 	Memory       MemoryMetrics `json:"mem"`
+	// Batch is what the agent has published as the batch extended resources on the
+	// Node (status.capacity and status.allocatable); nil when it publishes none (yet),
+	// and in annotations written before the field existed. A pointer, so that "none"
+	// and "zero" differ: trap, == on NodeMetrics then compares the pointer, and a
+	// shallow copy shares it (treat it as immutable).
+	Batch *BatchResources `json:"batch,omitempty"`
+}
+
+// BatchResources are the batch extended resources on the Node, in the units of the
+// resources: understory.io/batch-cpu in millicores, understory.io/batch-memory in bytes.
+type BatchResources struct {
+	CPU    int64 `json:"cpu"`
+	Memory int64 `json:"mem"`
 }
 
 // CPUMetrics are the node's CPU figures in millicores.
@@ -84,6 +97,7 @@ func (m NodeMetrics) Validate() error {
 		{"cpu.batch", m.CPU.Batch}, {"cpu.budget", m.CPU.BatchBudget},
 		{"mem.cap", m.Memory.Capacity}, {"mem.used", m.Memory.Used}, {"mem.ls", m.Memory.LS},
 		{"mem.batch", m.Memory.Batch},
+		{"batch.cpu", m.Batch.cpu()}, {"batch.mem", m.Batch.mem()},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: %d is negative: %w", f.name, f.v, ErrInvalidNodeMetrics)
@@ -93,6 +107,20 @@ func (m NodeMetrics) Validate() error {
 		return fmt.Errorf("cpu.cap: must be > 0: %w", ErrInvalidNodeMetrics)
 	}
 	return nil
+}
+
+func (b *BatchResources) cpu() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.CPU
+}
+
+func (b *BatchResources) mem() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.Memory
 }
 
 // DecodeNodeMetrics parses and validates an annotation value.

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,52 @@ func TestNodeMetricsRoundTrip(t *testing.T) {
 	}
 }
 
+// TestNodeMetricsBatch: the optional batch field is written only when set, zero stays
+// distinct from absent, and annotations written before the field existed still decode.
+func TestNodeMetricsBatch(t *testing.T) {
+	t.Parallel()
+	const v1 = `{"v":1,"ts":"2026-11-22T03:00:00Z","win":10000,"cpu":{"cap":2000,"used":1200,"ls":400,"batch":700,"budget":1300},"mem":{"cap":8589934592,"used":3221225472,"ls":1073741824,"batch":1073741824}}`
+	withBatch := func(b *BatchResources) NodeMetrics { m := validMetrics(); m.Batch = b; return m }
+	for _, tc := range []struct {
+		name string
+		m    NodeMetrics
+		want string // encoding
+	}{
+		{"absent", withBatch(nil), v1},
+		{"set", withBatch(&BatchResources{CPU: 3500, Memory: 6 << 30}),
+			strings.TrimSuffix(v1, "}") + `,"batch":{"cpu":3500,"mem":6442450944}}`},
+		{"zero is not absent", withBatch(&BatchResources{}), strings.TrimSuffix(v1, "}") + `,"batch":{"cpu":0,"mem":0}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := tc.m.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Fatalf("encoding (a cross-binary contract, see docs/node-metrics.md):\n got %s\nwant %s", b, tc.want)
+			}
+			got, err := DecodeNodeMetrics(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.m) {
+				t.Fatalf("round trip: got %+v (batch %+v), want %+v (batch %+v)", got, got.Batch, tc.m, tc.m.Batch)
+			}
+		})
+	}
+	// An annotation from an agent that predates the field, and one from a newer agent
+	// with fields this build does not know, both decode.
+	for _, s := range []string{v1, strings.TrimSuffix(v1, "}") + `,"batch":{"cpu":1,"mem":2,"gpu":3},"new":{"x":1}}`} {
+		if _, err := DecodeNodeMetrics(s); err != nil {
+			t.Errorf("DecodeNodeMetrics(%s) = %v", s, err)
+		}
+	}
+	if m, err := DecodeNodeMetrics(strings.TrimSuffix(v1, "}") + `,"batch":null}`); err != nil || m.Batch != nil {
+		t.Errorf("batch null: %+v, %v; want nil batch", m.Batch, err)
+	}
+}
+
 func TestDecodeNodeMetricsRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -48,6 +95,9 @@ func TestDecodeNodeMetricsRejects(t *testing.T) {
 		{"no timestamp", `{"v":1,"win":1,"cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
 		{"no window", `{"v":1,"ts":"2026-11-22T03:00:00Z","cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
 		{"negative", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1,"ls":-5}}`, ErrInvalidNodeMetrics},
+		{"negative batch cpu", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"batch":{"cpu":-1,"mem":0}}`, ErrInvalidNodeMetrics},
+		{"negative batch mem", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"batch":{"cpu":0,"mem":-1}}`, ErrInvalidNodeMetrics},
+		{"batch not an object", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"batch":5}`, ErrInvalidNodeMetrics},
 		{"zero capacity", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":0}}`, ErrInvalidNodeMetrics},
 		{"wrong type", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":"2"}}`, ErrInvalidNodeMetrics},
 		{"too large", `{"v":1,"pad":"` + strings.Repeat("x", maxNodeMetricsBytes) + `"}`, ErrInvalidNodeMetrics},
@@ -87,7 +137,12 @@ func TestNodeMetricsFreshness(t *testing.T) {
 func FuzzDecodeNodeMetrics(f *testing.F) {
 	b, _ := validMetrics().Encode()
 	f.Add(string(b))
+	m := validMetrics()
+	m.Batch = &BatchResources{CPU: 3500, Memory: 1 << 30}
+	b, _ = m.Encode()
+	f.Add(string(b))
 	f.Add(`{"v":1}`)
+	f.Add(`{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"batch":{"cpu":-1}}`)
 	f.Add(`{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1,"used":-1}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := DecodeNodeMetrics(s)

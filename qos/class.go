@@ -115,7 +115,10 @@ func classSources() [3]classSource {
 //  1. annotation understory.io/qos-class (LS, BE, batch);
 //  2. label koordinator.sh/qosClass, then the annotation of the same name
 //     (LSE, LSR, LS, SYSTEM -> LS; BE -> batch);
-//  3. the Kubernetes QoS class ([KubeQOSClass]): Guaranteed and Burstable ->
+//  3. a pod that asks for understory.io/batch-cpu or understory.io/batch-memory
+//     (requests or limits of any container) is batch: it was made a consumer of
+//     the node's batch resources (by the admission webhook or by hand);
+//  4. the Kubernetes QoS class ([KubeQOSClass]): Guaranteed and Burstable ->
 //     LS, BestEffort -> BE.
 //
 // A present but invalid value never moves the pod into another class: it is
@@ -139,7 +142,30 @@ func Classify(pod *corev1.Pod) (Class, error) {
 		}
 		errs = append(errs, fmt.Errorf("%s %s: %w", src.kind, src.key, err))
 	}
+	if RequestsBatchResources(pod) {
+		return ClassBatch, errors.Join(errs...)
+	}
 	return kubeDefaultClass(pod), errors.Join(errs...)
+}
+
+// RequestsBatchResources reports whether any container (init containers
+// included) requests or limits understory.io/batch-cpu or
+// understory.io/batch-memory.
+func RequestsBatchResources(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			r := &cs[i].Resources
+			for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+				if _, ok := l[ResourceBatchCPU]; ok {
+					return true
+				}
+				if _, ok := l[ResourceBatchMemory]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // kubeDefaultClass maps the Kubernetes QoS class to an Understory class. An

@@ -201,6 +201,17 @@ func TestClassify(t *testing.T) {
 		{name: "unrelated keys ignored", annotations: map[string]string{"other.io/qos-class": "batch"},
 			labels: map[string]string{uq: "batch"}, res: guaranteed(), want: qos.ClassLS},
 
+		// Consumers of the batch resources are batch without an annotation.
+		{name: "batch-cpu request->batch", res: res("understory.io/batch-cpu=500", "understory.io/batch-cpu=500"),
+			want: qos.ClassBatch},
+		{name: "batch-memory limit only->batch", res: res("", "understory.io/batch-memory=1Gi"), want: qos.ClassBatch},
+		{name: "uq LS beats batch resources", annotations: map[string]string{uq: "LS"},
+			res: res("understory.io/batch-cpu=500", ""), want: qos.ClassLS},
+		{name: "koord LS beats batch resources", labels: map[string]string{kq: "LS"},
+			res: res("understory.io/batch-cpu=500", ""), want: qos.ClassLS},
+		{name: "bad uq with batch resources is batch", annotations: map[string]string{uq: "gold"},
+			res: res("understory.io/batch-memory=1Gi", ""), want: qos.ClassBatch, wantErrIn: []string{`"gold"`}},
+
 		// Invalid values keep the class of the lower sources and report.
 		{name: "bad uq keeps kube LS", annotations: map[string]string{uq: "gold"}, res: guaranteed(),
 			want: qos.ClassLS, wantErrIn: []string{"annotation " + uq, `"gold"`}},

@@ -7,8 +7,10 @@
 //
 //   - Classify maps a pod to LS, BE or batch from the annotation
 //     understory.io/qos-class, then Koordinator's koordinator.sh/qosClass
-//     (LSE, LSR, LS and SYSTEM -> LS; BE -> batch), then the Kubernetes QoS
-//     class (Guaranteed and Burstable -> LS; BestEffort -> BE). Koordinator
+//     (LSE, LSR, LS and SYSTEM -> LS; BE -> batch), then a request of the
+//     batch resources (understory.io/batch-cpu or batch-memory -> batch), then
+//     the Kubernetes QoS class (Guaranteed and Burstable -> LS; BestEffort ->
+//     BE). Koordinator
 //     documents SYSTEM as the class of system daemons; Understory protects
 //     them like LS.
 //   - Budgeter computes the batch CPU budget
@@ -66,4 +68,74 @@
 //     are 0 and Validate fails (a zero Policy is invalid on purpose).
 //   - Budgeter is not safe for concurrent use; the agent's single control loop
 //     owns it.
+//
+// Reclaimer (reclaim.go, window.go) computes what the node agent publishes on
+// its Node as understory.io/batch-cpu and understory.io/batch-memory: what
+// batch pods can be scheduled against. Per resource, every control period:
+//
+//	lsTerm    = max(p(lsPercentile) of per-second LS peaks over lsWindow,
+//	                moving average of LS (time constant smoothing))
+//	            and, under maxUsageRequest, max with the LS requests
+//	computed  = clamp(capacity*threshold - lsTerm - avg BE - avg system, 0, capacity)
+//	published = computed at once when it is more than the deadband lower;
+//	            raised by at most riseStepPercentPerMinute of capacity per
+//	            minute of pending rise, in steps of at least the deadband;
+//	            rewritten every refreshInterval.
+//
+// Reclaimer traps:
+//
+//   - Its purpose is stability for the scheduler, not protection of LS: the
+//     Budgeter throttles batch within one period; the published value lags an
+//     LS burst by the smoothing time (seconds) and may exceed what is free
+//     meanwhile. Do not shorten smoothing to chase that: one period's burst
+//     would then move batch-cpu.
+//   - A rise of LS cuts batch as soon as the moving average moves by more
+//     than the deadband; a fall of LS raises batch only when the rise has
+//     left the window (lsWindow, 5 min by default) and then at the rise limit.
+//     A drop to 0 needs the moving average or the window percentile to fill
+//     the node: 16 s at full node in 5 min for p95, never one sample.
+//   - Write says when to patch the Node. The Reclaimer assumes the write
+//     happened: if the patch fails, retry Published, or call Reset to start
+//     over (the next call writes "initial").
+//   - Bad readings are taken as the worst reading (the whole capacity) and go
+//     through the window and the average like any sample: one NaN cannot zero
+//     batch, a broken collector does within a few smoothing time constants.
+//     An unusable capacity gives 0 at once. Sanitized says what was replaced.
+//   - The first call publishes Computed from one sample, with an empty window:
+//     a restarted agent must not wait 5 minutes to publish. Later rises are
+//     damped from there.
+//   - Time is the caller's. Going back resets the window and the averages
+//     and restarts the refresh clock; a gap longer than lsWindow resets them
+//     too; a forward gap earns at most one minute of rise. None of these
+//     writes more than once.
+//   - Keep one Reclaimer for the life of the agent and call it with both
+//     resources every period; it allocates nothing per call once the window
+//     is built (the percentile is sorted once per second, over <= 300 steps).
+//   - Publish the values with Reclaimed.BatchCPUMilli and BatchMemoryBytes,
+//     which round down: rounding up would promise more than computed.
+//
+// Escalator (escalate.go) grades what the agent does to batch pods, one
+// Decide per control period from the period's Budget, the node's memory and
+// whether batch pods exist: throttle (the budget alone); freeze once batch has
+// been held below its floor (raw < min) for freezeAfter, thawed after raw has
+// stayed >= min + thawMarginCPU for thawAfter; evict only as the last step,
+// when node memory crosses memoryEvictThreshold (down to memoryEvictTarget)
+// or batch has been starved (below the floor or frozen) for starvationTimeout,
+// at most one decision per evictionInterval. OrderEvictionCandidates keeps
+// only batch pods (never LS or BE) and orders them: lowest priority, largest
+// memory, most recently started. Escalator traps:
+//
+//   - A clock that goes back, or a call more than EscalationMaxGapPeriods
+//     periods (at least MinEscalationGap) after the last, restarts every timer
+//     (freeze, thaw, starvation, eviction interval): a stalled agent or a
+//     clock step never fires the actions it would have taken meanwhile. An
+//     agent so starved itself that every period is that late never freezes
+//     or evicts for CPU; memory eviction still works.
+//   - A Budget with Sanitized set is no evidence: the starvation timers
+//     restart and frozen batch stays frozen (no freeze, thaw or eviction on a
+//     broken reader). Unknown memory figures keep the pressure state.
+//   - After an eviction, only a memory reading taken later (MemoryAt) can
+//     trigger the next: a stale one still counts the evicted pod's memory.
+//   - Decide says what to do; the agent must still thaw a pod it evicts
+//     (frozen tasks cannot handle SIGTERM) and leave out terminating pods.
 package qos

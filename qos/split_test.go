@@ -15,6 +15,7 @@ func TestSplitBudget(t *testing.T) {
 	lim := func(u float64) qos.PodDemand { return qos.PodDemand{ID: "l", Usage: u} }
 	thr := func(u float64) qos.PodDemand { return qos.PodDemand{ID: "t", Usage: u, Throttled: true} }
 	fresh := qos.PodDemand{ID: "n", NoHistory: true}
+	capped := func(d qos.PodDemand, limit float64) qos.PodDemand { d.Limit = limit; return d }
 	tests := []struct {
 		name   string
 		budget float64
@@ -53,6 +54,18 @@ func TestSplitBudget(t *testing.T) {
 		{name: "infinite budget gives zeros", budget: inf, min: 0.1, pods: []qos.PodDemand{fresh}, want: []float64{0}},
 		{name: "NaN min is 0", budget: 1, min: nan, pods: []qos.PodDemand{lim(0.25), fresh}, want: []float64{0.25, 0.75}},
 		{name: "infinite min: even split", budget: 1, min: inf, pods: []qos.PodDemand{lim(0.25), fresh}, want: []float64{0.5, 0.5}},
+		{name: "own limit caps an unlimited pod, rest to the other", budget: 4, min: 0.1,
+			pods: []qos.PodDemand{capped(thr(1), 0.5), fresh}, want: []float64{0.5, 3.5}},
+		{name: "headroom never passes a limit", budget: 4, min: 0,
+			pods: []qos.PodDemand{capped(lim(0.2), 0.3), lim(0.5)}, want: []float64{0.3, 3.7}},
+		{name: "every pod at its limit: budget left unused", budget: 4, min: 0.1,
+			pods: []qos.PodDemand{capped(fresh, 1), capped(thr(1), 0.5)}, want: []float64{1, 0.5}},
+		{name: "limit below the floor wins", budget: 2, min: 0.5,
+			pods: []qos.PodDemand{capped(lim(0), 0.2), lim(0)}, want: []float64{0.2, 1.8}},
+		{name: "limit caps the even split below floors", budget: 0.2, min: 0.1,
+			pods: []qos.PodDemand{capped(fresh, 0.01), fresh, fresh, fresh}, want: []float64{0.01, 0.19 / 3, 0.19 / 3, 0.19 / 3}},
+		{name: "NaN, infinite or negative limit is none", budget: 3, min: 0,
+			pods: []qos.PodDemand{capped(fresh, nan), capped(fresh, inf), capped(fresh, -1)}, want: []float64{1, 1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,33 +111,51 @@ func checkSplit(t *testing.T, budget float64, pods []qos.PodDemand, minPerPod fl
 		return
 	}
 	tol := 1e-9 * math.Max(budget, 1)
-	// Work-conserving: the whole budget is handed out.
-	if sum < budget-tol*float64(len(pods)) {
+	limit := func(d qos.PodDemand) float64 {
+		if d.Limit > 0 && !math.IsInf(d.Limit, 0) {
+			return d.Limit
+		}
+		return math.Inf(1)
+	}
+	capTotal := 0.0
+	for i, d := range pods {
+		if got[i] > limit(d)+tol {
+			t.Fatalf("share %d = %v above the pod's limit %v", i, got[i], d.Limit)
+		}
+		capTotal += limit(d)
+	}
+	// Work-conserving: the whole budget is handed out, unless every pod is at its limit.
+	if sum < math.Min(budget, capTotal)-tol*float64(len(pods)) {
 		t.Fatalf("sum %v well below budget %v (shares %v)", sum, budget, got)
 	}
 	if !(minPerPod > 0) {
 		minPerPod = 0
 	}
 	if budget < minPerPod*float64(len(pods)) {
+		// Even split, except that a pod never passes its limit.
+		top := 0.0
+		for _, s := range got {
+			top = math.Max(top, s)
+		}
 		for i, s := range got {
-			if math.Abs(s-budget/float64(len(pods))) > tol {
-				t.Fatalf("budget below floors: share %d = %v, want even %v", i, s, budget/float64(len(pods)))
+			if math.Abs(s-top) > tol && math.Abs(s-limit(pods[i])) > tol {
+				t.Fatalf("budget below floors: share %d = %v, neither the even share %v nor its limit (shares %v)", i, s, top, got)
 			}
 		}
 		return
 	}
 	for i, s := range got {
-		if s < minPerPod-tol {
-			t.Fatalf("share %d = %v below floor %v", i, s, minPerPod)
+		if floor := math.Min(minPerPod, limit(pods[i])); s < floor-tol {
+			t.Fatalf("share %d = %v below floor %v", i, s, floor)
 		}
 	}
-	// Max-min fairness: a pod that got less than it wants got at least as
-	// much as anybody else.
+	// Max-min fairness: a pod that got less than it wants (and less than its
+	// limit) got at least as much as anybody else.
 	for i, s := range got {
 		d := pods[i]
 		unlimited := d.Throttled || d.NoHistory || math.IsNaN(d.Usage) || math.IsInf(d.Usage, 0) || d.Usage < 0
 		want := math.Max(d.Usage, minPerPod)
-		if !unlimited && s >= want-tol {
+		if (!unlimited && s >= want-tol) || s >= limit(d)-tol {
 			continue
 		}
 		for j, o := range got {
@@ -139,6 +170,9 @@ func randomDemands(r *rand.Rand, n int) []qos.PodDemand {
 	pods := make([]qos.PodDemand, n)
 	for i := range pods {
 		pods[i] = qos.PodDemand{ID: "p", Usage: r.Float64() * 4, Throttled: r.IntN(4) == 0, NoHistory: r.IntN(8) == 0}
+		if r.IntN(3) == 0 {
+			pods[i].Limit = r.Float64() * 2
+		}
 		switch r.IntN(20) {
 		case 0:
 			pods[i].Usage = math.NaN()
@@ -240,6 +274,9 @@ func FuzzSplitBudget(f *testing.F) {
 				Throttled: data[8]&1 != 0,
 				NoHistory: data[8]&2 != 0,
 			})
+			if data[8]&4 != 0 { // a limit of half the usage's magnitude (NaN/Inf stay "none")
+				pods[len(pods)-1].Limit = math.Abs(pods[len(pods)-1].Usage) / 2
+			}
 			data = data[9:]
 		}
 		got := qos.SplitBudget(budget, pods, minPerPod)
@@ -250,6 +287,9 @@ func FuzzSplitBudget(f *testing.F) {
 		for i, s := range got {
 			if math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
 				t.Fatalf("share %d = %v", i, s)
+			}
+			if l := pods[i].Limit; l > 0 && !math.IsInf(l, 0) && s > l {
+				t.Fatalf("share %d = %v above its limit %v", i, s, l)
 			}
 			sum += s
 		}

@@ -50,6 +50,30 @@ func (k Kind) HasFreezer() bool { return !k.IsV2() && k != V1NoFreezer && k != H
 // Pressure is the content of every fake cpu.pressure file.
 const Pressure = "some avg10=1.50 avg60=0.75 avg300=0.25 total=123456\nfull avg10=0.50 avg60=0.25 avg300=0.05 total=6543\n"
 
+// MemoryPressure is the content of every fake memory.pressure file (cgroup2 groups, hybrid too).
+const MemoryPressure = "some avg10=2.00 avg60=1.00 avg300=0.50 total=222222\nfull avg10=1.00 avg60=0.50 avg300=0.25 total=111111\n"
+
+// Unlimited64 is what v1 memory limit files read when there is no limit (PAGE_COUNTER_MAX
+// pages of 4 KiB).
+const Unlimited64 = "9223372036854771712"
+
+// Memory controller files of a new group: V1MemoryFiles in the v1 memory hierarchy (v1,
+// hybrid), V2MemoryFiles next to the cpu files on v2 (present when the parent enabled the
+// memory controller). Callers must not modify them.
+var (
+	V1MemoryFiles = map[string]string{
+		"memory.limit_in_bytes": Unlimited64 + "\n", "memory.soft_limit_in_bytes": Unlimited64 + "\n",
+		"memory.use_hierarchy": "1\n", "memory.usage_in_bytes": "0\n", "memory.failcnt": "0\n",
+		"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+		"memory.stat":        "cache 0\nrss 0\ntotal_inactive_file 0\n", "cgroup.procs": "", "tasks": "",
+	}
+	V2MemoryFiles = map[string]string{
+		"memory.max": "max\n", "memory.high": "max\n", "memory.current": "0\n", "memory.reclaim": "",
+		"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+		"memory.stat":   "anon 0\nfile 0\ninactive_file 0\n",
+	}
+)
+
 // The files the kernel creates in a new group, per hierarchy. Callers must not modify them.
 var (
 	V1CPUFiles = map[string]string{
@@ -62,11 +86,13 @@ var (
 	HybridFiles    = map[string]string{
 		"cgroup.procs": "", "cgroup.freeze": "0\n", "cgroup.events": "populated 0\nfrozen 0\n",
 		"cgroup.subtree_control": "", "cgroup.type": "domain\n", "cpu.pressure": Pressure,
+		"memory.pressure": MemoryPressure,
 	}
 	V2Files = map[string]string{
 		"cgroup.procs": "", "cgroup.freeze": "0\n", "cgroup.events": "populated 0\nfrozen 0\n",
 		"cgroup.subtree_control": "", "cgroup.type": "domain\n", "cpu.pressure": Pressure,
-		"cpu.weight": "100\n", "cpu.max": "max 100000\n", "cpu.idle": "0\n",
+		"memory.pressure": MemoryPressure,
+		"cpu.weight":      "100\n", "cpu.max": "max 100000\n", "cpu.idle": "0\n",
 		"cpu.stat": "usage_usec 0\nuser_usec 0\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
 	}
 )
@@ -78,7 +104,8 @@ var kubeletQOS = []string{
 }
 
 // NewRoot builds a fake root of kind k in a new temp dir, with kubelet's QoS-level
-// cgroups for both drivers, and memory and cpuset hierarchies that nothing should touch.
+// cgroups for both drivers, and memory and cpuset hierarchies (AddGroup puts no files in
+// memory; AddMemory does).
 func NewRoot(t testing.TB, k Kind) string {
 	t.Helper()
 	root := t.TempDir()
@@ -157,12 +184,33 @@ func AddGroup(t testing.TB, root string, k Kind, rel string) {
 	}
 }
 
+// AddMemory gives rel its memory controller files, as the kernel does for a group in the v1
+// memory hierarchy (v1, hybrid; the directory is created too) or for a v2 group whose parent
+// enabled the memory controller. Existing files are reset.
+func AddMemory(t testing.TB, root string, k Kind, rel string) {
+	t.Helper()
+	files := V1MemoryFiles
+	if k.IsV2() {
+		files = V2MemoryFiles
+	}
+	writeFiles(t, MemoryDir(root, k, rel), files)
+}
+
+// MemoryDir is rel's directory holding memory controller files: root/memory/rel on v1 and
+// hybrid, root/rel on v2.
+func MemoryDir(root string, k Kind, rel string) string {
+	if k.IsV2() {
+		return filepath.Join(root, rel)
+	}
+	return filepath.Join(root, "memory", rel)
+}
+
 // RemoveGroup removes rel from every hierarchy, as if the cgroup vanished.
 func RemoveGroup(t testing.TB, root string, k Kind, rel string) {
 	t.Helper()
 	dirs := []string{filepath.Join(root, rel)}
 	if !k.IsV2() {
-		dirs = []string{filepath.Join(cpuDir(root, k), rel), filepath.Join(cpuacctDir(root, k), rel), filepath.Join(root, "freezer", rel), filepath.Join(root, "unified", rel)}
+		dirs = []string{filepath.Join(cpuDir(root, k), rel), filepath.Join(cpuacctDir(root, k), rel), filepath.Join(root, "freezer", rel), filepath.Join(root, "unified", rel), filepath.Join(root, "memory", rel)}
 	}
 	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/understory/understory/qos"
 )
 
 // benchConfig sizes `colo bench`.
@@ -20,6 +22,7 @@ type benchConfig struct {
 	sweep      []float64     // thresholds for the trade-off curve
 	sweepPhase time.Duration // length of each sweep point
 	overhead   time.Duration // agent overhead measurement
+	trace      string        // LS usage trace for the batch-cpu stability replay
 	out        string
 }
 
@@ -56,6 +59,13 @@ type benchResult struct {
 
 	Phases []phaseResult `json:"phases"`
 	Sweep  []sweepPoint  `json:"sweep"`
+
+	// The published batch-cpu replayed over a recorded day of noisy LS usage
+	// (stability.go); the three headline figures, then the whole result.
+	BatchCPUChangesPerHour float64          `json:"batch_cpu_changes_per_hour"`
+	BatchCPUMinOverMean    float64          `json:"batch_cpu_min_over_mean"`
+	BatchCPUOvercommitMax  float64          `json:"batch_cpu_overcommit_max"`
+	Stability              *stabilityResult `json:"stability,omitempty"`
 }
 
 type sweepPoint struct {
@@ -83,6 +93,16 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 		if err != nil {
 			return err
 		}
+	}
+	if bc.trace != "" {
+		st, err := runStability(bc.trace, qos.DefaultReclaimConfig(), dc.period)
+		if err != nil {
+			return err
+		}
+		res.BatchCPUChangesPerHour, res.BatchCPUMinOverMean, res.BatchCPUOvercommitMax =
+			st.BatchCPUChangesPerHour, st.BatchCPUMinOverMean, st.BatchCPUOvercommitMax
+		res.Stability = &st
+		printStability(printf, st)
 	}
 	if bc.overhead > 0 {
 		printf("agent overhead with 110 static pods (%v)\n", bc.overhead)

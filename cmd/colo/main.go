@@ -41,7 +41,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: colo demo|bench [flags]  (internal: ls-server, burner)")
+	return errors.New("usage: colo demo|bench|stability [flags]  (internal: ls-server, burner)")
 }
 
 func run(ctx context.Context, args []string) error {
@@ -77,6 +77,7 @@ func run(ctx context.Context, args []string) error {
 		fs.DurationVar(&bc.sweepPhase, "sweep-phase", 8*time.Second, "bench: length of each sweep point")
 		fs.DurationVar(&bc.overhead, "overhead", 30*time.Second, "bench: agent overhead measurement")
 		fs.StringVar(&bc.out, "out", "bench/out/colo.json", "bench: output file")
+		fs.StringVar(&bc.trace, "trace", defaultStabilityTrace, "bench: LS usage trace for the batch-cpu stability replay (empty: none)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -100,6 +101,27 @@ func run(ctx context.Context, args []string) error {
 			return runDemo(ctx, sc, dc, printf)
 		}
 		return runBench(ctx, sc, dc, bc, printf)
+	case "stability":
+		fs := flag.NewFlagSet("stability", flag.ContinueOnError)
+		trace := fs.String("trace", defaultStabilityTrace, "LS usage trace (CSV)")
+		generate := fs.Bool("generate", false, "write the trace anew (fixed seed) instead of replaying it")
+		period := fs.Duration("period", 100*time.Millisecond, "agent control period")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *generate {
+			if err := generateLSTrace(*trace, defaultTraceSeed); err != nil {
+				return err
+			}
+			printf("wrote %s\n", *trace)
+			return nil
+		}
+		st, err := runStability(*trace, qos.DefaultReclaimConfig(), *period)
+		if err != nil {
+			return err
+		}
+		printStability(printf, st)
+		return nil
 	case "ls-server":
 		fs := flag.NewFlagSet("ls-server", flag.ContinueOnError)
 		listen := fs.String("listen", "127.0.0.1:0", "listen address")

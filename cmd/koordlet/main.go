@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
 )
 
@@ -89,7 +90,7 @@ func run() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	deps := koordlet.Deps{Registry: reg, Logger: log}
 
-	var runSource func(context.Context) error
+	var runSource, runStatus func(context.Context) error
 	if cfg.StaticPodDir != "" {
 		src := podsource.NewStatic(cfg.StaticPodDir, log)
 		deps.Pods, deps.Events, runSource = src, podsource.NewLogSink(log), src.Run
@@ -106,6 +107,13 @@ func run() error {
 		defer sink.Shutdown()
 		deps.Pods, deps.Events, runSource = src, sink, src.Run
 		deps.Publisher = koordlet.NewNodeAnnotator(client.Nodes(), cfg.NodeName)
+		status, err := nodestatus.New(client.Nodes(), cfg.NodeName, nodestatus.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		deps.BatchResources = status
+		deps.Evictions = client
+		runStatus = status.Run
 	}
 
 	agent, err := koordlet.New(cfg, deps)
@@ -132,6 +140,9 @@ func run() error {
 	errc := make(chan error, 4)
 	go func() { errc <- ignoreClosed(srv.Serve(ln)) }()
 	go func() { errc <- runSource(ctx) }()
+	if runStatus != nil {
+		go func() { errc <- runStatus(ctx) }()
+	}
 	if cfg.NRI.Enabled {
 		plugin, err := koordlet.NewNRIPlugin(cfg, log)
 		if err != nil {

@@ -38,6 +38,7 @@ type Kube struct {
 	changed  chan struct{}
 	setupErr error
 	running  atomic.Bool
+	errors   atomic.Uint64
 }
 
 // NewKube builds (but does not start) a pod informer for nodeName.
@@ -110,8 +111,12 @@ func (k *Kube) mine(obj any) bool {
 }
 
 func (k *Kube) watchError(_ context.Context, _ *cache.Reflector, err error) {
+	k.errors.Add(1)
 	k.logger.Warn("pod list/watch failed; serving last known pods", "err", err)
 }
+
+// ErrorCount is how many pod list or watch calls have failed so far.
+func (k *Kube) ErrorCount() uint64 { return k.errors.Load() }
 
 // stripManagedFields drops metadata.managedFields before caching: the agent
 // never reads them and they are often the largest part of a pod object.

@@ -221,6 +221,13 @@ func TestKubeKeepsPodsWhileAPIServerDown(t *testing.T) {
 	if !k.HasSynced() {
 		t.Error("HasSynced went false during the outage")
 	}
+	// The failures are counted (the agent exports them as errors_total{kind="pod_source"}).
+	for k.ErrorCount() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("failed lists not counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// While down, pod b is deleted; after recovery the re-list drops it.
 	if err := client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "ns", "b"); err != nil {

@@ -59,6 +59,7 @@ type Static struct {
 	synced  atomic.Bool
 	running atomic.Bool
 	snap    atomic.Pointer[staticSnapshot]
+	errors  atomic.Uint64
 
 	// Owned by the goroutine calling scan (Run).
 	files map[string]*manifestFile
@@ -168,6 +169,10 @@ func (s *Static) List() []*corev1.Pod { return s.snap.Load().pods }
 
 // Changed receives after the pod set changed (coalesced, buffered 1).
 func (s *Static) Changed() <-chan struct{} { return s.changed }
+
+// ErrorCount is how many manifest problems (a file that newly failed to read or parse,
+// or failed differently) were seen so far: a persistently broken file counts once.
+func (s *Static) ErrorCount() uint64 { return s.errors.Load() }
 
 // Errors returns the current problems keyed by file path (the directory path
 // for directory-level errors). The map is a copy.
@@ -326,6 +331,7 @@ func (s *Static) scan() {
 func (s *Static) logErrors(prev, cur map[string]error) {
 	for path, err := range cur {
 		if p, ok := prev[path]; !ok || p.Error() != err.Error() {
+			s.errors.Add(1)
 			s.logger.Warn("static pod manifest problem; keeping last good pod if any", "file", path, "err", err)
 		}
 	}

@@ -278,6 +278,11 @@ func TestStaticDuplicateFallsBackToLastGood(t *testing.T) {
 	if err := s.Errors()[b]; !errors.Is(err, ErrDuplicateUID) || !strings.Contains(err.Error(), a) {
 		t.Fatalf("b error = %v, want ErrDuplicateUID naming %s", err, a)
 	}
+	// A persistent problem counts once, not once per scan.
+	s.scan()
+	if n := s.ErrorCount(); n != 1 {
+		t.Fatalf("ErrorCount = %d after one problem seen twice, want 1", n)
+	}
 
 	// Once a is gone the UID is free and b's current content is served.
 	if err := os.Remove(a); err != nil {

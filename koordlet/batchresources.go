@@ -1,0 +1,70 @@
+package koordlet
+
+import (
+	"github.com/understory/understory/koordlet/nodestatus"
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// batchResourceSink writes the batch resources to the agent's own Node
+// (nodestatus.Publisher): Set never blocks, the writer retries on its own.
+type batchResourceSink interface {
+	Set(r nodestatus.Resources) (clamped bool)
+	Status() nodestatus.Status
+}
+
+var _ batchResourceSink = (*nodestatus.Publisher)(nil)
+
+// publishBatchResources exports every term of the period's batch resources and hands
+// the published values to the Node writer when the reclaimer decided a write is due
+// (a drop, a rise past the deadband, a refresh). Values the reclaimer had to clamp or
+// sanitise are logged and counted.
+func (a *Agent) publishBatchResources(r qos.Reclaimed) {
+	a.exportReclaim("cpu", r.CPU)
+	a.exportReclaim("memory", r.Memory)
+	for _, t := range []struct {
+		name  string
+		terms qos.ReclaimTerms
+	}{{"cpu", r.CPU}, {"memory", r.Memory}} {
+		if t.terms.Sanitized != "" && t.terms.Write {
+			a.metrics.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
+			a.log.Warn("batch resource computed from unusable inputs; clamped", "resource", t.name,
+				"note", t.terms.Sanitized, "published", t.terms.Published)
+		}
+	}
+	if a.batchSink == nil || !(r.CPU.Write || r.Memory.Write) {
+		return
+	}
+	if a.batchSink.Set(nodestatus.Resources{CPUMilli: r.BatchCPUMilli(), MemoryBytes: r.BatchMemoryBytes()}) {
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
+	}
+}
+
+// exportReclaim sets understory_batch_resource{resource,term} for one resource.
+func (a *Agent) exportReclaim(resource string, t qos.ReclaimTerms) {
+	g := a.metrics.BatchResource
+	for _, kv := range []struct {
+		term string
+		v    float64
+	}{
+		{"capacity", t.Capacity}, {"threshold", t.Threshold}, {"ls_usage", t.LSUsage},
+		{"ls_recent", t.LSRecent}, {"ls_window_percentile", t.LSWindowPercentile}, {"ls_request", t.LSRequest},
+		{"ls_term", t.LSTerm}, {"be_usage", t.BEUsage}, {"system_usage", t.SystemUsage}, {"raw", t.Raw},
+		{"computed", t.Computed}, {"published", t.Published},
+	} {
+		g.WithLabelValues(resource, kv.term).Set(kv.v)
+	}
+}
+
+// writtenBatch is what the Node writer last wrote, for the node-metrics annotation; nil
+// until the first write (and in static mode).
+func (a *Agent) writtenBatch() *metrics.BatchResources {
+	if a.batchSink == nil {
+		return nil
+	}
+	w := a.batchSink.Status().Written
+	if w == nil {
+		return nil
+	}
+	return &metrics.BatchResources{CPU: w.CPUMilli, Memory: w.MemoryBytes}
+}

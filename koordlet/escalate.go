@@ -1,0 +1,129 @@
+package koordlet
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/evict"
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// evictor performs the evictions the escalator decides, off the control loop
+// (evict.Evictor; a dry-run one in static mode).
+type evictor interface {
+	Submit(req qos.EvictionRequest, candidates []qos.EvictionCandidate) error
+	Run(ctx context.Context) error
+	Status() evict.Status
+}
+
+var _ evictor = (*evict.Evictor)(nil)
+
+// freezeTimeout bounds one freeze or thaw in the control loop: a task stuck in
+// uninterruptible sleep keeps a v1 freezer FREEZING; the loop must go on.
+const freezeTimeout = 50 * time.Millisecond
+
+// escalate runs the graded actions after the period's budget: throttle (the budget
+// itself), freeze batch while LS leaves it nothing for longer than freezeAfter, and
+// evict batch pods (lowest priority, largest memory, newest first) only when node memory
+// crosses the eviction threshold or batch has been starved past starvationTimeout.
+func (a *Agent) escalate(b qos.Budget, mu MemoryUsage, memOK bool, hasBatch bool, now time.Time) {
+	in := qos.EscalationInput{Now: now, Budget: b, HasBatch: hasBatch, MemoryAt: a.mem.at}
+	if memOK {
+		in.MemoryUsed, in.MemoryCapacity = int64(mu.Used), int64(mu.Capacity)
+	}
+	d := a.escalator.Decide(in)
+	a.lastEscalation = d
+	a.escMetrics.Level.Set(float64(d.Level))
+	if d.Froze {
+		a.escMetrics.Freezes.WithLabelValues(qos.EscalationReasonCPUContention).Inc()
+		a.log.Info("LS leaves batch nothing; freezing batch", "starved_for", d.StarvedFor.Duration)
+	}
+	if d.Thawed {
+		a.log.Info("LS left room again; thawing batch")
+	}
+	a.setFrozen(d.Freeze)
+	if d.Evict != nil {
+		cands := a.evictionCandidates()
+		if len(cands) == 0 {
+			return
+		}
+		if err := a.evictor.Submit(*d.Evict, cands); err != nil {
+			a.log.Error("submitting an eviction", "err", err)
+		}
+	}
+}
+
+// evictionCandidates are the batch pods the agent knows by name and that are not being
+// deleted already; LS and BE pods are never candidates.
+func (a *Agent) evictionCandidates() []qos.EvictionCandidate {
+	var out []qos.EvictionCandidate
+	for _, st := range a.sorted {
+		if st.class != qos.ClassBatch || st.terminating || st.namespace == "" {
+			continue
+		}
+		out = append(out, qos.EvictionCandidate{UID: st.uid, Namespace: st.namespace, Name: st.name,
+			Class: st.class, Priority: st.spec.priority, MemoryBytes: int64(st.memUsage), StartTime: st.spec.started})
+	}
+	qos.OrderEvictionCandidates(out)
+	return out
+}
+
+// setFrozen freezes (or thaws) the tier and the in-place batch pods. A pod being deleted
+// is never kept frozen: it could not handle SIGTERM. Groups that fail are retried next
+// period.
+func (a *Agent) setFrozen(freeze bool) {
+	if a.tier != nil && a.tierFrozen != freeze {
+		if err := a.freeze(a.tier, freeze); err == nil {
+			a.tierFrozen = freeze
+		}
+	}
+	for _, st := range a.sorted {
+		if st.class != qos.ClassBatch || st.inTier || st.group == nil {
+			continue
+		}
+		want := freeze && !st.terminating
+		if st.frozen == want {
+			continue
+		}
+		if err := a.freeze(st.group, want); err == nil {
+			st.frozen = want
+		}
+	}
+}
+
+// freeze freezes or thaws one group within freezeTimeout.
+func (a *Agent) freeze(g *cgroups.Group, freeze bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), freezeTimeout)
+	defer cancel()
+	var err error
+	if freeze {
+		err = g.FreezeContext(ctx)
+	} else {
+		err = g.ThawContext(ctx)
+	}
+	if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
+		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		a.log.Warn("freezing or thawing batch; retrying next period", "cgroup", g.Path(), "freeze", freeze, "err", err)
+	}
+	return err
+}
+
+// thawAll thaws the tier and every batch pod the agent froze (shutdown), and, at start,
+// a tier a crashed run left frozen.
+func (a *Agent) thawAll() {
+	if a.tier != nil {
+		if err := a.freeze(a.tier, false); err == nil {
+			a.tierFrozen = false
+		}
+	}
+	for _, st := range a.sorted {
+		if st.frozen && st.group != nil {
+			if err := a.freeze(st.group, false); err == nil {
+				st.frozen = false
+			}
+		}
+	}
+}

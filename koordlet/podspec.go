@@ -1,0 +1,110 @@
+package koordlet
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/qos"
+)
+
+// podSpec is what the agent takes from a pod's spec: its requests (LS requests enter the
+// maxUsageRequest formula), a batch pod's own limits of the batch resources (enforced
+// inside the batch budget), what orders eviction candidates, and the values kubelet
+// wrote to the pod cgroup (restored when a batch pod stops being batch).
+type podSpec struct {
+	cpuRequest float64 // cores
+	memRequest float64 // bytes
+	// batchCPU is the pod's understory.io/batch-cpu limit in cores, 0 when none.
+	batchCPU float64
+	// batchMemory is the pod's understory.io/batch-memory limit in bytes, 0 when none.
+	batchMemory int64
+	priority    int32
+	started     time.Time
+	kubelet     kubeletCgroup
+}
+
+// kubeletCgroup is what kubelet writes to a pod's cgroup (pkg/kubelet/cm,
+// ResourceConfigForPod): the weight from the CPU requests, a CFS quota only when every
+// container declares a CPU limit, a memory limit only when every container declares one;
+// a BestEffort pod gets the minimum weight and neither limit.
+type kubeletCgroup struct {
+	shares      uint64
+	quota       time.Duration // cgroups.Unlimited when none
+	memoryLimit int64         // -1 when none
+}
+
+// kubeletCFSPeriod is kubelet's default --cpu-cfs-quota-period.
+const kubeletCFSPeriod = 100 * time.Millisecond
+
+// The kernel's and kubelet's bounds of cpu.shares and of a CFS quota.
+const (
+	maxShares = 262144
+	minQuota  = time.Millisecond
+)
+
+func specOf(pod *corev1.Pod, kq cgroups.KubeQOS) podSpec {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	s := podSpec{
+		cpuRequest: float64(reqs.Cpu().MilliValue()) / 1000,
+		memRequest: float64(reqs.Memory().Value()),
+		kubelet:    kubeletCgroup{shares: minShares, quota: cgroups.Unlimited, memoryLimit: -1},
+	}
+	if q, ok := limits[qos.ResourceBatchCPU]; ok {
+		s.batchCPU = float64(q.Value()) / 1000 // the resource counts millicores
+	} else if q, ok := reqs[qos.ResourceBatchCPU]; ok {
+		s.batchCPU = float64(q.Value()) / 1000
+	}
+	if q, ok := limits[qos.ResourceBatchMemory]; ok {
+		s.batchMemory = q.Value()
+	} else if q, ok := reqs[qos.ResourceBatchMemory]; ok {
+		s.batchMemory = q.Value()
+	}
+	if pod.Spec.Priority != nil {
+		s.priority = *pod.Spec.Priority
+	}
+	if pod.Status.StartTime != nil {
+		s.started = pod.Status.StartTime.Time
+	} else {
+		s.started = pod.CreationTimestamp.Time
+	}
+	if kq == cgroups.QOSBestEffort {
+		return s
+	}
+	s.kubelet.shares = milliCPUToShares(reqs.Cpu().MilliValue())
+	cpuDeclared, memDeclared := true, true
+	for _, c := range pod.Spec.Containers {
+		if c.Resources.Limits.Cpu().IsZero() {
+			cpuDeclared = false
+		}
+		if c.Resources.Limits.Memory().IsZero() {
+			memDeclared = false
+		}
+	}
+	if cpuDeclared {
+		s.kubelet.quota = milliCPUToQuota(limits.Cpu().MilliValue())
+	}
+	if memDeclared {
+		s.kubelet.memoryLimit = limits.Memory().Value()
+	}
+	return s
+}
+
+// milliCPUToShares is kubelet's MilliCPUToShares.
+func milliCPUToShares(milli int64) uint64 {
+	if milli <= 0 {
+		return minShares
+	}
+	return uint64(min(max(milli*1024/1000, minShares), maxShares))
+}
+
+// milliCPUToQuota is kubelet's MilliCPUToQuota over its default period.
+func milliCPUToQuota(milli int64) time.Duration {
+	if milli <= 0 {
+		return cgroups.Unlimited
+	}
+	return max(time.Duration(milli)*kubeletCFSPeriod/1000, minQuota)
+}

@@ -1,0 +1,199 @@
+package koordlet
+
+import (
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/cgroups/cgroupstest"
+)
+
+// A running batch pod re-annotated LS (or BE) gets kubelet's cgroup values back at once:
+// cpu.idle 0, kubelet's weight from its requests and kubelet's CFS quota (none without
+// CPU limits). Before, it kept SCHED_IDLE, the minimum weight and the agent's last quota.
+func TestAgentRestoresKubeletValuesWhenPodLeavesBatch(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate, cgroupstest.Hybrid} {
+		for _, to := range []string{"LS", "BE"} {
+			t.Run(kind.String()+"/"+to, func(t *testing.T) {
+				t.Parallel()
+				r := newRig(t, kind, nil)
+				busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+				r.step(0, nil)
+				r.step(1.5, busy)
+				if r.file(r.inPlace, "cpu.idle") != "1" || r.quota(r.inPlace) <= 0 {
+					t.Fatalf("in-place batch pod not set up: idle %s quota %v", r.file(r.inPlace, "cpu.idle"), r.quota(r.inPlace))
+				}
+				pods := r.agent.source.List()
+				moved := pods[1].DeepCopy()
+				moved.Annotations = map[string]string{"understory.io/qos-class": to}
+				r.agent.syncPods([]*corev1.Pod{pods[0], moved, pods[2], pods[3]})
+				if got := r.file(r.inPlace, "cpu.idle"); got != "0" {
+					t.Fatalf("cpu.idle = %s after the pod left batch, want 0", got)
+				}
+				if q := r.quota(r.inPlace); q != -1 {
+					t.Fatalf("quota = %v after a BestEffort pod left batch, want unlimited (kubelet sets none)", q)
+				}
+				if kind.IsV2() {
+					if w := r.file(r.inPlace, "cpu.weight"); w != strconv.FormatUint(cgroups.SharesToWeight(2), 10) {
+						t.Fatalf("cpu.weight = %s, want kubelet's BestEffort weight", w)
+					}
+				} else if sh := r.file(r.inPlace, "cpu.shares"); sh != "2" {
+					t.Fatalf("cpu.shares = %s, want kubelet's BestEffort 2", sh)
+				}
+				// It stays restored: the agent no longer writes it.
+				before := r.quota(r.inPlace)
+				r.step(1.5, busy)
+				if q := r.quota(r.inPlace); q != before {
+					t.Fatalf("quota rewritten to %v after restore", q)
+				}
+			})
+		}
+	}
+}
+
+// A Burstable batch pod with CPU limits gets kubelet's weight and quota from its spec.
+func TestKubeletCgroupOfSpec(t *testing.T) {
+	t.Parallel()
+	pod := func(req, lim corev1.ResourceList) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "a", Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}}}}
+	}
+	rl := func(cpu, mem string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		if cpu != "" {
+			l[corev1.ResourceCPU] = resource.MustParse(cpu)
+		}
+		if mem != "" {
+			l[corev1.ResourceMemory] = resource.MustParse(mem)
+		}
+		return l
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		kq   cgroups.KubeQOS
+		want kubeletCgroup
+	}{
+		{"besteffort", pod(nil, nil), cgroups.QOSBestEffort, kubeletCgroup{shares: 2, quota: cgroups.Unlimited, memoryLimit: -1}},
+		{"burstable request only", pod(rl("500m", ""), nil), cgroups.QOSBurstable,
+			kubeletCgroup{shares: 512, quota: cgroups.Unlimited, memoryLimit: -1}},
+		{"guaranteed", pod(rl("1500m", "1Gi"), rl("1500m", "1Gi")), cgroups.QOSGuaranteed,
+			kubeletCgroup{shares: 1536, quota: 150_000_000, memoryLimit: 1 << 30}},
+		{"tiny limit gets kernel minimum", pod(rl("1m", ""), rl("1m", "")), cgroups.QOSBurstable,
+			kubeletCgroup{shares: 2, quota: 1_000_000, memoryLimit: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := specOf(tt.pod, tt.kq).kubelet; got != tt.want {
+				t.Fatalf("kubelet cgroup = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	// Batch limits come from the extended resources (batch-cpu counts millicores).
+	p := pod(corev1.ResourceList{"understory.io/batch-cpu": resource.MustParse("1500"), "understory.io/batch-memory": resource.MustParse("2Gi")},
+		corev1.ResourceList{"understory.io/batch-cpu": resource.MustParse("1500"), "understory.io/batch-memory": resource.MustParse("2Gi")})
+	if s := specOf(p, cgroups.QOSBestEffort); s.batchCPU != 1.5 || s.batchMemory != 2<<30 {
+		t.Fatalf("batch limits = %v cores, %v bytes; want 1.5, 2Gi", s.batchCPU, s.batchMemory)
+	}
+}
+
+// An agent restarted while the pod source has not synced finds the in-place batch pods
+// the previous run held (their cgroups have cpu.idle=1) and bounds them within the
+// budget from the first period, instead of leaving the dead agent's quotas in force.
+func TestAgentRediscoversInPlaceBatchAtStart(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+			r.step(0, nil)
+			r.step(1.5, busy)
+			// The previous run is gone; it left the pod idle with a generous quota.
+			orphan := "kubepods/besteffort/pod" + string(types.UID("55555555-5555-4555-8555-555555555555"))
+			cgroupstest.AddGroup(t, r.root, kind, orphan)
+			g, err := r.agent.hier.Load(orphan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetIdle(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetCPULimit(1900_000, 1_000_000); err != nil { // 1.9 cores (µs)
+				t.Fatal(err)
+			}
+			cfg := r.agent.cfg
+			unsynced := &fakePods{changed: make(chan struct{}, 1), unsynced: true}
+			a, err := New(cfg, Deps{Pods: unsynced, Registry: nil, NodeCPU: r.cpu, Logger: r.agent.log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.agent = a
+			if st := a.pods["55555555-5555-4555-8555-555555555555"]; st == nil || st.class != "batch" {
+				t.Fatalf("orphaned in-place batch cgroup not rediscovered: %+v", a.pods)
+			}
+			if q := r.quota(orphan); q <= 0 || q > cfg.MinPodCPU+1e-6 {
+				t.Fatalf("rediscovered pod quota %v before the first period, want the %v floor", q, cfg.MinPodCPU)
+			}
+			busy[orphan] = 1.5
+			r.step(1.9, busy) // the first sample: no rate yet
+			for range 10 {
+				r.step(1.9, busy)
+				budget := a.Status().Budget.Applied
+				if q, tier := r.quota(orphan), r.quota(r.tier); q <= 0 || q+tier > budget+1e-6 {
+					t.Fatalf("rediscovered pod quota %v + tier %v exceed budget %v", q, tier, budget)
+				}
+			}
+			if st := a.Status(); st.PodSource.Synced {
+				t.Fatal("status says the pod source synced")
+			}
+		})
+	}
+}
+
+// A batch pod's own understory.io/batch-cpu limit caps its quota inside the budget: in
+// place, its share never passes it (the rest goes to the others); below the tier, its
+// pod cgroup gets the limit (at most the tier's share), and the tier needs no more than
+// its pods' limits together.
+func TestAgentEnforcesBatchCPULimits(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			pods := r.agent.source.List()
+			limited := func(p *corev1.Pod, milli string) *corev1.Pod {
+				p = p.DeepCopy()
+				q := resource.MustParse(milli)
+				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"understory.io/batch-cpu": q}
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"understory.io/batch-cpu": q}
+				return p
+			}
+			r.agent.syncPods([]*corev1.Pod{pods[0], limited(pods[1], "300"), limited(pods[2], "400"), pods[3]})
+			busy := map[string]float64{r.lsCg: 0.2, r.inPlace: 0.3, r.inTier: 0.4}
+			r.step(0, nil)
+			for range 30 {
+				r.step(0.9, busy)
+			}
+			budget := r.agent.Status().Budget.Applied
+			if budget < 1 {
+				t.Fatalf("budget %v: the test wants room above the pods' limits", budget)
+			}
+			if q := r.quota(r.inPlace); q > 0.3+1e-6 || q < 0.29 {
+				t.Fatalf("in-place pod quota %v, want its 300m limit", q)
+			}
+			if q := r.quota(r.inTier); q > 0.4+1e-6 || q < 0.39 {
+				t.Fatalf("tier pod quota %v, want its 400m limit", q)
+			}
+			if q := r.quota(r.tier); q > 0.4+1e-6 {
+				t.Fatalf("tier quota %v, want at most its pods' limits (0.4)", q)
+			}
+		})
+	}
+}
