@@ -4,8 +4,9 @@
 //   - NodeMetrics, the versioned JSON the node agent writes to its Node's
 //     understory.io/node-metrics annotation and the scheduler extender reads
 //     (the contract is documented in docs/node-metrics.md);
-//   - the Prometheus metric sets of the agent and of the extender, each built on
-//     a caller-supplied registry (no global registry, no init registration).
+//   - the Prometheus metric sets of the agent (Agent, and Escalation for its
+//     freezes and evictions) and of the extender, each built on a caller-supplied
+//     registry (no global registry, no init registration).
 //
 // Traps: the annotation is read by another binary that may be older or newer.
 // Decode rejects versions it does not know instead of guessing, and a reader
