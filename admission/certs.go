@@ -1,0 +1,81 @@
+package admission
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// CertReloader serves a TLS certificate from a certificate and a key file and
+// reloads them when either file's modification time or size changes (cert-manager
+// and kubelet replace Secret volumes by swapping a symlink, which changes both). It
+// is checked on every handshake: two stat calls. A reload that fails (a half-written
+// pair, a key that does not match) keeps serving the last good certificate and is
+// retried on the next handshake.
+type CertReloader struct {
+	certFile, keyFile string
+	// OnReloadError, if set, is called for every failed reload (for logs and metrics).
+	OnReloadError func(error)
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	certSig fileSig
+	keySig  fileSig
+}
+
+type fileSig struct {
+	mod  time.Time
+	size int64
+}
+
+// NewCertReloader loads the pair once; an error there is fatal for the caller.
+func NewCertReloader(certFile, keyFile string) (*CertReloader, error) {
+	r := &CertReloader{certFile: certFile, keyFile: keyFile}
+	if _, err := r.load(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func sig(path string) (fileSig, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileSig{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fileSig{fi.ModTime(), fi.Size()}, nil
+}
+
+// load reloads the pair if the files changed and returns the current certificate.
+func (r *CertReloader) load() (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cs, err1 := sig(r.certFile)
+	ks, err2 := sig(r.keyFile)
+	if err := errors.Join(err1, err2); err != nil {
+		return r.cert, err
+	}
+	if r.cert != nil && cs == r.certSig && ks == r.keySig {
+		return r.cert, nil
+	}
+	c, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return r.cert, fmt.Errorf("loading TLS key pair: %w", err)
+	}
+	r.cert, r.certSig, r.keySig = &c, cs, ks
+	return r.cert, nil
+}
+
+// GetCertificate is tls.Config.GetCertificate.
+func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c, err := r.load()
+	if err != nil && r.OnReloadError != nil {
+		r.OnReloadError(err)
+	}
+	if c == nil {
+		return nil, err
+	}
+	return c, nil
+}
