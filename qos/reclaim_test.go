@@ -56,7 +56,7 @@ func TestDefaultReclaimConfig(t *testing.T) {
 	c := qos.DefaultReclaimConfig()
 	want := qos.ReclaimConfig{
 		CPU:                      qos.ResourceReclaim{Policy: qos.ReclaimPolicyUsage, Threshold: 0.9, DeadbandPercent: 10},
-		Memory:                   qos.ResourceReclaim{Policy: qos.ReclaimPolicyMaxUsageRequest, Threshold: 0.8, DeadbandPercent: 5},
+		Memory:                   qos.ResourceReclaim{Policy: qos.ReclaimPolicyMaxUsageRequest, Threshold: 0.9, DeadbandPercent: 5},
 		LSPercentile:             0.95,
 		LSWindow:                 metav1.Duration{Duration: 5 * time.Minute},
 		Smoothing:                metav1.Duration{Duration: 10 * time.Second},
@@ -242,8 +242,8 @@ func TestReclaimPolicies(t *testing.T) {
 			if !c.Write || c.Reason != qos.ReasonReclaimInitial || c.Published != c.Computed {
 				t.Fatalf("first call must write computed as initial: %+v", c)
 			}
-			// Memory uses maxUsageRequest by default: 0.8*64Gi - 24Gi - 1Gi - 2Gi.
-			want := 0.8*float64(64<<30) - float64(27<<30)
+			// Memory uses maxUsageRequest by default: 0.9*64Gi - 24Gi - 1Gi - 2Gi.
+			want := 0.9*float64(64<<30) - float64(27<<30)
 			if m := got.Memory; m.Policy != qos.ReclaimPolicyMaxUsageRequest || !near(m.Computed, want) {
 				t.Fatalf("memory %+v, want computed %v", m, want)
 			}

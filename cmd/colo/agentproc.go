@@ -35,6 +35,9 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 	cfg.Policy.Threshold = threshold
 	cfg.Period.Duration = period
 	cfg.TierParent = s.tierParent
+	if s.memThreshold > 0 {
+		cfg.BatchResources.Memory.Threshold = s.memThreshold
+	}
 	if s.cfg.cfsPeriod > 0 {
 		cfg.CFSPeriod.Duration = s.cfg.cfsPeriod
 		cfg.MinPodCPU = max(cfg.MinPodCPU, float64(time.Millisecond)/float64(s.cfg.cfsPeriod))

@@ -66,6 +66,9 @@ type benchResult struct {
 	BatchCPUMinOverMean    float64          `json:"batch_cpu_min_over_mean"`
 	BatchCPUOvercommitMax  float64          `json:"batch_cpu_overcommit_max"`
 	Stability              *stabilityResult `json:"stability,omitempty"`
+
+	// The memory-pressure phases (memory.go): mem_* fields.
+	*memoryResult
 }
 
 type sweepPoint struct {
@@ -93,6 +96,14 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 		if err != nil {
 			return err
 		}
+	}
+	if dc.memory {
+		printf("memory pressure: LS alone, batch without and with the agent on a 2 GiB node\n")
+		mr, err := runMemory(ctx, sc, defaultMemoryConfig(), printf)
+		if err != nil {
+			return err
+		}
+		res.memoryResult = &mr
 	}
 	if bc.trace != "" {
 		st, err := runStability(bc.trace, qos.DefaultReclaimConfig(), dc.period)

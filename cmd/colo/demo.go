@@ -11,6 +11,7 @@ type demoConfig struct {
 	warmup    time.Duration // after the agent is healthy, before measuring
 	threshold float64
 	period    time.Duration
+	memory    bool // also run the memory-pressure phases
 }
 
 // agentPhases are the agent's two ways to hold batch: the tier (batch containers placed
@@ -67,6 +68,10 @@ func (s *scenario) runRound(ctx context.Context, dc demoConfig, logf func(string
 		if err != nil {
 			return nil, err
 		}
+		if st, err := s.agent.status(); err == nil {
+			r.PublishedBatchCPU = st.BatchResources.CPU.Published
+			r.PublishedBatchMemory = st.BatchResources.Memory.Published
+		}
 		if err := s.stopAgent(); err != nil {
 			logf("warning: agent exit: %v", err)
 		}
@@ -121,6 +126,20 @@ func runDemo(ctx context.Context, sc scenarioConfig, dc demoConfig, printf func(
 	printTable(printf, "Results (batch CPUs = cores batch used on average; node % = CPU busy)", rs, rs[0].P99ms)
 	for _, r := range rs[1:] {
 		printf("%-28s batch used %.0f%% of the CPU the LS pod left idle\n", r.Name+":", 100*r.IdleShare)
+	}
+	for _, r := range rs[2:] {
+		printf("%-28s the agent published batch-cpu %.2f cores, batch-memory %.0f MiB for the scheduler\n",
+			r.Name+":", r.PublishedBatchCPU, r.PublishedBatchMemory/(1<<20))
+	}
+	if dc.memory {
+		s.close() // the memory scenario lays out the same fake node anew
+		printf("\nMemory: the same LS service pattern with a working set (anonymous memory and a file it reads)\n")
+		printf("on a 2 GiB node, and batch jobs that grow until the node is short.\n")
+		mc := defaultMemoryConfig()
+		mc.Phase = dc.phase
+		if _, err := runMemory(ctx, sc, mc, printf); err != nil {
+			return err
+		}
 	}
 	printf("\nEverything the demo created is being removed.\n")
 	return nil

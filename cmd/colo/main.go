@@ -41,7 +41,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: colo demo|bench|stability [flags]  (internal: ls-server, burner)")
+	return errors.New("usage: colo demo|bench|stability [flags]  (internal: ls-server, burner, mem-ls, mem-batch)")
 }
 
 func run(ctx context.Context, args []string) error {
@@ -49,6 +49,9 @@ func run(ctx context.Context, args []string) error {
 		return usage()
 	}
 	printf := func(f string, a ...any) { fmt.Printf(f, a...) }
+	if ok, err := memoryChild(ctx, args); ok {
+		return err
+	}
 	switch args[0] {
 	case "demo", "bench":
 		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
@@ -67,6 +70,7 @@ func run(ctx context.Context, args []string) error {
 		fs.BoolVar(&sc.agentPprof, "agent-pprof", false, "start the agent with -pprof (profiling)")
 		fs.StringVar(&sc.tierParent, "tier-parent", koordlet.TierParentKubepods, "where the agent creates its batch tier: kubepods or besteffort")
 		fs.DurationVar(&dc.phase, "phase", 8*time.Second, "length of each measured phase")
+		fs.BoolVar(&dc.memory, "memory", true, "also run the memory-pressure phases (a 2 GiB node: LS alone, batch without and with the agent)")
 		fs.DurationVar(&dc.warmup, "warmup", time.Second, "agent warm-up before measuring")
 		fs.Float64Var(&dc.threshold, "threshold", qos.DefaultThreshold, "policy threshold for the agent phases")
 		fs.DurationVar(&dc.period, "period", 100*time.Millisecond, "agent control period")

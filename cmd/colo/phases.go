@@ -22,6 +22,10 @@ type phaseResult struct {
 	BatchCPU  float64 `json:"batch_cpu_seconds"`
 	NodeUtil  float64 `json:"node_utilisation"`
 	IdleShare float64 `json:"batch_idle_share"`
+	// Published is what the agent published for the scheduler at the end of the
+	// phase (agent phases only): batch-cpu in cores, batch-memory in bytes.
+	PublishedBatchCPU    float64 `json:"published_batch_cpu_cores,omitempty"`
+	PublishedBatchMemory float64 `json:"published_batch_memory_bytes,omitempty"`
 
 	latencies []time.Duration
 }

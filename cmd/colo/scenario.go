@@ -60,6 +60,8 @@ type scenario struct {
 	agent   *agentProc
 	// tierParent is where the agent creates its tier (koordlet config tierParent).
 	tierParent string
+	// memThreshold, when set, is the agent's batchResources.memory.threshold.
+	memThreshold float64
 }
 
 type batchPod struct {

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet"
+)
+
+// TestMemoryHelperProcess is not a test: the memory scenario re-executes the test
+// binary with -test.run=^TestMemoryHelperProcess$ -- mem-ls|mem-batch ... to play its
+// pods (TestMain only knows the CPU scenario's). Run normally it does nothing.
+func TestMemoryHelperProcess(t *testing.T) {
+	i := slices.Index(os.Args, "--")
+	if i < 0 {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	handled, err := memoryChild(ctx, os.Args[i+1:])
+	stop()
+	if !handled {
+		err = fmt.Errorf("unknown memory child %q", os.Args[i+1:])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestMemoryEndToEnd runs the memory scenario with a tiny node and short phases on this
+// machine: the phase without the agent must show LS harm, and nothing may be left.
+func TestMemoryEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the memory scenario test must run in CI, as root")
+		}
+		t.Skip("the memory scenario creates cgroups: needs root")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	cgroupstest.LockCPU(t)
+	bin := filepath.Join(t.TempDir(), "koordlet")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
+		t.Fatalf("building koordlet: %v\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, lsCPU: "1",
+		tierParent: koordlet.TierParentKubepods}
+	mc := defaultMemoryConfig()
+	mc.Node, mc.LSAnon, mc.LSFile, mc.LSRequest = 384*mib, 32*mib, 128*mib, 176*mib
+	mc.BatchData, mc.ReadRate, mc.GrowRate = 160*mib, 128*mib, 128*mib
+	mc.Rate, mc.Conns = 200, 16
+	mc.Phase, mc.Ramp, mc.Warmup = 3*time.Second, 3*time.Second, 500*time.Millisecond
+	mc.child = []string{self, "-test.run=^TestMemoryHelperProcess$", "--"}
+	var out bytes.Buffer
+	res, err := runMemory(context.Background(), sc, mc, func(f string, a ...any) { fmt.Fprintf(&out, f, a...) })
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("memory scenario: %v", err)
+	}
+	for _, row := range []string{"LS alone", "LS + batch, no agent", "LS + batch, agent"} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("output lacks the %q row", row)
+		}
+	}
+	if len(res.Phases) != 3 {
+		t.Fatalf("%d phases, want 3", len(res.Phases))
+	}
+	solo, vanilla := res.Phases[0], res.Phases[1]
+	for _, p := range res.Phases {
+		if p.Requests == 0 || p.Errors > p.Requests/10 {
+			t.Errorf("%s: %d requests, %d errors", p.Name, p.Requests, p.Errors)
+		}
+	}
+	// Without the agent, batch grows until the node is short and takes LS's page cache:
+	// LS reads it again from disk, and stalls on memory or slows down.
+	if vanilla.LSRefaultMiB <= solo.LSRefaultMiB {
+		t.Errorf("no LS page cache refaults without the agent (%.1f MiB, solo %.1f MiB): no memory pressure on LS",
+			vanilla.LSRefaultMiB, solo.LSRefaultMiB)
+	}
+	if vanilla.LSPSISome <= solo.LSPSISome && res.RatioVanilla < 1.2 {
+		t.Errorf("without the agent LS neither stalled on memory (PSI some %.2f%%) nor slowed (p99 %.2fx solo)",
+			vanilla.LSPSISome, res.RatioVanilla)
+	}
+	if vanilla.BatchMiB <= 0 || vanilla.KubepodsMiB < 0.9*float64(mc.Node)/mib {
+		t.Errorf("without the agent batch used %.0f MiB and kubepods %.0f MiB of %d: the node was not short",
+			vanilla.BatchMiB, vanilla.KubepodsMiB, mc.Node/mib)
+	}
+	base := fmt.Sprintf("understory-demo-%d", os.Getpid())
+	for _, c := range []string{"cpu", "cpuacct", "freezer", "memory", "unified"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, base)); err == nil {
+			t.Errorf("the memory scenario left /sys/fs/cgroup/%s/%s behind", c, base)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(os.TempDir(), "understory-colo-mem-*"))
+	for _, d := range left {
+		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) < time.Minute {
+			t.Errorf("the memory scenario left %s behind", d)
+		}
+	}
+}
+
+func TestBurstableOOMScoreAdj(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		request, capacity int64
+		want              int
+	}{
+		{0, 1000, 999},   // no request: kept below BestEffort's 1000
+		{500, 1000, 500}, // half the node
+		{999, 1000, 2},   // 1000 − 999 = 1, kept above Guaranteed
+		{2000, 1000, 2},  // more than the node
+		{832 * mib, 2048 * mib, 594},
+	} {
+		if got := burstableOOMScoreAdj(tc.request, tc.capacity); got != tc.want {
+			t.Errorf("burstableOOMScoreAdj(%d, %d) = %d, want %d", tc.request, tc.capacity, got, tc.want)
+		}
+	}
+}
+
+func TestMemoryConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		mod  func(*memoryConfig)
+		ok   bool
+	}{
+		{"default", func(*memoryConfig) {}, true},
+		{"tiny node", func(c *memoryConfig) { c.Node = mib }, false},
+		{"LS larger than the node", func(c *memoryConfig) { c.LSFile = c.Node }, false},
+		{"LS request above the node", func(c *memoryConfig) { c.LSRequest = c.Node + 1 }, false},
+		{"no batch pods", func(c *memoryConfig) { c.BatchPods = 0 }, false},
+		{"heap share above 1", func(c *memoryConfig) { c.HeapShare = 1.5 }, false},
+		{"zero read rate", func(c *memoryConfig) { c.ReadRate = 0 }, false},
+		{"threshold 0", func(c *memoryConfig) { c.Threshold = 0 }, false},
+		{"zero phase", func(c *memoryConfig) { c.Phase = 0 }, false},
+		{"zero rate", func(c *memoryConfig) { c.Rate = 0 }, false},
+	} {
+		c := defaultMemoryConfig()
+		tc.mod(&c)
+		if err := c.validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: validate() = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// TestMemHierFiles reads and writes a fake memory hierarchy of each kind.
+func TestMemHierFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                        string
+		v2                          bool
+		usage, stat, events, limVal string
+		wantLimit                   int64
+	}{
+		{name: "v1", usage: "1048576\n",
+			stat:   "cache 1\ntotal_inactive_file 262144\ntotal_rss 524288\ntotal_cache 524288\ntotal_workingset_refault_file 7\n",
+			events: "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", limVal: "9223372036854771712\n", wantLimit: -1},
+		{name: "v2", v2: true, usage: "1048576\n",
+			stat:   "anon 524288\nfile 524288\ninactive_file 262144\nworkingset_refault_file 7\n",
+			events: "low 0\nhigh 0\nmax 4\noom 3\noom_kill 3\noom_group_kill 0\n", limVal: "max\n", wantLimit: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			m := memHier{dir: root, psiDir: root, v2: tc.v2}
+			rel := "node/kubepods/pod1"
+			dir := filepath.Join(root, rel)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			usageFile, limitFile, eventsFile := "memory.usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control"
+			if tc.v2 {
+				usageFile, limitFile, eventsFile = "memory.current", "memory.max", "memory.events"
+			}
+			for name, v := range map[string]string{usageFile: tc.usage, "memory.stat": tc.stat, eventsFile: tc.events,
+				limitFile: tc.limVal, "memory.pressure": "some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := m.stats(rel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (memStats{Usage: 1 << 20, InactiveFile: 1 << 18, Anon: 1 << 19, File: 1 << 19, RefaultFile: 7}); st != want {
+				t.Errorf("stats = %+v, want %+v", st, want)
+			}
+			if ws := st.WorkingSet(); ws != 3<<18 {
+				t.Errorf("working set %d, want %d", ws, 3<<18)
+			}
+			if n, err := m.oomKills(rel); err != nil || n != 3 {
+				t.Errorf("oomKills = %d, %v; want 3", n, err)
+			}
+			if l, err := m.limit(rel); err != nil || l != tc.wantLimit {
+				t.Errorf("limit = %d, %v; want %d", l, err, tc.wantLimit)
+			}
+			if err := m.setLimit(rel, 64*mib); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := m.limit(rel); err != nil || l != 64*mib {
+				t.Errorf("limit after setLimit = %d, %v; want %d", l, err, 64*mib)
+			}
+			p, err := m.pressure(rel)
+			if err != nil || p.Some.Avg10 != 1.5 || p.Some.Total != 123456*time.Microsecond {
+				t.Errorf("pressure = %+v, %v", p, err)
+			}
+			if _, err := m.stats("../escape"); err == nil {
+				t.Error("stats accepted a path leaving the hierarchy")
+			}
+		})
+	}
+}
+
+func TestMemHierRemoveTree(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	m := memHier{dir: root}
+	for _, rel := range []string{"n/kubepods/burstable/pod1", "n/kubepods/understory-batch/pod2"} {
+		if err := m.create(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.removeTree("n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "n")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tree still there: %v", err)
+	}
+	if err := m.removeTree("n"); err != nil {
+		t.Errorf("removing a missing tree: %v", err)
+	}
+}
+
+func TestOpenMemHierNoMemory(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu io\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openMemHier(cgroups.OpenLayout(root, cgroups.LayoutV2)); !errors.Is(err, errNoMemcg) {
+		t.Errorf("cgroup2 without memory: %v, want errNoMemcg", err)
+	}
+	if _, err := openMemHier(cgroups.OpenLayout(t.TempDir(), cgroups.LayoutHybrid)); !errors.Is(err, errNoMemcg) {
+		t.Errorf("hybrid without a memory hierarchy: %v, want errNoMemcg", err)
+	}
+}
+
+func FuzzKeyedValue(f *testing.F) {
+	f.Add([]byte("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), "oom_kill")
+	f.Add([]byte("total_inactive_file 18446744073709551615\n"), "total_inactive_file")
+	f.Add([]byte("oom_kill -1\n"), "oom_kill")
+	f.Add([]byte(""), "x")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		v, err := keyedValue(b, key)
+		if err != nil && v != 0 {
+			t.Fatalf("value %d with error %v", v, err)
+		}
+	})
+}
