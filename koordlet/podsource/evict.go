@@ -17,10 +17,15 @@ var ErrInvalidEviction = errors.New("invalid eviction")
 // PodInterface.EvictV1 but with the namespace taken from the object. The API
 // server checks the pod's PodDisruptionBudgets: a refusal is a 429 error
 // (apierrors.IsTooManyRequests). It needs RBAC "create" on pods/eviction.
+//
+// Trap: the API server sends a PDB refusal as 429 with Retry-After, which client-go's
+// REST client retries by itself (up to 10 times) until the context ends, so a refusal
+// would surface as a deadline error. The request is made with no retries: the evictor
+// moves on to the next candidate and backs the refused pod off itself.
 func (c *CoreClient) EvictV1(ctx context.Context, eviction *policyv1.Eviction) error {
 	if eviction == nil || eviction.Namespace == "" || eviction.Name == "" {
 		return fmt.Errorf("eviction needs a namespace and a pod name: %w", ErrInvalidEviction)
 	}
 	return c.rc.Post().Namespace(eviction.Namespace).Resource("pods").Name(eviction.Name).
-		SubResource("eviction").Body(eviction).Do(ctx).Error()
+		SubResource("eviction").MaxRetries(0).Body(eviction).Do(ctx).Error()
 }

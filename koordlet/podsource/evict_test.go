@@ -70,6 +70,11 @@ func TestCoreClientEvictV1(t *testing.T) {
 				seen = append(seen, req)
 				mu.Unlock()
 				w.Header().Set("Content-Type", "application/json")
+				if tt.code == http.StatusTooManyRequests {
+					// As the API server answers a PDB refusal: client-go would retry it
+					// by itself (a refusal then surfaced as a deadline error).
+					w.Header().Set("Retry-After", "1")
+				}
 				w.WriteHeader(tt.code)
 				_ = json.NewEncoder(w).Encode(tt.body)
 			}))
