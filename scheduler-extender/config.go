@@ -3,6 +3,7 @@ package extender
 import (
 	"errors"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"math"
 	"time"
 )
@@ -49,7 +50,7 @@ type Config struct {
 // DefaultConfig is the configuration the binary starts from.
 func DefaultConfig() Config {
 	return Config{
-		Policy:            DefaultPolicy,
+		Policy:            placement.DefaultPolicy,
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
 		MetricsMaxAge:     2 * time.Minute,
@@ -107,7 +108,7 @@ func (c Config) Validate() error {
 	if c.GangPlanTTL < c.GangBindTimeout {
 		bad("gang plan ttl %v must be >= gang bind timeout %v", c.GangPlanTTL, c.GangBindTimeout)
 	}
-	if _, err := NewPolicy(c.Policy, nil, nil); err != nil {
+	if _, err := placement.NewPolicy(c.Policy, nil, nil); err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
 	return errors.Join(errs...)

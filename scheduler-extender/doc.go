@@ -37,8 +37,11 @@
 //     Node.Usage nil, which means unknown, never idle.
 //   - Node names in a filter's verdicts alias the request body and per-request
 //     scratch is pooled: nothing may keep them past the request.
-//   - The placement core (Policy and its implementations, Workload, Select,
-//     Node and Request) is shared with cmd/openb-replay through package openb:
-//     it must stay free of State, locks and I/O, and a change there moves the
-//     replay's published results as well as live placement.
+//   - The placement core is package placement (Policy and its implementations,
+//     Workload, Select, Node and Request), shared with cmd/openb-replay through
+//     package openb: it stays free of State, locks, clocks and I/O (its
+//     TestImports checks), so the extender serialises the one policy that is
+//     not safe for concurrent use (random, see lockedPolicy) and converts node
+//     metrics into placement.Usage itself. A change there moves the replay's
+//     published results as well as live placement.
 package extender

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ type reqKey struct {
 	models               string
 }
 
-func keyOf(r Request) reqKey {
+func keyOf(r placement.Request) reqKey {
 	return reqKey{r.CPUMilli, r.MemoryMiB, r.BatchCPUMilli, r.BatchMemoryMiB, r.NumGPU, r.GPUMilli, strings.Join(r.Models, ",")}
 }
 
@@ -255,7 +256,7 @@ type planSlot struct {
 // (the names passed kube-scheduler's filters for the member being filtered,
 // not necessarily for the others). It returns the slots of the members that fit.
 func (s *State) planGang(members []*podEntry, names [][]byte) []planSlot {
-	nodes := make([]*Node, 0, len(names))
+	nodes := make([]*placement.Node, 0, len(names))
 	meta := make([]*corev1.Node, 0, len(names))
 	idx := make(map[string]int, len(names))
 	for _, b := range names {
@@ -274,14 +275,14 @@ func (s *State) planGang(members []*podEntry, names [][]byte) []planSlot {
 // returns the slots of those that fit. meta[i] is the name, labels and taints of
 // nodes[i]: a member goes only to nodes its constraints allow, condition taints
 // counting or not as conditions says (see podConstraints.allows).
-func placeAll(pol Policy, nodes []*Node, meta []*corev1.Node, idx map[string]int, members []*podEntry, conditions bool) []planSlot {
+func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node, idx map[string]int, members []*podEntry, conditions bool) []planSlot {
 	order := slices.Clone(members)
 	slices.SortStableFunc(order, func(a, b *podEntry) int {
 		return cmp.Or(cmp.Compare(b.req.GPUTotalMilli(), a.req.GPUTotalMilli()), cmp.Compare(b.req.CPUMilli, a.req.CPUMilli))
 	})
 	cloned := make(map[int]bool)
 	allowed := make(map[string][]int) // constraints key → indices of the nodes they allow
-	cand := make([]*Node, 0, len(nodes))
+	cand := make([]*placement.Node, 0, len(nodes))
 	var slots []planSlot
 	for _, m := range order {
 		key := m.cons.cacheKey()
@@ -299,7 +300,7 @@ func placeAll(pol Policy, nodes []*Node, meta []*corev1.Node, idx map[string]int
 		for _, i := range ix {
 			cand = append(cand, nodes[i]) // after clones: nodes[i] is the current copy
 		}
-		best, devs, err := Select(pol, cand, m.req, nil)
+		best, devs, err := placement.Select(pol, cand, m.req, nil)
 		if err != nil {
 			continue
 		}
@@ -331,14 +332,14 @@ func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
 		entries = append(entries, e)
 	}
 	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
-	nodes := make([]*Node, len(entries))
+	nodes := make([]*placement.Node, len(entries))
 	meta := make([]*corev1.Node, len(entries))
 	idx := make(map[string]int, len(entries))
 	for i, e := range entries {
-		n := &Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
+		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
 			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
 		for d := range n.GPUFree {
-			n.GPUFree[d] = MilliPerGPU
+			n.GPUFree[d] = placement.MilliPerGPU
 		}
 		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
 	}

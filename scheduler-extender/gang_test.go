@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"strings"
 	"sync"
 	"testing"
@@ -287,7 +288,7 @@ func TestGangPlanExpiryReleasesCapacity(t *testing.T) {
 	}
 	for _, n := range []string{"n0", "n1"} {
 		for _, f := range gpuFree(s, n) {
-			if f != MilliPerGPU {
+			if f != placement.MilliPerGPU {
 				t.Fatalf("%s not released: %v", n, gpuFree(s, n))
 			}
 		}

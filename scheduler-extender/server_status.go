@@ -3,6 +3,7 @@ package extender
 import (
 	"cmp"
 	"encoding/json"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"net/http"
 	"slices"
 	"strings"
@@ -85,7 +86,7 @@ func (s *Server) Status() Status {
 			ns.MetricsProblem = "older than the metrics max age"
 		}
 		for i, f := range n.GPUFree {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: MilliPerGPU - f})
+			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})
 		}
 		for _, p := range e.pods {
 			for _, d := range p.devices {

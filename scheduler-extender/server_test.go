@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"io"
 	"net/http"
 	"strings"
@@ -229,7 +230,7 @@ func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {
 		t.Fatalf("want the binding error, got %q", e)
 	}
-	if got := gpuFree(s, "n"); got[0] != MilliPerGPU {
+	if got := gpuFree(s, "n"); got[0] != placement.MilliPerGPU {
 		t.Fatalf("failed bind must release the device: %v", got)
 	}
 	ghost := testPod("ns", "ghost", gpus(1))

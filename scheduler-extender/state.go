@@ -1,9 +1,9 @@
 package extender
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -46,7 +46,7 @@ type podEntry struct {
 	uid             types.UID
 	namespace, name string
 	created         time.Time
-	req             Request
+	req             placement.Request
 	reqErr          error // why the pod cannot be turned into a Request (user error)
 	gang            gangRef
 	hasGang         bool
@@ -67,12 +67,14 @@ func (p *podEntry) key() string { return p.namespace + "/" + p.name }
 
 // nodeEntry is one node's precomputed placement state.
 type nodeEntry struct {
-	n   *Node
+	n   *placement.Node
 	gen uint64 // bumped on every change of n (an optimistic filter re-checks it)
 	// meta is the node's name, labels and taints, for gang members' constraints.
 	meta *corev1.Node
-	// metrics is the node's last decodable node-metrics annotation; n.Usage is it while fresh.
+	// metrics is the node's last decodable node-metrics annotation and usage its
+	// placement form; n.Usage is usage while the metrics are fresh.
 	metrics    *metrics.NodeMetrics
+	usage      *placement.Usage
 	metricsErr string
 	pods       map[types.UID]*podEntry            // pods charged here
 	learned    bool                               // known only from extender args (nodeCacheCapable false)
@@ -95,9 +97,10 @@ type State struct {
 	podGroups map[string]podGroupSpec
 	gen       uint64 // source of nodeEntry.gen
 	capGen    uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
-	policy    Policy
-	epoch     uint64 // bumped when policy changes
-	cacheable bool   // the policy is deterministic: verdicts may be cached
+	policy    placement.Policy
+	workload  *placement.Workload // the policy's target workload (nil: none yet)
+	epoch     uint64              // bumped when policy changes
+	cacheable bool                // the policy is deterministic: verdicts may be cached
 	seed      maphash.Seed
 	shapeMu   sync.Mutex
 	shapes    map[reqKey]uint64 // interned request shapes
@@ -132,21 +135,41 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 }
 
 // setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
-func (s *State) setPolicy(w *Workload) error {
-	p, err := NewPolicy(s.cfg.Policy, w, nil)
+func (s *State) setPolicy(w *placement.Workload) error {
+	p, err := placement.NewPolicy(s.cfg.Policy, w, nil)
 	if err != nil {
 		return fmt.Errorf("building policy: %w", err)
 	}
-	s.policy = p
+	s.cacheable = placement.Concurrent(p)
+	if !s.cacheable {
+		p = &lockedPolicy{p: p}
+	}
+	s.policy, s.workload = p, w
 	s.epoch++
-	s.cacheable = s.cfg.Policy != PolicyRandom
 	return nil
+}
+
+// lockedPolicy serialises a policy that is not safe for concurrent use (random:
+// it draws from one rng), since filters score under the read lock.
+type lockedPolicy struct {
+	mu sync.Mutex
+	p  placement.Policy
+}
+
+var _ placement.Policy = (*lockedPolicy)(nil)
+
+func (l *lockedPolicy) Name() string { return l.p.Name() }
+
+func (l *lockedPolicy) Score(n *placement.Node, r placement.Request) (float64, []int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.Score(n, r)
 }
 
 // RefreshWorkload rebuilds the target workload from every tracked pod's request.
 func (s *State) RefreshWorkload() error {
 	s.mu.RLock()
-	reqs := make([]Request, 0, len(s.pods))
+	reqs := make([]placement.Request, 0, len(s.pods))
 	for _, p := range s.pods {
 		if p.reqErr == nil {
 			reqs = append(reqs, p.req)
@@ -155,9 +178,9 @@ func (s *State) RefreshWorkload() error {
 	s.mu.RUnlock()
 	coverage := s.cfg.WorkloadCoverage
 	if coverage == 0 {
-		coverage = PolicyCoverage(s.cfg.Policy)
+		coverage = placement.PolicyCoverage(s.cfg.Policy)
 	}
-	w := NewWorkload(reqs, coverage)
+	w := placement.NewWorkload(reqs, coverage)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.setPolicy(w)
@@ -181,27 +204,12 @@ func (s *State) bump(e *nodeEntry) {
 	e.gen = s.gen
 }
 
-// charge adds (sign=+1) or removes (sign=-1) r on n without any check: observed
-// reality may over-commit a node, and the index must still mirror it exactly.
-func charge(n *Node, r Request, devs []int, sign int64) {
-	n.UsedCPUMilli += sign * r.CPUMilli
-	n.UsedMemoryMiB += sign * r.MemoryMiB
-	n.UsedBatchCPUMilli += sign * r.BatchCPUMilli
-	n.UsedBatchMemoryMiB += sign * r.BatchMemoryMiB
-	n.Pods += int(sign)
-	for _, d := range devs {
-		if d >= 0 && d < len(n.GPUFree) {
-			n.GPUFree[d] -= int(sign) * r.GPUMilli
-		}
-	}
-}
-
 // hold charges p on node e in the given phase; devices must be valid for p (checked
 // by reserve) or observed. Call with mu held for writing.
 func (s *State) hold(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
 	s.release(p)
 	p.node, p.devices, p.phase, p.charged = e.n.Name, devs, phase, true
-	charge(e.n, p.req, devs, 1)
+	e.n.Charge(p.req, devs)
 	e.pods[p.uid] = p
 	s.bump(e)
 }
@@ -214,7 +222,7 @@ func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) e
 	if err := e.n.Place(p.req, devs); err != nil {
 		return err
 	}
-	charge(e.n, p.req, devs, -1) // Place charged it; hold charges it again symmetrically
+	e.n.Discharge(p.req, devs) // Place charged it; hold charges it again symmetrically
 	s.hold(p, e, slices.Clone(devs), phase)
 	return nil
 }
@@ -223,7 +231,7 @@ func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) e
 func (s *State) release(p *podEntry) {
 	if p.charged {
 		if e, ok := s.nodes[p.node]; ok {
-			charge(e.n, p.req, p.devices, -1)
+			e.n.Discharge(p.req, p.devices)
 			delete(e.pods, p.uid)
 			s.bump(e)
 		}
@@ -256,7 +264,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		s.capGen++
 		for _, p := range s.orphans[obj.Name] {
 			p.charged = true
-			charge(e.n, p.req, p.devices, 1)
+			e.n.Charge(p.req, p.devices)
 			e.pods[p.uid] = p
 		}
 		delete(s.orphans, obj.Name)
@@ -264,7 +272,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		if !sameCapacity(e.n, fresh) {
 			s.capGen++
 			for _, p := range e.pods {
-				charge(fresh, p.req, p.devices, 1)
+				fresh.Charge(p.req, p.devices)
 			}
 			e.n = fresh
 		}
@@ -276,13 +284,13 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 			e.learned = false
 		}
 	}
-	e.metrics, e.metricsErr = nil, ""
+	e.metrics, e.usage, e.metricsErr = nil, nil, ""
 	if v, ok := obj.Annotations[metrics.AnnotationNodeMetrics]; ok {
 		m, err := metrics.DecodeNodeMetrics(v)
 		if err != nil {
 			e.metricsErr = err.Error()
 		} else {
-			e.metrics = &m
+			e.metrics, e.usage = &m, usageOf(&m)
 		}
 	} else {
 		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
@@ -294,9 +302,9 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 
 // refreshUsage sets n.Usage from the node's metrics while they are fresh; nil otherwise.
 func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
-	var u *metrics.NodeMetrics
+	var u *placement.Usage
 	if e.metrics != nil && e.metrics.Fresh(now, s.cfg.MetricsMaxAge) {
-		u = e.metrics
+		u = e.usage
 	}
 	if u == e.n.Usage {
 		return false
@@ -305,7 +313,13 @@ func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	return true
 }
 
-func sameCapacity(a, b *Node) bool {
+// usageOf is the part of the node agent's metrics placement scores on.
+func usageOf(m *metrics.NodeMetrics) *placement.Usage {
+	return &placement.Usage{CPUCapacity: m.CPU.Capacity, CPUUsed: m.CPU.Used, CPULS: m.CPU.LS,
+		MemoryCapacity: m.Memory.Capacity, MemoryUsed: m.Memory.Used}
+}
+
+func sameCapacity(a, b *placement.Node) bool {
 	return a.Model == b.Model && a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.MaxPods == b.MaxPods &&
 		len(a.GPUFree) == len(b.GPUFree) && a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB
 }
@@ -313,9 +327,9 @@ func sameCapacity(a, b *Node) bool {
 // nodeFromAPI is the empty placement state of a node: allocatable capacity, GPU
 // count from allocatable nvidia.com/gpu (capped at MaxGPUsPerNode) and model from
 // the nvidia.com/gpu.product label.
-func nodeFromAPI(obj *corev1.Node) *Node {
+func nodeFromAPI(obj *corev1.Node) *placement.Node {
 	a := obj.Status.Allocatable
-	n := &Node{Name: obj.Name}
+	n := &placement.Node{Name: obj.Name}
 	if q, ok := a[corev1.ResourceCPU]; ok && q.Sign() > 0 {
 		n.CPUMilli = q.MilliValue()
 	}
@@ -326,10 +340,10 @@ func nodeFromAPI(obj *corev1.Node) *Node {
 		n.MaxPods = int(min(q.Value(), 1<<20))
 	}
 	if q, ok := a[ResourceGPU]; ok && q.Sign() > 0 {
-		g := int(min(q.Value(), MaxGPUsPerNode))
+		g := int(min(q.Value(), placement.MaxGPUsPerNode))
 		n.GPUFree = make([]int, g)
 		for i := range n.GPUFree {
-			n.GPUFree[i] = MilliPerGPU
+			n.GPUFree[i] = placement.MilliPerGPU
 		}
 		n.Model = obj.Labels[LabelGPUProduct]
 	}
@@ -448,48 +462,13 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 		return p
 	}
 	inferred := false
-	if p.req.NumGPU > 0 && !validDevices(e.n, p.req, devs) {
-		devs, inferred = inferDevices(e.n, p.req), true
+	if p.req.NumGPU > 0 && !placement.ValidDevices(e.n, p.req, devs) {
+		devs, inferred = placement.InferDevices(e.n, p.req), true
 	}
 	s.hold(p, e, devs, phaseBound)
 	p.inferred = inferred
 	s.confirmGangMember(p)
 	return p
-}
-
-// validDevices reports whether devs name NumGPU distinct devices of n.
-func validDevices(n *Node, r Request, devs []int) bool {
-	if len(devs) != r.NumGPU {
-		return false
-	}
-	var seen uint64
-	for _, d := range devs {
-		if d < 0 || d >= len(n.GPUFree) || seen&(1<<uint(d)) != 0 {
-			return false
-		}
-		seen |= 1 << uint(d)
-	}
-	return true
-}
-
-// inferDevices picks devices for a bound pod whose annotation is missing or wrong:
-// the freest devices for whole GPUs, the best-fitting device for a share. It may
-// over-commit (that is what reality did).
-func inferDevices(n *Node, r Request) []int {
-	idx := make([]int, len(n.GPUFree))
-	for i := range idx {
-		idx[i] = i
-	}
-	if r.Sharing() {
-		if d := bestFitDevice(n.GPUFree, r.GPUMilli); d >= 0 {
-			return []int{d}
-		}
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(n.GPUFree[b], n.GPUFree[a]) })
-	k := min(r.NumGPU, len(idx))
-	out := slices.Clone(idx[:k])
-	slices.Sort(out)
-	return out
 }
 
 // DeletePod forgets a pod and frees what it held.
@@ -550,8 +529,8 @@ func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
 	for _, e := range s.nodes {
 		out.GPUs += len(e.n.GPUFree)
 		for _, f := range e.n.GPUFree {
-			out.GPUMilliCapacity += MilliPerGPU
-			out.GPUMilliAllocated += int64(MilliPerGPU - f)
+			out.GPUMilliCapacity += placement.MilliPerGPU
+			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
 		}
 		if e.n.Usage == nil {
 			out.StaleNodeMetrics++

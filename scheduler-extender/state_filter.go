@@ -3,6 +3,7 @@ package extender
 import (
 	"bytes"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"hash/maphash"
 	"math"
 
@@ -79,12 +80,12 @@ const (
 
 // fitReason is why r does not fit n now ("" if it fits) and whether it never
 // can. r must be valid. It does not allocate.
-func fitReason(n *Node, r *Request) (string, bool) {
-	err := n.check(r)
+func fitReason(n *placement.Node, r *placement.Request) (string, bool) {
+	err := n.Check(r)
 	switch {
 	case err == nil:
 		return "", false
-	case err == ErrGPUModel:
+	case err == placement.ErrGPUModel:
 		return err.Error(), true
 	case r.NumGPU > 0 && len(n.GPUFree) == 0:
 		return reasonNoGPU, true
@@ -121,7 +122,7 @@ type scored struct {
 
 // shape is a request with its interned shape id, computed once per call.
 type shape struct {
-	r  Request
+	r  placement.Request
 	id uint64
 }
 
@@ -129,7 +130,7 @@ type shape struct {
 // collide with cached ones: ids only grow).
 const maxShapes = 1 << 16
 
-func (s *State) shapeOf(r Request) shape {
+func (s *State) shapeOf(r placement.Request) shape {
 	k := keyOf(r)
 	s.shapeMu.Lock()
 	defer s.shapeMu.Unlock()
@@ -357,7 +358,7 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var (
-		r     Request
+		r     placement.Request
 		held  string
 		valid bool
 	)

@@ -3,6 +3,7 @@ package extender
 import (
 	"errors"
 	"fmt"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"strings"
 	"testing"
 	"time"
@@ -113,12 +114,12 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	bad := testNode("bad", "", 0, 8, 8)
 	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
 	s.UpsertNode(bad)
-	usage := func(name string) *metrics.NodeMetrics {
+	usage := func(name string) *placement.Usage {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		return s.nodes[name].n.Usage
 	}
-	if u := usage("n"); u == nil || u.CPU.Used != 2000 {
+	if u := usage("n"); u == nil || u.CPUUsed != 2000 {
 		t.Fatalf("fresh metrics not applied: %+v", u)
 	}
 	if usage("bad") != nil {
@@ -192,7 +193,7 @@ func TestConfigValidate(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
-			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, ErrUnknownPolicy) {
+			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, placement.ErrUnknownPolicy) {
 				t.Fatalf("err %v wraps no sentinel", err)
 			}
 		})

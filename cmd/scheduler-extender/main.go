@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Client-side rate limit of the main API client. One bind is one API write, so
@@ -61,7 +62,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		"tuned for throughput (its scheduler_perf benchmark uses 5000); API priority and fairness still protects the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", defaultBurst, "client-side burst to the API server (a gang commit sends its Bindings together)")
 	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch scheduling.x-k8s.io PodGroups")
-	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", extender.PolicyNames()))
+	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", placement.PolicyNames()))
 	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory); 0: the policy's default (fgd 0.95, understory 0.995)")
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
