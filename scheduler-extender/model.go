@@ -1,5 +1,7 @@
 package extender
 
+import "github.com/understory/understory/scheduler-extender/placement"
+
 // Resource names and annotations the extender manages.
 const (
 	// ResourceGPU is a whole-GPU request (device plugin resource).
@@ -17,3 +19,11 @@ const (
 	// AnnotationGPUDevices holds the device indices bound to a pod, comma-separated.
 	AnnotationGPUDevices = "understory.io/gpu-devices"
 )
+
+// MilliPerGPU is the capacity of one GPU in milli-GPU (placement.MilliPerGPU),
+// the unit of /status and of understory.io/gpu-milli.
+const MilliPerGPU = placement.MilliPerGPU
+
+// ErrGPUModel is the reason a node's GPU model is refused (placement.ErrGPUModel);
+// filter reports it verbatim.
+var ErrGPUModel = placement.ErrGPUModel
