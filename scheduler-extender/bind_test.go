@@ -51,7 +51,7 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 		}
 	}
 	fc := newFakeCluster(t, objs...)
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	for _, name := range []string{"n0", "n1"} {
 		n := testNode(name, "A100", 4, 64, 256)
 		n.Status.Allocatable[ResourceBatchCPU] = *resource.NewQuantity(8000, resource.DecimalSI)

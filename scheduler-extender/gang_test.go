@@ -85,7 +85,7 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	}
 	fc := newFakeCluster(t, objs...)
 	reg := prometheus.NewRegistry()
-	s := testServer(t, newFakeClock(), Deps{Client: fc, Registry: reg})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc, Registry: reg})
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	for _, p := range members[:3] {
@@ -400,7 +400,7 @@ func TestGangPartialBindFailureIsReported(t *testing.T) {
 	a, b := gangPod("a", "g", 2, 1, 0), gangPod("b", "g", 2, 1, 1)
 	fc := newFakeCluster(t, a, b)
 	fc.failBind["b"] = true
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	twoNodes(t, s)
 	s.State().UpsertPod(a)
 	s.State().UpsertPod(b)

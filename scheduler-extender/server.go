@@ -98,7 +98,9 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if s.registry == nil {
 		s.registry = prometheus.NewRegistry()
 	}
-	if s.client != nil {
+	if s.client == nil {
+		s.synced.Store(true) // nothing to sync with: the index is fed directly
+	} else {
 		s.api = clientAPI{c: s.client}
 		if s.recorder == nil {
 			s.broadcaster = record.NewBroadcaster()
@@ -138,8 +140,6 @@ func (s *Server) Run(ctx context.Context) error {
 		if err := s.startInformers(ctx); err != nil {
 			return err
 		}
-	} else {
-		s.synced.Store(true)
 	}
 	tick := time.NewTicker(s.cfg.Housekeeping)
 	defer tick.Stop()
@@ -231,19 +231,57 @@ func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
 }
 
-// Handler serves POST /filter, /prioritize, /bind and GET /healthz, /metrics, /status.
+// Handler serves POST /filter, /prioritize, /bind and GET /healthz, /readyz,
+// /metrics, /status. Until the informers have synced (Ready), filter,
+// prioritize and bind are refused with 503: the index would not know which
+// devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /filter", s.instrument("filter", s.handleFilter))
-	mux.Handle("POST /prioritize", s.instrument("prioritize", s.handlePrioritize))
-	mux.Handle("POST /bind", s.instrument("bind", s.handleBind))
+	mux.Handle("POST /filter", s.instrument("filter", s.whenReady(s.handleFilter, func(w http.ResponseWriter, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, body)
+	})))
+	mux.Handle("POST /prioritize", s.instrument("prioritize", s.whenReady(s.handlePrioritize,
+		func(w http.ResponseWriter, err error) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+		})))
+	mux.Handle("POST /bind", s.instrument("bind", s.whenReady(s.handleBind, func(w http.ResponseWriter, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, body)
+	})))
 	mux.Handle("GET /healthz", s.instrument("healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	mux.Handle("GET /readyz", s.instrument("readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, ErrNotSynced.Error()+"\n")
+			return
+		}
 		_, _ = io.WriteString(w, "ok\n")
 	}))
 	mux.Handle("GET /status", s.instrument("status", s.handleStatus))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// Ready reports whether the index is synced with the API server (always true
+// without a Client): the extender answers filter, prioritize and bind only then.
+func (s *Server) Ready() bool { return s.synced.Load() }
+
+// whenReady runs h once the server is Ready and answers with refuse (503) before.
+func (s *Server) whenReady(h http.HandlerFunc, refuse func(http.ResponseWriter, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.Ready() {
+			refuse(w, fmt.Errorf("extender not ready, retry later: %w", ErrNotSynced))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // statusWriter records the status code for metrics.

@@ -177,7 +177,7 @@ func TestBindWritesDevicesInTheBinding(t *testing.T) {
 	t.Parallel()
 	pod := testPod("ns", "p", gpus(2))
 	fc := newFakeCluster(t, pod)
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	s.State().UpsertNode(testNode("n", "A100", 4, 32, 128))
 	s.State().UpsertPod(pod)
 	url := startHTTP(t, s)
@@ -224,7 +224,7 @@ func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	pod := testPod("ns", "p", gpus(1))
 	fc := newFakeCluster(t, pod)
 	fc.failBind["p"] = true
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
 	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {

@@ -54,7 +54,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.cfg
-	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, metrics, status)")
+	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, readyz, metrics, status)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
 	fs.Float64Var(&o.qps, "kube-api-qps", defaultQPS, "client-side QPS limit to the API server; one bound pod is one "+
