@@ -3,9 +3,10 @@ package extender
 import (
 	"errors"
 	"fmt"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"math"
 	"time"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrInvalidConfig means a Config value is out of range.
@@ -26,6 +27,10 @@ type Config struct {
 
 	// MetricsMaxAge: a node-metrics annotation older than this is treated as unknown (Node.Usage = nil).
 	MetricsMaxAge time.Duration
+	// MetricsMaxSkew: a node-metrics annotation stamped further than this in the
+	// future (a node's clock ahead of ours) is treated as unknown too; otherwise it
+	// would stay fresh until our clock caught up.
+	MetricsMaxSkew time.Duration
 	// AssumedTTL is how long a filter reservation waits for its bind before it is released.
 	AssumedTTL time.Duration
 	// GangPlanTTL is how long a gang's placement plan holds capacity while its members reach bind.
@@ -54,6 +59,7 @@ func DefaultConfig() Config {
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
 		MetricsMaxAge:     2 * time.Minute,
+		MetricsMaxSkew:    10 * time.Second,
 		AssumedTTL:        30 * time.Second,
 		GangPlanTTL:       60 * time.Second,
 		GangBindTimeout:   20 * time.Second,
@@ -90,6 +96,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			bad("%s %v must be > 0", d.name, d.v)
 		}
+	}
+	if c.MetricsMaxSkew < 0 {
+		bad("metrics max skew %v must be >= 0", c.MetricsMaxSkew)
 	}
 	if c.InformerResync < 0 {
 		bad("informer resync %v must be >= 0", c.InformerResync)

@@ -1,12 +1,13 @@
 package extender
 
 import (
-	"github.com/understory/understory/scheduler-extender/placement"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func nodeSelector(k, v string) podOpt {

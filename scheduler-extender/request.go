@@ -3,7 +3,6 @@ package extender
 import (
 	"errors"
 	"fmt"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrInvalidPod means a pod's resources or annotations cannot be turned into a Request.

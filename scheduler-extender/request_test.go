@@ -2,13 +2,14 @@ package extender
 
 import (
 	"errors"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func podWith(containers, inits []corev1.ResourceList, ann map[string]string) *corev1.Pod {

@@ -3,11 +3,12 @@ package extender
 import (
 	"cmp"
 	"encoding/json"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Status is the JSON served at /status.
@@ -84,6 +85,9 @@ func (s *Server) Status() Status {
 			MetricsFresh: n.Usage != nil, MetricsProblem: e.metricsErr, Learned: e.learned}
 		if n.Usage == nil && ns.MetricsProblem == "" {
 			ns.MetricsProblem = "older than the metrics max age"
+			if e.metrics != nil && e.metrics.Timestamp.After(out.Time) {
+				ns.MetricsProblem = "stamped in the future beyond the metrics max skew"
+			}
 		}
 		for i, f := range n.GPUFree {
 			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})

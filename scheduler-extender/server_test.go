@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"io"
 	"net/http"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestFilterVerdicts(t *testing.T) {

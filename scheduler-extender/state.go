@@ -3,7 +3,6 @@ package extender
 import (
 	"errors"
 	"fmt"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrUnknownPod means the extender has never seen the pod and could not fetch it.
@@ -303,7 +303,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 // refreshUsage sets n.Usage from the node's metrics while they are fresh; nil otherwise.
 func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	var u *placement.Usage
-	if e.metrics != nil && e.metrics.Fresh(now, s.cfg.MetricsMaxAge) {
+	if e.metrics != nil && metricsFresh(e.metrics, now, s.cfg.MetricsMaxAge, s.cfg.MetricsMaxSkew) {
 		u = e.usage
 	}
 	if u == e.n.Usage {
@@ -311,6 +311,13 @@ func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	}
 	e.n.Usage = u
 	return true
+}
+
+// metricsFresh reports whether m is at most maxAge old at now and stamped at
+// most maxSkew in the future: a future timestamp (a node clock ahead of ours, a
+// hand-written annotation) would otherwise read as fresh forever.
+func metricsFresh(m *metrics.NodeMetrics, now time.Time, maxAge, maxSkew time.Duration) bool {
+	return m.Timestamp.Sub(now) <= maxSkew && m.Fresh(now, maxAge)
 }
 
 // usageOf is the part of the node agent's metrics placement scores on.

@@ -3,12 +3,13 @@ package extender
 import (
 	"bytes"
 	"fmt"
-	"github.com/understory/understory/scheduler-extender/placement"
 	"hash/maphash"
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // verdict is why one node was refused. name may alias the request body.

@@ -67,6 +67,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
 	fs.DurationVar(&c.MetricsMaxAge, "metrics-max-age", c.MetricsMaxAge, "node-metrics annotations older than this count as unknown")
+	fs.DurationVar(&c.MetricsMaxSkew, "metrics-max-skew", c.MetricsMaxSkew, "node-metrics annotations stamped further than this in the future count as unknown")
 	fs.DurationVar(&c.AssumedTTL, "assumed-ttl", c.AssumedTTL, "how long a filter reservation waits for its bind")
 	fs.DurationVar(&c.GangPlanTTL, "gang-plan-ttl", c.GangPlanTTL, "how long a gang plan holds capacity (PodGroup scheduleTimeoutSeconds overrides)")
 	fs.DurationVar(&c.GangBindTimeout, "gang-bind-timeout", c.GangBindTimeout, "how long a gang member's bind waits for the rest; keep below the scheduler's extender httpTimeout")
