@@ -25,6 +25,13 @@ type Config struct {
 	// Seed seeds the random policy and tie-breaking; 0 picks one from the clock.
 	Seed int64
 
+	// NodeCacheCapable must match the scheduler's extender setting
+	// nodeCacheCapable. When set, nodes are never learned from request bodies
+	// (only the node informer knows nodes); when not, a filter's full Node
+	// objects teach the index nodes it does not know yet, until calls stop
+	// carrying them.
+	NodeCacheCapable bool
+
 	// MetricsMaxAge: a node-metrics annotation older than this is treated as unknown (Node.Usage = nil).
 	MetricsMaxAge time.Duration
 	// MetricsMaxSkew: a node-metrics annotation stamped further than this in the
@@ -58,6 +65,7 @@ func DefaultConfig() Config {
 		Policy:            placement.DefaultPolicy,
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
+		NodeCacheCapable:  true,
 		MetricsMaxAge:     2 * time.Minute,
 		MetricsMaxSkew:    10 * time.Second,
 		AssumedTTL:        30 * time.Second,

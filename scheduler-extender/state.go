@@ -78,6 +78,7 @@ type nodeEntry struct {
 	metricsErr string
 	pods       map[types.UID]*podEntry            // pods charged here
 	learned    bool                               // known only from extender args (nodeCacheCapable false)
+	seen       time.Time                          // last time extender args carried it (learned nodes)
 	cache      [scoreSlots]atomic.Pointer[scored] // verdicts by request shape, round robin
 	nextSlot   atomic.Uint32
 }
@@ -368,6 +369,10 @@ func nodeFromAPI(obj *corev1.Node) *placement.Node {
 func (s *State) DeleteNode(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deleteNodeLocked(name)
+}
+
+func (s *State) deleteNodeLocked(name string) {
 	e, ok := s.nodes[name]
 	if !ok {
 		return
@@ -434,7 +439,14 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	p.reqErr = err
 	s.setGang(p, pod)
 
-	if pod.Spec.NodeName == "" {
+	node := pod.Spec.NodeName
+	if !fromInformer {
+		// A request body is no witness of a binding: kube-scheduler never asks
+		// about a bound pod, and a pod that only a body claims bound would hold
+		// its devices with nothing ever to release them.
+		node = ""
+	}
+	if node == "" {
 		return p // pending: keep whatever the extender holds for it
 	}
 	// Bound: the API server is the truth.
@@ -445,11 +457,11 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 			devs, fromAnnotation = d, true
 		}
 	}
-	same := p.charged && p.node == pod.Spec.NodeName
+	same := p.charged && p.node == node
 	if !fromAnnotation && same {
 		devs = p.devices
 	}
-	e, known := s.nodes[pod.Spec.NodeName]
+	e, known := s.nodes[node]
 	if same && slices.Equal(devs, p.devices) {
 		if fromAnnotation {
 			p.inferred = false
@@ -462,7 +474,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	}
 	s.releasePlanOf(p, "pod bound elsewhere")
 	s.release(p)
-	p.node, p.phase = pod.Spec.NodeName, phaseBound
+	p.node, p.phase = node, phaseBound
 	if !known {
 		p.devices = devs
 		s.addOrphan(p)
@@ -496,23 +508,30 @@ func (s *State) deletePodLocked(uid types.UID) {
 	delete(s.pods, uid)
 }
 
-// argsPodLifetime is how many AssumedTTLs a pod known only from extender args
-// (never from the informer) is kept after it was last seen.
-const argsPodLifetime = 10
+// argsLifetime is how many AssumedTTLs a pod or node known only from extender
+// args (never from an informer) is kept after it was last seen.
+const argsLifetime = 10
 
 // expireReservations releases filter reservations older than AssumedTTL and
-// returns how many; it also forgets pending pods that only extender args ever
-// showed and that have not been seen for a while (deleted before the informer
-// saw them, or an extender without informers).
+// returns how many; it also forgets what only extender args ever showed and
+// that has not been seen for argsLifetime AssumedTTLs: pods (deleted before the
+// informer saw them, or an extender without informers), whatever they hold
+// unless a bind is in flight, and learned nodes (nodeCacheCapable false).
 func (s *State) expireReservations(now time.Time) int {
 	n := 0
+	life := argsLifetime * s.cfg.AssumedTTL
 	for uid, p := range s.pods {
 		if p.phase == phaseReserved && now.After(p.expires) {
 			s.release(p)
 			n++
 		}
-		if !p.informer && p.phase == phasePending && now.Sub(p.seen) > argsPodLifetime*s.cfg.AssumedTTL {
+		if !p.informer && p.phase != phaseBinding && now.Sub(p.seen) > life {
 			s.deletePodLocked(uid)
+		}
+	}
+	for name, e := range s.nodes {
+		if e.learned && now.Sub(e.seen) > life {
+			s.deleteNodeLocked(name)
 		}
 	}
 	return n

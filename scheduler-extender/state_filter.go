@@ -250,15 +250,19 @@ func (s *State) resolve(names [][]byte, raw []byte) []*nodeEntry {
 // For a pod the extender places (every pod it is asked about), the verdict passes
 // exactly one node: the one it reserved, so two quick filters can never book the
 // same capacity. Gang members follow the gang's plan (see gang.go). learned holds
-// full Node objects from a nodeCacheCapable=false call; they teach the index nodes
-// it does not know. raw is the NodeNames JSON (nil if unknown), a cache key.
+// full Node objects from a nodeCacheCapable=false call; unless
+// Config.NodeCacheCapable is set they teach the index nodes it does not know
+// (and such nodes expire when calls stop carrying them). raw is the NodeNames JSON (nil if unknown), a cache key.
 // out's slices are reused (truncated) and the filled outcome is returned.
 func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*corev1.Node, out filterOutcome) filterOutcome {
 	out.reset()
 	s.mu.Lock()
-	for _, n := range learned {
-		if e, ok := s.nodes[n.Name]; !ok || e.learned {
-			s.upsertNodeLocked(n, true)
+	if !s.cfg.NodeCacheCapable {
+		now := s.now()
+		for _, n := range learned {
+			if e, ok := s.nodes[n.Name]; !ok || e.learned {
+				s.upsertNodeLocked(n, true).seen = now
+			}
 		}
 	}
 	p := s.pods[pod.UID]

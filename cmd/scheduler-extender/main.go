@@ -66,6 +66,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory); 0: the policy's default (fgd 0.95, understory 0.995)")
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
+	fs.BoolVar(&c.NodeCacheCapable, "node-cache-capable", c.NodeCacheCapable, "the scheduler's extender config sets nodeCacheCapable; false: learn nodes from filter bodies (they expire when no longer sent)")
 	fs.DurationVar(&c.MetricsMaxAge, "metrics-max-age", c.MetricsMaxAge, "node-metrics annotations older than this count as unknown")
 	fs.DurationVar(&c.MetricsMaxSkew, "metrics-max-skew", c.MetricsMaxSkew, "node-metrics annotations stamped further than this in the future count as unknown")
 	fs.DurationVar(&c.AssumedTTL, "assumed-ttl", c.AssumedTTL, "how long a filter reservation waits for its bind")
