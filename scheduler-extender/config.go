@@ -42,6 +42,10 @@ type Config struct {
 	AssumedTTL time.Duration
 	// GangPlanTTL is how long a gang's placement plan holds capacity while its members reach bind.
 	GangPlanTTL time.Duration
+	// MaxGangMembers caps a gang's minMember: planning costs minMember Selects
+	// over the candidate nodes, so a larger gang is refused as unresolvable
+	// with the reason instead of being planned.
+	MaxGangMembers int
 	// GangBindTimeout bounds how long one member's bind call waits for the rest of its gang.
 	// It must stay below kube-scheduler's extender httpTimeout.
 	GangBindTimeout time.Duration
@@ -71,6 +75,7 @@ func DefaultConfig() Config {
 		AssumedTTL:        30 * time.Second,
 		GangPlanTTL:       60 * time.Second,
 		GangBindTimeout:   20 * time.Second,
+		MaxGangMembers:    1000,
 		APITimeout:        5 * time.Second,
 		Housekeeping:      time.Second,
 		InformerResync:    0,
@@ -104,6 +109,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			bad("%s %v must be > 0", d.name, d.v)
 		}
+	}
+	if c.MaxGangMembers < 1 || c.MaxGangMembers > MaxGangSize {
+		bad("max gang members %d must be in 1..%d", c.MaxGangMembers, MaxGangSize)
 	}
 	if c.MetricsMaxSkew < 0 {
 		bad("metrics max skew %v must be >= 0", c.MetricsMaxSkew)

@@ -10,7 +10,8 @@
 // extender's own reservations and gangs, behind a single sync.RWMutex. The
 // node, pod and PodGroup informers feed it; scoring runs under the read lock,
 // every change under the write lock, and a filter that scored optimistically
-// re-checks the node's generation before it commits. Nothing does I/O under
+// re-checks the node's generation before it commits. Gang planning runs on
+// copies without the lock (gangJob) and commits under it. Nothing does I/O under
 // the lock: Events and gang nudges are queued and flushed afterwards, and a
 // gang member's bind waits on a channel with no lock held.
 //

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,11 @@ type gang struct {
 	everKey  reqKey
 	everCons string // constraints key of the pod it was computed for
 	everFits int
+
+	version  uint64       // bumped on every change of a member (keys noFit)
+	planning bool         // a member's filter is planning outside the lock
+	noFit    planCacheKey // the inputs of the last plan that did not fit (zero: none)
+	noFitN   int          // how many members fit in it
 }
 
 // gangPlan is a reserved placement for a whole gang.
@@ -185,6 +191,7 @@ func (s *State) setGang(p *podEntry, pod *corev1.Pod) {
 		s.gangs[ref.key] = g
 	}
 	g.members[p.uid] = p
+	g.version++
 }
 
 func (s *State) dropGangMember(p *podEntry) {
@@ -197,7 +204,8 @@ func (s *State) dropGangMember(p *podEntry) {
 		return
 	}
 	delete(g.members, p.uid)
-	if len(g.members) == 0 && g.plan == nil {
+	g.version++
+	if len(g.members) == 0 && g.plan == nil && !g.planning {
 		delete(s.gangs, g.key)
 	}
 }
@@ -252,33 +260,30 @@ type planSlot struct {
 	devs []int
 }
 
-// planGang places members greedily (largest first) on the named nodes as they are
-// now, without changing them, each member only where its constraints allow
-// (the names passed kube-scheduler's filters for the member being filtered,
-// not necessarily for the others). It returns the slots of the members that fit.
-func (s *State) planGang(members []*podEntry, names [][]byte) []planSlot {
-	nodes := make([]*placement.Node, 0, len(names))
-	meta := make([]*corev1.Node, 0, len(names))
-	idx := make(map[string]int, len(names))
-	for _, b := range names {
-		if e, ok := s.nodes[string(b)]; ok {
-			if _, dup := idx[e.n.Name]; !dup {
-				idx[e.n.Name] = len(nodes)
-				nodes = append(nodes, e.n)
-				meta = append(meta, e.meta)
-			}
-		}
+// planMember is what planning reads of a member: copied under the lock, so that
+// planning can run without it.
+type planMember struct {
+	p    *podEntry // identity only: never read outside the lock
+	req  placement.Request
+	cons *podConstraints // replaced, never modified, by setGang
+}
+
+func planMembersOf(ps []*podEntry) []planMember {
+	out := make([]planMember, len(ps))
+	for i, p := range ps {
+		out[i] = planMember{p: p, req: p.req, cons: p.cons}
 	}
-	return placeAll(s.policy, nodes, meta, idx, members, true)
+	return out
 }
 
 // placeAll places members on nodes (cloning a node before its first change) and
 // returns the slots of those that fit. meta[i] is the name, labels and taints of
 // nodes[i]: a member goes only to nodes its constraints allow, condition taints
-// counting or not as conditions says (see podConstraints.allows).
-func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node, idx map[string]int, members []*podEntry, conditions bool) []planSlot {
+// counting or not as conditions says (see podConstraints.allows). It reads only
+// its arguments: gang planning runs it without the index lock.
+func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node, idx map[string]int, members []planMember, conditions bool) []planSlot {
 	order := slices.Clone(members)
-	slices.SortStableFunc(order, func(a, b *podEntry) int {
+	slices.SortStableFunc(order, func(a, b planMember) int {
 		return cmp.Or(cmp.Compare(b.req.GPUTotalMilli(), a.req.GPUTotalMilli()), cmp.Compare(b.req.CPUMilli, a.req.CPUMilli))
 	})
 	cloned := make(map[int]bool)
@@ -312,37 +317,55 @@ func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node
 		if nodes[i].Place(m.req, devs) != nil {
 			continue
 		}
-		slots = append(slots, planSlot{p: m, node: best.Name, devs: devs})
+		slots = append(slots, planSlot{p: m.p, node: best.Name, devs: devs})
 	}
 	return slots
 }
 
-// everFits is how many of minMember members (the gang's own requests, padded with
-// p's) fit on the whole cluster emptied of every pod, each member only on the
-// nodes its node selector, required node affinity and tolerations allow
-// (condition taints such as not-ready or cordoned do not count: they pass).
-// Cached per node generation (capacity, labels, taints), request shape and
-// constraints of p.
-func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
-	k, ck := keyOf(p.req), p.cons.cacheKey()
-	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == k && g.everCons == ck {
-		return g.everFits
+// everJob is the "can the gang ever fit" check: how many of minMember members
+// (the gang's own requests, padded with the filtered pod's) fit on the whole
+// cluster emptied of every pod, each member only on the nodes its node
+// selector, required node affinity and tolerations allow (condition taints such
+// as not-ready or cordoned do not count: they pass). Its verdict is cached per
+// capGen (node set, capacity, labels, taints), minMember, request shape and
+// constraints of the filtered pod.
+type everJob struct {
+	capGen  uint64
+	min     int
+	key     reqKey
+	cons    string
+	nodes   []*placement.Node
+	meta    []*corev1.Node
+	idx     map[string]int
+	members []planMember
+	fits    int
+}
+
+// everCached returns the cached verdict for g, minMember and p, if any.
+func (s *State) everCached(g *gang, minMember int, p *podEntry) (int, bool) {
+	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == keyOf(p.req) && g.everCons == p.cons.cacheKey() {
+		return g.everFits, true
 	}
+	return 0, false
+}
+
+// everSnapshot copies what everJob.run needs. Call with mu held.
+func (s *State) everSnapshot(g *gang, minMember int, p *podEntry) *everJob {
 	entries := make([]*nodeEntry, 0, len(s.nodes))
 	for _, e := range s.nodes {
 		entries = append(entries, e)
 	}
 	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
-	nodes := make([]*placement.Node, len(entries))
-	meta := make([]*corev1.Node, len(entries))
-	idx := make(map[string]int, len(entries))
+	j := &everJob{capGen: s.capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey(),
+		nodes: make([]*placement.Node, len(entries)), meta: make([]*corev1.Node, len(entries)),
+		idx: make(map[string]int, len(entries))}
 	for i, e := range entries {
 		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
 			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
 		for d := range n.GPUFree {
 			n.GPUFree[d] = placement.MilliPerGPU
 		}
-		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
+		j.nodes[i], j.meta[i], j.idx[n.Name] = n, e.meta, i
 	}
 	members := make([]*podEntry, 0, minMember)
 	for _, m := range sortedMembers(g, p) {
@@ -353,9 +376,19 @@ func (s *State) everFits(g *gang, minMember int, p *podEntry) int {
 	for len(members) < minMember {
 		members = append(members, p)
 	}
-	fits := len(placeAll(s.policy, nodes, meta, idx, members, false))
-	g.everGen, g.everMin, g.everKey, g.everCons, g.everFits = s.capGen, minMember, k, ck, fits
-	return fits
+	j.members = planMembersOf(members)
+	return j
+}
+
+func (j *everJob) run(pol placement.Policy) {
+	j.fits = len(placeAll(pol, j.nodes, j.meta, j.idx, j.members, false))
+}
+
+// everStore caches j's verdict on g if the cluster's capacity has not changed since.
+func (s *State) everStore(g *gang, j *everJob) {
+	if s.capGen == j.capGen {
+		g.everGen, g.everMin, g.everKey, g.everCons, g.everFits = j.capGen, j.min, j.key, j.cons, j.fits
+	}
 }
 
 // sortedMembers lists g's members with first in front, then by creation time and name.
@@ -373,28 +406,34 @@ func sortedMembers(g *gang, first *podEntry) []*podEntry {
 }
 
 // gangFilterLocked is Filter for a gang member. done=false means the gang is
-// already admitted and p is placed like any pod. Call with mu held for writing.
-func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome) (filterOutcome, bool) {
+// already admitted and p is placed like any pod. A non-nil job means the gang
+// must be planned: the caller runs job.run without the lock and then
+// gangFinishLocked with it. Call with mu held for writing.
+func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome) (filterOutcome, bool, *gangJob) {
 	g := s.gangs[p.gang.key]
 	minMember, ttl, err, retry := s.gangMin(g, p)
+	if err == nil && minMember > s.cfg.MaxGangMembers {
+		err = fmt.Errorf("gang %s: minMember %d exceeds this extender's limit of %d (-max-gang-members): %w",
+			g.key, minMember, s.cfg.MaxGangMembers, ErrInvalidGang)
+	}
 	if err != nil {
 		if !retry {
 			g.state = GangInvalid
 		}
 		g.reason = err.Error()
 		out.failAll(names, err.Error(), !retry)
-		return out, true
+		return out, true, nil
 	}
 	g.min = minMember
 	bound := s.boundMembers(g)
 	if bound >= minMember && g.plan == nil {
 		g.state, g.reason = GangAdmitted, ""
-		return out, false
+		return out, false, nil
 	}
 	if g.plan != nil {
 		if !g.plan.has(p) {
 			out.failAll(names, fmt.Sprintf("gang %s: a plan holds %d other members; waiting for them to bind", g.key, len(g.plan.members)), false)
-			return out, true
+			return out, true, nil
 		}
 		node := p.node
 		for _, b := range names {
@@ -406,10 +445,14 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 			reason := fmt.Sprintf("gang %s: planned node %s is not feasible for member %s; plan released", g.key, node, p.key())
 			s.failPlan(g, reason, "plan_broken")
 			out.failAll(names, reason, false)
-			return out, true
+			return out, true, nil
 		}
 		out.failOthers(names, node, fmt.Sprintf("gang %s: member planned on node %s", g.key, node))
-		return out, true
+		return out, true, nil
+	}
+	if g.planning {
+		out.failAll(names, fmt.Sprintf("gang %s: another member is planning the gang; retry", g.key), false)
+		return out, true, nil
 	}
 
 	need := minMember - bound
@@ -419,35 +462,142 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 			pending = append(pending, m)
 		}
 	}
-	slots := s.planGang(pending, names)
-	if len(pending) == need && len(slots) == need {
-		if err := s.commitPlan(g, p, slots, ttl); err == nil {
-			out.passed = append(out.passed[:0], p.node)
-			out.failOthers(names, p.node, fmt.Sprintf("gang %s: member planned on node %s", g.key, p.node))
-			return out, true
+	key := planCacheKey{gen: s.gen, capGen: s.capGen, version: g.version, names: s.namesHash(names), min: minMember, bound: bound,
+		trigger: p.uid}
+	if key == g.noFit {
+		// Nothing the last plan read has changed: it still does not fit.
+		return s.gangWaitLocked(g, p, names, out, bound+g.noFitN, minMember, nil), true, nil
+	}
+	job := &gangJob{g: g, trigger: p, key: key, minMember: minMember, bound: bound, need: need, ttl: ttl,
+		policy: s.policy, members: planMembersOf(pending)}
+	job.idx = make(map[string]int, len(names))
+	for _, b := range names {
+		if e, ok := s.nodes[string(b)]; ok {
+			if _, dup := job.idx[e.n.Name]; !dup {
+				job.idx[e.n.Name] = len(job.nodes)
+				job.nodes = append(job.nodes, e.n.Clone())
+				job.meta = append(job.meta, e.meta)
+			}
 		}
 	}
-	fits := bound + len(slots)
+	if _, ok := s.everCached(g, minMember, p); !ok {
+		job.ever = s.everSnapshot(g, minMember, p)
+	}
+	g.planning = true
+	return out, true, job
+}
+
+// planCacheKey is what a gang plan read: the index generation (every node
+// change bumps it), the gang's member version, the candidate names, minMember,
+// the bound members and the member being filtered (it goes first).
+type planCacheKey struct {
+	gen, capGen, version uint64
+	names                uint64
+	min, bound           int
+	trigger              types.UID
+}
+
+// namesHash identifies a candidate list.
+func (s *State) namesHash(names [][]byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	for _, b := range names {
+		_, _ = h.Write(b)
+		_ = h.WriteByte(0)
+	}
+	return h.Sum64()
+}
+
+// gangJob is one gang plan computed without the index lock: copies of the
+// candidate nodes and of the pending members' requests, planned greedily
+// (largest first) with the serving policy, and, when no cached verdict exists,
+// the "can it ever fit" check (everJob).
+type gangJob struct {
+	g                      *gang
+	trigger                *podEntry
+	key                    planCacheKey
+	minMember, bound, need int
+	ttl                    time.Duration
+	policy                 placement.Policy
+	members                []planMember
+	nodes                  []*placement.Node // clones: planning changes them
+	meta                   []*corev1.Node
+	idx                    map[string]int
+	slots                  []planSlot
+	ever                   *everJob
+}
+
+// run plans the gang. It touches only the job's own copies: call it without the lock.
+func (j *gangJob) run() {
+	j.slots = placeAll(j.policy, j.nodes, j.meta, j.idx, j.members, true)
+	if len(j.slots) < j.need && j.ever != nil {
+		j.ever.run(j.policy)
+	}
+}
+
+// gangFinishLocked commits a planned gang if everything it planned still holds
+// (Node.Place re-checks each slot), or records why the gang waits. Call with mu
+// held for writing.
+func (s *State) gangFinishLocked(j *gangJob, names [][]byte, out filterOutcome) filterOutcome {
+	g, p := j.g, j.trigger
+	g.planning = false
+	out.reset()
+	if s.gangs[g.key] == g && len(g.members) == 0 && g.plan == nil {
+		delete(s.gangs, g.key) // its last member left while it was planned
+	}
+	if s.gangs[g.key] != g || s.pods[p.uid] != p || g.plan != nil {
+		out.failAll(names, fmt.Sprintf("gang %s changed while it was planned; retry", g.key), false)
+		return out
+	}
+	if len(j.members) == j.need && len(j.slots) == j.need {
+		for _, sl := range j.slots {
+			if s.pods[sl.p.uid] != sl.p || sl.p.phase.holds() {
+				out.failAll(names, fmt.Sprintf("gang %s: a member changed while the gang was planned; retry", g.key), false)
+				return out
+			}
+		}
+		if err := s.commitPlan(g, p, j.slots, j.ttl); err != nil {
+			out.failAll(names, reasonChangedRetry, false)
+			return out
+		}
+		out.passed = append(out.passed[:0], p.node)
+		out.failOthers(names, p.node, fmt.Sprintf("gang %s: member planned on node %s", g.key, p.node))
+		return out
+	}
+	g.noFit, g.noFitN = j.key, len(j.slots)
+	return s.gangWaitLocked(g, p, names, out, j.bound+len(j.slots), j.minMember, j.ever)
+}
+
+// gangWaitLocked refuses every node for a gang that does not fit now: as never
+// fitting (unresolvable) when minMember members cannot fit the empty cluster,
+// otherwise as waiting. ever is the check run for this verdict, nil when a cached
+// one exists. Call with mu held for writing.
+func (s *State) gangWaitLocked(g *gang, p *podEntry, names [][]byte, out filterOutcome, fits, minMember int, ever *everJob) filterOutcome {
 	reason := fmt.Sprintf("gang %s: %d/%d members fit", g.key, fits, minMember)
 	if len(g.members) < minMember {
 		reason += fmt.Sprintf(" (%d of %d members exist)", len(g.members), minMember)
 	}
-	if ever := s.everFits(g, minMember, p); ever < minMember {
-		reason = fmt.Sprintf("gang %s: minMember %d can never fit the cluster (at most %d fit on empty nodes)", g.key, minMember, ever)
+	everFits, ok := s.everCached(g, minMember, p)
+	if !ok && ever != nil {
+		s.everStore(g, ever)
+		everFits, ok = ever.fits, true
+	}
+	if ok && everFits < minMember {
+		reason = fmt.Sprintf("gang %s: minMember %d can never fit the cluster (at most %d fit on empty nodes)", g.key, minMember, everFits)
 		if g.state != GangUnschedulable {
 			s.emit(p, true, "GangUnschedulable", reason)
 			s.count("unschedulable")
 		}
 		g.state, g.reason = GangUnschedulable, reason
 		out.failAll(names, reason, true)
-		return out, true
+		return out
 	}
 	if g.reason != reason {
 		s.emit(p, false, "GangWaiting", reason)
 	}
 	g.state, g.reason = GangWaiting, reason
 	out.failAll(names, reason, false)
-	return out, true
+	return out
 }
 
 func (pl *gangPlan) has(p *podEntry) bool {

@@ -281,7 +281,16 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 	}
 	if p.hasGang {
 		var done bool
-		out, done = s.gangFilterLocked(p, names, out)
+		var job *gangJob
+		out, done, job = s.gangFilterLocked(p, names, out)
+		if job != nil {
+			// Planning a gang costs minMember Selects over the candidates: it
+			// runs on copies, without the lock, and commits only what still holds.
+			s.mu.Unlock()
+			job.run()
+			s.mu.Lock()
+			out = s.gangFinishLocked(job, names, out)
+		}
 		if done {
 			s.mu.Unlock()
 			return out

@@ -71,6 +71,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.MetricsMaxSkew, "metrics-max-skew", c.MetricsMaxSkew, "node-metrics annotations stamped further than this in the future count as unknown")
 	fs.DurationVar(&c.AssumedTTL, "assumed-ttl", c.AssumedTTL, "how long a filter reservation waits for its bind")
 	fs.DurationVar(&c.GangPlanTTL, "gang-plan-ttl", c.GangPlanTTL, "how long a gang plan holds capacity (PodGroup scheduleTimeoutSeconds overrides)")
+	fs.IntVar(&c.MaxGangMembers, "max-gang-members", c.MaxGangMembers, "largest gang minMember the extender plans; larger gangs are refused with the reason")
 	fs.DurationVar(&c.GangBindTimeout, "gang-bind-timeout", c.GangBindTimeout, "how long a gang member's bind waits for the rest; keep below the scheduler's extender httpTimeout")
 	fs.DurationVar(&c.APITimeout, "api-timeout", c.APITimeout, "timeout of each API call (patch, binding, get)")
 	fs.DurationVar(&c.Housekeeping, "housekeeping", c.Housekeeping, "period of reservation/plan expiry")
