@@ -59,6 +59,9 @@ type Config struct {
 
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// PodCacheBytes bounds the memory of the decoded-pod cache of filter and
+	// prioritize (an estimate: the kept JSON and the decoded pod).
+	PodCacheBytes int64
 	// HTTP server timeouts.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
@@ -80,6 +83,7 @@ func DefaultConfig() Config {
 		Housekeeping:      time.Second,
 		InformerResync:    0,
 		MaxBodyBytes:      10 << 20,
+		PodCacheBytes:     32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      40 * time.Second,
@@ -118,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.InformerResync < 0 {
 		bad("informer resync %v must be >= 0", c.InformerResync)
+	}
+	if c.PodCacheBytes < 0 {
+		bad("pod cache bytes %d must be >= 0 (0: no cache)", c.PodCacheBytes)
 	}
 	if c.MaxBodyBytes < 1<<10 {
 		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)

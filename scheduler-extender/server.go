@@ -32,7 +32,8 @@ import (
 // EventComponent is the source component of the Events the extender emits.
 const EventComponent = "understory-scheduler-extender"
 
-// podCacheSize is how many decoded pods the filter/prioritize decoder keeps.
+// podCacheSize is how many decoded pods the filter/prioritize decoder keeps
+// at most (Config.PodCacheBytes bounds their bytes).
 const podCacheSize = 1024
 
 // eventRecorder is the part of record.EventRecorder the extender uses.
@@ -88,7 +89,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, client: deps.Client, dynamic: deps.Dynamic, recorder: deps.Recorder,
-		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
+		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
 	if s.now == nil {
 		s.now = time.Now
 	}

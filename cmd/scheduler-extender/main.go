@@ -77,6 +77,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.Housekeeping, "housekeeping", c.Housekeeping, "period of reservation/plan expiry")
 	fs.DurationVar(&c.InformerResync, "informer-resync", c.InformerResync, "informer resync period (0: none)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "request body limit")
+	fs.Int64Var(&c.PodCacheBytes, "pod-cache-bytes", c.PodCacheBytes, "memory bound of the decoded-pod cache (0: no cache)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP read header timeout")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP write timeout (must exceed the gang bind timeout)")
