@@ -6,6 +6,13 @@
 // Koordinator annotations) all-or-nothing. It also serves /healthz, /metrics
 // and /status.
 //
+// Types and their one job: Server serves HTTP (server*.go: decoding, the
+// decoded-pod cache, encoding) and binds (bind.go); State is the cluster
+// index and its reservations and gangs; shapeTable and resolvedLists
+// (verdicts.go) key and resolve what filters score; gangJob plans a gang
+// outside the lock; outbox queues the Events and nudges the index decides;
+// apiContact measures cache staleness; placement (its own package) decides.
+//
 // State is the one in-memory index: nodes, the pods charged on them, the
 // extender's own reservations and gangs, behind a single sync.RWMutex. The
 // node, pod and PodGroup informers feed it; scoring runs under the read lock,

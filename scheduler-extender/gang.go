@@ -152,19 +152,9 @@ type gangPlan struct {
 	err        error // whole-plan failure
 }
 
-// event is a Kubernetes Event to emit on a pod once the lock is released.
-type event struct {
-	namespace, name string
-	uid             types.UID
-	warning         bool
-	reason, msg     string
-}
-
+// emit queues an Event on p.
 func (s *State) emit(p *podEntry, warning bool, reason, msg string) {
-	if len(s.events) < maxQueuedEvents {
-		s.events = append(s.events, event{p.namespace, p.name, p.uid, warning, reason, msg})
-		s.pending.Store(true)
-	}
+	s.out.event(event{p.namespace, p.name, p.uid, warning, reason, msg})
 }
 
 func (s *State) count(ev string) {
@@ -631,22 +621,13 @@ func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl tim
 	for _, sl := range slots {
 		where = append(where, sl.p.name+"→"+sl.node)
 		if sl.p != trigger {
-			s.nudges = append(s.nudges, nudge{sl.p.namespace, sl.p.name, sl.p.uid,
-				fmt.Sprintf("planned:%d:%s", plan.id, sl.node)})
-			s.pending.Store(true)
+			s.out.nudge(nudge{sl.p.namespace, sl.p.name, sl.p.uid, fmt.Sprintf("planned:%d:%s", plan.id, sl.node)})
 		}
 	}
 	s.emit(trigger, false, "GangPlanned", fmt.Sprintf("gang %s: plan %d reserves %d members until %s: %s",
 		g.key, plan.id, len(slots), plan.expires.UTC().Format(time.RFC3339), strings.Join(where, ", ")))
 	s.count("planned")
 	return nil
-}
-
-// nudge is a pod the extender annotates so kube-scheduler retries it soon.
-type nudge struct {
-	namespace, name string
-	uid             types.UID
-	value           string
 }
 
 // failPlan releases g's plan: every member that has not been bound is made

@@ -184,7 +184,7 @@ func (s *Server) Housekeep() {
 
 // flush emits queued events and starts queued nudges.
 func (s *Server) flush() {
-	evs, nudges := s.state.drain()
+	evs, nudges := s.state.out.drain()
 	for _, e := range evs {
 		if s.recorder == nil {
 			continue
@@ -211,19 +211,6 @@ func (s *Server) flush() {
 			cancel()
 		}
 	}()
-}
-
-// drain takes the queued events and nudges.
-func (s *State) drain() ([]event, []nudge) {
-	if !s.pending.Load() {
-		return nil, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	evs, ns := s.events, s.nudges
-	s.events, s.nudges = nil, nil
-	s.pending.Store(false)
-	return evs, ns
 }
 
 // NewHTTPServer wraps h in an http.Server with cfg's timeouts.

@@ -76,7 +76,7 @@ func (s *Server) Status() Status {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	out := Status{Time: s.now(), Policy: st.policy.Name(), Synced: s.synced.Load(),
-		CacheStaleness: st.Staleness().Seconds(), Counts: map[string]int{},
+		CacheStaleness: st.contact.Staleness().Seconds(), Counts: map[string]int{},
 		Nodes: make([]NodeStatus, 0, len(st.nodes)), AssumedPods: []PodStatus{}, Gangs: []GangStatus{}}
 	for _, e := range st.nodes {
 		n := e.n

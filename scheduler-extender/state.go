@@ -19,9 +19,6 @@ import (
 // ErrUnknownPod means the extender has never seen the pod and could not fetch it.
 var ErrUnknownPod = errors.New("pod unknown to the extender")
 
-// maxQueuedEvents bounds the events waiting to be emitted; more are dropped.
-const maxQueuedEvents = 1024
-
 // podPhase is where a tracked pod stands in the extender's accounting.
 type podPhase int
 
@@ -103,19 +100,12 @@ type State struct {
 	epoch     uint64              // bumped when policy changes
 	cacheable bool                // the policy is deterministic: verdicts may be cached
 	seed      maphash.Seed
-	shapeMu   sync.Mutex
-	shapes    map[reqKey]uint64 // interned request shapes
-	shapeSeq  uint64
-	listMu    sync.Mutex // guards lists (used under the read lock)
-	lists     [resolveCacheSize]*nameList
-	nextList  int
+	shapes    shapeTable    // request shapes: verdict cache keys
+	lists     resolvedLists // NodeNames lists resolved to entries
 	planSeq   uint64
-	events    []event // to emit once the lock is released
-	nudges    []nudge // pods to annotate once the lock is released
+	out       outbox // Events and nudges to send once the lock is released
 	met       *metrics.Extender
-	pending   atomic.Bool // events or nudges are queued
-
-	lastContact atomic.Int64 // unix nanos of the last successful list/watch event
+	contact   *apiContact
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -127,7 +117,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
 		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
-		podGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(), shapes: map[reqKey]uint64{},
+		podGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(),
+		contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -185,18 +176,6 @@ func (s *State) RefreshWorkload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.setPolicy(w)
-}
-
-// Touch records a successful contact with the API server (a list or a watch event).
-func (s *State) Touch() { s.lastContact.Store(s.now().UnixNano()) }
-
-// Staleness is the time since the last successful contact (0 before the first).
-func (s *State) Staleness() time.Duration {
-	t := s.lastContact.Load()
-	if t == 0 {
-		return 0
-	}
-	return s.now().Sub(time.Unix(0, t))
 }
 
 // bump marks e changed. Call with mu held for writing.
@@ -551,7 +530,7 @@ func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
-		CacheStaleness: s.Staleness()}
+		CacheStaleness: s.contact.Staleness()}
 	for _, e := range s.nodes {
 		out.GPUs += len(e.n.GPUFree)
 		for _, f := range e.n.GPUFree {

@@ -1,9 +1,7 @@
 package extender
 
 import (
-	"bytes"
 	"fmt"
-	"hash/maphash"
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,32 +119,6 @@ type scored struct {
 	ok         bool  // the policy found a placement
 }
 
-// shape is a request with its interned shape id, computed once per call.
-type shape struct {
-	r  placement.Request
-	id uint64
-}
-
-// maxShapes bounds the intern table; when full it starts over (new ids never
-// collide with cached ones: ids only grow).
-const maxShapes = 1 << 16
-
-func (s *State) shapeOf(r placement.Request) shape {
-	k := keyOf(r)
-	s.shapeMu.Lock()
-	defer s.shapeMu.Unlock()
-	id, ok := s.shapes[k]
-	if !ok {
-		if len(s.shapes) >= maxShapes {
-			clear(s.shapes)
-		}
-		s.shapeSeq++
-		id = s.shapeSeq
-		s.shapes[k] = id
-	}
-	return shape{r: r, id: id}
-}
-
 // judge is fitReason plus the policy's score of sh on e, cached per node
 // generation and policy epoch (kube-scheduler asks filter and prioritize about
 // the same pod, and a job's pods share a shape). Call with mu held.
@@ -204,47 +176,6 @@ func (s *State) evaluate(sh *shape, names [][]byte, entries []*nodeEntry, out *f
 
 // maxCommitRetries bounds optimistic commits before a filter evaluates under the write lock.
 const maxCommitRetries = 3
-
-// nameList is a NodeNames array as sent (raw JSON bytes) and its nodes.
-type nameList struct {
-	hash    uint64
-	raw     []byte
-	capGen  uint64
-	entries []*nodeEntry
-}
-
-// resolveCacheSize is how many NodeNames lists resolve remembers.
-const resolveCacheSize = 4
-
-// resolve maps names to node entries (nil for unknown nodes). kube-scheduler
-// sends the same candidate list again and again, so a list is remembered by its
-// raw JSON (raw may be nil: no caching) until the set of nodes changes. Call
-// with mu held.
-func (s *State) resolve(names [][]byte, raw []byte) []*nodeEntry {
-	var h uint64
-	if raw != nil {
-		h = maphash.Bytes(s.seed, raw)
-		s.listMu.Lock()
-		for _, l := range s.lists {
-			if l != nil && l.hash == h && l.capGen == s.capGen && bytes.Equal(l.raw, raw) {
-				s.listMu.Unlock()
-				return l.entries
-			}
-		}
-		s.listMu.Unlock()
-	}
-	entries := make([]*nodeEntry, len(names))
-	for i, b := range names {
-		entries[i] = s.nodes[string(b)]
-	}
-	if raw != nil {
-		s.listMu.Lock()
-		s.lists[s.nextList] = &nameList{hash: h, raw: bytes.Clone(raw), capGen: s.capGen, entries: entries}
-		s.nextList = (s.nextList + 1) % resolveCacheSize
-		s.listMu.Unlock()
-	}
-	return entries
-}
 
 // Filter decides which of names pod may go to and reserves the best one for it.
 // For a pod the extender places (every pod it is asked about), the verdict passes
@@ -312,7 +243,7 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		}
 		return out
 	}
-	sh := s.shapeOf(p.req)
+	sh := s.shapes.of(p.req)
 	s.mu.Unlock()
 
 	for attempt := 0; ; attempt++ {
@@ -322,10 +253,10 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		var found bool
 		if last {
 			s.mu.Lock()
-			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 		} else {
 			s.mu.RLock()
-			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 			s.mu.RUnlock()
 			s.mu.Lock()
 		}
@@ -392,8 +323,8 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 		}
 		return scores, raws
 	}
-	entries := s.resolve(names, raw)
-	sh := s.shapeOf(r)
+	entries := s.lists.resolve(names, raw, s.capGen, s.nodes)
+	sh := s.shapes.of(r)
 	raws = raws[:0]
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, e := range entries {

@@ -20,7 +20,7 @@ var ErrNotSynced = errors.New("informer caches not synced")
 // touchingListWatch is a ListWatch whose every successful list and every watch
 // event (bookmarks included) marks the state as freshly in contact with the API
 // server; the extender exports the time since as cache staleness.
-func touchingListWatch(st *State,
+func touchingListWatch(st *apiContact,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
 	return &cache.ListWatch{
@@ -69,14 +69,14 @@ func tombstone(obj any) any {
 func (s *Server) startInformers(ctx context.Context) error {
 	c := s.client
 	st := s.state
-	nodes := cache.NewSharedIndexInformer(touchingListWatch(st,
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
-	pods := cache.NewSharedIndexInformer(touchingListWatch(st,
+	pods := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -120,7 +120,7 @@ func (s *Server) startInformers(ctx context.Context) error {
 	s.informerWG.Go(func() { pods.RunWithContext(ctx) })
 	if s.dynamic != nil {
 		ri := s.dynamic.Resource(PodGroupGVR).Namespace(metav1.NamespaceAll)
-		pgs := cache.NewSharedIndexInformer(touchingListWatch(st,
+		pgs := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 		), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
