@@ -42,6 +42,9 @@ type Config struct {
 	AssumedTTL time.Duration
 	// GangPlanTTL is how long a gang's placement plan holds capacity while its members reach bind.
 	GangPlanTTL time.Duration
+	// VolcanoPodGroups watches Volcano's PodGroups (scheduling.volcano.sh/v1beta1,
+	// with Deps.Dynamic) for the minMember of Volcano gangs.
+	VolcanoPodGroups bool
 	// MaxGangMembers caps a gang's minMember: planning costs minMember Selects
 	// over the candidate nodes, so a larger gang is refused as unresolvable
 	// with the reason instead of being planned.
@@ -79,6 +82,7 @@ func DefaultConfig() Config {
 		GangPlanTTL:       60 * time.Second,
 		GangBindTimeout:   20 * time.Second,
 		MaxGangMembers:    1000,
+		VolcanoPodGroups:  true,
 		APITimeout:        5 * time.Second,
 		Housekeeping:      time.Second,
 		InformerResync:    0,

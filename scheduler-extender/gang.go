@@ -89,7 +89,9 @@ func podGang(pod *corev1.Pod) (gangRef, bool) {
 	if minKey != "" {
 		v, ok := pod.Annotations[minKey]
 		if !ok {
-			ref.err = fmt.Errorf("annotation %s missing: %w", minKey, ErrInvalidGang)
+			if ref.dialect != DialectVolcano { // Volcano's minMember is its PodGroup's
+				ref.err = fmt.Errorf("annotation %s missing: %w", minKey, ErrInvalidGang)
+			}
 		} else if m, err := ParseMinMember(v); err != nil {
 			ref.err = fmt.Errorf("annotation %s: %w", minKey, err)
 		} else {
@@ -236,6 +238,21 @@ func (s *State) gangMin(g *gang, p *podEntry) (minMember int, ttl time.Duration,
 			ttl = max(spec.timeout, s.cfg.GangBindTimeout)
 		}
 		return spec.minMember, ttl, nil, false
+	}
+	if g.dialect == DialectVolcano {
+		// Volcano's PodGroup is the truth; the per-member annotation only
+		// stands in where no Volcano PodGroup is seen (Volcano not installed,
+		// or Config.VolcanoPodGroups off).
+		if spec, ok := s.volcanoGroups[g.key]; ok {
+			if spec.err != nil {
+				return 0, 0, fmt.Errorf("gang %s: Volcano PodGroup: %w", g.key, spec.err), false
+			}
+			return spec.minMember, ttl, nil, false
+		}
+		if p.gang.err == nil && p.gang.min == 0 {
+			return 0, 0, fmt.Errorf("gang %s: Volcano PodGroup not found and no %s annotation", g.key,
+				AnnotationVolcanoMinMember), true
+		}
 	}
 	if p.gang.err != nil {
 		return 0, 0, fmt.Errorf("gang %s: %w", g.key, p.gang.err), false

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -138,5 +141,66 @@ func TestGangMinMemberCap(t *testing.T) {
 	}
 	if n := h.calls.Load(); n != 0 {
 		t.Fatalf("a gang above the cap was planned (%d Score calls)", n)
+	}
+}
+
+func volcanoPodGroup(name string, minMember any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+		"metadata": map[string]any{"namespace": "ns", "name": name},
+		"spec":     map[string]any{"minMember": minMember, "queue": "default"},
+	}}
+}
+
+// TestVolcanoGangReadsItsPodGroup: a Volcano gang's minMember is its Volcano
+// PodGroup's spec.minMember, whatever a member's annotation says; without a
+// PodGroup the annotation stands in, and without either the gang waits
+// (retryable). Before, only the per-member annotation counted.
+func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		group     *unstructured.Unstructured
+		annotated bool // members carry group-min-member: 1
+		want      string
+		passes    bool
+		unresolv  bool
+	}{
+		{"PodGroup wins over the annotation", volcanoPodGroup("vg", int64(3)), true, "2/3 members fit (2 of 3 members exist)", false, false},
+		{"annotation without a PodGroup", nil, true, "", true, false},
+		{"neither: waits for the PodGroup", nil, false, "Volcano PodGroup not found", false, false},
+		{"malformed PodGroup", volcanoPodGroup("vg", "three"), true, "spec.minMember", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := testServer(t, newFakeClock(), Deps{})
+			twoNodes(t, s)
+			url := startHTTP(t, s)
+			if tc.group != nil {
+				s.State().UpsertVolcanoPodGroup(tc.group)
+			}
+			pods := make([]*corev1.Pod, 2)
+			for i := range pods {
+				opts := []podOpt{annotate(AnnotationVolcanoGroupName, "vg"), gpus(1), created(i)}
+				if tc.annotated {
+					opts = append(opts, annotate(AnnotationVolcanoMinMember, "1"))
+				}
+				pods[i] = testPod("ns", fmt.Sprintf("m%d", i), opts...)
+				s.State().UpsertPod(pods[i])
+			}
+			res := filter(t, url, pods[0], "n0", "n1")
+			if tc.passes {
+				passedOne(t, res)
+				return
+			}
+			reasons := res.FailedNodes
+			if tc.unresolv {
+				reasons = res.FailedAndUnresolvableNodes
+			}
+			if res.NodeNames != nil && len(*res.NodeNames) > 0 || !strings.Contains(reasons["n0"], tc.want) {
+				t.Fatalf("want %q (unresolvable %v), got %+v", tc.want, tc.unresolv, res)
+			}
+		})
 	}
 }

@@ -45,7 +45,10 @@ func TestPodGangDialects(t *testing.T) {
 		{"volcano", testPod("ns", "p", volcano("vg", 3)...), true, "ns/vg", DialectVolcano, 3, ""},
 		{"volcano alt name", testPod("ns", "p", annotate(AnnotationVolcanoGroupNameAlt, "vg"),
 			annotate(AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
-		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, "missing"},
+		// Volcano's minMember is its PodGroup's: no annotation is no error (gangMin waits for the PodGroup).
+		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
+		{"volcano bad min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg"),
+			annotate(AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
 		{"koordinator", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
 			annotate(AnnotationKoordinatorMinAvailable, "5")), true, "ns/kg", DialectKoordinator, 5, ""},
 		{"koordinator bad min", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
@@ -435,7 +438,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 		"spec":     map[string]any{"minMember": int64(2), "scheduleTimeoutSeconds": int64(90)},
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList"}, pg)
+		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList", VolcanoPodGroupGVR: "PodGroupList"}, pg)
 	a := testPod("ns", "a", gpus(1), label(LabelPodGroup, "pg"))
 	b := testPod("ns", "b", gpus(1), label(LabelPodGroup, "pg"))
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), a, b)

@@ -46,8 +46,10 @@ type Deps struct {
 	// Client lists and watches nodes and pods, patches and binds pods, records
 	// events. Nil: no informers (feed the index with UpsertNode/UpsertPod) and bind fails.
 	Client kubernetes.Interface
-	// Dynamic watches scheduling.x-k8s.io PodGroups. Nil: PodGroup gangs wait
-	// with "PodGroup not found" unless fed through State().UpsertPodGroup.
+	// Dynamic watches scheduling.x-k8s.io PodGroups and (Config.VolcanoPodGroups)
+	// Volcano's. Nil: PodGroup gangs wait with "PodGroup not found" unless fed
+	// through State().UpsertPodGroup, and Volcano gangs use their members'
+	// annotation unless fed through State().UpsertVolcanoPodGroup.
 	Dynamic dynamic.Interface
 	// Recorder receives Events. Nil: built on Client (or none without a Client).
 	Recorder eventRecorder

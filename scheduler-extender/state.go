@@ -93,19 +93,21 @@ type State struct {
 	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
 	gangs     map[string]*gang
 	podGroups map[string]podGroupSpec
-	gen       uint64 // source of nodeEntry.gen
-	capGen    uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
-	policy    placement.Policy
-	workload  *placement.Workload // the policy's target workload (nil: none yet)
-	epoch     uint64              // bumped when policy changes
-	cacheable bool                // the policy is deterministic: verdicts may be cached
-	seed      maphash.Seed
-	shapes    shapeTable    // request shapes: verdict cache keys
-	lists     resolvedLists // NodeNames lists resolved to entries
-	planSeq   uint64
-	out       outbox // Events and nudges to send once the lock is released
-	met       *metrics.Extender
-	contact   *apiContact
+	// volcanoGroups are Volcano PodGroups by namespace/name.
+	volcanoGroups map[string]podGroupSpec
+	gen           uint64 // source of nodeEntry.gen
+	capGen        uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
+	policy        placement.Policy
+	workload      *placement.Workload // the policy's target workload (nil: none yet)
+	epoch         uint64              // bumped when policy changes
+	cacheable     bool                // the policy is deterministic: verdicts may be cached
+	seed          maphash.Seed
+	shapes        shapeTable    // request shapes: verdict cache keys
+	lists         resolvedLists // NodeNames lists resolved to entries
+	planSeq       uint64
+	out           outbox // Events and nudges to send once the lock is released
+	met           *metrics.Extender
+	contact       *apiContact
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -117,7 +119,7 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
 		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
-		podGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(),
+		podGroups: map[string]podGroupSpec{}, volcanoGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(),
 		contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {

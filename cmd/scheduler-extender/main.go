@@ -61,7 +61,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		"write (its Binding), so this caps binds per second. kube-scheduler defaults to 50 but is run far higher when "+
 		"tuned for throughput (its scheduler_perf benchmark uses 5000); API priority and fairness still protects the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", defaultBurst, "client-side burst to the API server (a gang commit sends its Bindings together)")
-	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch scheduling.x-k8s.io PodGroups")
+	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch PodGroups at all (scheduling.x-k8s.io nor Volcano's)")
+	fs.BoolVar(&c.VolcanoPodGroups, "volcano-podgroups", c.VolcanoPodGroups, "watch Volcano's scheduling.volcano.sh/v1beta1 PodGroups for the minMember of Volcano gangs")
 	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", placement.PolicyNames()))
 	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory); 0: the policy's default (fgd 0.95, understory 0.995)")
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
