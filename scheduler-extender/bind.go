@@ -256,6 +256,7 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 	if g.plan == plan {
 		g.plan = nil
 	}
+	s.donePlans[plan.id] = plan.expires
 	if failed == 0 {
 		g.state, g.reason = GangAdmitted, ""
 		s.count("bound")

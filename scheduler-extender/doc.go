@@ -36,6 +36,10 @@
 //     (at most Config.GangBindTimeout). That must stay below kube-scheduler's
 //     extender httpTimeout, and the HTTP write timeout above it plus the API
 //     calls of the commit (Config.Validate checks the latter).
+//   - A committed gang plan is recorded on every member (AnnotationGangState,
+//     gang_resume.go) and resumed after a restart; plan ids must stay unique
+//     across restarts (planIDBase), and a plan this process released must never
+//     be resumed from its records (donePlans).
 //   - Verdicts are cached per node, keyed by the node's generation, the policy
 //     epoch and the request shape. Every change of a node's placement state
 //     must go through State.bump, and cached device slices are shared: never

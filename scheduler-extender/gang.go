@@ -442,23 +442,16 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 			out.failAll(names, fmt.Sprintf("gang %s: a plan holds %d other members; waiting for them to bind", g.key, len(g.plan.members)), false)
 			return out, true, nil
 		}
-		node := p.node
-		for _, b := range names {
-			if string(b) == node {
-				out.passed = append(out.passed[:0], node)
-			}
-		}
-		if len(out.passed) == 0 {
-			reason := fmt.Sprintf("gang %s: planned node %s is not feasible for member %s; plan released", g.key, node, p.key())
-			s.failPlan(g, reason, "plan_broken")
-			out.failAll(names, reason, false)
-			return out, true, nil
-		}
-		out.failOthers(names, node, fmt.Sprintf("gang %s: member planned on node %s", g.key, node))
+		s.filterPlannedLocked(g, p, names, &out)
 		return out, true, nil
 	}
 	if g.planning {
 		out.failAll(names, fmt.Sprintf("gang %s: another member is planning the gang; retry", g.key), false)
+		return out, true, nil
+	}
+	if s.resumePlanLocked(g, p, minMember) && p.phase == phasePlanned {
+		// The plan recorded before a restart holds again: follow it.
+		s.filterPlannedLocked(g, p, names, &out)
 		return out, true, nil
 	}
 
@@ -607,15 +600,40 @@ func (s *State) gangWaitLocked(g *gang, p *podEntry, names [][]byte, out filterO
 	return out
 }
 
+// filterPlannedLocked passes a planned member's node only, or releases the
+// plan when that node is no longer a candidate for it.
+func (s *State) filterPlannedLocked(g *gang, p *podEntry, names [][]byte, out *filterOutcome) {
+	node := p.node
+	for _, b := range names {
+		if string(b) == node {
+			out.passed = append(out.passed[:0], node)
+		}
+	}
+	if len(out.passed) == 0 {
+		reason := fmt.Sprintf("gang %s: planned node %s is not feasible for member %s; plan released", g.key, node, p.key())
+		s.failPlan(g, reason, "plan_broken")
+		out.failAll(names, reason, false)
+		return
+	}
+	out.failOthers(names, node, fmt.Sprintf("gang %s: member planned on node %s", g.key, node))
+}
+
 func (pl *gangPlan) has(p *podEntry) bool {
 	_, ok := pl.members[p.uid]
 	return ok
 }
 
-// commitPlan reserves every slot for the gang and nudges the planned members.
+// commitPlan reserves every slot for the gang for ttl and records the plan on
+// every member (which nudges the others).
 func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl time.Duration) error {
 	s.planSeq++
-	plan := &gangPlan{id: s.planSeq, members: map[types.UID]bool{}, expires: s.now().Add(ttl),
+	return s.commitPlanAs(g, trigger, slots, s.planSeq, s.now().Add(ttl), false)
+}
+
+// commitPlanAs reserves every slot as plan id until expires; resumed plans
+// (recorded before a restart) are not recorded again.
+func (s *State) commitPlanAs(g *gang, trigger *podEntry, slots []planSlot, id uint64, expires time.Time, resumed bool) error {
+	plan := &gangPlan{id: id, members: map[types.UID]bool{}, expires: expires,
 		done: make(chan struct{}), results: map[types.UID]error{}}
 	for i, sl := range slots {
 		e := s.nodes[sl.node]
@@ -637,13 +655,19 @@ func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl tim
 	var where []string
 	for _, sl := range slots {
 		where = append(where, sl.p.name+"→"+sl.node)
-		if sl.p != trigger {
-			s.out.nudge(nudge{sl.p.namespace, sl.p.name, sl.p.uid, fmt.Sprintf("planned:%d:%s", plan.id, sl.node)})
+		if !resumed {
+			s.out.nudge(nudge{sl.p.namespace, sl.p.name, sl.p.uid, formatPlanState(plan.id, sl, plan.expires)})
 		}
 	}
-	s.emit(trigger, false, "GangPlanned", fmt.Sprintf("gang %s: plan %d reserves %d members until %s: %s",
-		g.key, plan.id, len(slots), plan.expires.UTC().Format(time.RFC3339), strings.Join(where, ", ")))
-	s.count("planned")
+	verb := "reserves"
+	if resumed {
+		verb = "resumed after a restart, reserves"
+	}
+	s.emit(trigger, false, "GangPlanned", fmt.Sprintf("gang %s: plan %d %s %d members until %s: %s",
+		g.key, plan.id, verb, len(slots), plan.expires.UTC().Format(time.RFC3339), strings.Join(where, ", ")))
+	if !resumed {
+		s.count("planned")
+	}
 	return nil
 }
 
@@ -655,6 +679,7 @@ func (s *State) failPlan(g *gang, reason, metric string) {
 		return
 	}
 	g.plan = nil
+	s.donePlans[plan.id] = plan.expires
 	var any *podEntry
 	for uid := range plan.members {
 		if m := s.pods[uid]; m != nil {

@@ -204,3 +204,71 @@ func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestGangPlanSurvivesRestart: a committed plan is recorded on every member;
+// an extender restarted mid-plan reserves it again exactly as recorded once it
+// has synced, and its members pass their planned nodes. An expired record is
+// not resumed, nor is a plan this process released. Before, a restart lost the
+// plan and the capacity it held.
+func TestGangPlanSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	m0, m1 := gangPod("m0", "g", 2, 3, 0), gangPod("m1", "g", 2, 3, 1)
+	fc := newFakeCluster(t, m0, m1)
+	clock := newFakeClock()
+	a := fedServer(t, clock, Deps{Client: fc})
+	twoNodes(t, a)
+	a.State().UpsertPod(m0)
+	a.State().UpsertPod(m1)
+	urlA := startHTTP(t, a)
+	passedOne(t, filter(t, urlA, m0, "n0", "n1"))
+	a.Housekeep() // flushes the recording patches
+	recorded := func() []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, name := range []string{"m0", "m1"} {
+			if p := fc.pod(t, "ns", name); strings.HasPrefix(p.Annotations[AnnotationGangState], "planned:") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	waitFor(t, func() bool { return len(recorded()) == 2 })
+	want := map[string]string{"m0": phaseOf(a, m0.UID), "m1": phaseOf(a, m1.UID)}
+
+	restart := func() *Server {
+		b := testServer(t, clock, Deps{})
+		twoNodes(t, b)
+		for _, p := range recorded() {
+			b.State().UpsertPod(p)
+		}
+		b.Housekeep()
+		return b
+	}
+	b := restart()
+	for _, p := range []*corev1.Pod{m0, m1} {
+		if got := phaseOf(b, p.UID); got != want[p.Name] || !strings.HasPrefix(got, "planned@") {
+			t.Fatalf("after restart %s is %s, want %s", p.Name, got, want[p.Name])
+		}
+	}
+	node := strings.TrimPrefix(want["m1"], "planned@")
+	if got := passedOne(t, filter(t, startHTTP(t, b), m1, "n0", "n1")); got != node {
+		t.Fatalf("m1 passed %s, planned on %s", got, node)
+	}
+
+	// Released by this process: never resumed, though its record has not expired.
+	a.State().DeleteNode(node)
+	a.State().UpsertNode(testNode(node, "A100", 4, 64, 256))
+	for _, p := range recorded() {
+		a.State().UpsertPod(p)
+	}
+	a.Housekeep()
+	if got := phaseOf(a, m1.UID); got != "pending@" {
+		t.Fatalf("a released plan was resumed: m1 is %s", got)
+	}
+
+	// Expired record: not resumed after a restart.
+	clock.Advance(DefaultConfig().GangPlanTTL + time.Second)
+	c := restart()
+	if got := phaseOf(c, m0.UID); got != "pending@" {
+		t.Fatalf("an expired plan was resumed: m0 is %s", got)
+	}
+}

@@ -116,15 +116,15 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	if again := passedOne(t, filter(t, url, members[1], "n0", "n1")); again != planned["m1"] {
 		t.Fatalf("member m1 moved from %s to %s", planned["m1"], again)
 	}
-	// Nudges: the three members the trigger did not cover get annotated.
+	// Every member records the plan (which nudges the three the trigger did not cover).
 	waitFor(t, func() bool {
 		n := 0
 		for _, p := range members {
-			if fc.pod(t, "ns", p.Name).Annotations[AnnotationGangState] != "" {
+			if strings.HasPrefix(fc.pod(t, "ns", p.Name).Annotations[AnnotationGangState], "planned:") {
 				n++
 			}
 		}
-		return n == 3
+		return n == 4
 	})
 
 	var wg sync.WaitGroup

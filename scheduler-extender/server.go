@@ -172,6 +172,7 @@ func (s *State) housekeep() int {
 	now := s.now()
 	n := s.expireReservations(now)
 	s.expirePlans(now)
+	s.resumePlans()
 	s.refreshAllUsage(now)
 	return n
 }

@@ -48,6 +48,7 @@ type podEntry struct {
 	gang            gangRef
 	hasGang         bool
 	cons            *podConstraints // gang members only: selector, required affinity, tolerations
+	persisted       *persistedPlan  // gang members only: the plan its gang-state annotation records
 	informer        bool            // seen by the pod informer (not only in extender args)
 	seen            time.Time       // last time extender args carried it (for !informer pods)
 
@@ -105,7 +106,8 @@ type State struct {
 	shapes        shapeTable    // request shapes: verdict cache keys
 	lists         resolvedLists // NodeNames lists resolved to entries
 	planSeq       uint64
-	out           outbox // Events and nudges to send once the lock is released
+	donePlans     map[uint64]time.Time // plans released or committed, by id → expiry: never resumed
+	out           outbox               // Events and nudges to send once the lock is released
 	met           *metrics.Extender
 	contact       *apiContact
 }
@@ -120,7 +122,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
 		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
 		podGroups: map[string]podGroupSpec{}, volcanoGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(),
-		contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
+		contact: &apiContact{now: now}, planSeq: planIDBase(now()),
+		donePlans: map[uint64]time.Time{}, lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -419,6 +422,12 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	}
 	p.reqErr = err
 	s.setGang(p, pod)
+	if fromInformer {
+		p.persisted = nil
+		if p.hasGang {
+			p.persisted = persistedOf(pod)
+		}
+	}
 
 	node := pod.Spec.NodeName
 	if !fromInformer {
