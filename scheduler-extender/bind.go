@@ -146,9 +146,9 @@ func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error)
 		return job, fmt.Errorf("pod %s: a bind is already in progress", p.key())
 	}
 	if p.hasGang {
-		if g := s.gangs[p.gang.key]; g != nil && g.plan != nil && g.plan.has(p) {
+		if g := s.gangs.byKey[p.gang.key]; g != nil && g.plan != nil && g.plan.has(p) {
 			return s.beginGangBind(g, p, args.Node)
-		} else if g != nil && (g.min == 0 || s.boundMembers(g) < g.min) {
+		} else if g != nil && (g.min == 0 || g.bound() < g.min) {
 			return job, fmt.Errorf("gang %s: no plan holds pod %s; it must pass filter again: %w", p.gang.key, p.key(), errGangBind)
 		}
 	}
@@ -256,7 +256,7 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 	if g.plan == plan {
 		g.plan = nil
 	}
-	s.donePlans[plan.id] = plan.expires
+	s.gangs.finish(plan.id, plan.expires)
 	if failed == 0 {
 		g.state, g.reason = GangAdmitted, ""
 		s.count("bound")

@@ -8,7 +8,8 @@
 //
 // Types and their one job: Server serves HTTP (server*.go: decoding, the
 // decoded-pod cache, encoding) and binds (bind.go); State is the cluster
-// index and its reservations and gangs; shapeTable and resolvedLists
+// index and its reservations; gangBook the gang registry (membership,
+// PodGroups, plan ids); shapeTable and resolvedLists
 // (verdicts.go) key and resolve what filters score; gangJob plans a gang
 // outside the lock; outbox queues the Events and nudges the index decides;
 // apiContact measures cache staleness; placement (its own package) decides.
@@ -39,7 +40,7 @@
 //   - A committed gang plan is recorded on every member (AnnotationGangState,
 //     gang_resume.go) and resumed after a restart; plan ids must stay unique
 //     across restarts (planIDBase), and a plan this process released must never
-//     be resumed from its records (donePlans).
+//     be resumed from its records (gangBook.finished).
 //   - Verdicts are cached per node, keyed by the node's generation, the policy
 //     epoch and the request shape. Every change of a node's placement state
 //     must go through State.bump, and cached device slices are shared: never

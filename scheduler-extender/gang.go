@@ -165,101 +165,6 @@ func (s *State) count(ev string) {
 	}
 }
 
-// setGang keeps p's gang membership in line with pod. Call with mu held for writing.
-func (s *State) setGang(p *podEntry, pod *corev1.Pod) {
-	ref, ok := podGang(pod)
-	if p.hasGang && (!ok || ref.key != p.gang.key) {
-		s.dropGangMember(p)
-	}
-	p.cons = nil
-	if !ok {
-		return
-	}
-	p.gang, p.hasGang, p.cons = ref, true, constraintsOf(pod)
-	g := s.gangs[ref.key]
-	if g == nil {
-		g = &gang{key: ref.key, namespace: ref.namespace, name: ref.name, dialect: ref.dialect,
-			members: map[types.UID]*podEntry{}, state: GangWaiting}
-		s.gangs[ref.key] = g
-	}
-	g.members[p.uid] = p
-	g.version++
-}
-
-func (s *State) dropGangMember(p *podEntry) {
-	if !p.hasGang {
-		return
-	}
-	p.hasGang = false
-	g := s.gangs[p.gang.key]
-	if g == nil {
-		return
-	}
-	delete(g.members, p.uid)
-	g.version++
-	if len(g.members) == 0 && g.plan == nil && !g.planning {
-		delete(s.gangs, g.key)
-	}
-}
-
-// confirmGangMember updates a gang's state once one of its members is bound.
-func (s *State) confirmGangMember(p *podEntry) {
-	if !p.hasGang {
-		return
-	}
-	if g := s.gangs[p.gang.key]; g != nil && g.plan == nil && g.min > 0 && s.boundMembers(g) >= g.min {
-		g.state, g.reason = GangAdmitted, ""
-	}
-}
-
-func (s *State) boundMembers(g *gang) int {
-	n := 0
-	for _, m := range g.members {
-		if m.phase == phaseAssumed || m.phase == phaseBound {
-			n++
-		}
-	}
-	return n
-}
-
-// gangMin resolves a gang's minMember and plan TTL. retryable errors (a PodGroup
-// not seen yet) leave the pod schedulable later; others need the pod fixed.
-func (s *State) gangMin(g *gang, p *podEntry) (minMember int, ttl time.Duration, err error, retryable bool) {
-	ttl = s.cfg.GangPlanTTL
-	if g.dialect == DialectPodGroup {
-		spec, ok := s.podGroups[g.key]
-		switch {
-		case !ok:
-			return 0, 0, fmt.Errorf("gang %s: PodGroup not found (is the scheduling.x-k8s.io CRD installed?)", g.key), true
-		case spec.err != nil:
-			return 0, 0, fmt.Errorf("gang %s: PodGroup: %w", g.key, spec.err), false
-		}
-		if spec.timeout > 0 {
-			ttl = max(spec.timeout, s.cfg.GangBindTimeout)
-		}
-		return spec.minMember, ttl, nil, false
-	}
-	if g.dialect == DialectVolcano {
-		// Volcano's PodGroup is the truth; the per-member annotation only
-		// stands in where no Volcano PodGroup is seen (Volcano not installed,
-		// or Config.VolcanoPodGroups off).
-		if spec, ok := s.volcanoGroups[g.key]; ok {
-			if spec.err != nil {
-				return 0, 0, fmt.Errorf("gang %s: Volcano PodGroup: %w", g.key, spec.err), false
-			}
-			return spec.minMember, ttl, nil, false
-		}
-		if p.gang.err == nil && p.gang.min == 0 {
-			return 0, 0, fmt.Errorf("gang %s: Volcano PodGroup not found and no %s annotation", g.key,
-				AnnotationVolcanoMinMember), true
-		}
-	}
-	if p.gang.err != nil {
-		return 0, 0, fmt.Errorf("gang %s: %w", g.key, p.gang.err), false
-	}
-	return p.gang.min, ttl, nil, false
-}
-
 // planSlot is one member's place in a plan.
 type planSlot struct {
 	p    *podEntry
@@ -272,7 +177,7 @@ type planSlot struct {
 type planMember struct {
 	p    *podEntry // identity only: never read outside the lock
 	req  placement.Request
-	cons *podConstraints // replaced, never modified, by setGang
+	cons *podConstraints // replaced, never modified, by gangBook.join
 }
 
 func planMembersOf(ps []*podEntry) []planMember {
@@ -417,8 +322,8 @@ func sortedMembers(g *gang, first *podEntry) []*podEntry {
 // must be planned: the caller runs job.run without the lock and then
 // gangFinishLocked with it. Call with mu held for writing.
 func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome) (filterOutcome, bool, *gangJob) {
-	g := s.gangs[p.gang.key]
-	minMember, ttl, err, retry := s.gangMin(g, p)
+	g := s.gangs.byKey[p.gang.key]
+	minMember, ttl, err, retry := s.gangs.minMember(g, p)
 	if err == nil && minMember > s.cfg.MaxGangMembers {
 		err = fmt.Errorf("gang %s: minMember %d exceeds this extender's limit of %d (-max-gang-members): %w",
 			g.key, minMember, s.cfg.MaxGangMembers, ErrInvalidGang)
@@ -432,7 +337,7 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 		return out, true, nil
 	}
 	g.min = minMember
-	bound := s.boundMembers(g)
+	bound := g.bound()
 	if bound >= minMember && g.plan == nil {
 		g.state, g.reason = GangAdmitted, ""
 		return out, false, nil
@@ -542,10 +447,8 @@ func (s *State) gangFinishLocked(j *gangJob, names [][]byte, out filterOutcome) 
 	g, p := j.g, j.trigger
 	g.planning = false
 	out.reset()
-	if s.gangs[g.key] == g && len(g.members) == 0 && g.plan == nil {
-		delete(s.gangs, g.key) // its last member left while it was planned
-	}
-	if s.gangs[g.key] != g || s.pods[p.uid] != p || g.plan != nil {
+	s.gangs.forgetIfEmpty(g) // its last member may have left while it was planned
+	if s.gangs.byKey[g.key] != g || s.pods[p.uid] != p || g.plan != nil {
 		out.failAll(names, fmt.Sprintf("gang %s changed while it was planned; retry", g.key), false)
 		return out
 	}
@@ -626,8 +529,7 @@ func (pl *gangPlan) has(p *podEntry) bool {
 // commitPlan reserves every slot for the gang for ttl and records the plan on
 // every member (which nudges the others).
 func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl time.Duration) error {
-	s.planSeq++
-	return s.commitPlanAs(g, trigger, slots, s.planSeq, s.now().Add(ttl), false)
+	return s.commitPlanAs(g, trigger, slots, s.gangs.nextPlanID(), s.now().Add(ttl), false)
 }
 
 // commitPlanAs reserves every slot as plan id until expires; resumed plans
@@ -679,7 +581,7 @@ func (s *State) failPlan(g *gang, reason, metric string) {
 		return
 	}
 	g.plan = nil
-	s.donePlans[plan.id] = plan.expires
+	s.gangs.finish(plan.id, plan.expires)
 	var any *podEntry
 	for uid := range plan.members {
 		if m := s.pods[uid]; m != nil {
@@ -703,7 +605,7 @@ func (s *State) releasePlanOf(p *podEntry, reason string) {
 	if !p.hasGang {
 		return
 	}
-	if g := s.gangs[p.gang.key]; g != nil && g.plan != nil {
+	if g := s.gangs.byKey[p.gang.key]; g != nil && g.plan != nil {
 		if _, ok := g.plan.members[p.uid]; ok {
 			s.failPlan(g, reason, "plan_broken")
 		}
@@ -712,7 +614,7 @@ func (s *State) releasePlanOf(p *podEntry, reason string) {
 
 // expirePlans fails plans whose TTL passed before every member reached bind.
 func (s *State) expirePlans(now time.Time) {
-	for _, g := range s.gangs {
+	for _, g := range s.gangs.byKey {
 		if pl := g.plan; pl != nil && !pl.committing && now.After(pl.expires) {
 			s.failPlan(g, fmt.Sprintf("plan expired with %d/%d members at bind", pl.arrived, len(pl.members)), "plan_expired")
 		}

@@ -75,10 +75,10 @@ func (s *State) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool
 	if g.plan != nil || g.planning || pp == nil || !now.Before(pp.expires) || trigger.phase.holds() {
 		return false
 	}
-	if _, done := s.donePlans[pp.id]; done {
+	if s.gangs.finished(pp.id) {
 		return false // released or committed by this process: its annotations are history
 	}
-	need := minMember - s.boundMembers(g)
+	need := minMember - g.bound()
 	var slots []planSlot
 	for _, m := range g.members {
 		if m.persisted == nil || m.persisted.id != pp.id || m.phase.holds() || m.reqErr != nil {
@@ -101,13 +101,8 @@ func (s *State) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool
 // after the informers synced) and forgets finished plans once expired. Call
 // with mu held for writing.
 func (s *State) resumePlans() {
-	now := s.now()
-	for id, exp := range s.donePlans {
-		if now.After(exp) {
-			delete(s.donePlans, id)
-		}
-	}
-	for _, g := range s.gangs {
+	s.gangs.prune(s.now())
+	for _, g := range s.gangs.byKey {
 		if g.plan != nil || g.planning {
 			continue
 		}
@@ -116,7 +111,7 @@ func (s *State) resumePlans() {
 				continue
 			}
 			// Every member records the same plan: one try per gang and pass.
-			if minMember, _, err, _ := s.gangMin(g, m); err == nil && minMember <= s.cfg.MaxGangMembers {
+			if minMember, _, err, _ := s.gangs.minMember(g, m); err == nil && minMember <= s.cfg.MaxGangMembers {
 				s.resumePlanLocked(g, m, minMember)
 			}
 			break

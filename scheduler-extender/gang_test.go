@@ -45,7 +45,7 @@ func TestPodGangDialects(t *testing.T) {
 		{"volcano", testPod("ns", "p", volcano("vg", 3)...), true, "ns/vg", DialectVolcano, 3, ""},
 		{"volcano alt name", testPod("ns", "p", annotate(AnnotationVolcanoGroupNameAlt, "vg"),
 			annotate(AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
-		// Volcano's minMember is its PodGroup's: no annotation is no error (gangMin waits for the PodGroup).
+		// Volcano's minMember is its PodGroup's: no annotation is no error (gangBook.minMember waits for the PodGroup).
 		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
 		{"volcano bad min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg"),
 			annotate(AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
@@ -452,7 +452,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	waitFor(t, func() bool {
 		s.state.mu.RLock()
 		defer s.state.mu.RUnlock()
-		_, ok := s.state.podGroups["ns/pg"]
+		_, ok := s.state.gangs.podGroups["ns/pg"]
 		return ok && s.synced.Load()
 	})
 	url := startHTTP(t, s)

@@ -71,40 +71,37 @@ func asInt(v any) (int64, bool) {
 
 // UpsertPodGroup records a PodGroup (scheduling.x-k8s.io/v1alpha1).
 func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
-	s.upsertGroup(s.podGroups, u, parsePodGroup)
+	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.podGroups }, u, parsePodGroup)
 }
 
 // DeletePodGroup forgets a PodGroup; its members wait until it comes back.
-func (s *State) DeletePodGroup(namespace, name string) { s.deleteGroup(s.podGroups, namespace, name) }
+func (s *State) DeletePodGroup(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.gangs.podGroups, namespace+"/"+name)
+}
 
 // UpsertVolcanoPodGroup records a Volcano PodGroup (scheduling.volcano.sh/v1beta1).
 func (s *State) UpsertVolcanoPodGroup(u *unstructured.Unstructured) {
-	s.upsertGroup(s.volcanoGroups, u, parseVolcanoPodGroup)
+	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.volcano }, u, parseVolcanoPodGroup)
 }
 
 // DeleteVolcanoPodGroup forgets a Volcano PodGroup.
 func (s *State) DeleteVolcanoPodGroup(namespace, name string) {
-	s.deleteGroup(s.volcanoGroups, namespace, name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.gangs.volcano, namespace+"/"+name)
 }
 
-func (s *State) upsertGroup(m map[string]podGroupSpec, u *unstructured.Unstructured, parse func(*unstructured.Unstructured) podGroupSpec) {
+func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *unstructured.Unstructured,
+	parse func(*unstructured.Unstructured) podGroupSpec) {
 	if u == nil {
 		return
 	}
 	spec := parse(u)
-	key := u.GetNamespace() + "/" + u.GetName()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m[key] = spec
-	if g := s.gangs[key]; g != nil {
-		g.everGen = 0
-	}
-}
-
-func (s *State) deleteGroup(m map[string]podGroupSpec, namespace, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(m, namespace+"/"+name)
+	s.gangs.setGroup(which(&s.gangs), u.GetNamespace()+"/"+u.GetName(), spec)
 }
 
 // parseVolcanoPodGroup reads spec.minMember (required, 1..MaxGangSize) of a

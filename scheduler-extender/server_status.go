@@ -121,9 +121,9 @@ func (s *Server) Status() Status {
 		out.AssumedPods = append(out.AssumedPods, ps)
 	}
 	slices.SortFunc(out.AssumedPods, func(a, b PodStatus) int { return strings.Compare(a.Pod, b.Pod) })
-	for _, g := range st.gangs {
+	for _, g := range st.gangs.byKey {
 		gs := GangStatus{Gang: g.key, Dialect: g.dialect, State: g.state, MinMember: g.min,
-			Members: len(g.members), Bound: st.boundMembers(g), Reason: g.reason}
+			Members: len(g.members), Bound: g.bound(), Reason: g.reason}
 		if pl := g.plan; pl != nil {
 			for uid := range pl.members {
 				if m := st.pods[uid]; m != nil {

@@ -92,24 +92,19 @@ type State struct {
 	nodes     map[string]*nodeEntry
 	pods      map[types.UID]*podEntry
 	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
-	gangs     map[string]*gang
-	podGroups map[string]podGroupSpec
-	// volcanoGroups are Volcano PodGroups by namespace/name.
-	volcanoGroups map[string]podGroupSpec
-	gen           uint64 // source of nodeEntry.gen
-	capGen        uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
-	policy        placement.Policy
-	workload      *placement.Workload // the policy's target workload (nil: none yet)
-	epoch         uint64              // bumped when policy changes
-	cacheable     bool                // the policy is deterministic: verdicts may be cached
-	seed          maphash.Seed
-	shapes        shapeTable    // request shapes: verdict cache keys
-	lists         resolvedLists // NodeNames lists resolved to entries
-	planSeq       uint64
-	donePlans     map[uint64]time.Time // plans released or committed, by id → expiry: never resumed
-	out           outbox               // Events and nudges to send once the lock is released
-	met           *metrics.Extender
-	contact       *apiContact
+	gangs     gangBook                           // gangs, their PodGroups and plan ids
+	gen       uint64                             // source of nodeEntry.gen
+	capGen    uint64                             // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
+	policy    placement.Policy
+	workload  *placement.Workload // the policy's target workload (nil: none yet)
+	epoch     uint64              // bumped when policy changes
+	cacheable bool                // the policy is deterministic: verdicts may be cached
+	seed      maphash.Seed
+	shapes    shapeTable    // request shapes: verdict cache keys
+	lists     resolvedLists // NodeNames lists resolved to entries
+	out       outbox        // Events and nudges to send once the lock is released
+	met       *metrics.Extender
+	contact   *apiContact
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -120,10 +115,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	s := &State{
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
-		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
-		podGroups: map[string]podGroupSpec{}, volcanoGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(),
-		contact: &apiContact{now: now}, planSeq: planIDBase(now()),
-		donePlans: map[uint64]time.Time{}, lists: resolvedLists{seed: maphash.MakeSeed()},
+		orphans: map[string]map[types.UID]*podEntry{}, gangs: newGangBook(cfg, now()),
+		seed: maphash.MakeSeed(), contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -421,7 +414,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 		p.req = req
 	}
 	p.reqErr = err
-	s.setGang(p, pod)
+	s.gangs.join(p, pod)
 	if fromInformer {
 		p.persisted = nil
 		if p.hasGang {
@@ -458,7 +451,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 		}
 		if p.phase != phaseBound {
 			p.phase = phaseBound
-			s.confirmGangMember(p)
+			s.gangs.confirm(p)
 		}
 		return p
 	}
@@ -476,7 +469,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	}
 	s.hold(p, e, devs, phaseBound)
 	p.inferred = inferred
-	s.confirmGangMember(p)
+	s.gangs.confirm(p)
 	return p
 }
 
@@ -494,7 +487,7 @@ func (s *State) deletePodLocked(uid types.UID) {
 	}
 	s.releasePlanOf(p, fmt.Sprintf("member %s deleted", p.key()))
 	s.release(p)
-	s.dropGangMember(p)
+	s.gangs.leave(p)
 	delete(s.pods, uid)
 }
 
@@ -555,7 +548,7 @@ func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
 	for _, p := range s.pods {
 		out.Pods[p.phase.String()]++
 	}
-	for _, g := range s.gangs {
+	for _, g := range s.gangs.byKey {
 		out.Gangs[g.state]++
 	}
 	return out
