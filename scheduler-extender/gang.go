@@ -253,9 +253,9 @@ type everJob struct {
 	fits    int
 }
 
-// everCached returns the cached verdict for g, minMember and p, if any.
-func (s *State) everCached(g *gang, minMember int, p *podEntry) (int, bool) {
-	if g.everGen == s.capGen && g.everMin == minMember && g.everKey == keyOf(p.req) && g.everCons == p.cons.cacheKey() {
+// everCached returns g's cached verdict for minMember and p at capGen, if any.
+func (g *gang) everCached(capGen uint64, minMember int, p *podEntry) (int, bool) {
+	if g.everGen == capGen && g.everMin == minMember && g.everKey == keyOf(p.req) && g.everCons == p.cons.cacheKey() {
 		return g.everFits, true
 	}
 	return 0, false
@@ -296,9 +296,10 @@ func (j *everJob) run(pol placement.Policy) {
 	j.fits = len(placeAll(pol, j.nodes, j.meta, j.idx, j.members, false))
 }
 
-// everStore caches j's verdict on g if the cluster's capacity has not changed since.
-func (s *State) everStore(g *gang, j *everJob) {
-	if s.capGen == j.capGen {
+// everStore caches j's verdict on g if the cluster's capacity is still at
+// capGen, the generation j was taken at.
+func (g *gang) everStore(capGen uint64, j *everJob) {
+	if capGen == j.capGen {
 		g.everGen, g.everMin, g.everKey, g.everCons, g.everFits = j.capGen, j.min, j.key, j.cons, j.fits
 	}
 }
@@ -367,7 +368,7 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 			pending = append(pending, m)
 		}
 	}
-	key := planCacheKey{gen: s.gen, capGen: s.capGen, version: g.version, names: s.namesHash(names), min: minMember, bound: bound,
+	key := planCacheKey{gen: s.gen, capGen: s.capGen, version: g.version, names: hashNames(s.seed, names), min: minMember, bound: bound,
 		trigger: p.uid}
 	if key == g.noFit {
 		// Nothing the last plan read has changed: it still does not fit.
@@ -385,7 +386,7 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 			}
 		}
 	}
-	if _, ok := s.everCached(g, minMember, p); !ok {
+	if _, ok := g.everCached(s.capGen, minMember, p); !ok {
 		job.ever = s.everSnapshot(g, minMember, p)
 	}
 	g.planning = true
@@ -402,10 +403,10 @@ type planCacheKey struct {
 	trigger              types.UID
 }
 
-// namesHash identifies a candidate list.
-func (s *State) namesHash(names [][]byte) uint64 {
+// hashNames identifies a candidate list.
+func hashNames(seed maphash.Seed, names [][]byte) uint64 {
 	var h maphash.Hash
-	h.SetSeed(s.seed)
+	h.SetSeed(seed)
 	for _, b := range names {
 		_, _ = h.Write(b)
 		_ = h.WriteByte(0)
@@ -480,9 +481,9 @@ func (s *State) gangWaitLocked(g *gang, p *podEntry, names [][]byte, out filterO
 	if len(g.members) < minMember {
 		reason += fmt.Sprintf(" (%d of %d members exist)", len(g.members), minMember)
 	}
-	everFits, ok := s.everCached(g, minMember, p)
+	everFits, ok := g.everCached(s.capGen, minMember, p)
 	if !ok && ever != nil {
-		s.everStore(g, ever)
+		g.everStore(s.capGen, ever)
 		everFits, ok = ever.fits, true
 	}
 	if ok && everFits < minMember {
