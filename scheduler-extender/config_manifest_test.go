@@ -56,6 +56,10 @@ func TestSchedulerConfigManifest(t *testing.T) {
 	if !e.NodeCacheCapable || e.Weight <= 0 || e.Ignorable {
 		t.Errorf("nodeCacheCapable %v weight %d ignorable %v", e.NodeCacheCapable, e.Weight, e.Ignorable)
 	}
+	if e.NodeCacheCapable != DefaultConfig().NodeCacheCapable {
+		t.Errorf("nodeCacheCapable %v, but the extender defaults to -node-cache-capable=%v", e.NodeCacheCapable,
+			DefaultConfig().NodeCacheCapable)
+	}
 	if d, err := time.ParseDuration(e.HTTPTimeout); err != nil || d <= DefaultConfig().GangBindTimeout {
 		t.Errorf("httpTimeout %q must exceed the gang bind timeout %v (%v)", e.HTTPTimeout, DefaultConfig().GangBindTimeout, err)
 	}
