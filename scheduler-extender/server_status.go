@@ -13,14 +13,17 @@ import (
 
 // Status is the JSON served at /status.
 type Status struct {
-	Time           time.Time      `json:"time"`
-	Policy         string         `json:"policy"`
-	Synced         bool           `json:"synced"`
-	CacheStaleness float64        `json:"cacheStalenessSeconds"`
-	Nodes          []NodeStatus   `json:"nodes"`
-	AssumedPods    []PodStatus    `json:"assumedPods"`
-	Gangs          []GangStatus   `json:"gangs"`
-	Counts         map[string]int `json:"podsByPhase"`
+	Time   time.Time `json:"time"`
+	Policy string    `json:"policy"`
+	// WorkloadClasses is how many request classes the policy's target workload
+	// keeps (0 before the first refresh, or for random and bestfit's empty one).
+	WorkloadClasses int            `json:"workloadClasses"`
+	Synced          bool           `json:"synced"`
+	CacheStaleness  float64        `json:"cacheStalenessSeconds"`
+	Nodes           []NodeStatus   `json:"nodes"`
+	AssumedPods     []PodStatus    `json:"assumedPods"`
+	Gangs           []GangStatus   `json:"gangs"`
+	Counts          map[string]int `json:"podsByPhase"`
 }
 
 // NodeStatus is one node in /status.
@@ -76,7 +79,8 @@ func (s *Server) Status() Status {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	out := Status{Time: s.now(), Policy: st.policy.Name(), Synced: s.synced.Load(),
-		CacheStaleness: st.contact.Staleness().Seconds(), Counts: map[string]int{},
+		WorkloadClasses: st.workload.Len(),
+		CacheStaleness:  st.contact.Staleness().Seconds(), Counts: map[string]int{},
 		Nodes: make([]NodeStatus, 0, len(st.nodes)), AssumedPods: []PodStatus{}, Gangs: []GangStatus{}}
 	for _, e := range st.nodes {
 		n := e.n

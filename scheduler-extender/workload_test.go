@@ -3,6 +3,7 @@ package extender
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/understory/understory/scheduler-extender/placement"
 )
@@ -39,9 +40,7 @@ func TestPolicyCoverage(t *testing.T) {
 			if err := s.RefreshWorkload(); err != nil {
 				t.Fatal(err)
 			}
-			s.mu.RLock()
-			got := s.workload.Len()
-			s.mu.RUnlock()
+			got := (&Server{state: s, now: time.Now}).Status().WorkloadClasses
 			if got != tc.want {
 				t.Fatalf("%s sees %d classes, want %d", tc.policy, got, tc.want)
 			}

@@ -163,8 +163,13 @@ func (w *Workload) buildTable(model string) *modelTable {
 	return t
 }
 
-// Len is the number of classes kept.
-func (w *Workload) Len() int { return len(w.classes) }
+// Len is the number of classes kept (0 for a nil workload).
+func (w *Workload) Len() int {
+	if w == nil {
+		return 0
+	}
+	return len(w.classes)
+}
 
 // Pods is the number of valid requests the workload was built from.
 func (w *Workload) Pods() int { return w.pods }
