@@ -208,7 +208,7 @@ func (s *State) finishBind(m bindMember, err error) {
 	}
 	switch {
 	case errors.Is(err, ErrBindUnconfirmed):
-		s.holdUnconfirmed(p)
+		holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
 	case err != nil:
 		s.release(p)
 	default:
@@ -245,7 +245,7 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 		}
 		switch {
 		case errors.Is(err, ErrBindUnconfirmed):
-			s.holdUnconfirmed(p)
+			holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
 		case err != nil:
 			s.release(p)
 		default:
@@ -424,10 +424,11 @@ func (s *Server) confirmBinding(ctx context.Context, m bindMember, bindErr error
 }
 
 // holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
-// as a reservation, so it ends when the informer shows the pod bound (then it is
-// bound) or not bound within AssumedTTL (then it expires). Call with mu held.
-func (s *State) holdUnconfirmed(p *podEntry) {
-	p.phase, p.expires = phaseReserved, s.now().Add(s.cfg.AssumedTTL)
+// as a reservation until expires (now + AssumedTTL), so it ends when the
+// informer shows the pod bound (then it is bound) or not (then it expires).
+// Call with the index lock held.
+func holdUnconfirmed(p *podEntry, expires time.Time) {
+	p.phase, p.expires = phaseReserved, expires
 }
 
 func (s *Server) countBinds(ok, failed int) {

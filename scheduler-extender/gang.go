@@ -261,14 +261,15 @@ func (g *gang) everCached(capGen uint64, minMember int, p *podEntry) (int, bool)
 	return 0, false
 }
 
-// everSnapshot copies what everJob.run needs. Call with mu held.
-func (s *State) everSnapshot(g *gang, minMember int, p *podEntry) *everJob {
-	entries := make([]*nodeEntry, 0, len(s.nodes))
-	for _, e := range s.nodes {
+// newEverJob copies what everJob.run needs from the index's nodes (at
+// capacity generation capGen). Call with the index lock held.
+func newEverJob(nodes map[string]*nodeEntry, capGen uint64, g *gang, minMember int, p *podEntry) *everJob {
+	entries := make([]*nodeEntry, 0, len(nodes))
+	for _, e := range nodes {
 		entries = append(entries, e)
 	}
 	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
-	j := &everJob{capGen: s.capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey(),
+	j := &everJob{capGen: capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey(),
 		nodes: make([]*placement.Node, len(entries)), meta: make([]*corev1.Node, len(entries)),
 		idx: make(map[string]int, len(entries))}
 	for i, e := range entries {
@@ -387,7 +388,7 @@ func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome)
 		}
 	}
 	if _, ok := g.everCached(s.capGen, minMember, p); !ok {
-		job.ever = s.everSnapshot(g, minMember, p)
+		job.ever = newEverJob(s.nodes, s.capGen, g, minMember, p)
 	}
 	g.planning = true
 	return out, true, job

@@ -126,7 +126,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 
 type stateSource struct{ s *State }
 
-func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return w.s.snapshotMetrics() }
+func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return snapshotMetrics(w.s) }
 
 // State is the server's index, for feeding it directly (tests, benchmarks).
 func (s *Server) State() *State { return s.state }

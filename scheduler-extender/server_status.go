@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -152,4 +153,29 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// snapshotMetrics is the index's metrics.ExtenderSnapshot (gauges at scrape time).
+func snapshotMetrics(s *State) metrics.ExtenderSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
+		CacheStaleness: s.contact.Staleness()}
+	for _, e := range s.nodes {
+		out.GPUs += len(e.n.GPUFree)
+		for _, f := range e.n.GPUFree {
+			out.GPUMilliCapacity += placement.MilliPerGPU
+			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
+		}
+		if e.n.Usage == nil {
+			out.StaleNodeMetrics++
+		}
+	}
+	for _, p := range s.pods {
+		out.Pods[p.phase.String()]++
+	}
+	for _, g := range s.gangs.byKey {
+		out.Gangs[g.state]++
+	}
+	return out
 }

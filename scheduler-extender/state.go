@@ -528,28 +528,3 @@ func (s *State) refreshAllUsage(now time.Time) {
 		}
 	}
 }
-
-// snapshotMetrics implements metrics.ExtenderSource.
-func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
-		CacheStaleness: s.contact.Staleness()}
-	for _, e := range s.nodes {
-		out.GPUs += len(e.n.GPUFree)
-		for _, f := range e.n.GPUFree {
-			out.GPUMilliCapacity += placement.MilliPerGPU
-			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
-		}
-		if e.n.Usage == nil {
-			out.StaleNodeMetrics++
-		}
-	}
-	for _, p := range s.pods {
-		out.Pods[p.phase.String()]++
-	}
-	for _, g := range s.gangs.byKey {
-		out.Gangs[g.state]++
-	}
-	return out
-}

@@ -125,7 +125,7 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	if usage("bad") != nil {
 		t.Fatal("undecodable metrics must read as unknown")
 	}
-	if s.snapshotMetrics().StaleNodeMetrics != 1 {
+	if snapshotMetrics(s).StaleNodeMetrics != 1 {
 		t.Fatal("one node should count as stale")
 	}
 	clock.Advance(cfg.MetricsMaxAge + time.Second)
