@@ -24,6 +24,13 @@
 // gang member's bind waits on a channel with no lock held.
 //
 // Traps:
+//   - Until the informers have synced (Server.Ready) filter, prioritize and
+//     bind answer 503: the index does not yet know which devices bound pods
+//     hold. A request body is never a witness of a binding (its spec.nodeName
+//     is ignored), and what only bodies show (pods; nodes, only without
+//     Config.NodeCacheCapable) expires.
+//   - A failed Binding may have been applied with its answer lost: read the
+//     pod back (confirmBinding) before releasing anything.
 //   - Filter passes exactly one node and reserves the pod's request on it,
 //     devices included, so two quick filters can never book the same GPU. The
 //     reservation expires after Config.AssumedTTL if no bind comes; a bound pod
