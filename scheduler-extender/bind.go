@@ -20,6 +20,11 @@ import (
 // ErrNoClient means the extender runs without an API client (tests, benchmarks) and cannot bind.
 var ErrNoClient = errors.New("no kubernetes client")
 
+// ErrBindUnconfirmed means a Binding failed and reading the pod back failed too:
+// the Binding may have been applied (its answer lost), so the pod's devices stay
+// held until the informer shows the truth or Config.AssumedTTL passes.
+var ErrBindUnconfirmed = errors.New("binding outcome unknown")
+
 // podAPI is what the extender asks of the API server about pods.
 type podAPI interface {
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
@@ -141,9 +146,9 @@ func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error)
 		return job, fmt.Errorf("pod %s: a bind is already in progress", p.key())
 	}
 	if p.hasGang {
-		if g := s.gangs[p.gang.key]; g != nil && g.plan != nil && g.plan.has(p) {
+		if g := s.gangs.byKey[p.gang.key]; g != nil && g.plan != nil && g.plan.has(p) {
 			return s.beginGangBind(g, p, args.Node)
-		} else if g != nil && (g.min == 0 || s.boundMembers(g) < g.min) {
+		} else if g != nil && (g.min == 0 || g.bound() < g.min) {
 			return job, fmt.Errorf("gang %s: no plan holds pod %s; it must pass filter again: %w", p.gang.key, p.key(), errGangBind)
 		}
 	}
@@ -201,11 +206,14 @@ func (s *State) finishBind(m bindMember, err error) {
 	if p == nil || p.phase != phaseBinding {
 		return // deleted, or the informer already showed it bound
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrBindUnconfirmed):
+		holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
+	case err != nil:
 		s.release(p)
-		return
+	default:
+		p.phase = phaseAssumed
 	}
-	p.phase = phaseAssumed
 }
 
 // finishGang records the outcome of a gang commit (each member's Binding
@@ -235,9 +243,12 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 		if p.phase != phaseBinding {
 			continue
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrBindUnconfirmed):
+			holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
+		case err != nil:
 			s.release(p)
-		} else {
+		default:
 			p.phase = phaseAssumed
 		}
 	}
@@ -245,6 +256,7 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 	if g.plan == plan {
 		g.plan = nil
 	}
+	s.gangs.finish(plan.id, plan.expires)
 	if failed == 0 {
 		g.state, g.reason = GangAdmitted, ""
 		s.count("bound")
@@ -372,6 +384,9 @@ func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 			actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
 			defer cancel()
 			err := s.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
+			if err != nil {
+				err = s.confirmBinding(ctx, m, err)
+			}
 			mu.Lock()
 			per[m.uid] = err
 			mu.Unlock()
@@ -386,6 +401,34 @@ func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 	}
 	s.countBinds(ok, len(ms)-ok)
 	return per
+}
+
+// confirmBinding reads the pod back after its Binding failed: kube-apiserver
+// may have applied a Binding whose answer was lost (a timeout, a dropped
+// connection), and freeing its devices then would book them twice. nil: the
+// pod is bound to m.node after all. The Binding's error: it is not (or it is
+// another pod now). ErrBindUnconfirmed: the pod could not be read either.
+func (s *Server) confirmBinding(ctx context.Context, m bindMember, bindErr error) error {
+	actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
+	defer cancel()
+	pod, err := s.api.GetPod(actx, m.namespace, m.name)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w (reading the pod back: %w)", ErrBindUnconfirmed, bindErr, err)
+	case pod.UID == m.uid && pod.Spec.NodeName == m.node:
+		s.log.Warn("binding failed but the pod is bound: its answer was lost",
+			"pod", m.namespace+"/"+m.name, "node", m.node, "err", bindErr)
+		return nil
+	}
+	return bindErr
+}
+
+// holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
+// as a reservation until expires (now + AssumedTTL), so it ends when the
+// informer shows the pod bound (then it is bound) or not (then it expires).
+// Call with the index lock held.
+func holdUnconfirmed(p *podEntry, expires time.Time) {
+	p.phase, p.expires = phaseReserved, expires
 }
 
 func (s *Server) countBinds(ok, failed int) {

@@ -25,11 +25,22 @@ type fakeCluster struct {
 	mu       sync.Mutex
 	log      []string
 	failBind map[string]bool // pod name → binding fails
+	// lostAnswer: pod name → the binding is applied but its answer is lost (an error).
+	lostAnswer map[string]bool
+	failGet    bool // every pod get fails
 }
 
 func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 	t.Helper()
-	fc := &fakeCluster{Clientset: fake.NewClientset(objs...), failBind: map[string]bool{}}
+	fc := &fakeCluster{Clientset: fake.NewClientset(objs...), failBind: map[string]bool{}, lostAnswer: map[string]bool{}}
+	fc.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		if fc.failGet {
+			return true, nil, errors.New("injected get failure")
+		}
+		return false, nil, nil
+	})
 	fc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca, ok := a.(k8stesting.CreateAction)
 		if !ok || ca.GetSubresource() != "binding" {
@@ -37,7 +48,7 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 		}
 		b := ca.GetObject().(*corev1.Binding)
 		fc.mu.Lock()
-		fail := fc.failBind[b.Name]
+		fail, lost := fc.failBind[b.Name], fc.lostAnswer[b.Name]
 		entry := fmt.Sprintf("bind %s/%s %s", b.Namespace, b.Name, b.Target.Name)
 		for _, k := range slices.Sorted(maps.Keys(b.Annotations)) {
 			entry += fmt.Sprintf(" %s=%s", k, b.Annotations[k])
@@ -63,7 +74,11 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 			pod.Annotations = map[string]string{}
 		}
 		maps.Copy(pod.Annotations, b.Annotations)
-		return true, b, fc.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, b.Namespace, metav1.UpdateOptions{})
+		err = fc.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, b.Namespace, metav1.UpdateOptions{})
+		if err == nil && lost {
+			return true, nil, context.DeadlineExceeded
+		}
+		return true, b, err
 	})
 	fc.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		pa := a.(k8stesting.PatchAction)

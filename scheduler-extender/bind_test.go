@@ -51,7 +51,7 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 		}
 	}
 	fc := newFakeCluster(t, objs...)
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	for _, name := range []string{"n0", "n1"} {
 		n := testNode(name, "A100", 4, 64, 256)
 		n.Status.Allocatable[ResourceBatchCPU] = *resource.NewQuantity(8000, resource.DecimalSI)
@@ -154,5 +154,57 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 	}
 	if binds != len(want) {
 		t.Errorf("%d bindings for %d pods: %q", binds, len(want), fc.actions())
+	}
+}
+
+// TestLostBindingAnswerIsConfirmed: a Binding the API server applied but whose
+// answer was lost is read back before anything is released. Before, the pod's
+// devices were freed and a second pod booked the same GPU.
+func TestLostBindingAnswerIsConfirmed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		failGet   bool
+		wantErr   bool
+		wantPhase string
+	}{
+		{"read back: bound", false, false, "assumed@n1"},
+		{"cannot read back: held until the informer or the TTL", true, true, "reserved@n1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := testPod("ns", "a", gpus(1)), testPod("ns", "b", gpus(1))
+			fc := newFakeCluster(t, a, b)
+			fc.lostAnswer["a"] = true
+			clock := newFakeClock()
+			s := fedServer(t, clock, Deps{Client: fc})
+			s.State().UpsertNode(testNode("n1", "A100", 1, 8, 32))
+			url := startHTTP(t, s)
+			if got := passedOne(t, filter(t, url, a, "n1")); got != "n1" {
+				t.Fatalf("filter passed %s", got)
+			}
+			fc.mu.Lock()
+			fc.failGet = tc.failGet
+			fc.mu.Unlock()
+			if msg := bind(t, url, a, "n1"); (msg != "") != tc.wantErr {
+				t.Fatalf("bind error %q, want error %v", msg, tc.wantErr)
+			}
+			if got := phaseOf(s, a.UID); got != tc.wantPhase {
+				t.Fatalf("pod a is %s, want %s", got, tc.wantPhase)
+			}
+			if free := gpuFree(s, "n1"); free[0] != 0 {
+				t.Fatalf("the GPU of a bound pod was freed: %v", free)
+			}
+			if res := filter(t, url, b, "n1"); res.NodeNames != nil && len(*res.NodeNames) > 0 {
+				t.Fatalf("a second pod got the held GPU: %v", *res.NodeNames)
+			}
+			fc.mu.Lock()
+			fc.failGet = false
+			fc.mu.Unlock()
+			if fc.pod(t, "ns", "a").Spec.NodeName != "n1" {
+				t.Fatal("the fake did not apply the binding")
+			}
+		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrInvalidConfig means a Config value is out of range.
@@ -23,12 +25,30 @@ type Config struct {
 	// Seed seeds the random policy and tie-breaking; 0 picks one from the clock.
 	Seed int64
 
+	// NodeCacheCapable must match the scheduler's extender setting
+	// nodeCacheCapable. When set, nodes are never learned from request bodies
+	// (only the node informer knows nodes); when not, a filter's full Node
+	// objects teach the index nodes it does not know yet, until calls stop
+	// carrying them.
+	NodeCacheCapable bool
+
 	// MetricsMaxAge: a node-metrics annotation older than this is treated as unknown (Node.Usage = nil).
 	MetricsMaxAge time.Duration
+	// MetricsMaxSkew: a node-metrics annotation stamped further than this in the
+	// future (a node's clock ahead of ours) is treated as unknown too; otherwise it
+	// would stay fresh until our clock caught up.
+	MetricsMaxSkew time.Duration
 	// AssumedTTL is how long a filter reservation waits for its bind before it is released.
 	AssumedTTL time.Duration
 	// GangPlanTTL is how long a gang's placement plan holds capacity while its members reach bind.
 	GangPlanTTL time.Duration
+	// VolcanoPodGroups watches Volcano's PodGroups (scheduling.volcano.sh/v1beta1,
+	// with Deps.Dynamic) for the minMember of Volcano gangs.
+	VolcanoPodGroups bool
+	// MaxGangMembers caps a gang's minMember: planning costs minMember Selects
+	// over the candidate nodes, so a larger gang is refused as unresolvable
+	// with the reason instead of being planned.
+	MaxGangMembers int
 	// GangBindTimeout bounds how long one member's bind call waits for the rest of its gang.
 	// It must stay below kube-scheduler's extender httpTimeout.
 	GangBindTimeout time.Duration
@@ -42,6 +62,9 @@ type Config struct {
 
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// PodCacheBytes bounds the memory of the decoded-pod cache of filter and
+	// prioritize (an estimate: the kept JSON and the decoded pod).
+	PodCacheBytes int64
 	// HTTP server timeouts.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
@@ -49,17 +72,22 @@ type Config struct {
 // DefaultConfig is the configuration the binary starts from.
 func DefaultConfig() Config {
 	return Config{
-		Policy:            DefaultPolicy,
+		Policy:            placement.DefaultPolicy,
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
+		NodeCacheCapable:  true,
 		MetricsMaxAge:     2 * time.Minute,
+		MetricsMaxSkew:    10 * time.Second,
 		AssumedTTL:        30 * time.Second,
 		GangPlanTTL:       60 * time.Second,
 		GangBindTimeout:   20 * time.Second,
+		MaxGangMembers:    1000,
+		VolcanoPodGroups:  true,
 		APITimeout:        5 * time.Second,
 		Housekeeping:      time.Second,
 		InformerResync:    0,
 		MaxBodyBytes:      10 << 20,
+		PodCacheBytes:     32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      40 * time.Second,
@@ -90,8 +118,17 @@ func (c Config) Validate() error {
 			bad("%s %v must be > 0", d.name, d.v)
 		}
 	}
+	if c.MaxGangMembers < 1 || c.MaxGangMembers > MaxGangSize {
+		bad("max gang members %d must be in 1..%d", c.MaxGangMembers, MaxGangSize)
+	}
+	if c.MetricsMaxSkew < 0 {
+		bad("metrics max skew %v must be >= 0", c.MetricsMaxSkew)
+	}
 	if c.InformerResync < 0 {
 		bad("informer resync %v must be >= 0", c.InformerResync)
+	}
+	if c.PodCacheBytes < 0 {
+		bad("pod cache bytes %d must be >= 0 (0: no cache)", c.PodCacheBytes)
 	}
 	if c.MaxBodyBytes < 1<<10 {
 		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)
@@ -107,7 +144,7 @@ func (c Config) Validate() error {
 	if c.GangPlanTTL < c.GangBindTimeout {
 		bad("gang plan ttl %v must be >= gang bind timeout %v", c.GangPlanTTL, c.GangBindTimeout)
 	}
-	if _, err := NewPolicy(c.Policy, nil, nil); err != nil {
+	if _, err := placement.NewPolicy(c.Policy, nil, nil); err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
 	return errors.Join(errs...)

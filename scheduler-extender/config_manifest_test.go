@@ -56,6 +56,10 @@ func TestSchedulerConfigManifest(t *testing.T) {
 	if !e.NodeCacheCapable || e.Weight <= 0 || e.Ignorable {
 		t.Errorf("nodeCacheCapable %v weight %d ignorable %v", e.NodeCacheCapable, e.Weight, e.Ignorable)
 	}
+	if e.NodeCacheCapable != DefaultConfig().NodeCacheCapable {
+		t.Errorf("nodeCacheCapable %v, but the extender defaults to -node-cache-capable=%v", e.NodeCacheCapable,
+			DefaultConfig().NodeCacheCapable)
+	}
 	if d, err := time.ParseDuration(e.HTTPTimeout); err != nil || d <= DefaultConfig().GangBindTimeout {
 		t.Errorf("httpTimeout %q must exceed the gang bind timeout %v (%v)", e.HTTPTimeout, DefaultConfig().GangBindTimeout, err)
 	}
@@ -78,5 +82,63 @@ func TestSchedulerConfigManifest(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("managed resources missing: %v", want)
+	}
+}
+
+// TestDeploymentProbes keeps manifests/scheduler/scheduler-extender.yaml's probes
+// on paths the server serves: readiness on /readyz (sync), liveness on /healthz.
+func TestDeploymentProbes(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../manifests/scheduler/scheduler-extender.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type probe struct {
+		HTTPGet struct {
+			Path string `json:"path"`
+		} `json:"httpGet"`
+	}
+	var found bool
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var ds struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Name           string `json:"name"`
+							LivenessProbe  *probe `json:"livenessProbe"`
+							ReadinessProbe *probe `json:"readinessProbe"`
+						} `json:"containers"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &ds); err != nil {
+			t.Fatalf("manifest does not decode: %v", err)
+		}
+		if ds.Kind != "DaemonSet" && ds.Kind != "Deployment" {
+			continue
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			found = true
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+				t.Errorf("container %s: readiness probe %+v, want GET /readyz", c.Name, c.ReadinessProbe)
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+				t.Errorf("container %s: liveness probe %+v, want GET /healthz", c.Name, c.LivenessProbe)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no extender container found")
+	}
+	h := testServer(t, nil, Deps{}).Handler()
+	for _, path := range []string{"/readyz", "/healthz"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("GET %s: %d", path, rec.Code)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func nodeSelector(k, v string) podOpt {
@@ -215,7 +217,7 @@ func TestGangNeverFitsFollowsNodeLabels(t *testing.T) {
 // best fit alone would stack both members on the first node.
 func TestGangPlanHonoursMemberConstraints(t *testing.T) {
 	t.Parallel()
-	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.Policy = PolicyBestFit })
+	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.Policy = placement.PolicyBestFit })
 	for _, n := range []struct{ name, pool string }{{"n0", "a"}, {"n1", "b"}} {
 		node := testNode(n.name, "A100", 4, 64, 256)
 		node.Labels["pool"] = n.pool

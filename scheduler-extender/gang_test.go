@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func volcano(group string, minMember int) []podOpt {
@@ -43,7 +45,10 @@ func TestPodGangDialects(t *testing.T) {
 		{"volcano", testPod("ns", "p", volcano("vg", 3)...), true, "ns/vg", DialectVolcano, 3, ""},
 		{"volcano alt name", testPod("ns", "p", annotate(AnnotationVolcanoGroupNameAlt, "vg"),
 			annotate(AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
-		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, "missing"},
+		// Volcano's minMember is its PodGroup's: no annotation is no error (gangBook.minMember waits for the PodGroup).
+		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
+		{"volcano bad min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg"),
+			annotate(AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
 		{"koordinator", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
 			annotate(AnnotationKoordinatorMinAvailable, "5")), true, "ns/kg", DialectKoordinator, 5, ""},
 		{"koordinator bad min", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
@@ -84,7 +89,7 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	}
 	fc := newFakeCluster(t, objs...)
 	reg := prometheus.NewRegistry()
-	s := testServer(t, newFakeClock(), Deps{Client: fc, Registry: reg})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc, Registry: reg})
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	for _, p := range members[:3] {
@@ -111,15 +116,15 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	if again := passedOne(t, filter(t, url, members[1], "n0", "n1")); again != planned["m1"] {
 		t.Fatalf("member m1 moved from %s to %s", planned["m1"], again)
 	}
-	// Nudges: the three members the trigger did not cover get annotated.
+	// Every member records the plan (which nudges the three the trigger did not cover).
 	waitFor(t, func() bool {
 		n := 0
 		for _, p := range members {
-			if fc.pod(t, "ns", p.Name).Annotations[AnnotationGangState] != "" {
+			if strings.HasPrefix(fc.pod(t, "ns", p.Name).Annotations[AnnotationGangState], "planned:") {
 				n++
 			}
 		}
-		return n == 3
+		return n == 4
 	})
 
 	var wg sync.WaitGroup
@@ -287,7 +292,7 @@ func TestGangPlanExpiryReleasesCapacity(t *testing.T) {
 	}
 	for _, n := range []string{"n0", "n1"} {
 		for _, f := range gpuFree(s, n) {
-			if f != MilliPerGPU {
+			if f != placement.MilliPerGPU {
 				t.Fatalf("%s not released: %v", n, gpuFree(s, n))
 			}
 		}
@@ -399,7 +404,7 @@ func TestGangPartialBindFailureIsReported(t *testing.T) {
 	a, b := gangPod("a", "g", 2, 1, 0), gangPod("b", "g", 2, 1, 1)
 	fc := newFakeCluster(t, a, b)
 	fc.failBind["b"] = true
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	twoNodes(t, s)
 	s.State().UpsertPod(a)
 	s.State().UpsertPod(b)
@@ -433,7 +438,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 		"spec":     map[string]any{"minMember": int64(2), "scheduleTimeoutSeconds": int64(90)},
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList"}, pg)
+		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList", VolcanoPodGroupGVR: "PodGroupList"}, pg)
 	a := testPod("ns", "a", gpus(1), label(LabelPodGroup, "pg"))
 	b := testPod("ns", "b", gpus(1), label(LabelPodGroup, "pg"))
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), a, b)
@@ -447,7 +452,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	waitFor(t, func() bool {
 		s.state.mu.RLock()
 		defer s.state.mu.RUnlock()
-		_, ok := s.state.podGroups["ns/pg"]
+		_, ok := s.state.gangs.podGroups["ns/pg"]
 		return ok && s.synced.Load()
 	})
 	url := startHTTP(t, s)

@@ -11,6 +11,10 @@ import (
 // PodGroupGVR is the scheduler-plugins PodGroup resource the extender watches.
 var PodGroupGVR = schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
 
+// VolcanoPodGroupGVR is Volcano's PodGroup resource: the minMember of the
+// Volcano dialect's gangs (Config.VolcanoPodGroups).
+var VolcanoPodGroupGVR = schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "podgroups"}
+
 // maxScheduleTimeout bounds spec.scheduleTimeoutSeconds (one day).
 const maxScheduleTimeout = 24 * time.Hour
 
@@ -67,22 +71,53 @@ func asInt(v any) (int64, bool) {
 
 // UpsertPodGroup records a PodGroup (scheduling.x-k8s.io/v1alpha1).
 func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
-	if u == nil {
-		return
-	}
-	spec := parsePodGroup(u)
-	key := u.GetNamespace() + "/" + u.GetName()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.podGroups[key] = spec
-	if g := s.gangs[key]; g != nil {
-		g.everGen = 0
-	}
+	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.podGroups }, u, parsePodGroup)
 }
 
 // DeletePodGroup forgets a PodGroup; its members wait until it comes back.
 func (s *State) DeletePodGroup(namespace, name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.podGroups, namespace+"/"+name)
+	delete(s.gangs.podGroups, namespace+"/"+name)
+}
+
+// UpsertVolcanoPodGroup records a Volcano PodGroup (scheduling.volcano.sh/v1beta1).
+func (s *State) UpsertVolcanoPodGroup(u *unstructured.Unstructured) {
+	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.volcano }, u, parseVolcanoPodGroup)
+}
+
+// DeleteVolcanoPodGroup forgets a Volcano PodGroup.
+func (s *State) DeleteVolcanoPodGroup(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.gangs.volcano, namespace+"/"+name)
+}
+
+func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *unstructured.Unstructured,
+	parse func(*unstructured.Unstructured) podGroupSpec) {
+	if u == nil {
+		return
+	}
+	spec := parse(u)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gangs.setGroup(which(&s.gangs), u.GetNamespace()+"/"+u.GetName(), spec)
+}
+
+// parseVolcanoPodGroup reads spec.minMember (required, 1..MaxGangSize) of a
+// Volcano PodGroup; Volcano has no schedule timeout there.
+func parseVolcanoPodGroup(u *unstructured.Unstructured) podGroupSpec {
+	var spec podGroupSpec
+	m, found, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "minMember")
+	if err != nil || !found {
+		spec.err = fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
+		return spec
+	}
+	v, ok := asInt(m)
+	if !ok || v < 1 || v > MaxGangSize {
+		spec.err = fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
+		return spec
+	}
+	spec.minMember = int(v)
+	return spec
 }

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrInvalidPod means a pod's resources or annotations cannot be turned into a Request.
@@ -31,8 +33,8 @@ const (
 // (whole GPUs) or understory.io/gpu-milli (one share of a single GPU, 1..1000);
 // accepted models from the understory.io/gpu-model annotation. The error wraps
 // ErrInvalidPod and names the offending field.
-func PodRequest(pod *corev1.Pod) (Request, error) {
-	var r Request
+func PodRequest(pod *corev1.Pod) (placement.Request, error) {
+	var r placement.Request
 	if pod == nil {
 		return r, fmt.Errorf("no pod: %w", ErrInvalidPod)
 	}
@@ -47,12 +49,12 @@ func PodRequest(pod *corev1.Pod) (Request, error) {
 	switch {
 	case sum.gpus > 0 && sum.milli > 0:
 		return r, fmt.Errorf("pod asks for both %s and %s: %w", ResourceGPU, ResourceGPUMilli, ErrInvalidPod)
-	case sum.gpus > MaxGPUsPerNode:
-		return r, fmt.Errorf("%s %d exceeds %d: %w", ResourceGPU, sum.gpus, MaxGPUsPerNode, ErrInvalidPod)
+	case sum.gpus > placement.MaxGPUsPerNode:
+		return r, fmt.Errorf("%s %d exceeds %d: %w", ResourceGPU, sum.gpus, placement.MaxGPUsPerNode, ErrInvalidPod)
 	case sum.gpus > 0:
-		r.NumGPU, r.GPUMilli = int(sum.gpus), MilliPerGPU
-	case sum.milli > MilliPerGPU:
-		return r, fmt.Errorf("%s %d exceeds one gpu (%d): %w", ResourceGPUMilli, sum.milli, MilliPerGPU, ErrInvalidPod)
+		r.NumGPU, r.GPUMilli = int(sum.gpus), placement.MilliPerGPU
+	case sum.milli > placement.MilliPerGPU:
+		return r, fmt.Errorf("%s %d exceeds one gpu (%d): %w", ResourceGPUMilli, sum.milli, placement.MilliPerGPU, ErrInvalidPod)
 	case sum.milli > 0:
 		r.NumGPU, r.GPUMilli = 1, int(sum.milli)
 	}
@@ -167,7 +169,7 @@ func resourceSum(what string, req, lim corev1.ResourceList) (podSum, error) {
 		*f.dst = v
 	}
 	if s.milli < 0 || (s.milli == 0 && hasResource(req, lim, ResourceGPUMilli)) {
-		return s, fmt.Errorf("%s: %s must be 1..%d: %w", what, ResourceGPUMilli, MilliPerGPU, ErrInvalidPod)
+		return s, fmt.Errorf("%s: %s must be 1..%d: %w", what, ResourceGPUMilli, placement.MilliPerGPU, ErrInvalidPod)
 	}
 	return s, nil
 }
@@ -233,23 +235,23 @@ func ParseModels(s string) ([]string, error) {
 // distinct, non-negative device indices below MaxGPUsPerNode.
 func ParseDevices(s string) ([]int, error) {
 	if len(s) > maxDevicesAnnotation {
-		return nil, fmt.Errorf("%d bytes exceed %d: %w", len(s), maxDevicesAnnotation, ErrInvalidDevices)
+		return nil, fmt.Errorf("%d bytes exceed %d: %w", len(s), maxDevicesAnnotation, placement.ErrInvalidDevices)
 	}
 	if s == "" {
-		return nil, fmt.Errorf("empty device list: %w", ErrInvalidDevices)
+		return nil, fmt.Errorf("empty device list: %w", placement.ErrInvalidDevices)
 	}
 	var seen uint64
 	var out []int
 	for p := range strings.SplitSeq(s, ",") {
 		d, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil {
-			return nil, fmt.Errorf("device %q: %w", p, ErrInvalidDevices)
+			return nil, fmt.Errorf("device %q: %w", p, placement.ErrInvalidDevices)
 		}
-		if d < 0 || d >= MaxGPUsPerNode {
-			return nil, fmt.Errorf("device %d out of 0..%d: %w", d, MaxGPUsPerNode-1, ErrInvalidDevices)
+		if d < 0 || d >= placement.MaxGPUsPerNode {
+			return nil, fmt.Errorf("device %d out of 0..%d: %w", d, placement.MaxGPUsPerNode-1, placement.ErrInvalidDevices)
 		}
 		if seen&(1<<uint(d)) != 0 {
-			return nil, fmt.Errorf("device %d twice: %w", d, ErrInvalidDevices)
+			return nil, fmt.Errorf("device %d twice: %w", d, placement.ErrInvalidDevices)
 		}
 		seen |= 1 << uint(d)
 		out = append(out, d)

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func podWith(containers, inits []corev1.ResourceList, ann map[string]string) *corev1.Pod {
@@ -43,35 +45,35 @@ func TestPodRequest(t *testing.T) {
 	tests := []struct {
 		name    string
 		pod     *corev1.Pod
-		want    Request
+		want    placement.Request
 		wantErr string
 	}{
 		{"cpu and memory summed", podWith([]corev1.ResourceList{rl("cpu", "1500m", "memory", "1Gi"), rl("cpu", "500m", "memory", "1")}, nil, nil),
-			Request{CPUMilli: 2000, MemoryMiB: 1025}, ""},
+			placement.Request{CPUMilli: 2000, MemoryMiB: 1025}, ""},
 		{"init container max", podWith([]corev1.ResourceList{rl("cpu", "1")}, []corev1.ResourceList{rl("cpu", "3")}, nil),
-			Request{CPUMilli: 3000}, ""},
-		{"sidecars add up", sidecar, Request{CPUMilli: 2500}, ""},
-		{"overhead", overhead, Request{CPUMilli: 1250, MemoryMiB: 1088}, ""},
+			placement.Request{CPUMilli: 3000}, ""},
+		{"sidecars add up", sidecar, placement.Request{CPUMilli: 2500}, ""},
+		{"overhead", overhead, placement.Request{CPUMilli: 1250, MemoryMiB: 1088}, ""},
 		{"whole gpus", podWith([]corev1.ResourceList{rl(ResourceGPU, "2"), rl(ResourceGPU, "1")}, nil, nil),
-			Request{NumGPU: 3, GPUMilli: 1000}, ""},
-		{"gpu from limits", limitsOnly, Request{NumGPU: 2, GPUMilli: 1000}, ""},
-		{"one share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "300")}, nil, nil), Request{NumGPU: 1, GPUMilli: 300}, ""},
-		{"full share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1000")}, nil, nil), Request{NumGPU: 1, GPUMilli: 1000}, ""},
-		{"share over one gpu", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1001")}, nil, nil), Request{}, "exceeds one gpu"},
-		{"shares summed over containers", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "600"), rl(ResourceGPUMilli, "600")}, nil, nil), Request{}, "exceeds one gpu"},
-		{"zero share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "0")}, nil, nil), Request{}, "must be 1..1000"},
-		{"negative share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "-5")}, nil, nil), Request{}, "negative"},
-		{"fractional gpu", podWith([]corev1.ResourceList{rl(ResourceGPU, "500m")}, nil, nil), Request{}, "not a whole number"},
-		{"both kinds", podWith([]corev1.ResourceList{rl(ResourceGPU, "1", ResourceGPUMilli, "100")}, nil, nil), Request{}, "both"},
-		{"too many gpus", podWith([]corev1.ResourceList{rl(ResourceGPU, "65")}, nil, nil), Request{}, "exceeds 64"},
-		{"huge memory", podWith([]corev1.ResourceList{rl("memory", "10Ei")}, nil, nil), Request{}, "too large"},
+			placement.Request{NumGPU: 3, GPUMilli: 1000}, ""},
+		{"gpu from limits", limitsOnly, placement.Request{NumGPU: 2, GPUMilli: 1000}, ""},
+		{"one share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "300")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 300}, ""},
+		{"full share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1000")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 1000}, ""},
+		{"share over one gpu", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1001")}, nil, nil), placement.Request{}, "exceeds one gpu"},
+		{"shares summed over containers", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "600"), rl(ResourceGPUMilli, "600")}, nil, nil), placement.Request{}, "exceeds one gpu"},
+		{"zero share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "0")}, nil, nil), placement.Request{}, "must be 1..1000"},
+		{"negative share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "-5")}, nil, nil), placement.Request{}, "negative"},
+		{"fractional gpu", podWith([]corev1.ResourceList{rl(ResourceGPU, "500m")}, nil, nil), placement.Request{}, "not a whole number"},
+		{"both kinds", podWith([]corev1.ResourceList{rl(ResourceGPU, "1", ResourceGPUMilli, "100")}, nil, nil), placement.Request{}, "both"},
+		{"too many gpus", podWith([]corev1.ResourceList{rl(ResourceGPU, "65")}, nil, nil), placement.Request{}, "exceeds 64"},
+		{"huge memory", podWith([]corev1.ResourceList{rl("memory", "10Ei")}, nil, nil), placement.Request{}, "too large"},
 		{"batch resources", podWith([]corev1.ResourceList{rl(ResourceBatchCPU, "1500", ResourceBatchMemory, "2Gi")}, nil, nil),
-			Request{BatchCPUMilli: 1500, BatchMemoryMiB: 2048}, ""},
+			placement.Request{BatchCPUMilli: 1500, BatchMemoryMiB: 2048}, ""},
 		{"models", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " A100-SXM4-80GB , Tesla-T4,A100-SXM4-80GB"}),
-			Request{NumGPU: 1, GPUMilli: 1000, Models: []string{"A100-SXM4-80GB", "Tesla-T4"}}, ""},
-		{"empty model list", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " "}), Request{}, "empty model list"},
-		{"bad model", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: "a b"}), Request{}, "model \"a b\""},
-		{"nil pod", nil, Request{}, "no pod"},
+			placement.Request{NumGPU: 1, GPUMilli: 1000, Models: []string{"A100-SXM4-80GB", "Tesla-T4"}}, ""},
+		{"empty model list", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " "}), placement.Request{}, "empty model list"},
+		{"bad model", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: "a b"}), placement.Request{}, "model \"a b\""},
+		{"nil pod", nil, placement.Request{}, "no pod"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,7 +120,7 @@ func TestParseDevices(t *testing.T) {
 		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
 			t.Errorf("ParseDevices(%q) = %v, %v", tc.in, got, err)
 		}
-		if err != nil && !errors.Is(err, ErrInvalidDevices) {
+		if err != nil && !errors.Is(err, placement.ErrInvalidDevices) {
 			t.Errorf("error %v does not wrap ErrInvalidDevices", err)
 		}
 		if err == nil {
@@ -136,14 +138,14 @@ func FuzzParseDevices(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		devs, err := ParseDevices(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidDevices) {
+			if !errors.Is(err, placement.ErrInvalidDevices) {
 				t.Fatalf("error %v does not wrap ErrInvalidDevices", err)
 			}
 			return
 		}
 		seen := map[int]bool{}
 		for _, d := range devs {
-			if d < 0 || d >= MaxGPUsPerNode || seen[d] {
+			if d < 0 || d >= placement.MaxGPUsPerNode || seen[d] {
 				t.Fatalf("%q gave bad device list %v", s, devs)
 			}
 			seen[d] = true

@@ -32,7 +32,8 @@ import (
 // EventComponent is the source component of the Events the extender emits.
 const EventComponent = "understory-scheduler-extender"
 
-// podCacheSize is how many decoded pods the filter/prioritize decoder keeps.
+// podCacheSize is how many decoded pods the filter/prioritize decoder keeps
+// at most (Config.PodCacheBytes bounds their bytes).
 const podCacheSize = 1024
 
 // eventRecorder is the part of record.EventRecorder the extender uses.
@@ -45,8 +46,10 @@ type Deps struct {
 	// Client lists and watches nodes and pods, patches and binds pods, records
 	// events. Nil: no informers (feed the index with UpsertNode/UpsertPod) and bind fails.
 	Client kubernetes.Interface
-	// Dynamic watches scheduling.x-k8s.io PodGroups. Nil: PodGroup gangs wait
-	// with "PodGroup not found" unless fed through State().UpsertPodGroup.
+	// Dynamic watches scheduling.x-k8s.io PodGroups and (Config.VolcanoPodGroups)
+	// Volcano's. Nil: PodGroup gangs wait with "PodGroup not found" unless fed
+	// through State().UpsertPodGroup, and Volcano gangs use their members'
+	// annotation unless fed through State().UpsertVolcanoPodGroup.
 	Dynamic dynamic.Interface
 	// Recorder receives Events. Nil: built on Client (or none without a Client).
 	Recorder eventRecorder
@@ -88,7 +91,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, client: deps.Client, dynamic: deps.Dynamic, recorder: deps.Recorder,
-		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
+		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -98,7 +101,9 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if s.registry == nil {
 		s.registry = prometheus.NewRegistry()
 	}
-	if s.client != nil {
+	if s.client == nil {
+		s.synced.Store(true) // nothing to sync with: the index is fed directly
+	} else {
 		s.api = clientAPI{c: s.client}
 		if s.recorder == nil {
 			s.broadcaster = record.NewBroadcaster()
@@ -121,7 +126,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 
 type stateSource struct{ s *State }
 
-func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return w.s.snapshotMetrics() }
+func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return snapshotMetrics(w.s) }
 
 // State is the server's index, for feeding it directly (tests, benchmarks).
 func (s *Server) State() *State { return s.state }
@@ -138,8 +143,6 @@ func (s *Server) Run(ctx context.Context) error {
 		if err := s.startInformers(ctx); err != nil {
 			return err
 		}
-	} else {
-		s.synced.Store(true)
 	}
 	tick := time.NewTicker(s.cfg.Housekeeping)
 	defer tick.Stop()
@@ -169,6 +172,7 @@ func (s *State) housekeep() int {
 	now := s.now()
 	n := s.expireReservations(now)
 	s.expirePlans(now)
+	s.resumePlans()
 	s.refreshAllUsage(now)
 	return n
 }
@@ -183,7 +187,7 @@ func (s *Server) Housekeep() {
 
 // flush emits queued events and starts queued nudges.
 func (s *Server) flush() {
-	evs, nudges := s.state.drain()
+	evs, nudges := s.state.out.drain()
 	for _, e := range evs {
 		if s.recorder == nil {
 			continue
@@ -212,38 +216,63 @@ func (s *Server) flush() {
 	}()
 }
 
-// drain takes the queued events and nudges.
-func (s *State) drain() ([]event, []nudge) {
-	if !s.pending.Load() {
-		return nil, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	evs, ns := s.events, s.nudges
-	s.events, s.nudges = nil, nil
-	s.pending.Store(false)
-	return evs, ns
-}
-
 // NewHTTPServer wraps h in an http.Server with cfg's timeouts.
 func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
 }
 
-// Handler serves POST /filter, /prioritize, /bind and GET /healthz, /metrics, /status.
+// Handler serves POST /filter, /prioritize, /bind and GET /healthz, /readyz,
+// /metrics, /status. Until the informers have synced (Ready), filter,
+// prioritize and bind are refused with 503: the index would not know which
+// devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /filter", s.instrument("filter", s.handleFilter))
-	mux.Handle("POST /prioritize", s.instrument("prioritize", s.handlePrioritize))
-	mux.Handle("POST /bind", s.instrument("bind", s.handleBind))
+	mux.Handle("POST /filter", s.instrument("filter", s.whenReady(s.handleFilter, func(w http.ResponseWriter, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, body)
+	})))
+	mux.Handle("POST /prioritize", s.instrument("prioritize", s.whenReady(s.handlePrioritize,
+		func(w http.ResponseWriter, err error) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+		})))
+	mux.Handle("POST /bind", s.instrument("bind", s.whenReady(s.handleBind, func(w http.ResponseWriter, err error) {
+		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, body)
+	})))
 	mux.Handle("GET /healthz", s.instrument("healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	mux.Handle("GET /readyz", s.instrument("readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, ErrNotSynced.Error()+"\n")
+			return
+		}
 		_, _ = io.WriteString(w, "ok\n")
 	}))
 	mux.Handle("GET /status", s.instrument("status", s.handleStatus))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// Ready reports whether the index is synced with the API server (always true
+// without a Client): the extender answers filter, prioritize and bind only then.
+func (s *Server) Ready() bool { return s.synced.Load() }
+
+// whenReady runs h once the server is Ready and answers with refuse (503) before.
+func (s *Server) whenReady(h http.HandlerFunc, refuse func(http.ResponseWriter, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.Ready() {
+			refuse(w, fmt.Errorf("extender not ready, retry later: %w", ErrNotSynced))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // statusWriter records the status code for metrics.

@@ -479,11 +479,19 @@ func (c *listCache) add(raw []byte, names [][]byte) {
 // podCache remembers decoded pods by their exact JSON: kube-scheduler sends the
 // same pod to filter and prioritize (and again on every retry), and decoding a
 // pod costs more than the rest of a call. Cached pods are shared: never modify them.
+//
+// It is bounded in count and in bytes: a pod can carry up to 256 KiB of
+// annotations and more in its spec, so a count alone let 160 cached requests
+// retain 160 MiB. An entry costs podCacheCost(raw): the kept copy of the JSON
+// plus an estimate of the decoded pod (its strings are copies of the JSON's).
+// A pod costing more than an eighth of the budget is decoded but not kept.
 type podCache struct {
-	mu   sync.Mutex
-	seed maphash.Seed
-	m    map[uint64]podCacheEntry
-	max  int
+	mu       sync.Mutex
+	seed     maphash.Seed
+	m        map[uint64]podCacheEntry
+	max      int
+	maxBytes int64
+	bytes    int64 // sum of the entries' costs
 }
 
 type podCacheEntry struct {
@@ -491,8 +499,15 @@ type podCacheEntry struct {
 	pod *corev1.Pod
 }
 
-func newPodCache(size int) *podCache {
-	return &podCache{seed: maphash.MakeSeed(), m: make(map[uint64]podCacheEntry, size), max: size}
+// podCacheOverhead is the fixed part of an entry's cost: the map slot, the Pod
+// struct and its nested structs.
+const podCacheOverhead = 2 << 10
+
+// podCacheCost is what keeping raw and its decoded pod costs, estimated.
+func podCacheCost(raw []byte) int64 { return 2*int64(len(raw)) + podCacheOverhead }
+
+func newPodCache(size int, maxBytes int64) *podCache {
+	return &podCache{seed: maphash.MakeSeed(), m: make(map[uint64]podCacheEntry, min(size, 1024)), max: size, maxBytes: maxBytes}
 }
 
 func (c *podCache) decode(raw []byte) (*corev1.Pod, error) {
@@ -507,14 +522,31 @@ func (c *podCache) decode(raw []byte) (*corev1.Pod, error) {
 	if err := json.Unmarshal(raw, pod); err != nil {
 		return nil, err
 	}
+	cost := podCacheCost(raw)
+	if cost > c.maxBytes/8 {
+		return pod, nil
+	}
 	c.mu.Lock()
-	if len(c.m) >= c.max {
-		for k := range c.m { // evict an arbitrary entry
-			delete(c.m, k)
+	defer c.mu.Unlock()
+	if old, ok := c.m[h]; ok { // a hash collision or a concurrent decode of the same body
+		c.bytes -= podCacheCost(old.raw)
+		delete(c.m, h)
+	}
+	for k, old := range c.m { // evict arbitrary entries until the new one fits
+		if len(c.m) < c.max && c.bytes+cost <= c.maxBytes {
 			break
 		}
+		c.bytes -= podCacheCost(old.raw)
+		delete(c.m, k)
 	}
 	c.m[h] = podCacheEntry{raw: bytes.Clone(raw), pod: pod}
-	c.mu.Unlock()
+	c.bytes += cost
 	return pod, nil
+}
+
+// size is the entries and their cost in bytes.
+func (c *podCache) size() (int, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m), c.bytes
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -65,7 +66,7 @@ func TestDecodeExtenderArgs(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pc := newPodCache(4)
+			pc := newPodCache(4, 1<<20)
 			_, ferr := fastExtenderArgs([]byte(tc.body), pc, nil, nil)
 			if tc.fast && ferr != nil {
 				t.Fatalf("fast path refused: %v", ferr)
@@ -127,7 +128,7 @@ func TestListCache(t *testing.T) {
 func TestPodCacheSharesDecodedPods(t *testing.T) {
 	t.Parallel()
 	raw, _ := json.Marshal(testPod("ns", "p"))
-	pc := newPodCache(2)
+	pc := newPodCache(2, 1<<20)
 	a, err := pc.decode(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +148,52 @@ func TestPodCacheSharesDecodedPods(t *testing.T) {
 	}
 }
 
+// TestPodCacheBoundedInBytes: the decoded-pod cache keeps its estimated cost
+// within its byte budget however large the pods are, and a pod too large to
+// keep is still decoded. Before, it was bounded by count only: 160 cached
+// requests of 1 MiB pods retained 160 MiB.
+func TestPodCacheBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	const budget = 1 << 20
+	tests := []struct {
+		name       string
+		annotation int // bytes of annotation per pod
+		wantKept   bool
+	}{
+		{"small pods", 100, true},
+		{"32 KiB pods", 32 << 10, true},
+		{"pods above an eighth of the budget", 100 << 10, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pc := newPodCache(1024, budget)
+			for i := range 160 {
+				pod := testPod("ns", fmt.Sprintf("p%d", i), annotate("big", strings.Repeat("x", tc.annotation)))
+				raw, _ := json.Marshal(pod)
+				got, err := pc.decode(raw)
+				if err != nil || got.Name != pod.Name || len(got.Annotations["big"]) != tc.annotation {
+					t.Fatalf("decode: %v, %v", got, err)
+				}
+				if n, b := pc.size(); b > budget || n > 1024 {
+					t.Fatalf("after %d pods: %d entries, %d bytes, budget %d", i+1, n, b, budget)
+				}
+			}
+			n, b := pc.size()
+			if tc.wantKept != (n > 0) {
+				t.Fatalf("%d entries kept (%d bytes)", n, b)
+			}
+			var sum int64
+			for _, e := range pc.m {
+				sum += podCacheCost(e.raw)
+			}
+			if sum != b {
+				t.Fatalf("accounted %d bytes, entries cost %d", b, sum)
+			}
+		})
+	}
+}
+
 // FuzzFilterArgs checks the fast decoder against encoding/json: whatever both
 // accept must decode the same, and the fast path must never accept what
 // encoding/json refuses.
@@ -162,8 +209,8 @@ func FuzzFilterArgs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// The first decode fills the list cache (no minimum length), the second reads it.
 		lc := &listCache{}
-		_, _ = fastExtenderArgs(body, newPodCache(2), lc, nil)
-		fast, ferr := fastExtenderArgs(body, newPodCache(2), lc, make([][]byte, 0, 1))
+		_, _ = fastExtenderArgs(body, newPodCache(2, 1<<20), lc, nil)
+		fast, ferr := fastExtenderArgs(body, newPodCache(2, 1<<20), lc, make([][]byte, 0, 1))
 		std, serr := stdArgs(body)
 		if ferr != nil {
 			if !errors.Is(ferr, errSlowPath) {

@@ -231,3 +231,13 @@ func phaseOf(s *Server, uid types.UID) string {
 	}
 	return "unknown"
 }
+
+// fedServer is testServer for a test that feeds the index itself (State().Upsert*)
+// while handing the server a fake Client for its API writes: it is marked synced,
+// as Run would once its informers had fed it.
+func fedServer(t *testing.T, clock *fakeClock, deps Deps, mut ...func(*Config)) *Server {
+	t.Helper()
+	s := testServer(t, clock, deps, mut...)
+	s.synced.Store(true)
+	return s
+}

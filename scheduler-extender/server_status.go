@@ -7,18 +7,24 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Status is the JSON served at /status.
 type Status struct {
-	Time           time.Time      `json:"time"`
-	Policy         string         `json:"policy"`
-	Synced         bool           `json:"synced"`
-	CacheStaleness float64        `json:"cacheStalenessSeconds"`
-	Nodes          []NodeStatus   `json:"nodes"`
-	AssumedPods    []PodStatus    `json:"assumedPods"`
-	Gangs          []GangStatus   `json:"gangs"`
-	Counts         map[string]int `json:"podsByPhase"`
+	Time   time.Time `json:"time"`
+	Policy string    `json:"policy"`
+	// WorkloadClasses is how many request classes the policy's target workload
+	// keeps (0 before the first refresh, or for random and bestfit's empty one).
+	WorkloadClasses int            `json:"workloadClasses"`
+	Synced          bool           `json:"synced"`
+	CacheStaleness  float64        `json:"cacheStalenessSeconds"`
+	Nodes           []NodeStatus   `json:"nodes"`
+	AssumedPods     []PodStatus    `json:"assumedPods"`
+	Gangs           []GangStatus   `json:"gangs"`
+	Counts          map[string]int `json:"podsByPhase"`
 }
 
 // NodeStatus is one node in /status.
@@ -74,7 +80,8 @@ func (s *Server) Status() Status {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	out := Status{Time: s.now(), Policy: st.policy.Name(), Synced: s.synced.Load(),
-		CacheStaleness: st.Staleness().Seconds(), Counts: map[string]int{},
+		WorkloadClasses: st.workload.Len(),
+		CacheStaleness:  st.contact.Staleness().Seconds(), Counts: map[string]int{},
 		Nodes: make([]NodeStatus, 0, len(st.nodes)), AssumedPods: []PodStatus{}, Gangs: []GangStatus{}}
 	for _, e := range st.nodes {
 		n := e.n
@@ -83,9 +90,12 @@ func (s *Server) Status() Status {
 			MetricsFresh: n.Usage != nil, MetricsProblem: e.metricsErr, Learned: e.learned}
 		if n.Usage == nil && ns.MetricsProblem == "" {
 			ns.MetricsProblem = "older than the metrics max age"
+			if e.metrics != nil && e.metrics.Timestamp.After(out.Time) {
+				ns.MetricsProblem = "stamped in the future beyond the metrics max skew"
+			}
 		}
 		for i, f := range n.GPUFree {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: MilliPerGPU - f})
+			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})
 		}
 		for _, p := range e.pods {
 			for _, d := range p.devices {
@@ -116,9 +126,9 @@ func (s *Server) Status() Status {
 		out.AssumedPods = append(out.AssumedPods, ps)
 	}
 	slices.SortFunc(out.AssumedPods, func(a, b PodStatus) int { return strings.Compare(a.Pod, b.Pod) })
-	for _, g := range st.gangs {
+	for _, g := range st.gangs.byKey {
 		gs := GangStatus{Gang: g.key, Dialect: g.dialect, State: g.state, MinMember: g.min,
-			Members: len(g.members), Bound: st.boundMembers(g), Reason: g.reason}
+			Members: len(g.members), Bound: g.bound(), Reason: g.reason}
 		if pl := g.plan; pl != nil {
 			for uid := range pl.members {
 				if m := st.pods[uid]; m != nil {
@@ -143,4 +153,29 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// snapshotMetrics is the index's metrics.ExtenderSnapshot (gauges at scrape time).
+func snapshotMetrics(s *State) metrics.ExtenderSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
+		CacheStaleness: s.contact.Staleness()}
+	for _, e := range s.nodes {
+		out.GPUs += len(e.n.GPUFree)
+		for _, f := range e.n.GPUFree {
+			out.GPUMilliCapacity += placement.MilliPerGPU
+			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
+		}
+		if e.n.Usage == nil {
+			out.StaleNodeMetrics++
+		}
+	}
+	for _, p := range s.pods {
+		out.Pods[p.phase.String()]++
+	}
+	for _, g := range s.gangs.byKey {
+		out.Gangs[g.state]++
+	}
+	return out
 }

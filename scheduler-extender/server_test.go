@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestFilterVerdicts(t *testing.T) {
@@ -98,28 +100,76 @@ func containsStr(xs []string, x string) bool {
 	return false
 }
 
+// TestFilterNodesModeLearnsNodes: with -node-cache-capable=false a filter's full
+// Node objects teach the index nodes it does not know, and such nodes expire
+// once calls stop carrying them; with it set (the default, as the shipped
+// scheduler config) nodes are never learned from request bodies.
 func TestFilterNodesModeLearnsNodes(t *testing.T) {
 	t.Parallel()
-	s := testServer(t, newFakeClock(), Deps{})
+	for _, nodeCacheCapable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nodeCacheCapable=%v", nodeCacheCapable), func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			s := testServer(t, clock, Deps{}, func(c *Config) { c.NodeCacheCapable = nodeCacheCapable })
+			url := startHTTP(t, s)
+			args := extenderv1.ExtenderArgs{Pod: testPod("ns", "p", gpus(1)), Nodes: &corev1.NodeList{Items: []corev1.Node{
+				*testNode("g1", "A100", 1, 8, 32), *testNode("c1", "", 0, 8, 32)}}}
+			code, body := postJSON(t, http.DefaultClient, url+"/filter", args)
+			if code != http.StatusOK {
+				t.Fatalf("%d %s", code, body)
+			}
+			var res extenderv1.ExtenderFilterResult
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Fatal(err)
+			}
+			if nodeCacheCapable {
+				if res.Nodes != nil && len(res.Nodes.Items) > 0 || gpuFree(s, "g1") != nil || gpuFree(s, "c1") != nil {
+					t.Fatalf("nodes learned from a request body: %s", body)
+				}
+				return
+			}
+			if res.Nodes == nil || len(res.Nodes.Items) != 1 || res.Nodes.Items[0].Name != "g1" {
+				t.Fatalf("want Nodes=[g1], got %s", body)
+			}
+			if _, ok := res.FailedAndUnresolvableNodes["c1"]; !ok {
+				t.Fatalf("c1 should be unresolvable: %s", body)
+			}
+			if got := gpuFree(s, "g1"); len(got) != 1 || got[0] != 0 {
+				t.Fatalf("g1 should hold the reservation, free=%v", got)
+			}
+			clock.Advance(argsLifetime*DefaultConfig().AssumedTTL + time.Second)
+			s.Housekeep()
+			if gpuFree(s, "g1") != nil || gpuFree(s, "c1") != nil {
+				t.Fatal("nodes only request bodies showed should expire")
+			}
+		})
+	}
+}
+
+// TestArgsPodClaimingANodeHoldsNothing: a pod that appears only in a request
+// body, carrying spec.nodeName, is not taken as bound. Before, it was charged on
+// that node as bound and held its GPU forever.
+func TestArgsPodClaimingANodeHoldsNothing(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := testServer(t, clock, Deps{})
+	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
-	args := extenderv1.ExtenderArgs{Pod: testPod("ns", "p", gpus(1)), Nodes: &corev1.NodeList{Items: []corev1.Node{
-		*testNode("g1", "A100", 1, 8, 32), *testNode("c1", "", 0, 8, 32)}}}
-	code, body := postJSON(t, http.DefaultClient, url+"/filter", args)
-	if code != http.StatusOK {
-		t.Fatalf("%d %s", code, body)
+	pod := testPod("ns", "ghost", gpus(1), onNode("n"))
+	filter(t, url, pod, "n")
+	ttl := DefaultConfig().AssumedTTL
+	clock.Advance(ttl + time.Second)
+	s.Housekeep()
+	if ph := phaseOf(s, pod.UID); ph != "pending@" {
+		t.Fatalf("phase %s: a body's spec.nodeName was taken as a binding", ph)
 	}
-	var res extenderv1.ExtenderFilterResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		t.Fatal(err)
+	if got := gpuFree(s, "n"); got[0] != 1000 {
+		t.Fatalf("GPU still held: free=%v", got)
 	}
-	if res.Nodes == nil || len(res.Nodes.Items) != 1 || res.Nodes.Items[0].Name != "g1" {
-		t.Fatalf("want Nodes=[g1], got %s", body)
-	}
-	if _, ok := res.FailedAndUnresolvableNodes["c1"]; !ok {
-		t.Fatalf("c1 should be unresolvable: %s", body)
-	}
-	if got := gpuFree(s, "g1"); len(got) != 1 || got[0] != 0 {
-		t.Fatalf("g1 should hold the reservation, free=%v", got)
+	clock.Advance(argsLifetime * ttl)
+	s.Housekeep()
+	if ph := phaseOf(s, pod.UID); ph != "unknown" {
+		t.Fatalf("a pod only request bodies showed should be forgotten, phase %s", ph)
 	}
 }
 
@@ -176,7 +226,7 @@ func TestBindWritesDevicesInTheBinding(t *testing.T) {
 	t.Parallel()
 	pod := testPod("ns", "p", gpus(2))
 	fc := newFakeCluster(t, pod)
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	s.State().UpsertNode(testNode("n", "A100", 4, 32, 128))
 	s.State().UpsertPod(pod)
 	url := startHTTP(t, s)
@@ -223,13 +273,13 @@ func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	pod := testPod("ns", "p", gpus(1))
 	fc := newFakeCluster(t, pod)
 	fc.failBind["p"] = true
-	s := testServer(t, newFakeClock(), Deps{Client: fc})
+	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
 	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {
 		t.Fatalf("want the binding error, got %q", e)
 	}
-	if got := gpuFree(s, "n"); got[0] != MilliPerGPU {
+	if got := gpuFree(s, "n"); got[0] != placement.MilliPerGPU {
 		t.Fatalf("failed bind must release the device: %v", got)
 	}
 	ghost := testPod("ns", "ghost", gpus(1))
@@ -422,7 +472,7 @@ func TestArgsOnlyPodsAreForgotten(t *testing.T) {
 	if ph := phaseOf(s, pod.UID); ph != "pending@" {
 		t.Fatalf("reservation should have expired, phase %s", ph)
 	}
-	clock.Advance(argsPodLifetime * ttl)
+	clock.Advance(argsLifetime * ttl)
 	s.Housekeep()
 	if ph := phaseOf(s, pod.UID); ph != "unknown" {
 		t.Fatalf("a pod only extender args ever showed should be forgotten, phase %s", ph)

@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -14,13 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrUnknownPod means the extender has never seen the pod and could not fetch it.
 var ErrUnknownPod = errors.New("pod unknown to the extender")
-
-// maxQueuedEvents bounds the events waiting to be emitted; more are dropped.
-const maxQueuedEvents = 1024
 
 // podPhase is where a tracked pod stands in the extender's accounting.
 type podPhase int
@@ -46,11 +43,12 @@ type podEntry struct {
 	uid             types.UID
 	namespace, name string
 	created         time.Time
-	req             Request
+	req             placement.Request
 	reqErr          error // why the pod cannot be turned into a Request (user error)
 	gang            gangRef
 	hasGang         bool
 	cons            *podConstraints // gang members only: selector, required affinity, tolerations
+	persisted       *persistedPlan  // gang members only: the plan its gang-state annotation records
 	informer        bool            // seen by the pod informer (not only in extender args)
 	seen            time.Time       // last time extender args carried it (for !informer pods)
 
@@ -67,15 +65,18 @@ func (p *podEntry) key() string { return p.namespace + "/" + p.name }
 
 // nodeEntry is one node's precomputed placement state.
 type nodeEntry struct {
-	n   *Node
+	n   *placement.Node
 	gen uint64 // bumped on every change of n (an optimistic filter re-checks it)
 	// meta is the node's name, labels and taints, for gang members' constraints.
 	meta *corev1.Node
-	// metrics is the node's last decodable node-metrics annotation; n.Usage is it while fresh.
+	// metrics is the node's last decodable node-metrics annotation and usage its
+	// placement form; n.Usage is usage while the metrics are fresh.
 	metrics    *metrics.NodeMetrics
+	usage      *placement.Usage
 	metricsErr string
 	pods       map[types.UID]*podEntry            // pods charged here
 	learned    bool                               // known only from extender args (nodeCacheCapable false)
+	seen       time.Time                          // last time extender args carried it (learned nodes)
 	cache      [scoreSlots]atomic.Pointer[scored] // verdicts by request shape, round robin
 	nextSlot   atomic.Uint32
 }
@@ -91,27 +92,19 @@ type State struct {
 	nodes     map[string]*nodeEntry
 	pods      map[types.UID]*podEntry
 	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
-	gangs     map[string]*gang
-	podGroups map[string]podGroupSpec
-	gen       uint64 // source of nodeEntry.gen
-	capGen    uint64 // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
-	policy    Policy
-	epoch     uint64 // bumped when policy changes
-	cacheable bool   // the policy is deterministic: verdicts may be cached
+	gangs     gangBook                           // gangs, their PodGroups and plan ids
+	gen       uint64                             // source of nodeEntry.gen
+	capGen    uint64                             // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
+	policy    placement.Policy
+	workload  *placement.Workload // the policy's target workload (nil: none yet)
+	epoch     uint64              // bumped when policy changes
+	cacheable bool                // the policy is deterministic: verdicts may be cached
 	seed      maphash.Seed
-	shapeMu   sync.Mutex
-	shapes    map[reqKey]uint64 // interned request shapes
-	shapeSeq  uint64
-	listMu    sync.Mutex // guards lists (used under the read lock)
-	lists     [resolveCacheSize]*nameList
-	nextList  int
-	planSeq   uint64
-	events    []event // to emit once the lock is released
-	nudges    []nudge // pods to annotate once the lock is released
+	shapes    shapeTable    // request shapes: verdict cache keys
+	lists     resolvedLists // NodeNames lists resolved to entries
+	out       outbox        // Events and nudges to send once the lock is released
 	met       *metrics.Extender
-	pending   atomic.Bool // events or nudges are queued
-
-	lastContact atomic.Int64 // unix nanos of the last successful list/watch event
+	contact   *apiContact
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -122,8 +115,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	s := &State{
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
-		orphans: map[string]map[types.UID]*podEntry{}, gangs: map[string]*gang{},
-		podGroups: map[string]podGroupSpec{}, seed: maphash.MakeSeed(), shapes: map[reqKey]uint64{},
+		orphans: map[string]map[types.UID]*podEntry{}, gangs: newGangBook(cfg, now()),
+		seed: maphash.MakeSeed(), contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -132,21 +125,41 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 }
 
 // setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
-func (s *State) setPolicy(w *Workload) error {
-	p, err := NewPolicy(s.cfg.Policy, w, nil)
+func (s *State) setPolicy(w *placement.Workload) error {
+	p, err := placement.NewPolicy(s.cfg.Policy, w, nil)
 	if err != nil {
 		return fmt.Errorf("building policy: %w", err)
 	}
-	s.policy = p
+	s.cacheable = placement.Concurrent(p)
+	if !s.cacheable {
+		p = &lockedPolicy{p: p}
+	}
+	s.policy, s.workload = p, w
 	s.epoch++
-	s.cacheable = s.cfg.Policy != PolicyRandom
 	return nil
+}
+
+// lockedPolicy serialises a policy that is not safe for concurrent use (random:
+// it draws from one rng), since filters score under the read lock.
+type lockedPolicy struct {
+	mu sync.Mutex
+	p  placement.Policy
+}
+
+var _ placement.Policy = (*lockedPolicy)(nil)
+
+func (l *lockedPolicy) Name() string { return l.p.Name() }
+
+func (l *lockedPolicy) Score(n *placement.Node, r placement.Request) (float64, []int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.Score(n, r)
 }
 
 // RefreshWorkload rebuilds the target workload from every tracked pod's request.
 func (s *State) RefreshWorkload() error {
 	s.mu.RLock()
-	reqs := make([]Request, 0, len(s.pods))
+	reqs := make([]placement.Request, 0, len(s.pods))
 	for _, p := range s.pods {
 		if p.reqErr == nil {
 			reqs = append(reqs, p.req)
@@ -155,24 +168,12 @@ func (s *State) RefreshWorkload() error {
 	s.mu.RUnlock()
 	coverage := s.cfg.WorkloadCoverage
 	if coverage == 0 {
-		coverage = PolicyCoverage(s.cfg.Policy)
+		coverage = placement.PolicyCoverage(s.cfg.Policy)
 	}
-	w := NewWorkload(reqs, coverage)
+	w := placement.NewWorkload(reqs, coverage)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.setPolicy(w)
-}
-
-// Touch records a successful contact with the API server (a list or a watch event).
-func (s *State) Touch() { s.lastContact.Store(s.now().UnixNano()) }
-
-// Staleness is the time since the last successful contact (0 before the first).
-func (s *State) Staleness() time.Duration {
-	t := s.lastContact.Load()
-	if t == 0 {
-		return 0
-	}
-	return s.now().Sub(time.Unix(0, t))
 }
 
 // bump marks e changed. Call with mu held for writing.
@@ -181,27 +182,12 @@ func (s *State) bump(e *nodeEntry) {
 	e.gen = s.gen
 }
 
-// charge adds (sign=+1) or removes (sign=-1) r on n without any check: observed
-// reality may over-commit a node, and the index must still mirror it exactly.
-func charge(n *Node, r Request, devs []int, sign int64) {
-	n.UsedCPUMilli += sign * r.CPUMilli
-	n.UsedMemoryMiB += sign * r.MemoryMiB
-	n.UsedBatchCPUMilli += sign * r.BatchCPUMilli
-	n.UsedBatchMemoryMiB += sign * r.BatchMemoryMiB
-	n.Pods += int(sign)
-	for _, d := range devs {
-		if d >= 0 && d < len(n.GPUFree) {
-			n.GPUFree[d] -= int(sign) * r.GPUMilli
-		}
-	}
-}
-
 // hold charges p on node e in the given phase; devices must be valid for p (checked
 // by reserve) or observed. Call with mu held for writing.
 func (s *State) hold(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
 	s.release(p)
 	p.node, p.devices, p.phase, p.charged = e.n.Name, devs, phase, true
-	charge(e.n, p.req, devs, 1)
+	e.n.Charge(p.req, devs)
 	e.pods[p.uid] = p
 	s.bump(e)
 }
@@ -214,7 +200,7 @@ func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) e
 	if err := e.n.Place(p.req, devs); err != nil {
 		return err
 	}
-	charge(e.n, p.req, devs, -1) // Place charged it; hold charges it again symmetrically
+	e.n.Discharge(p.req, devs) // Place charged it; hold charges it again symmetrically
 	s.hold(p, e, slices.Clone(devs), phase)
 	return nil
 }
@@ -223,7 +209,7 @@ func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) e
 func (s *State) release(p *podEntry) {
 	if p.charged {
 		if e, ok := s.nodes[p.node]; ok {
-			charge(e.n, p.req, p.devices, -1)
+			e.n.Discharge(p.req, p.devices)
 			delete(e.pods, p.uid)
 			s.bump(e)
 		}
@@ -256,7 +242,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		s.capGen++
 		for _, p := range s.orphans[obj.Name] {
 			p.charged = true
-			charge(e.n, p.req, p.devices, 1)
+			e.n.Charge(p.req, p.devices)
 			e.pods[p.uid] = p
 		}
 		delete(s.orphans, obj.Name)
@@ -264,7 +250,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		if !sameCapacity(e.n, fresh) {
 			s.capGen++
 			for _, p := range e.pods {
-				charge(fresh, p.req, p.devices, 1)
+				fresh.Charge(p.req, p.devices)
 			}
 			e.n = fresh
 		}
@@ -276,13 +262,13 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 			e.learned = false
 		}
 	}
-	e.metrics, e.metricsErr = nil, ""
+	e.metrics, e.usage, e.metricsErr = nil, nil, ""
 	if v, ok := obj.Annotations[metrics.AnnotationNodeMetrics]; ok {
 		m, err := metrics.DecodeNodeMetrics(v)
 		if err != nil {
 			e.metricsErr = err.Error()
 		} else {
-			e.metrics = &m
+			e.metrics, e.usage = &m, usageOf(&m)
 		}
 	} else {
 		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
@@ -294,9 +280,9 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 
 // refreshUsage sets n.Usage from the node's metrics while they are fresh; nil otherwise.
 func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
-	var u *metrics.NodeMetrics
-	if e.metrics != nil && e.metrics.Fresh(now, s.cfg.MetricsMaxAge) {
-		u = e.metrics
+	var u *placement.Usage
+	if e.metrics != nil && metricsFresh(e.metrics, now, s.cfg.MetricsMaxAge, s.cfg.MetricsMaxSkew) {
+		u = e.usage
 	}
 	if u == e.n.Usage {
 		return false
@@ -305,7 +291,20 @@ func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	return true
 }
 
-func sameCapacity(a, b *Node) bool {
+// metricsFresh reports whether m is at most maxAge old at now and stamped at
+// most maxSkew in the future: a future timestamp (a node clock ahead of ours, a
+// hand-written annotation) would otherwise read as fresh forever.
+func metricsFresh(m *metrics.NodeMetrics, now time.Time, maxAge, maxSkew time.Duration) bool {
+	return m.Timestamp.Sub(now) <= maxSkew && m.Fresh(now, maxAge)
+}
+
+// usageOf is the part of the node agent's metrics placement scores on.
+func usageOf(m *metrics.NodeMetrics) *placement.Usage {
+	return &placement.Usage{CPUCapacity: m.CPU.Capacity, CPUUsed: m.CPU.Used, CPULS: m.CPU.LS,
+		MemoryCapacity: m.Memory.Capacity, MemoryUsed: m.Memory.Used}
+}
+
+func sameCapacity(a, b *placement.Node) bool {
 	return a.Model == b.Model && a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.MaxPods == b.MaxPods &&
 		len(a.GPUFree) == len(b.GPUFree) && a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB
 }
@@ -313,9 +312,9 @@ func sameCapacity(a, b *Node) bool {
 // nodeFromAPI is the empty placement state of a node: allocatable capacity, GPU
 // count from allocatable nvidia.com/gpu (capped at MaxGPUsPerNode) and model from
 // the nvidia.com/gpu.product label.
-func nodeFromAPI(obj *corev1.Node) *Node {
+func nodeFromAPI(obj *corev1.Node) *placement.Node {
 	a := obj.Status.Allocatable
-	n := &Node{Name: obj.Name}
+	n := &placement.Node{Name: obj.Name}
 	if q, ok := a[corev1.ResourceCPU]; ok && q.Sign() > 0 {
 		n.CPUMilli = q.MilliValue()
 	}
@@ -326,10 +325,10 @@ func nodeFromAPI(obj *corev1.Node) *Node {
 		n.MaxPods = int(min(q.Value(), 1<<20))
 	}
 	if q, ok := a[ResourceGPU]; ok && q.Sign() > 0 {
-		g := int(min(q.Value(), MaxGPUsPerNode))
+		g := int(min(q.Value(), placement.MaxGPUsPerNode))
 		n.GPUFree = make([]int, g)
 		for i := range n.GPUFree {
-			n.GPUFree[i] = MilliPerGPU
+			n.GPUFree[i] = placement.MilliPerGPU
 		}
 		n.Model = obj.Labels[LabelGPUProduct]
 	}
@@ -347,6 +346,10 @@ func nodeFromAPI(obj *corev1.Node) *Node {
 func (s *State) DeleteNode(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deleteNodeLocked(name)
+}
+
+func (s *State) deleteNodeLocked(name string) {
 	e, ok := s.nodes[name]
 	if !ok {
 		return
@@ -411,9 +414,22 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 		p.req = req
 	}
 	p.reqErr = err
-	s.setGang(p, pod)
+	s.gangs.join(p, pod)
+	if fromInformer {
+		p.persisted = nil
+		if p.hasGang {
+			p.persisted = persistedOf(pod)
+		}
+	}
 
-	if pod.Spec.NodeName == "" {
+	node := pod.Spec.NodeName
+	if !fromInformer {
+		// A request body is no witness of a binding: kube-scheduler never asks
+		// about a bound pod, and a pod that only a body claims bound would hold
+		// its devices with nothing ever to release them.
+		node = ""
+	}
+	if node == "" {
 		return p // pending: keep whatever the extender holds for it
 	}
 	// Bound: the API server is the truth.
@@ -424,72 +440,37 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 			devs, fromAnnotation = d, true
 		}
 	}
-	same := p.charged && p.node == pod.Spec.NodeName
+	same := p.charged && p.node == node
 	if !fromAnnotation && same {
 		devs = p.devices
 	}
-	e, known := s.nodes[pod.Spec.NodeName]
+	e, known := s.nodes[node]
 	if same && slices.Equal(devs, p.devices) {
 		if fromAnnotation {
 			p.inferred = false
 		}
 		if p.phase != phaseBound {
 			p.phase = phaseBound
-			s.confirmGangMember(p)
+			s.gangs.confirm(p)
 		}
 		return p
 	}
 	s.releasePlanOf(p, "pod bound elsewhere")
 	s.release(p)
-	p.node, p.phase = pod.Spec.NodeName, phaseBound
+	p.node, p.phase = node, phaseBound
 	if !known {
 		p.devices = devs
 		s.addOrphan(p)
 		return p
 	}
 	inferred := false
-	if p.req.NumGPU > 0 && !validDevices(e.n, p.req, devs) {
-		devs, inferred = inferDevices(e.n, p.req), true
+	if p.req.NumGPU > 0 && !placement.ValidDevices(e.n, p.req, devs) {
+		devs, inferred = placement.InferDevices(e.n, p.req), true
 	}
 	s.hold(p, e, devs, phaseBound)
 	p.inferred = inferred
-	s.confirmGangMember(p)
+	s.gangs.confirm(p)
 	return p
-}
-
-// validDevices reports whether devs name NumGPU distinct devices of n.
-func validDevices(n *Node, r Request, devs []int) bool {
-	if len(devs) != r.NumGPU {
-		return false
-	}
-	var seen uint64
-	for _, d := range devs {
-		if d < 0 || d >= len(n.GPUFree) || seen&(1<<uint(d)) != 0 {
-			return false
-		}
-		seen |= 1 << uint(d)
-	}
-	return true
-}
-
-// inferDevices picks devices for a bound pod whose annotation is missing or wrong:
-// the freest devices for whole GPUs, the best-fitting device for a share. It may
-// over-commit (that is what reality did).
-func inferDevices(n *Node, r Request) []int {
-	idx := make([]int, len(n.GPUFree))
-	for i := range idx {
-		idx[i] = i
-	}
-	if r.Sharing() {
-		if d := bestFitDevice(n.GPUFree, r.GPUMilli); d >= 0 {
-			return []int{d}
-		}
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(n.GPUFree[b], n.GPUFree[a]) })
-	k := min(r.NumGPU, len(idx))
-	out := slices.Clone(idx[:k])
-	slices.Sort(out)
-	return out
 }
 
 // DeletePod forgets a pod and frees what it held.
@@ -506,27 +487,34 @@ func (s *State) deletePodLocked(uid types.UID) {
 	}
 	s.releasePlanOf(p, fmt.Sprintf("member %s deleted", p.key()))
 	s.release(p)
-	s.dropGangMember(p)
+	s.gangs.leave(p)
 	delete(s.pods, uid)
 }
 
-// argsPodLifetime is how many AssumedTTLs a pod known only from extender args
-// (never from the informer) is kept after it was last seen.
-const argsPodLifetime = 10
+// argsLifetime is how many AssumedTTLs a pod or node known only from extender
+// args (never from an informer) is kept after it was last seen.
+const argsLifetime = 10
 
 // expireReservations releases filter reservations older than AssumedTTL and
-// returns how many; it also forgets pending pods that only extender args ever
-// showed and that have not been seen for a while (deleted before the informer
-// saw them, or an extender without informers).
+// returns how many; it also forgets what only extender args ever showed and
+// that has not been seen for argsLifetime AssumedTTLs: pods (deleted before the
+// informer saw them, or an extender without informers), whatever they hold
+// unless a bind is in flight, and learned nodes (nodeCacheCapable false).
 func (s *State) expireReservations(now time.Time) int {
 	n := 0
+	life := argsLifetime * s.cfg.AssumedTTL
 	for uid, p := range s.pods {
 		if p.phase == phaseReserved && now.After(p.expires) {
 			s.release(p)
 			n++
 		}
-		if !p.informer && p.phase == phasePending && now.Sub(p.seen) > argsPodLifetime*s.cfg.AssumedTTL {
+		if !p.informer && p.phase != phaseBinding && now.Sub(p.seen) > life {
 			s.deletePodLocked(uid)
+		}
+	}
+	for name, e := range s.nodes {
+		if e.learned && now.Sub(e.seen) > life {
+			s.deleteNodeLocked(name)
 		}
 	}
 	return n
@@ -539,29 +527,4 @@ func (s *State) refreshAllUsage(now time.Time) {
 			s.bump(e)
 		}
 	}
-}
-
-// snapshotMetrics implements metrics.ExtenderSource.
-func (s *State) snapshotMetrics() metrics.ExtenderSnapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
-		CacheStaleness: s.Staleness()}
-	for _, e := range s.nodes {
-		out.GPUs += len(e.n.GPUFree)
-		for _, f := range e.n.GPUFree {
-			out.GPUMilliCapacity += MilliPerGPU
-			out.GPUMilliAllocated += int64(MilliPerGPU - f)
-		}
-		if e.n.Usage == nil {
-			out.StaleNodeMetrics++
-		}
-	}
-	for _, p := range s.pods {
-		out.Pods[p.phase.String()]++
-	}
-	for _, g := range s.gangs {
-		out.Gangs[g.state]++
-	}
-	return out
 }

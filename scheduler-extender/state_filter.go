@@ -1,13 +1,13 @@
 package extender
 
 import (
-	"bytes"
 	"fmt"
-	"hash/maphash"
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // verdict is why one node was refused. name may alias the request body.
@@ -79,12 +79,12 @@ const (
 
 // fitReason is why r does not fit n now ("" if it fits) and whether it never
 // can. r must be valid. It does not allocate.
-func fitReason(n *Node, r *Request) (string, bool) {
-	err := n.check(r)
+func fitReason(n *placement.Node, r *placement.Request) (string, bool) {
+	err := n.Check(r)
 	switch {
 	case err == nil:
 		return "", false
-	case err == ErrGPUModel:
+	case err == placement.ErrGPUModel:
 		return err.Error(), true
 	case r.NumGPU > 0 && len(n.GPUFree) == 0:
 		return reasonNoGPU, true
@@ -117,32 +117,6 @@ type scored struct {
 	score      float64
 	devs       []int // shared: never modify
 	ok         bool  // the policy found a placement
-}
-
-// shape is a request with its interned shape id, computed once per call.
-type shape struct {
-	r  Request
-	id uint64
-}
-
-// maxShapes bounds the intern table; when full it starts over (new ids never
-// collide with cached ones: ids only grow).
-const maxShapes = 1 << 16
-
-func (s *State) shapeOf(r Request) shape {
-	k := keyOf(r)
-	s.shapeMu.Lock()
-	defer s.shapeMu.Unlock()
-	id, ok := s.shapes[k]
-	if !ok {
-		if len(s.shapes) >= maxShapes {
-			clear(s.shapes)
-		}
-		s.shapeSeq++
-		id = s.shapeSeq
-		s.shapes[k] = id
-	}
-	return shape{r: r, id: id}
 }
 
 // judge is fitReason plus the policy's score of sh on e, cached per node
@@ -203,60 +177,23 @@ func (s *State) evaluate(sh *shape, names [][]byte, entries []*nodeEntry, out *f
 // maxCommitRetries bounds optimistic commits before a filter evaluates under the write lock.
 const maxCommitRetries = 3
 
-// nameList is a NodeNames array as sent (raw JSON bytes) and its nodes.
-type nameList struct {
-	hash    uint64
-	raw     []byte
-	capGen  uint64
-	entries []*nodeEntry
-}
-
-// resolveCacheSize is how many NodeNames lists resolve remembers.
-const resolveCacheSize = 4
-
-// resolve maps names to node entries (nil for unknown nodes). kube-scheduler
-// sends the same candidate list again and again, so a list is remembered by its
-// raw JSON (raw may be nil: no caching) until the set of nodes changes. Call
-// with mu held.
-func (s *State) resolve(names [][]byte, raw []byte) []*nodeEntry {
-	var h uint64
-	if raw != nil {
-		h = maphash.Bytes(s.seed, raw)
-		s.listMu.Lock()
-		for _, l := range s.lists {
-			if l != nil && l.hash == h && l.capGen == s.capGen && bytes.Equal(l.raw, raw) {
-				s.listMu.Unlock()
-				return l.entries
-			}
-		}
-		s.listMu.Unlock()
-	}
-	entries := make([]*nodeEntry, len(names))
-	for i, b := range names {
-		entries[i] = s.nodes[string(b)]
-	}
-	if raw != nil {
-		s.listMu.Lock()
-		s.lists[s.nextList] = &nameList{hash: h, raw: bytes.Clone(raw), capGen: s.capGen, entries: entries}
-		s.nextList = (s.nextList + 1) % resolveCacheSize
-		s.listMu.Unlock()
-	}
-	return entries
-}
-
 // Filter decides which of names pod may go to and reserves the best one for it.
 // For a pod the extender places (every pod it is asked about), the verdict passes
 // exactly one node: the one it reserved, so two quick filters can never book the
 // same capacity. Gang members follow the gang's plan (see gang.go). learned holds
-// full Node objects from a nodeCacheCapable=false call; they teach the index nodes
-// it does not know. raw is the NodeNames JSON (nil if unknown), a cache key.
+// full Node objects from a nodeCacheCapable=false call; unless
+// Config.NodeCacheCapable is set they teach the index nodes it does not know
+// (and such nodes expire when calls stop carrying them). raw is the NodeNames JSON (nil if unknown), a cache key.
 // out's slices are reused (truncated) and the filled outcome is returned.
 func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*corev1.Node, out filterOutcome) filterOutcome {
 	out.reset()
 	s.mu.Lock()
-	for _, n := range learned {
-		if e, ok := s.nodes[n.Name]; !ok || e.learned {
-			s.upsertNodeLocked(n, true)
+	if !s.cfg.NodeCacheCapable {
+		now := s.now()
+		for _, n := range learned {
+			if e, ok := s.nodes[n.Name]; !ok || e.learned {
+				s.upsertNodeLocked(n, true).seen = now
+			}
 		}
 	}
 	p := s.pods[pod.UID]
@@ -275,7 +212,16 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 	}
 	if p.hasGang {
 		var done bool
-		out, done = s.gangFilterLocked(p, names, out)
+		var job *gangJob
+		out, done, job = s.gangFilterLocked(p, names, out)
+		if job != nil {
+			// Planning a gang costs minMember Selects over the candidates: it
+			// runs on copies, without the lock, and commits only what still holds.
+			s.mu.Unlock()
+			job.run()
+			s.mu.Lock()
+			out = s.gangFinishLocked(job, names, out)
+		}
 		if done {
 			s.mu.Unlock()
 			return out
@@ -297,7 +243,7 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		}
 		return out
 	}
-	sh := s.shapeOf(p.req)
+	sh := s.shapes.of(p.req)
 	s.mu.Unlock()
 
 	for attempt := 0; ; attempt++ {
@@ -307,10 +253,10 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		var found bool
 		if last {
 			s.mu.Lock()
-			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 		} else {
 			s.mu.RLock()
-			best, found = s.evaluate(&sh, names, s.resolve(names, raw), &out)
+			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 			s.mu.RUnlock()
 			s.mu.Lock()
 		}
@@ -357,7 +303,7 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var (
-		r     Request
+		r     placement.Request
 		held  string
 		valid bool
 	)
@@ -377,8 +323,8 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 		}
 		return scores, raws
 	}
-	entries := s.resolve(names, raw)
-	sh := s.shapeOf(r)
+	entries := s.lists.resolve(names, raw, s.capGen, s.nodes)
+	sh := s.shapes.of(r)
 	raws = raws[:0]
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, e := range entries {

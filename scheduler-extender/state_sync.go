@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -20,7 +21,7 @@ var ErrNotSynced = errors.New("informer caches not synced")
 // touchingListWatch is a ListWatch whose every successful list and every watch
 // event (bookmarks included) marks the state as freshly in contact with the API
 // server; the extender exports the time since as cache staleness.
-func touchingListWatch(st *State,
+func touchingListWatch(st *apiContact,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
 	return &cache.ListWatch{
@@ -63,20 +64,21 @@ func tombstone(obj any) any {
 	return obj
 }
 
-// startInformers starts the node, pod and PodGroup informers and waits for the
-// node and pod caches. The PodGroup informer is not waited for: without the CRD
-// it never syncs, and PodGroup gangs then wait with a clear reason.
+// startInformers starts the node, pod and PodGroup (scheduler-plugins, Volcano)
+// informers and waits for the node and pod caches. The PodGroup informers are
+// not waited for: without their CRD they never sync, and such gangs then wait
+// with a clear reason.
 func (s *Server) startInformers(ctx context.Context) error {
 	c := s.client
 	st := s.state
-	nodes := cache.NewSharedIndexInformer(touchingListWatch(st,
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
-	pods := cache.NewSharedIndexInformer(touchingListWatch(st,
+	pods := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -119,23 +121,16 @@ func (s *Server) startInformers(ctx context.Context) error {
 	s.informerWG.Go(func() { nodes.RunWithContext(ctx) })
 	s.informerWG.Go(func() { pods.RunWithContext(ctx) })
 	if s.dynamic != nil {
-		ri := s.dynamic.Resource(PodGroupGVR).Namespace(metav1.NamespaceAll)
-		pgs := cache.NewSharedIndexInformer(touchingListWatch(st,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
-		), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
-		if _, err := pgs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { st.upsertPodGroupObj(obj) },
-			UpdateFunc: func(_, obj any) { st.upsertPodGroupObj(obj) },
-			DeleteFunc: func(obj any) {
-				if u, ok := tombstone(obj).(*unstructured.Unstructured); ok {
-					st.DeletePodGroup(u.GetNamespace(), u.GetName())
-				}
-			},
-		}); err != nil {
-			return fmt.Errorf("adding podgroup handler: %w", err)
+		// Not waited for: without its CRD a PodGroup informer never syncs, and
+		// such gangs then wait with a clear reason.
+		if err := s.startGroupInformer(ctx, PodGroupGVR, st.UpsertPodGroup, st.DeletePodGroup); err != nil {
+			return err
 		}
-		s.informerWG.Go(func() { pgs.RunWithContext(ctx) })
+		if s.cfg.VolcanoPodGroups {
+			if err := s.startGroupInformer(ctx, VolcanoPodGroupGVR, st.UpsertVolcanoPodGroup, st.DeleteVolcanoPodGroup); err != nil {
+				return err
+			}
+		}
 	}
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), nodeReg.HasSynced, podReg.HasSynced) {
@@ -162,8 +157,30 @@ func (s *Server) upsertPodObj(obj any) {
 	}
 }
 
-func (s *State) upsertPodGroupObj(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		s.UpsertPodGroup(u)
+// startGroupInformer watches one PodGroup resource into the index.
+func (s *Server) startGroupInformer(ctx context.Context, gvr schema.GroupVersionResource,
+	upsert func(*unstructured.Unstructured), del func(namespace, name string)) error {
+	ri := s.dynamic.Resource(gvr).Namespace(metav1.NamespaceAll)
+	inf := cache.NewSharedIndexInformer(touchingListWatch(s.state.contact,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
+	), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
+	set := func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			upsert(u)
+		}
 	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if u, ok := tombstone(obj).(*unstructured.Unstructured); ok {
+				del(u.GetNamespace(), u.GetName())
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("adding %s handler: %w", gvr.GroupResource(), err)
+	}
+	s.informerWG.Go(func() { inf.RunWithContext(ctx) })
+	return nil
 }

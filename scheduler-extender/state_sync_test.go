@@ -3,6 +3,8 @@ package extender
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
 // TestRunSyncedMeansIndexed: once the server reports synced, its index holds
@@ -84,5 +87,72 @@ func TestRunSyncedMeansIndexed(t *testing.T) {
 					len(st.Nodes), gpuNodes, pods, tc.nodes, tc.wantGPUNodes, tc.pods)
 			}
 		})
+	}
+}
+
+// TestNotReadyRefuses: after a (re)start, until the informers have synced, the
+// extender refuses filter, prioritize and bind with 503 (kube-scheduler retries
+// the pod) and /readyz says so; /healthz stays ok. Before, a filter right after
+// a restart placed a pod on a GPU a bound pod already held.
+func TestNotReadyRefuses(t *testing.T) {
+	t.Parallel()
+	node := testNode("n1", "A100", 1, 8, 32)
+	holder := testPod("ns", "holder", gpus(1))
+	holder.Spec.NodeName = "n1"
+	holder.Annotations[AnnotationGPUDevices] = "0"
+	srv := testServer(t, nil, Deps{Client: fake.NewClientset(node, holder)})
+	url := startHTTP(t, srv)
+	pod := testPod("ns", "new", gpus(1))
+	nodes := []string{"n1"}
+	get := func(path string) int {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before sync: %d", code)
+	}
+	if code := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz before sync: %d", code)
+	}
+	for _, tc := range []struct {
+		path string
+		body any
+	}{
+		{"/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}},
+		{"/prioritize", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}},
+		{"/bind", bindArgs(pod, "n1")},
+	} {
+		code, body := postJSON(t, http.DefaultClient, url+tc.path, tc.body)
+		if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "not ready") {
+			t.Fatalf("%s before sync: %d %s", tc.path, code, body)
+		}
+	}
+	if got := phaseOf(srv, pod.UID); got != "unknown" {
+		t.Fatalf("a refused filter changed the index: %s", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for get("/readyz") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res := filter(t, url, pod, "n1")
+	if res.NodeNames != nil && len(*res.NodeNames) > 0 {
+		t.Fatalf("after sync the only GPU is held, yet the filter passed %v", *res.NodeNames)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestIndexAccountsBoundPods(t *testing.T) {
@@ -113,18 +114,18 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	bad := testNode("bad", "", 0, 8, 8)
 	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
 	s.UpsertNode(bad)
-	usage := func(name string) *metrics.NodeMetrics {
+	usage := func(name string) *placement.Usage {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		return s.nodes[name].n.Usage
 	}
-	if u := usage("n"); u == nil || u.CPU.Used != 2000 {
+	if u := usage("n"); u == nil || u.CPUUsed != 2000 {
 		t.Fatalf("fresh metrics not applied: %+v", u)
 	}
 	if usage("bad") != nil {
 		t.Fatal("undecodable metrics must read as unknown")
 	}
-	if s.snapshotMetrics().StaleNodeMetrics != 1 {
+	if snapshotMetrics(s).StaleNodeMetrics != 1 {
 		t.Fatal("one node should count as stale")
 	}
 	clock.Advance(cfg.MetricsMaxAge + time.Second)
@@ -140,6 +141,64 @@ func TestNodeMetricsFreshness(t *testing.T) {
 		if ns.Name == "bad" && !strings.Contains(ns.MetricsProblem, "unsupported") {
 			t.Fatalf("bad node problem %q", ns.MetricsProblem)
 		}
+	}
+}
+
+// TestNodeMetricsFromTheFuture: an annotation stamped beyond the clock-skew
+// allowance counts as unknown; within it, as fresh. Before, a future timestamp
+// had age 0 and stayed fresh forever.
+func TestNodeMetricsFromTheFuture(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	tests := []struct {
+		name      string
+		ahead     time.Duration
+		wantFresh bool
+	}{
+		{"now", 0, true},
+		{"within the skew", cfg.MetricsMaxSkew, true},
+		{"beyond the skew", cfg.MetricsMaxSkew + time.Second, false},
+		{"far future", 24 * time.Hour, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			s, err := NewState(cfg, clock.Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: clock.Now().Add(tc.ahead),
+				WindowMillis: 10000, CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
+			enc, err := m.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := testNode("n", "", 0, 8, 8)
+			n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
+			s.UpsertNode(n)
+			fresh := func() bool {
+				s.mu.RLock()
+				defer s.mu.RUnlock()
+				return s.nodes["n"].n.Usage != nil
+			}
+			if got := fresh(); got != tc.wantFresh {
+				t.Fatalf("fresh = %v, want %v", got, tc.wantFresh)
+			}
+			if tc.ahead <= cfg.MetricsMaxAge {
+				return
+			}
+			// A far-future stamp must not turn fresh by waiting a max age.
+			clock.Advance(cfg.MetricsMaxAge)
+			s.housekeep()
+			if fresh() {
+				t.Fatal("a far-future stamp turned fresh")
+			}
+			st := (&Server{state: s, now: clock.Now}).Status()
+			if p := st.Nodes[0].MetricsProblem; !strings.Contains(p, "future") {
+				t.Fatalf("status problem %q", p)
+			}
+		})
 	}
 }
 
@@ -192,7 +251,7 @@ func TestConfigValidate(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
-			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, ErrUnknownPolicy) {
+			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, placement.ErrUnknownPolicy) {
 				t.Fatalf("err %v wraps no sentinel", err)
 			}
 		})

@@ -38,6 +38,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 type options struct {
@@ -130,7 +131,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Int64Var(&o.maxCalls, "max-calls", 60000, "stop a run after this many measured calls")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop a run after this long (measured part)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up")
-	fs.StringVar(&o.policy, "policy", extender.DefaultPolicy, "placement policy")
+	fs.StringVar(&o.policy, "policy", placement.DefaultPolicy, "placement policy")
 	fs.StringVar(&o.out, "out", "bench/out/extender.json", "JSON result file ('-' for stdout)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the synthetic cluster")
 	fs.DurationVar(&o.targetP99, "target-p99", 5*time.Millisecond, "p99 latency target")

@@ -11,8 +11,9 @@
 //
 //	openb-replay -workloads all -policy random,bestfit,fgd,understory -seeds 42-51 -out bench/out/openb.json
 //
-// -understory-params "key=value,..." overrides the understory policy's weights
-// for ablations (see docs/scoring.md). -lookahead K,H,FROM makes every replay the
+// -understory-params "key=value,..." (quant, blend, reserve, usage, coverage)
+// overrides the understory policy's weights and target coverage for ablations
+// (openb.Ablation; see docs/scoring.md). -lookahead K,H,FROM makes every replay the
 // clairvoyant upper-bound probe (openb.Lookahead: from arrival FROM on, the
 // policy's best K distinct nodes rolled out over the next H real pods), and in
 // table mode -compare FILE prints the run against an earlier table's JSON:

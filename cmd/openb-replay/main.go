@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 
-	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/scheduler-extender/openb"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func main() {
@@ -46,7 +45,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	params, err := extender.ParseUnderstoryParams(*uparams)
+	ablation, err := openb.ParseAblation(*uparams)
 	if err != nil {
 		return err
 	}
@@ -58,11 +57,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	factory := func(w *extender.Workload, _ *rand.Rand) (extender.Policy, error) {
-		return extender.NewUnderstoryPolicy(w, params), nil
-	}
 	if *workloads != "" {
-		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, factory, look, srch, *compare)
+		return table(ctx, *traceDir, *workloads, *policy, *seeds, *tune, *workers, *out, *quiet, ablation, look, srch, *compare)
 	}
 	if *nodesPath == "" || *podsPath == "" {
 		return fmt.Errorf("-nodes and -pods are required (or -workloads for the table)")
@@ -76,11 +72,12 @@ func run() error {
 		return err
 	}
 	var f openb.PolicyFactory
-	if *policy == extender.PolicyUnderstory {
-		f = factory
+	var coverage float64
+	if *policy == placement.PolicyUnderstory {
+		f, coverage = ablation.Factory(), ablation.Coverage
 	}
 	res, err := openb.Run(ctx, nodes, pods, openb.Config{
-		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Lookahead: look, Search: srch,
+		Policy: *policy, Seed: *seed, Tune: *tune, Factory: f, Coverage: coverage, Lookahead: look, Search: srch,
 		Workload: strings.TrimSuffix(filepath.Base(*podsPath), ".csv"),
 	})
 	if err != nil {
@@ -94,7 +91,7 @@ func run() error {
 	return nil
 }
 
-func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.PolicyFactory, look openb.Lookahead, srch openb.Search, compare string) error {
+func table(ctx context.Context, dir, workloads, policies, seeds string, tune float64, workers int, out string, quiet bool, understory openb.Ablation, look openb.Lookahead, srch openb.Search, compare string) error {
 	ss, err := openb.ParseSeeds(seeds)
 	if err != nil {
 		return err
@@ -106,7 +103,8 @@ func table(ctx context.Context, dir, workloads, policies, seeds string, tune flo
 		}
 	}
 	cfg := openb.TableConfig{Dir: dir, Policies: strings.Split(policies, ","), Seeds: ss, Tune: tune, Workers: workers,
-		Factories: map[string]openb.PolicyFactory{extender.PolicyUnderstory: understory}, Lookahead: look, Search: srch}
+		Factories: map[string]openb.PolicyFactory{placement.PolicyUnderstory: understory.Factory()},
+		Coverages: map[string]float64{placement.PolicyUnderstory: understory.Coverage}, Lookahead: look, Search: srch}
 	if workloads != "all" {
 		cfg.Workloads = strings.Split(workloads, ",")
 	}

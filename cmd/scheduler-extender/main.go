@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Client-side rate limit of the main API client. One bind is one API write, so
@@ -53,26 +54,31 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.cfg
-	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, metrics, status)")
+	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, readyz, metrics, status)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
 	fs.Float64Var(&o.qps, "kube-api-qps", defaultQPS, "client-side QPS limit to the API server; one bound pod is one "+
 		"write (its Binding), so this caps binds per second. kube-scheduler defaults to 50 but is run far higher when "+
 		"tuned for throughput (its scheduler_perf benchmark uses 5000); API priority and fairness still protects the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", defaultBurst, "client-side burst to the API server (a gang commit sends its Bindings together)")
-	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch scheduling.x-k8s.io PodGroups")
-	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", extender.PolicyNames()))
+	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch PodGroups at all (scheduling.x-k8s.io nor Volcano's)")
+	fs.BoolVar(&c.VolcanoPodGroups, "volcano-podgroups", c.VolcanoPodGroups, "watch Volcano's scheduling.volcano.sh/v1beta1 PodGroups for the minMember of Volcano gangs")
+	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", placement.PolicyNames()))
 	fs.Float64Var(&c.WorkloadCoverage, "workload-coverage", c.WorkloadCoverage, "share of pods the target workload classes cover (fgd, understory); 0: the policy's default (fgd 0.95, understory 0.995)")
 	fs.DurationVar(&c.WorkloadRefresh, "workload-refresh", c.WorkloadRefresh, "how often the target workload is rebuilt from the pods")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random policy (0: from the clock)")
+	fs.BoolVar(&c.NodeCacheCapable, "node-cache-capable", c.NodeCacheCapable, "the scheduler's extender config sets nodeCacheCapable; false: learn nodes from filter bodies (they expire when no longer sent)")
 	fs.DurationVar(&c.MetricsMaxAge, "metrics-max-age", c.MetricsMaxAge, "node-metrics annotations older than this count as unknown")
+	fs.DurationVar(&c.MetricsMaxSkew, "metrics-max-skew", c.MetricsMaxSkew, "node-metrics annotations stamped further than this in the future count as unknown")
 	fs.DurationVar(&c.AssumedTTL, "assumed-ttl", c.AssumedTTL, "how long a filter reservation waits for its bind")
 	fs.DurationVar(&c.GangPlanTTL, "gang-plan-ttl", c.GangPlanTTL, "how long a gang plan holds capacity (PodGroup scheduleTimeoutSeconds overrides)")
+	fs.IntVar(&c.MaxGangMembers, "max-gang-members", c.MaxGangMembers, "largest gang minMember the extender plans; larger gangs are refused with the reason")
 	fs.DurationVar(&c.GangBindTimeout, "gang-bind-timeout", c.GangBindTimeout, "how long a gang member's bind waits for the rest; keep below the scheduler's extender httpTimeout")
 	fs.DurationVar(&c.APITimeout, "api-timeout", c.APITimeout, "timeout of each API call (patch, binding, get)")
 	fs.DurationVar(&c.Housekeeping, "housekeeping", c.Housekeeping, "period of reservation/plan expiry")
 	fs.DurationVar(&c.InformerResync, "informer-resync", c.InformerResync, "informer resync period (0: none)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "request body limit")
+	fs.Int64Var(&c.PodCacheBytes, "pod-cache-bytes", c.PodCacheBytes, "memory bound of the decoded-pod cache (0: no cache)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP read header timeout")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP write timeout (must exceed the gang bind timeout)")

@@ -36,6 +36,19 @@ func TestParseFlags(t *testing.T) {
 				return o.listen == "127.0.0.1:9000" && o.cfg.Policy == "bestfit" && o.cfg.GangPlanTTL == 2*time.Minute &&
 					o.cfg.GangBindTimeout == 10*time.Second && o.cfg.MetricsMaxAge == 30*time.Second && o.cfg.Seed == 7
 			}},
+		{"robustness flags", []string{"-node-cache-capable=false", "-metrics-max-skew", "1m", "-max-gang-members", "50",
+			"-pod-cache-bytes", "1024", "-volcano-podgroups=false"}, "",
+			func(o options) bool {
+				return !o.cfg.NodeCacheCapable && o.cfg.MetricsMaxSkew == time.Minute && o.cfg.MaxGangMembers == 50 &&
+					o.cfg.PodCacheBytes == 1024 && !o.cfg.VolcanoPodGroups
+			}},
+		{"robustness defaults", nil, "", func(o options) bool {
+			return o.cfg.NodeCacheCapable && o.cfg.MetricsMaxSkew == 10*time.Second && o.cfg.MaxGangMembers == 1000 &&
+				o.cfg.PodCacheBytes == 32<<20 && o.cfg.VolcanoPodGroups
+		}},
+		{"gang cap above the annotation limit", []string{"-max-gang-members", "20000"}, "max gang members", nil},
+		{"negative skew", []string{"-metrics-max-skew", "-1s"}, "metrics max skew", nil},
+		{"negative pod cache", []string{"-pod-cache-bytes", "-1"}, "pod cache bytes", nil},
 		{"unknown policy", []string{"-policy", "x"}, "unknown placement policy", nil},
 		{"bind wait longer than write timeout", []string{"-gang-bind-timeout", "1m"}, "write timeout", nil},
 		{"stray argument", []string{"extra"}, "unexpected arguments", nil},

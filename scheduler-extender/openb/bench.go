@@ -134,6 +134,9 @@ type TableConfig struct {
 	Workers   int // parallel replays; <= 0 means 1
 	// Factories overrides how a named policy is built (for tuning experiments).
 	Factories map[string]PolicyFactory
+	// Coverages overrides a named policy's target-workload coverage (see
+	// Config.Coverage; for tuning experiments).
+	Coverages map[string]float64
 	// Progress, if set, gets one line per finished replay.
 	Progress io.Writer
 	// Lookahead, if enabled, runs every replay as the clairvoyant probe.
@@ -235,7 +238,7 @@ func RunTable(ctx context.Context, cfg TableConfig) (*Table, error) {
 			for i := range next {
 				j := jobs[i]
 				rc := Config{Policy: j.p, Seed: j.seed, Tune: cfg.Tune, Workload: j.w, Factory: cfg.Factories[j.p],
-					Lookahead: cfg.Lookahead, Search: cfg.Search}
+					Coverage: cfg.Coverages[j.p], Lookahead: cfg.Lookahead, Search: cfg.Search}
 				res, err := Run(ctx, nodes, traces[j.w], rc)
 				mu.Lock()
 				if err != nil && firstErr == nil {

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ReadTable reads a table RunTable wrote as JSON (bench/out/openb.json).
@@ -82,7 +82,7 @@ func (t *Table) CompareMarkdown(base *Table) string {
 			s.d[1] += d[1]
 			s.n++
 			vsFGD := "-"
-			if fc := cells[row.Workload][extender.PolicyFGD]; fc != nil {
+			if fc := cells[row.Workload][placement.PolicyFGD]; fc != nil {
 				if f, ok := fc.seedMean(t.Seeds); ok {
 					vsFGD = fmt.Sprintf("%+.2f / %+.2f", now[0]-f[0], now[1]-f[1])
 					s.fgd[0] += now[0] - f[0]

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrBadCSV means a trace file is not what the openb format says; the error names
@@ -21,12 +21,12 @@ var ErrBadCSV = errors.New("bad openb csv")
 const DefaultMaxPods = 1001
 
 // maxNodeGPUs bounds the GPUs of one node in a trace.
-const maxNodeGPUs = extender.MaxGPUsPerNode
+const maxNodeGPUs = placement.MaxGPUsPerNode
 
 // Pod is one task of a trace.
 type Pod struct {
 	Name    string
-	Request extender.Request
+	Request placement.Request
 }
 
 // Columns each file must have (others are ignored).
@@ -38,7 +38,7 @@ var (
 )
 
 // ReadNodes reads an openb node list. maxPods <= 0 means DefaultMaxPods.
-func ReadNodes(path string, maxPods int) ([]*extender.Node, error) {
+func ReadNodes(path string, maxPods int) ([]*placement.Node, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading nodes: %w", err)
@@ -58,11 +58,11 @@ func ReadPods(path string) ([]Pod, error) {
 }
 
 // ParseNodes parses a node list; name is used in errors.
-func ParseNodes(r io.Reader, name string, maxPods int) ([]*extender.Node, error) {
+func ParseNodes(r io.Reader, name string, maxPods int) ([]*placement.Node, error) {
 	if maxPods <= 0 {
 		maxPods = DefaultMaxPods
 	}
-	var nodes []*extender.Node
+	var nodes []*placement.Node
 	seen := map[string]int{}
 	err := eachRow(r, name, nodeColumns, func(line int, row map[string]string) error {
 		n, err := ParseNodeRow(row)
@@ -162,7 +162,7 @@ func eachRow(r io.Reader, name string, want []string, fn func(line int, row map[
 }
 
 // ParseNodeRow parses one node row keyed by column (sn, cpu_milli, memory_mib, gpu, model).
-func ParseNodeRow(row map[string]string) (*extender.Node, error) {
+func ParseNodeRow(row map[string]string) (*placement.Node, error) {
 	name := row["sn"]
 	if name == "" {
 		return nil, fmt.Errorf("column sn: empty: %w", ErrBadCSV)
@@ -186,9 +186,9 @@ func ParseNodeRow(row map[string]string) (*extender.Node, error) {
 	if gpus == 0 {
 		model = ""
 	}
-	n := &extender.Node{Name: name, Model: model, CPUMilli: cpu, MemoryMiB: mem, GPUFree: make([]int, gpus)}
+	n := &placement.Node{Name: name, Model: model, CPUMilli: cpu, MemoryMiB: mem, GPUFree: make([]int, gpus)}
 	for i := range n.GPUFree {
-		n.GPUFree[i] = extender.MilliPerGPU
+		n.GPUFree[i] = placement.MilliPerGPU
 	}
 	return n, nil
 }
@@ -212,11 +212,11 @@ func ParsePodRow(row map[string]string) (Pod, error) {
 	if err != nil {
 		return Pod{}, err
 	}
-	milli, err := intColumn(row, "gpu_milli", 0, extender.MilliPerGPU)
+	milli, err := intColumn(row, "gpu_milli", 0, placement.MilliPerGPU)
 	if err != nil {
 		return Pod{}, err
 	}
-	r := extender.Request{CPUMilli: cpu, MemoryMiB: mem, NumGPU: int(num), GPUMilli: int(milli)}
+	r := placement.Request{CPUMilli: cpu, MemoryMiB: mem, NumGPU: int(num), GPUMilli: int(milli)}
 	if spec := row["gpu_spec"]; spec != "" {
 		for _, m := range strings.Split(spec, "|") {
 			if m = strings.TrimSpace(m); m != "" {

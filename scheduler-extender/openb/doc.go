@@ -1,5 +1,5 @@
 // Package openb replays Alibaba's openb GPU-cluster trace through the extender's
-// placement code (extender.Select and the policies the extender serves, never a
+// placement code (placement.Select and the policies the extender serves, never a
 // copy), following the experiment of the FGD paper (Weng et al., USENIX ATC'23)
 // so that our numbers can be compared with its published table.
 //
@@ -39,7 +39,7 @@
 //     for 0 CPU fits with 0 but scores as 100m.
 //   - The multigpu pod lists have no gpu_spec column; it is optional.
 //   - The lookahead's rollouts place and take back pods on the replay's own nodes
-//     (Node.Unplace), so a rollout that returned early would corrupt the replay;
+//     (Node.Place, then Node.Discharge), so a rollout that returned early would corrupt the replay;
 //     its cost is candidates × horizon Selects per pod (minutes per replay); and
 //     with the random policy its rollouts draw from the replay's stream, so the
 //     probe's random replay is not the plain one plus changes.

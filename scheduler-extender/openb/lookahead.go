@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Lookahead makes a replay clairvoyant, to measure how much any placement rule
@@ -75,7 +75,7 @@ func ParseLookahead(s string) (Lookahead, error) {
 
 // candidate is one node a pod could go to, with the devices the policy chose there.
 type candidate struct {
-	n     *extender.Node
+	n     *placement.Node
 	score float64
 	devs  []int
 }
@@ -85,27 +85,28 @@ var _ chooser = (*lookahead)(nil)
 // lookahead is the probe's state within one replay.
 type lookahead struct {
 	cfg    Lookahead
-	policy extender.Policy
-	nodes  []*extender.Node // in the replay's tie-breaking order
+	policy placement.Policy
+	nodes  []*placement.Node // in the replay's tie-breaking order
 	res    LookaheadResult
 	cands  []candidate
-	undo   []placement
+	undo   []placed
 }
 
-type placement struct {
-	n    *extender.Node
-	r    extender.Request
+// placed is one placement a rollout made, to be taken back.
+type placed struct {
+	n    *placement.Node
+	r    placement.Request
 	devs []int
 }
 
 // place puts pod i of order on a node and returns it and the devices, or an
-// error as extender.Select does (ErrInvalidRequest, ErrNoFit). Before arrival
+// error as placement.Select does (ErrInvalidRequest, ErrNoFit). Before arrival
 // level From it is Select. The policy's choice is the first candidate: the
-// highest score, the earliest node in the order on ties, as extender.Select picks.
-func (l *lookahead) place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error) {
+// highest score, the earliest node in the order on ties, as placement.Select picks.
+func (l *lookahead) place(order []Pod, i int, arrived, capacity int64) (*placement.Node, []int, error) {
 	r := order[i].Request
 	if float64(arrived) < l.cfg.From*float64(capacity) {
-		return extender.Select(l.policy, l.nodes, r, nil)
+		return placement.Select(l.policy, l.nodes, r, nil)
 	}
 	distinct, err := rankCandidates(l.policy, l.nodes, r, l.cfg.Candidates, &l.cands)
 	if err != nil {
@@ -122,7 +123,7 @@ func (l *lookahead) place(order []Pod, i int, arrived, capacity int64) (*extende
 			return nil, nil, fmt.Errorf("lookahead: placing what %s chose: %w", l.policy.Name(), err)
 		}
 		gain, err := l.rollout(future)
-		c.n.Unplace(r, c.devs)
+		c.n.Discharge(r, c.devs)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -137,10 +138,10 @@ func (l *lookahead) place(order []Pod, i int, arrived, capacity int64) (*extende
 }
 
 // rankCandidates returns the policy's best k nodes for r whose states differ
-// (sameState), best first; the first is the node extender.Select picks (the
+// (sameState), best first; the first is the node placement.Select picks (the
 // highest score, the earliest in the order on ties). buf is reused between calls.
-// Errors are extender.Select's: ErrInvalidRequest, ErrNoFit.
-func rankCandidates(policy extender.Policy, nodes []*extender.Node, r extender.Request, k int, buf *[]candidate) ([]candidate, error) {
+// Errors are placement.Select's: ErrInvalidRequest, ErrNoFit.
+func rankCandidates(policy placement.Policy, nodes []*placement.Node, r placement.Request, k int, buf *[]candidate) ([]candidate, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -152,7 +153,7 @@ func rankCandidates(policy extender.Policy, nodes []*extender.Node, r extender.R
 	}
 	*buf = cands
 	if len(cands) == 0 {
-		return nil, fmt.Errorf("%d nodes for %dx%d milli gpu: %w", len(nodes), r.NumGPU, r.GPUMilli, extender.ErrNoFit)
+		return nil, fmt.Errorf("%d nodes for %dx%d milli gpu: %w", len(nodes), r.NumGPU, r.GPUMilli, placement.ErrNoFit)
 	}
 	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
 	distinct := cands[:1]
@@ -174,19 +175,19 @@ func (l *lookahead) rollout(future []Pod) (int64, error) {
 	defer func() {
 		for i := len(l.undo) - 1; i >= 0; i-- {
 			u := l.undo[i]
-			u.n.Unplace(u.r, u.devs)
+			u.n.Discharge(u.r, u.devs)
 		}
 	}()
 	var gain int64
 	for _, p := range future {
-		n, devs, err := extender.Select(l.policy, l.nodes, p.Request, nil)
+		n, devs, err := placement.Select(l.policy, l.nodes, p.Request, nil)
 		if err != nil {
 			continue // ErrNoFit: the pod fails; the replay validated every request
 		}
 		if err := n.Place(p.Request, devs); err != nil {
 			return 0, fmt.Errorf("lookahead rollout: %w", err)
 		}
-		l.undo = append(l.undo, placement{n, p.Request, devs})
+		l.undo = append(l.undo, placed{n, p.Request, devs})
 		gain += p.Request.GPUTotalMilli()
 	}
 	return gain, nil
@@ -207,7 +208,7 @@ func sameState(a, b candidate) bool {
 }
 
 // freeOn is the free milli of n's devices devs.
-func freeOn(n *extender.Node, devs []int) []int {
+func freeOn(n *placement.Node, devs []int) []int {
 	out := make([]int, len(devs))
 	for i, d := range devs {
 		out[i] = n.GPUFree[d]

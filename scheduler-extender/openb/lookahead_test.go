@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestParseLookahead(t *testing.T) {
@@ -44,24 +44,24 @@ func TestParseLookahead(t *testing.T) {
 // trap is a cluster where best fit's choice for a share blocks a later pod: the
 // share fits both nodes and best fit takes the CPU-tight one, the only node of
 // the model the whole-GPU pod that follows needs.
-func trap() ([]*extender.Node, Pod, Pod) {
-	nodes := []*extender.Node{
+func trap() ([]*placement.Node, Pod, Pod) {
+	nodes := []*placement.Node{
 		{Name: "a", CPUMilli: 64000, MemoryMiB: 1 << 20, MaxPods: 10, GPUFree: []int{1000}, Model: "Y"},
 		{Name: "b", CPUMilli: 8000, MemoryMiB: 1 << 20, MaxPods: 10, GPUFree: []int{1000}, Model: "X"},
 	}
-	share := Pod{Name: "1-share", Request: extender.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500}}
-	whole := Pod{Name: "2-whole", Request: extender.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, Models: []string{"X"}}}
+	share := Pod{Name: "1-share", Request: placement.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500}}
+	whole := Pod{Name: "2-whole", Request: placement.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, Models: []string{"X"}}}
 	return nodes, share, whole
 }
 
 func TestLookaheadPlace(t *testing.T) {
 	t.Parallel()
 	nodes, share, whole := trap()
-	policy, err := extender.NewPolicy(extender.PolicyBestFit, nil, nil)
+	policy, err := placement.NewPolicy(placement.PolicyBestFit, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := extender.Select(policy, nodes, share.Request, nil); err != nil || n.Name != "b" {
+	if n, _, err := placement.Select(policy, nodes, share.Request, nil); err != nil || n.Name != "b" {
 		t.Fatalf("best fit puts the share on %v (%v), the test wants b", n, err)
 	}
 	order := []Pod{share, whole}
@@ -99,16 +99,16 @@ func TestLookaheadPlace(t *testing.T) {
 	// A pod nothing fits fails as in Select.
 	nodes2, _, _ := trap()
 	l := &lookahead{cfg: Lookahead{Candidates: 2, Horizon: 1}, policy: policy, nodes: nodes2}
-	big := []Pod{{Name: "big", Request: extender.Request{NumGPU: 2, GPUMilli: 1000}}}
-	if _, _, err := l.place(big, 0, 0, 1); !errors.Is(err, extender.ErrNoFit) {
+	big := []Pod{{Name: "big", Request: placement.Request{NumGPU: 2, GPUMilli: 1000}}}
+	if _, _, err := l.place(big, 0, 0, 1); !errors.Is(err, placement.ErrNoFit) {
 		t.Fatalf("err = %v, want ErrNoFit", err)
 	}
 }
 
 func TestLookaheadSameState(t *testing.T) {
 	t.Parallel()
-	node := func(name string, free ...int) *extender.Node {
-		return &extender.Node{Name: name, CPUMilli: 8000, MemoryMiB: 100, MaxPods: 10, GPUFree: free, Model: "X"}
+	node := func(name string, free ...int) *placement.Node {
+		return &placement.Node{Name: name, CPUMilli: 8000, MemoryMiB: 100, MaxPods: 10, GPUFree: free, Model: "X"}
 	}
 	tests := []struct {
 		name string
@@ -118,8 +118,8 @@ func TestLookaheadSameState(t *testing.T) {
 		{"same free multiset, same device", candidate{n: node("a", 1000, 500), devs: []int{1}}, candidate{n: node("b", 500, 1000), devs: []int{0}}, true},
 		{"same node state, other device", candidate{n: node("a", 1000, 500), devs: []int{1}}, candidate{n: node("b", 500, 1000), devs: []int{1}}, false},
 		{"other free", candidate{n: node("a", 1000, 500)}, candidate{n: node("b", 1000, 400)}, false},
-		{"other model", candidate{n: node("a", 1000)}, candidate{n: &extender.Node{Name: "b", CPUMilli: 8000, MemoryMiB: 100, MaxPods: 10, GPUFree: []int{1000}, Model: "Y"}}, false},
-		{"other cpu", candidate{n: node("a", 1000)}, candidate{n: &extender.Node{Name: "b", CPUMilli: 9000, MemoryMiB: 100, MaxPods: 10, GPUFree: []int{1000}, Model: "X"}}, false},
+		{"other model", candidate{n: node("a", 1000)}, candidate{n: &placement.Node{Name: "b", CPUMilli: 8000, MemoryMiB: 100, MaxPods: 10, GPUFree: []int{1000}, Model: "Y"}}, false},
+		{"other cpu", candidate{n: node("a", 1000)}, candidate{n: &placement.Node{Name: "b", CPUMilli: 9000, MemoryMiB: 100, MaxPods: 10, GPUFree: []int{1000}, Model: "X"}}, false},
 	}
 	for _, tc := range tests {
 		if got := sameState(tc.a, tc.b); got != tc.want {
@@ -137,11 +137,11 @@ func TestRunLookahead(t *testing.T) {
 	pods := []Pod{share, whole}
 	trapped := 0
 	for seed := int64(1); seed <= 8; seed++ {
-		plain, err := Run(context.Background(), nodes, pods, Config{Policy: extender.PolicyBestFit, Seed: seed})
+		plain, err := Run(context.Background(), nodes, pods, Config{Policy: placement.PolicyBestFit, Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		look, err := Run(context.Background(), nodes, pods, Config{Policy: extender.PolicyBestFit, Seed: seed,
+		look, err := Run(context.Background(), nodes, pods, Config{Policy: placement.PolicyBestFit, Seed: seed,
 			Lookahead: Lookahead{Candidates: 2, Horizon: 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestRunLookahead(t *testing.T) {
 	}
 
 	real, trace := defaultSlice(t, 60, 500)
-	r, err := Run(context.Background(), real, trace, Config{Policy: extender.PolicyFGD, Seed: 42, Tune: 1.3,
+	r, err := Run(context.Background(), real, trace, Config{Policy: placement.PolicyFGD, Seed: 42, Tune: 1.3,
 		Lookahead: Lookahead{Candidates: 3, Horizon: 40, From: 0.9}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // ErrBadConfig means a replay was asked for something it cannot do.
@@ -19,21 +19,21 @@ var ErrBadConfig = errors.New("bad replay config")
 
 // PolicyFactory builds the policy a replay runs, from the trace's workload and the
 // replay's random stream.
-type PolicyFactory func(w *extender.Workload, rng *rand.Rand) (extender.Policy, error)
+type PolicyFactory func(w *placement.Workload, rng *rand.Rand) (placement.Policy, error)
 
 // Config is one replay.
 type Config struct {
 	// Policy is a name NewPolicy knows; with Factory set it only picks the
 	// workload's default coverage.
 	Policy string
-	// Factory, if set, builds the policy instead of extender.NewPolicy(Policy, ...).
+	// Factory, if set, builds the policy instead of placement.NewPolicy(Policy, ...).
 	Factory PolicyFactory
 	Seed    int64
 	// Tune is the arrived GPU demand to reach, as a multiple of the cluster's GPU
 	// capacity (the FGD artifact's "tune"); <= 0 replays the trace as it is.
 	Tune float64
 	// Coverage of the target workload's classes; <= 0 means the policy's own,
-	// extender.PolicyCoverage(Policy).
+	// placement.PolicyCoverage(Policy).
 	Coverage float64
 	// Workload names the trace in the result.
 	Workload string
@@ -57,11 +57,11 @@ func (c Config) validateProbes() error {
 	return nil
 }
 
-// chooser places a GPU pod instead of extender.Select: the clairvoyant probes.
+// chooser places a GPU pod instead of placement.Select: the clairvoyant probes.
 // i is the pod's index in order; arrived is the GPU milli arrived so far, this
 // pod's included, of capacity.
 type chooser interface {
-	place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error)
+	place(order []Pod, i int, arrived, capacity int64) (*placement.Node, []int, error)
 }
 
 // Result is what a replay measured. Allocation ratios are in % of the cluster's
@@ -147,9 +147,9 @@ func (l *Leftover) round() {
 // measure fills the stranded and free buckets of l from the nodes at the end
 // of a replay; minCPU, minMem are the smallest CPU and memory requests among the
 // replay's GPU pods.
-func (l *Leftover) measure(nodes []*extender.Node, minCPU, minMem int64) {
+func (l *Leftover) measure(nodes []*placement.Node, minCPU, minMem int64) {
 	for _, n := range nodes {
-		g := float64(n.FreeGPUMilli()) / extender.MilliPerGPU
+		g := float64(n.FreeGPUMilli()) / placement.MilliPerGPU
 		if g == 0 {
 			continue
 		}
@@ -163,10 +163,10 @@ func (l *Leftover) measure(nodes []*extender.Node, minCPU, minMem int64) {
 		}
 		for _, f := range n.GPUFree {
 			switch {
-			case f >= extender.MilliPerGPU:
+			case f >= placement.MilliPerGPU:
 				l.Whole++
 			case f > 0:
-				l.Partial[min(9, f/100)] += float64(f) / extender.MilliPerGPU
+				l.Partial[min(9, f/100)] += float64(f) / placement.MilliPerGPU
 			}
 		}
 	}
@@ -197,12 +197,12 @@ const maxLevel = 400
 // experiment: the pods sorted by name and shuffled with the seed, inflated to
 // cfg.Tune of the GPU capacity by drawing trace pods with replacement, nodes
 // ranked by a seeded permutation that breaks score ties, pods placed one at a time
-// through extender.Select and never leaving. All randomness comes from one
+// through placement.Select and never leaving. All randomness comes from one
 // math/rand stream seeded with cfg.Seed, drawn in the artifact's order.
 //
 // With cfg.Search enabled, Run is the clairvoyant search (search.go) and
 // returns the best of its replays.
-func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (Result, error) {
+func Run(ctx context.Context, nodes []*placement.Node, trace []Pod, cfg Config) (Result, error) {
 	if err := cfg.validateProbes(); err != nil {
 		return Result{}, err
 	}
@@ -213,58 +213,58 @@ func Run(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (
 }
 
 // replay is one replay of Run; d, if set, overrides some of the policy's choices.
-func replay(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config, d *deviation) (Result, error) {
+func replay(ctx context.Context, nodes []*placement.Node, trace []Pod, cfg Config, d *deviation) (Result, error) {
 	start := time.Now()
 	if len(nodes) == 0 || len(trace) == 0 {
 		return Result{}, fmt.Errorf("%d nodes, %d pods: %w", len(nodes), len(trace), ErrBadConfig)
 	}
 	var capacity int64
 	for _, n := range nodes {
-		capacity += int64(len(n.GPUFree)) * extender.MilliPerGPU
+		capacity += int64(len(n.GPUFree)) * placement.MilliPerGPU
 	}
 	if capacity == 0 {
 		return Result{}, fmt.Errorf("nodes have no gpu: %w", ErrBadConfig)
 	}
 	sorted := slices.Clone(trace)
 	slices.SortFunc(sorted, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
-	reqs := make([]extender.Request, len(sorted))
+	reqs := make([]placement.Request, len(sorted))
 	for i, p := range sorted {
 		reqs[i] = p.Request
 	}
 	coverage := cfg.Coverage
 	if coverage <= 0 {
-		coverage = extender.PolicyCoverage(cfg.Policy)
+		coverage = placement.PolicyCoverage(cfg.Policy)
 	}
-	w := extender.NewWorkload(reqs, coverage)
+	w := placement.NewWorkload(reqs, coverage)
 
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	rng.Int() // the artifact draws one number right after seeding
 	order := Inflate(sorted, rng, cfg.Tune, capacity)
 
-	cluster := make([]*extender.Node, len(nodes))
+	cluster := make([]*placement.Node, len(nodes))
 	for i, n := range nodes {
 		cluster[i] = n.Clone()
 	}
-	slices.SortFunc(cluster, func(a, b *extender.Node) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(cluster, func(a, b *placement.Node) int { return cmp.Compare(a.Name, b.Name) })
 	rank := rng.Perm(len(cluster))
-	ranked := make([]*extender.Node, len(cluster))
+	ranked := make([]*placement.Node, len(cluster))
 	for i, r := range rank {
 		ranked[r] = cluster[i]
 	}
 
-	var policy extender.Policy
+	var policy placement.Policy
 	var err error
 	if cfg.Factory != nil {
 		policy, err = cfg.Factory(w, rng)
 	} else {
-		policy, err = extender.NewPolicy(cfg.Policy, w, rng)
+		policy, err = placement.NewPolicy(cfg.Policy, w, rng)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("replay policy: %w", err)
 	}
 
 	res := Result{Workload: cfg.Workload, Policy: policy.Name(), Seed: cfg.Seed, Tune: cfg.Tune,
-		Pods: len(order), Classes: len(w.Classes())}
+		Pods: len(order), Classes: w.Len()}
 	var (
 		look  *lookahead
 		probe chooser
@@ -290,25 +290,25 @@ func replay(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config
 			minCPU, minMem = min(minCPU, r.CPUMilli), min(minMem, r.MemoryMiB)
 		}
 		var (
-			n    *extender.Node
+			n    *placement.Node
 			devs []int
 		)
 		if probe != nil && r.GPUMilli > 0 {
 			n, devs, err = probe.place(order, i, arrived, capacity)
 		} else {
-			n, devs, err = extender.Select(policy, ranked, r, nil)
+			n, devs, err = placement.Select(policy, ranked, r, nil)
 		}
 		switch {
-		case errors.Is(err, extender.ErrNoFit):
+		case errors.Is(err, placement.ErrNoFit):
 			res.Failed++
 		case err != nil:
 			return Result{}, fmt.Errorf("pod %s: %w", p.Name, err)
 		default:
 			if r.Sharing() {
-				if f := n.GPUFree[devs[0]]; f >= extender.MilliPerGPU {
-					res.Leftover.ShareHoles += float64(f-r.GPUMilli) / extender.MilliPerGPU
+				if f := n.GPUFree[devs[0]]; f >= placement.MilliPerGPU {
+					res.Leftover.ShareHoles += float64(f-r.GPUMilli) / placement.MilliPerGPU
 				} else {
-					res.Leftover.HolesFilled += float64(r.GPUMilli) / extender.MilliPerGPU
+					res.Leftover.HolesFilled += float64(r.GPUMilli) / placement.MilliPerGPU
 				}
 			}
 			if err := n.Place(r, devs); err != nil {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // traceDir finds the openb trace: $OPENB_DIR, shared/ beside the repository, or
@@ -32,7 +32,7 @@ func traceDir(t *testing.T) string {
 
 // defaultSlice reads the first n nodes and p pods of the real trace's default
 // workload (skipping without the trace).
-func defaultSlice(t *testing.T, n, p int) ([]*extender.Node, []Pod) {
+func defaultSlice(t *testing.T, n, p int) ([]*placement.Node, []Pod) {
 	t.Helper()
 	dir := traceDir(t)
 	nodes, err := ReadNodes(filepath.Join(dir, NodeFile), 0)
@@ -53,7 +53,7 @@ func TestReplaySlice(t *testing.T) {
 	nodes, pods := defaultSlice(t, 80, 700)
 	orig := nodes[0].Clone()
 	res := map[string]Result{}
-	for _, p := range extender.PolicyNames() {
+	for _, p := range placement.PolicyNames() {
 		r, err := Run(context.Background(), nodes, pods, Config{Policy: p, Seed: 42, Tune: 1.3, Workload: "slice"})
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +95,7 @@ func TestReplaySlice(t *testing.T) {
 
 func TestLeftoverMeasure(t *testing.T) {
 	t.Parallel()
-	nodes := []*extender.Node{
+	nodes := []*placement.Node{
 		// CPU-stranded: 500 m left, every GPU pod asks for more.
 		{Name: "cpu", CPUMilli: 8000, UsedCPUMilli: 7500, MemoryMiB: 1 << 20, GPUFree: []int{1000, 190}},
 		// Pod slots used up.
@@ -137,19 +137,19 @@ func TestMeanLeftover(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
-	n := &extender.Node{Name: "n", CPUMilli: 1000, MemoryMiB: 1, GPUFree: []int{1000}}
-	pods := []Pod{{Name: "p", Request: extender.Request{CPUMilli: 1}}}
+	n := &placement.Node{Name: "n", CPUMilli: 1000, MemoryMiB: 1, GPUFree: []int{1000}}
+	pods := []Pod{{Name: "p", Request: placement.Request{CPUMilli: 1}}}
 	tests := []struct {
 		name  string
-		nodes []*extender.Node
+		nodes []*placement.Node
 		pods  []Pod
 		cfg   Config
 		want  error
 	}{
-		{"no pods", []*extender.Node{n}, nil, Config{Policy: "fgd"}, ErrBadConfig},
-		{"no gpus", []*extender.Node{{Name: "c", CPUMilli: 1}}, pods, Config{Policy: "fgd"}, ErrBadConfig},
-		{"unknown policy", []*extender.Node{n}, pods, Config{Policy: "tetris"}, extender.ErrUnknownPolicy},
-		{"one-candidate lookahead", []*extender.Node{n}, pods, Config{Policy: "fgd", Lookahead: Lookahead{Candidates: 1, Horizon: 5}}, ErrBadConfig},
+		{"no pods", []*placement.Node{n}, nil, Config{Policy: "fgd"}, ErrBadConfig},
+		{"no gpus", []*placement.Node{{Name: "c", CPUMilli: 1}}, pods, Config{Policy: "fgd"}, ErrBadConfig},
+		{"unknown policy", []*placement.Node{n}, pods, Config{Policy: "tetris"}, placement.ErrUnknownPolicy},
+		{"one-candidate lookahead", []*placement.Node{n}, pods, Config{Policy: "fgd", Lookahead: Lookahead{Candidates: 1, Horizon: 5}}, ErrBadConfig},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestRunErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Run(ctx, []*extender.Node{n}, pods, Config{Policy: "fgd", Tune: 1}); !errors.Is(err, context.Canceled) {
+	if _, err := Run(ctx, []*placement.Node{n}, pods, Config{Policy: "fgd", Tune: 1}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run: %v", err)
 	}
 }
@@ -169,7 +169,7 @@ func TestRunErrors(t *testing.T) {
 func TestInflate(t *testing.T) {
 	t.Parallel()
 	mk := func(name string, num, milli int) Pod {
-		return Pod{Name: name, Request: extender.Request{NumGPU: num, GPUMilli: milli}}
+		return Pod{Name: name, Request: placement.Request{NumGPU: num, GPUMilli: milli}}
 	}
 	sorted := []Pod{mk("a", 8, 1000), mk("b", 1, 500), mk("c", 0, 0)}
 	total := func(ps []Pod) (s int64) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Search makes a replay a clairvoyant search over the policy's near choices, to
@@ -102,23 +102,23 @@ type deviation struct {
 	rank       []uint8 // by index in the replay's order
 	window     []int   // indices of the GPU pods that arrived in [from, to)
 	changed    int     // pods placed elsewhere than the policy's choice
-	policy     extender.Policy
-	nodes      []*extender.Node // in the replay's tie-breaking order
+	policy     placement.Policy
+	nodes      []*placement.Node // in the replay's tie-breaking order
 	cands      []candidate
 }
 
 var _ chooser = (*deviation)(nil)
 
-func (d *deviation) place(order []Pod, i int, arrived, capacity int64) (*extender.Node, []int, error) {
+func (d *deviation) place(order []Pod, i int, arrived, capacity int64) (*placement.Node, []int, error) {
 	r := order[i].Request
 	if d.rank == nil {
 		if frac := float64(arrived) / float64(capacity); frac >= d.from && frac < d.to {
 			d.window = append(d.window, i)
 		}
-		return extender.Select(d.policy, d.nodes, r, nil)
+		return placement.Select(d.policy, d.nodes, r, nil)
 	}
 	if d.rank[i] == 0 {
-		return extender.Select(d.policy, d.nodes, r, nil)
+		return placement.Select(d.policy, d.nodes, r, nil)
 	}
 	distinct, err := rankCandidates(d.policy, d.nodes, r, d.candidates, &d.cands)
 	if err != nil {
@@ -133,7 +133,7 @@ func (d *deviation) place(order []Pod, i int, arrived, capacity int64) (*extende
 
 // search is Run with cfg.Search enabled (validated): the policy's own replay,
 // then the search, and the best replay with Search filled in.
-func search(ctx context.Context, nodes []*extender.Node, trace []Pod, cfg Config) (Result, error) {
+func search(ctx context.Context, nodes []*placement.Node, trace []Pod, cfg Config) (Result, error) {
 	start := time.Now()
 	s := cfg.Search
 	d := &deviation{from: s.From, to: s.To, candidates: s.Candidates}

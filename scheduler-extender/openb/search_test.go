@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestParseSearch(t *testing.T) {
@@ -53,7 +53,7 @@ func TestRunSearchTrap(t *testing.T) {
 	s := Search{Tries: 30, Candidates: 2, Changes: 1, To: 2}
 	trapped := 0
 	for seed := int64(1); seed <= 8; seed++ {
-		cfg := Config{Policy: extender.PolicyBestFit, Seed: seed}
+		cfg := Config{Policy: placement.PolicyBestFit, Seed: seed}
 		plain, err := Run(context.Background(), nodes, pods, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRunSearchTrap(t *testing.T) {
 func TestRunSearchSlice(t *testing.T) {
 	t.Parallel()
 	nodes, pods := defaultSlice(t, 60, 500)
-	cfg := Config{Policy: extender.PolicyFGD, Seed: 42, Tune: 1.3}
+	cfg := Config{Policy: placement.PolicyFGD, Seed: 42, Tune: 1.3}
 	s := Search{Tries: 6, Candidates: 3, Changes: 5, From: 0.2, To: 1.3}
 	plain, err := Run(context.Background(), nodes, pods, cfg)
 	if err != nil {
@@ -129,8 +129,8 @@ func TestRunSearchErrors(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"invalid", Config{Policy: extender.PolicyBestFit, Search: Search{Tries: 1, Candidates: 2, Changes: 1, From: 1, To: 0.5}}},
-		{"with lookahead", Config{Policy: extender.PolicyBestFit, Lookahead: Lookahead{Candidates: 2, Horizon: 1},
+		{"invalid", Config{Policy: placement.PolicyBestFit, Search: Search{Tries: 1, Candidates: 2, Changes: 1, From: 1, To: 0.5}}},
+		{"with lookahead", Config{Policy: placement.PolicyBestFit, Lookahead: Lookahead{Candidates: 2, Horizon: 1},
 			Search: Search{Tries: 1, Candidates: 2, Changes: 1, To: 1}}},
 	}
 	for _, tc := range tests {

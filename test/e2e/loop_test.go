@@ -35,7 +35,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/qos"
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
@@ -280,8 +280,8 @@ func TestLoop(t *testing.T) {
 		}
 		// The extender owns the batch resources (kube-scheduler ignores them, see
 		// manifests/scheduler), so the reason is the extender's: its short form of
-		// extender.ErrInsufficientBatch, which does not name the resource.
-		reason := extender.ErrInsufficientBatch.Error()
+		// placement.ErrInsufficientBatch, which does not name the resource.
+		reason := placement.ErrInsufficientBatch.Error()
 		waitPending(t, ctx, cl, pending.Name, reason)
 		waitSchedulerEvent(t, ctx, cl, pending.Name, "FailedScheduling", reason)
 		node.kill(burners...)

@@ -1,4 +1,4 @@
-package extender
+package placement
 
 import (
 	"errors"
@@ -54,7 +54,9 @@ func PolicyCoverage(name string) float64 {
 // fragmentation-aware policies (fgd, understory) need, used as given (build it
 // at PolicyCoverage(name)); nil means an empty one, under which they only pack.
 // rng (math/rand, v1: the openb replay shares one seeded stream with it) drives
-// the random policy (nil: seed 1); it is used under a lock. Every policy is safe for concurrent use and never changes the nodes.
+// the random policy (nil: seed 1). No policy changes the nodes; every policy but
+// random is safe for concurrent use (random draws from rng: callers serialise it,
+// see Concurrent).
 func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {
 	if w == nil {
 		w = NewWorkload(nil, DefaultCoverage)
@@ -73,6 +75,14 @@ func NewPolicy(name string, w *Workload, rng *rand.Rand) (Policy, error) {
 		return newUnderstory(w, DefaultUnderstoryParams()), nil
 	}
 	return nil, fmt.Errorf("policy %q (known: %v): %w", name, PolicyNames(), ErrUnknownPolicy)
+}
+
+// Concurrent reports whether p may score from several goroutines at once, and
+// whether its scores are a function of node and request (so they may be cached):
+// true for every policy but random.
+func Concurrent(p Policy) bool {
+	_, random := p.(*randomPolicy)
+	return !random
 }
 
 // scoreVia implements Policy.Score on top of a scorer.

@@ -1,4 +1,4 @@
-package extender
+package placement
 
 import (
 	"errors"

@@ -1,13 +1,10 @@
-package extender
+package placement
 
 import (
 	"errors"
-	"fmt"
 	"math/rand"
 	"slices"
 	"testing"
-
-	"github.com/understory/understory/metrics"
 )
 
 // shareWorkload is half whole-GPU pods and half 0.5-GPU shares, 1 CPU each.
@@ -133,10 +130,10 @@ func TestRandomPolicyCoversFeasibleNodes(t *testing.T) {
 
 func TestUnderstoryUsage(t *testing.T) {
 	t.Parallel()
-	metricsAt := func(used, ls int64) *metrics.NodeMetrics {
-		return &metrics.NodeMetrics{Version: 1, CPU: metrics.CPUMetrics{Capacity: 8000, Used: used, LS: ls}, Memory: metrics.MemoryMetrics{Capacity: 100, Used: 10}}
+	metricsAt := func(used, ls int64) *Usage {
+		return &Usage{CPUCapacity: 8000, CPUUsed: used, CPULS: ls, MemoryCapacity: 100, MemoryUsed: 10}
 	}
-	node := func(name string, u *metrics.NodeMetrics) *Node {
+	node := func(name string, u *Usage) *Node {
 		n := placeNode(name, "T4", 8000, 1)
 		n.Usage = u
 		return n
@@ -175,57 +172,6 @@ func reversed(ns []*Node) []*Node {
 	return out
 }
 
-func TestParseUnderstoryParams(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   string
-		want UnderstoryParams
-		err  bool
-	}{
-		{"", DefaultUnderstoryParams(), false},
-		{"quant=50, blend=0", UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1}, false},
-		{"fgdsquash=1,reserve=0,usage=0", UnderstoryParams{Quant: 100, Blend: 0.3, FGDSquash: true}, false},
-		{"coverage=0.99", UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, Coverage: 0.99}, false},
-		{"coverage=1.5", UnderstoryParams{}, true},
-		{"blend=2", UnderstoryParams{}, true},
-		{"quant", UnderstoryParams{}, true},
-		{"quant=NaN", UnderstoryParams{}, true},
-		{"tetris=1", UnderstoryParams{}, true},
-	}
-	for _, tc := range tests {
-		got, err := ParseUnderstoryParams(tc.in)
-		if tc.err {
-			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("ParseUnderstoryParams(%q) err = %v", tc.in, err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Fatalf("ParseUnderstoryParams(%q) = %+v, %v", tc.in, got, err)
-		}
-	}
-}
-
-// TestUnderstoryFGDSquash: with FGD's squash, no blend and no reserve, understory
-// chooses as fgd does.
-func TestUnderstoryFGDSquash(t *testing.T) {
-	t.Parallel()
-	w := shareWorkload()
-	u := NewUnderstoryPolicy(w, UnderstoryParams{FGDSquash: true})
-	f, _ := NewPolicy(PolicyFGD, w, nil)
-	nodes := []*Node{withFree(placeNode("a", "T4", 8000, 4), 1000, 500, 300, 1000), withFree(placeNode("b", "T4", 3000, 2), 600, 1000),
-		withFree(placeNode("c", "T4", 8000, 2), 1000, 1000)}
-	for _, r := range []Request{{CPUMilli: 1000, NumGPU: 1, GPUMilli: 300}, {CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}, {CPUMilli: 2500}} {
-		for _, n := range nodes {
-			us, ud, uok := u.Score(n, r)
-			fs, fd, fok := f.Score(n, r)
-			if us != fs || !slices.Equal(ud, fd) || uok != fok {
-				t.Fatalf("%+v on %s: understory %v %v, fgd %v %v", r, n.Name, us, ud, fs, fd)
-			}
-		}
-	}
-}
-
 // TestUnderstoryReserve: a pod that may run anywhere goes to the model fewer
 // classes can use.
 func TestUnderstoryReserve(t *testing.T) {
@@ -239,73 +185,5 @@ func TestUnderstoryReserve(t *testing.T) {
 		if err != nil || best.Name != "v100" {
 			t.Fatalf("chose %v, %v", best, err)
 		}
-	}
-}
-
-// TestUnderstoryCoverage: the extender builds understory's workload at 99.5 %,
-// so a class of 1 % of the pods that FGD's 95 % drops counts; fgd keeps the
-// paper's 95 %, and -workload-coverage sets both.
-func TestUnderstoryCoverage(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name     string
-		policy   string
-		coverage float64 // Config.WorkloadCoverage; 0: the policy's default
-		want     int     // classes the policy sees
-	}{
-		{"understory default", PolicyUnderstory, 0, 2},
-		{"understory explicit 0.9", PolicyUnderstory, 0.9, 1},
-		{"fgd default", PolicyFGD, 0, 1},
-		{"fgd explicit 1", PolicyFGD, 1, 2},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := DefaultConfig()
-			cfg.Policy, cfg.WorkloadCoverage = tc.policy, tc.coverage
-			s, err := NewState(cfg, newFakeClock().Now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 99 {
-				s.UpsertPod(testPod("ns", fmt.Sprintf("whole%d", i), gpus(1)))
-			}
-			s.UpsertPod(testPod("ns", "rare", milli(160)))
-			if err := s.RefreshWorkload(); err != nil {
-				t.Fatal(err)
-			}
-			var w *Workload
-			switch p := s.policy.(type) {
-			case *understoryPolicy:
-				w = p.w
-			case *fgdPolicy:
-				w = p.w
-			default:
-				t.Fatalf("policy %T", s.policy)
-			}
-			if got := len(w.Classes()); got != tc.want {
-				t.Fatalf("%s sees %d classes, want %d", tc.policy, got, tc.want)
-			}
-		})
-	}
-}
-
-// TestUnderstoryCoverageParam: the coverage parameter (for ablations) rebuilds
-// the workload understory is given; 0 keeps it.
-func TestUnderstoryCoverageParam(t *testing.T) {
-	t.Parallel()
-	in := append(reqs(99, Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}), Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 160})
-	w := NewWorkload(in, DefaultCoverage)
-	for _, tc := range []struct {
-		coverage float64
-		want     int
-	}{{0, 1}, {DefaultUnderstoryCoverage, 2}, {1, 2}} {
-		u := NewUnderstoryPolicy(w, UnderstoryParams{Quant: 100, Coverage: tc.coverage}).(*understoryPolicy)
-		if got := len(u.w.Classes()); got != tc.want {
-			t.Fatalf("coverage %v: %d classes, want %d", tc.coverage, got, tc.want)
-		}
-	}
-	if w.WithCoverage(DefaultCoverage) != w {
-		t.Fatal("WithCoverage at the workload's own coverage rebuilt it")
 	}
 }

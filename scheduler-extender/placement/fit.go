@@ -1,8 +1,10 @@
-package extender
+package placement
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // Fit reports whether r fits n now: nil, or an error wrapping one of ErrInsufficientCPU,
@@ -13,7 +15,7 @@ func (n *Node) Fit(r Request) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	err := n.check(&r)
+	err := n.Check(&r)
 	if err == nil {
 		return nil
 	}
@@ -34,8 +36,9 @@ func (n *Node) Fit(r Request) error {
 	}
 }
 
-// check is Fit for a valid request, without allocating: it returns a bare sentinel.
-func (n *Node) check(r *Request) error {
+// Check is Fit for a valid request (r is not validated), without allocating: it
+// returns a bare sentinel, so callers may compare it with ==.
+func (n *Node) Check(r *Request) error {
 	switch {
 	case n.MaxPods > 0 && n.Pods >= n.MaxPods:
 		return ErrTooManyPods
@@ -107,31 +110,66 @@ func (n *Node) Place(r Request, devices []int) error {
 			return fmt.Errorf("node %s: device %d has %d milli free, %d requested: %w", n.Name, d, n.GPUFree[d], r.GPUMilli, ErrInvalidDevices)
 		}
 	}
-	n.UsedCPUMilli += r.CPUMilli
-	n.UsedMemoryMiB += r.MemoryMiB
-	n.UsedBatchCPUMilli += r.BatchCPUMilli
-	n.UsedBatchMemoryMiB += r.BatchMemoryMiB
-	n.Pods++
-	for _, d := range devices {
-		n.GPUFree[d] -= r.GPUMilli
-	}
+	n.Charge(r, devices)
 	return nil
 }
 
-// Unplace is the inverse of Place. It has no error to return, so it never lets a
-// counter go below zero nor a device above MilliPerGPU, and skips device indices
-// that do not exist.
-func (n *Node) Unplace(r Request, devices []int) {
-	n.UsedCPUMilli = max(0, n.UsedCPUMilli-r.CPUMilli)
-	n.UsedMemoryMiB = max(0, n.UsedMemoryMiB-r.MemoryMiB)
-	n.UsedBatchCPUMilli = max(0, n.UsedBatchCPUMilli-r.BatchCPUMilli)
-	n.UsedBatchMemoryMiB = max(0, n.UsedBatchMemoryMiB-r.BatchMemoryMiB)
-	n.Pods = max(0, n.Pods-1)
+// Charge books r on the given devices of n without any check, and Discharge
+// takes it off again: the ledger of a node mirrors what it runs, and observed
+// reality (pods bound by others, annotations written by hand) may over-commit a
+// node. Devices that do not exist are skipped. Use Place to book only what fits.
+func (n *Node) Charge(r Request, devices []int) { n.add(r, devices, 1) }
+
+// Discharge is the inverse of Charge (and of a successful Place).
+func (n *Node) Discharge(r Request, devices []int) { n.add(r, devices, -1) }
+
+func (n *Node) add(r Request, devices []int, sign int64) {
+	n.UsedCPUMilli += sign * r.CPUMilli
+	n.UsedMemoryMiB += sign * r.MemoryMiB
+	n.UsedBatchCPUMilli += sign * r.BatchCPUMilli
+	n.UsedBatchMemoryMiB += sign * r.BatchMemoryMiB
+	n.Pods += int(sign)
 	for _, d := range devices {
 		if d >= 0 && d < len(n.GPUFree) {
-			n.GPUFree[d] = min(MilliPerGPU, n.GPUFree[d]+r.GPUMilli)
+			n.GPUFree[d] -= int(sign) * r.GPUMilli
 		}
 	}
+}
+
+// ValidDevices reports whether devices name r.NumGPU distinct devices of n
+// (free or not).
+func ValidDevices(n *Node, r Request, devices []int) bool {
+	if len(devices) != r.NumGPU {
+		return false
+	}
+	var seen uint64
+	for _, d := range devices {
+		if d < 0 || d >= len(n.GPUFree) || d >= MaxGPUsPerNode || seen&(1<<uint(d)) != 0 {
+			return false
+		}
+		seen |= 1 << uint(d)
+	}
+	return true
+}
+
+// InferDevices picks devices for a pod already running on n whose device list
+// is missing or wrong: the best-fitting device for a share, the freest devices
+// (lowest index on ties, returned ascending) otherwise. It may over-commit: that
+// is what reality did.
+func InferDevices(n *Node, r Request) []int {
+	if r.Sharing() {
+		if d := bestFitDevice(n.GPUFree, r.GPUMilli); d >= 0 {
+			return []int{d}
+		}
+	}
+	idx := make([]int, len(n.GPUFree))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(n.GPUFree[b], n.GPUFree[a]) })
+	out := slices.Clone(idx[:min(r.NumGPU, len(idx))])
+	slices.Sort(out)
+	return out
 }
 
 // Clone returns a deep copy of n.

@@ -1,4 +1,4 @@
-package extender
+package placement
 
 // Best-fit normalisation: the largest node the openb trace knows.
 const (
@@ -20,7 +20,7 @@ func (bestFitPolicy) Name() string { return PolicyBestFit }
 func (p bestFitPolicy) Score(n *Node, r Request) (float64, []int, bool) { return scoreVia(p, n, r) }
 
 func (bestFitPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
-	if n.check(r) != nil {
+	if n.Check(r) != nil {
 		return 0, 0, false
 	}
 	var devs deviceSet

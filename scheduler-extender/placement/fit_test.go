@@ -1,11 +1,9 @@
-package extender
+package placement
 
 import (
 	"errors"
 	"slices"
 	"testing"
-
-	"github.com/understory/understory/metrics"
 )
 
 // testNode is an empty node with gpus devices of the model.
@@ -57,7 +55,7 @@ func TestFit(t *testing.T) {
 	}
 }
 
-func TestPlaceUnplace(t *testing.T) {
+func TestPlaceDischarge(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
@@ -98,31 +96,64 @@ func TestPlaceUnplace(t *testing.T) {
 				n.UsedMemoryMiB != tc.req.MemoryMiB || n.UsedBatchCPUMilli != tc.req.BatchCPUMilli {
 				t.Fatalf("after Place: %+v", n)
 			}
-			n.Unplace(tc.req, tc.devices)
+			n.Discharge(tc.req, tc.devices)
 			if !nodesEqual(n, before) {
-				t.Fatalf("Unplace did not restore: %+v, want %+v", n, before)
+				t.Fatalf("Discharge did not restore: %+v, want %+v", n, before)
 			}
 		})
 	}
 }
 
-func TestUnplaceClamps(t *testing.T) {
+// TestChargeMirrorsReality: Charge books what runs even when it over-commits a
+// node (and skips devices that do not exist); Discharge undoes it exactly.
+func TestChargeMirrorsReality(t *testing.T) {
 	t.Parallel()
 	n := placeNode("n", "T4", 8000, 2)
-	n.Unplace(Request{CPUMilli: 5, NumGPU: 1, GPUMilli: 500}, []int{0, 7, -1})
-	if n.UsedCPUMilli != 0 || n.Pods != 0 || !slices.Equal(n.GPUFree, []int{1000, 1000}) {
-		t.Fatalf("Unplace on an empty node: %+v", n)
+	r := Request{CPUMilli: 9000, NumGPU: 1, GPUMilli: 700}
+	n.Charge(r, []int{0})
+	n.Charge(r, []int{0, 7, -1})
+	if n.UsedCPUMilli != 18000 || n.Pods != 2 || !slices.Equal(n.GPUFree, []int{-400, 1000}) {
+		t.Fatalf("after Charge: %+v", n)
+	}
+	n.Discharge(r, []int{0, 7, -1})
+	n.Discharge(r, []int{0})
+	if !nodesEqual(n, placeNode("n", "T4", 8000, 2)) {
+		t.Fatalf("after Discharge: %+v", n)
+	}
+}
+
+func TestValidAndInferDevices(t *testing.T) {
+	t.Parallel()
+	n := withFree(placeNode("n", "T4", 8000, 4), 200, 1000, 600, 1000)
+	for _, tc := range []struct {
+		r     Request
+		devs  []int
+		valid bool
+		infer []int
+	}{
+		{Request{NumGPU: 2, GPUMilli: 1000}, []int{0, 2}, true, []int{1, 3}},
+		{Request{NumGPU: 2, GPUMilli: 1000}, []int{1, 1}, false, []int{1, 3}},
+		{Request{NumGPU: 1, GPUMilli: 500}, []int{4}, false, []int{2}},
+		{Request{NumGPU: 1, GPUMilli: 900}, nil, false, []int{1}},
+		{Request{NumGPU: 1, GPUMilli: 100}, []int{0}, true, []int{0}},
+	} {
+		if got := ValidDevices(n, tc.r, tc.devs); got != tc.valid {
+			t.Errorf("ValidDevices(%+v, %v) = %v", tc.r, tc.devs, got)
+		}
+		if got := InferDevices(n, tc.r); !slices.Equal(got, tc.infer) {
+			t.Errorf("InferDevices(%+v) = %v, want %v", tc.r, got, tc.infer)
+		}
 	}
 }
 
 func TestClone(t *testing.T) {
 	t.Parallel()
 	n := placeNode("n", "T4", 8000, 2)
-	n.Usage = &metrics.NodeMetrics{Version: 1}
+	n.Usage = &Usage{CPUCapacity: 1}
 	c := n.Clone()
 	c.GPUFree[0] = 1
-	c.Usage.Version = 2
-	if n.GPUFree[0] != 1000 || n.Usage.Version != 1 {
+	c.Usage.CPUCapacity = 2
+	if n.GPUFree[0] != 1000 || n.Usage.CPUCapacity != 1 {
 		t.Fatalf("clone shares state with the original")
 	}
 }

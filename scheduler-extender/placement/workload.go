@@ -1,4 +1,4 @@
-package extender
+package placement
 
 import (
 	"cmp"
@@ -33,7 +33,6 @@ func (c Class) accepts(model string) bool {
 // concurrent use.
 type Workload struct {
 	classes  []Class
-	all      []Class // every class seen, most frequent first (WithCoverage)
 	pods     int     // requests it was built from
 	coverage float64 // what it was built to cover
 	// Per GPU model, the precomputed view fragmentation needs.
@@ -119,24 +118,12 @@ func cover(all []Class, pods int, coverage float64) *Workload {
 		covered += all[kept].Count
 		kept++
 	}
-	w := &Workload{classes: slices.Clone(all[:kept]), all: all, pods: pods, coverage: coverage}
+	w := &Workload{classes: all[:kept:kept], pods: pods, coverage: coverage}
 	for i := range w.classes {
 		w.classes[i].Share = float64(w.classes[i].Count) / float64(covered)
 	}
 	w.prepare()
 	return w
-}
-
-// WithCoverage returns the workload of the same requests with another coverage
-// (outside (0,1]: DefaultCoverage); w itself when it already has that one.
-func (w *Workload) WithCoverage(coverage float64) *Workload {
-	if coverage <= 0 || coverage > 1 {
-		coverage = DefaultCoverage
-	}
-	if coverage == w.coverage {
-		return w
-	}
-	return cover(w.all, w.pods, coverage)
 }
 
 // prepare builds the per-model tables from the classes and their shares.
@@ -176,13 +163,12 @@ func (w *Workload) buildTable(model string) *modelTable {
 	return t
 }
 
-// Classes returns the kept classes, most frequent first.
-func (w *Workload) Classes() []Class {
-	out := slices.Clone(w.classes)
-	for i := range out {
-		out[i].Models = slices.Clone(out[i].Models)
+// Len is the number of classes kept (0 for a nil workload).
+func (w *Workload) Len() int {
+	if w == nil {
+		return 0
 	}
-	return out
+	return len(w.classes)
 }
 
 // Pods is the number of valid requests the workload was built from.

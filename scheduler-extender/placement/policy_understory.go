@@ -1,13 +1,8 @@
-package extender
+package placement
 
 import (
-	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
-
-	"github.com/understory/understory/metrics"
 )
 
 // UnderstoryParams are the weights of the understory policy (docs/scoring.md).
@@ -22,13 +17,6 @@ type UnderstoryParams struct {
 	Reserve float64
 	// Usage weighs the live-utilisation term, in Quant steps.
 	Usage float64
-	// Coverage, if in (0,1], rebuilds the target workload it is given to cover
-	// that share of the pods, for ablations; 0 (the default) keeps the workload
-	// as given, which its builder makes at PolicyCoverage(PolicyUnderstory).
-	Coverage float64
-	// FGDSquash scores ΔF as FGD does (⌊100·σ(ΔF/1000)⌋) instead of Quant steps;
-	// for ablations.
-	FGDSquash bool
 }
 
 // DefaultUnderstoryCoverage is the share of pods understory's target workload
@@ -40,45 +28,6 @@ const DefaultUnderstoryCoverage = 0.995
 // DefaultUnderstoryParams are the weights the extender serves (tuned on openb seed 42).
 func DefaultUnderstoryParams() UnderstoryParams {
 	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1}
-}
-
-// ParseUnderstoryParams overrides the defaults with "key=value,..." (keys: quant,
-// blend, reserve, usage, coverage, fgdsquash).
-func ParseUnderstoryParams(s string) (UnderstoryParams, error) {
-	p := DefaultUnderstoryParams()
-	if strings.TrimSpace(s) == "" {
-		return p, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return p, fmt.Errorf("understory param %q: want key=number: %w", kv, ErrInvalidRequest)
-		}
-		switch k {
-		case "quant":
-			p.Quant = f
-		case "blend":
-			if f < 0 || f > 1 {
-				return p, fmt.Errorf("understory param blend=%v not in [0,1]: %w", f, ErrInvalidRequest)
-			}
-			p.Blend = f
-		case "reserve":
-			p.Reserve = f
-		case "usage":
-			p.Usage = f
-		case "coverage":
-			if f < 0 || f > 1 {
-				return p, fmt.Errorf("understory param coverage=%v not in [0,1]: %w", f, ErrInvalidRequest)
-			}
-			p.Coverage = f
-		case "fgdsquash":
-			p.FGDSquash = f != 0
-		default:
-			return p, fmt.Errorf("understory param %q unknown: %w", k, ErrInvalidRequest)
-		}
-	}
-	return p, nil
 }
 
 // NewUnderstoryPolicy returns the understory policy with explicit weights.
@@ -101,9 +50,6 @@ type understoryPolicy struct {
 var _ Policy = (*understoryPolicy)(nil)
 
 func newUnderstory(w *Workload, p UnderstoryParams) *understoryPolicy {
-	if p.Coverage > 0 {
-		w = w.WithCoverage(p.Coverage)
-	}
 	return &understoryPolicy{w: w, p: p}
 }
 
@@ -130,17 +76,14 @@ func (p *understoryPolicy) frag(t *modelTable, cpu int64, free []int) float64 {
 
 // level turns a fragmentation decrease into score steps.
 func (p *understoryPolicy) level(d float64) float64 {
-	switch {
-	case p.p.FGDSquash:
-		return fgdScore(d)
-	case p.p.Quant > 0:
+	if p.p.Quant > 0 {
 		return math.Floor(d / p.p.Quant)
 	}
 	return d / 1000
 }
 
 func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
-	if n.check(r) != nil {
+	if n.Check(r) != nil {
 		return 0, 0, false
 	}
 	t := p.w.table(n.Model)
@@ -206,14 +149,14 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 // latency-sensitive pods use (LS-heavy nodes are avoided even when otherwise
 // quiet). Unknown or stale metrics (nil) score 0: between busy and idle, never
 // as idle.
-func usageTerm(u *metrics.NodeMetrics) float64 {
-	if u == nil || u.CPU.Capacity <= 0 {
+func usageTerm(u *Usage) float64 {
+	if u == nil || u.CPUCapacity <= 0 {
 		return 0
 	}
-	busy := float64(u.CPU.Used) / float64(u.CPU.Capacity)
-	if u.Memory.Capacity > 0 {
-		busy = max(busy, float64(u.Memory.Used)/float64(u.Memory.Capacity))
+	busy := float64(u.CPUUsed) / float64(u.CPUCapacity)
+	if u.MemoryCapacity > 0 {
+		busy = max(busy, float64(u.MemoryUsed)/float64(u.MemoryCapacity))
 	}
-	ls := float64(u.CPU.LS) / float64(u.CPU.Capacity)
+	ls := float64(u.CPULS) / float64(u.CPUCapacity)
 	return 0.5 - min(1, max(0, busy)) - min(1, max(0, ls))
 }

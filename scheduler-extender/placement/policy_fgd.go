@@ -1,4 +1,4 @@
-package extender
+package placement
 
 import "math"
 
@@ -23,7 +23,7 @@ func fgdScore(delta float64) float64 {
 }
 
 func (p *fgdPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
-	if n.check(r) != nil {
+	if n.Check(r) != nil {
 		return 0, 0, false
 	}
 	t := p.w.table(n.Model)

@@ -1,15 +1,12 @@
-package extender
+package placement
 
-import (
-	"math/rand"
-	"sync"
-)
+import "math/rand"
 
 // randomPolicy scores every feasible node with a fresh random number, so Select
 // picks uniformly among them; a share goes to a random device that holds it,
-// whole GPUs to the lowest-index free ones.
+// whole GPUs to the lowest-index free ones. It draws from its rng on every
+// score, so it is not safe for concurrent use (the extender serialises it).
 type randomPolicy struct {
-	mu  sync.Mutex
 	rng *rand.Rand
 }
 
@@ -20,11 +17,9 @@ func (p *randomPolicy) Name() string { return PolicyRandom }
 func (p *randomPolicy) Score(n *Node, r Request) (float64, []int, bool) { return scoreVia(p, n, r) }
 
 func (p *randomPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
-	if n.check(r) != nil {
+	if n.Check(r) != nil {
 		return 0, 0, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !r.Sharing() {
 		return p.rng.Float64(), lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU), true
 	}

@@ -1,0 +1,274 @@
+package extender
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/understory/understory/scheduler-extender/placement"
+)
+
+// hookPolicy wraps a policy: it counts Score calls and, once armed, blocks the
+// first Score until released (later calls pass).
+type hookPolicy struct {
+	placement.Policy
+	calls   atomic.Int64
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *hookPolicy) Score(n *placement.Node, r placement.Request) (float64, []int, bool) {
+	h.calls.Add(1)
+	if h.armed.CompareAndSwap(true, false) { // only the first call after arming blocks
+		close(h.entered)
+		<-h.release
+	}
+	return h.Policy.Score(n, r)
+}
+
+func withHook(t *testing.T, s *Server) *hookPolicy {
+	t.Helper()
+	st := s.State()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	h := &hookPolicy{Policy: st.policy, entered: make(chan struct{}), release: make(chan struct{})}
+	st.policy = h
+	st.epoch++
+	return h
+}
+
+// TestGangPlanningRunsWithoutTheLock: while a gang is being planned, the index
+// stays writable and other filters proceed. Before, planning ran under the
+// write lock: a 10 000-member gang over 5 000 nodes held it for 2.6 s.
+func TestGangPlanningRunsWithoutTheLock(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{})
+	twoNodes(t, s)
+	url := startHTTP(t, s)
+	h := withHook(t, s)
+	members := []string{"g0", "g1"}
+	for i, name := range members {
+		s.State().UpsertPod(gangPod(name, "g", 2, 1, i))
+	}
+	h.armed.Store(true)
+	planned := make(chan string, 1)
+	go func() {
+		res := filter(t, url, gangPod("g0", "g", 2, 1, 0), "n0", "n1")
+		planned <- fmt.Sprint(res.NodeNames, res.Error, res.FailedNodes)
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gang was never planned")
+	}
+	// Planning is blocked inside the policy: the index must still be writable
+	// and a plain pod's filter must pass.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.State().UpsertNode(testNode("n2", "A100", 4, 64, 256))
+		passedOne(t, filter(t, url, testPod("ns", "plain", gpus(1)), "n2"))
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(h.release)
+		t.Fatal("the index stayed locked while a gang was planned")
+	}
+	close(h.release)
+	if got := <-planned; !strings.Contains(got, "[n") {
+		t.Fatalf("gang member filter after planning: %s", got)
+	}
+}
+
+// TestGangPlanCachedWhileNothingChanges: a gang that does not fit is not planned
+// again by the next filter when nothing it read has changed.
+func TestGangPlanCachedWhileNothingChanges(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{})
+	twoNodes(t, s)
+	url := startHTTP(t, s)
+	h := withHook(t, s)
+	// Two members of 3 GPUs on two 4-GPU nodes, one of which has 2 GPUs held
+	// by a bound pod: one member fits now, both would fit the empty cluster.
+	s.State().UpsertPod(testPod("ns", "busy", gpus(2), onNode("n0"), annotate(AnnotationGPUDevices, "0,1")))
+	for i, name := range []string{"g0", "g1"} {
+		s.State().UpsertPod(gangPod(name, "g", 2, 3, i))
+	}
+	res := filter(t, url, gangPod("g0", "g", 2, 3, 0), "n0", "n1")
+	if res.NodeNames != nil && len(*res.NodeNames) > 0 || !strings.Contains(fmt.Sprint(res.FailedNodes), "1/2 members fit") {
+		t.Fatalf("first filter: %+v", res)
+	}
+	first := h.calls.Load()
+	if first == 0 {
+		t.Fatal("the first filter did not plan")
+	}
+	res = filter(t, url, gangPod("g0", "g", 2, 3, 0), "n0", "n1")
+	if !strings.Contains(fmt.Sprint(res.FailedNodes), "1/2 members fit") {
+		t.Fatalf("second filter: %+v", res)
+	}
+	if got := h.calls.Load(); got != first {
+		t.Fatalf("the second filter planned again: %d Score calls, want %d", got, first)
+	}
+	// A change of the cluster plans again, and now the gang fits.
+	s.State().DeletePod("uid-ns-busy")
+	if passedOne(t, filter(t, url, gangPod("g0", "g", 2, 3, 0), "n0", "n1")) == "" {
+		t.Fatal("no node after the cluster changed")
+	}
+}
+
+// TestGangMinMemberCap: a gang larger than -max-gang-members is refused as
+// unresolvable with the reason, without planning.
+func TestGangMinMemberCap(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.MaxGangMembers = 4 })
+	twoNodes(t, s)
+	url := startHTTP(t, s)
+	h := withHook(t, s)
+	for i := range 5 {
+		s.State().UpsertPod(gangPod(fmt.Sprintf("g%d", i), "big", 5, 1, i))
+	}
+	res := filter(t, url, gangPod("g0", "big", 5, 1, 0), "n0", "n1")
+	reason := res.FailedAndUnresolvableNodes["n0"]
+	if !strings.Contains(reason, "exceeds this extender's limit of 4") || !strings.Contains(reason, "-max-gang-members") {
+		t.Fatalf("want an unresolvable cap reason, got %+v", res)
+	}
+	if n := h.calls.Load(); n != 0 {
+		t.Fatalf("a gang above the cap was planned (%d Score calls)", n)
+	}
+}
+
+func volcanoPodGroup(name string, minMember any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+		"metadata": map[string]any{"namespace": "ns", "name": name},
+		"spec":     map[string]any{"minMember": minMember, "queue": "default"},
+	}}
+}
+
+// TestVolcanoGangReadsItsPodGroup: a Volcano gang's minMember is its Volcano
+// PodGroup's spec.minMember, whatever a member's annotation says; without a
+// PodGroup the annotation stands in, and without either the gang waits
+// (retryable). Before, only the per-member annotation counted.
+func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		group     *unstructured.Unstructured
+		annotated bool // members carry group-min-member: 1
+		want      string
+		passes    bool
+		unresolv  bool
+	}{
+		{"PodGroup wins over the annotation", volcanoPodGroup("vg", int64(3)), true, "2/3 members fit (2 of 3 members exist)", false, false},
+		{"annotation without a PodGroup", nil, true, "", true, false},
+		{"neither: waits for the PodGroup", nil, false, "Volcano PodGroup not found", false, false},
+		{"malformed PodGroup", volcanoPodGroup("vg", "three"), true, "spec.minMember", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := testServer(t, newFakeClock(), Deps{})
+			twoNodes(t, s)
+			url := startHTTP(t, s)
+			if tc.group != nil {
+				s.State().UpsertVolcanoPodGroup(tc.group)
+			}
+			pods := make([]*corev1.Pod, 2)
+			for i := range pods {
+				opts := []podOpt{annotate(AnnotationVolcanoGroupName, "vg"), gpus(1), created(i)}
+				if tc.annotated {
+					opts = append(opts, annotate(AnnotationVolcanoMinMember, "1"))
+				}
+				pods[i] = testPod("ns", fmt.Sprintf("m%d", i), opts...)
+				s.State().UpsertPod(pods[i])
+			}
+			res := filter(t, url, pods[0], "n0", "n1")
+			if tc.passes {
+				passedOne(t, res)
+				return
+			}
+			reasons := res.FailedNodes
+			if tc.unresolv {
+				reasons = res.FailedAndUnresolvableNodes
+			}
+			if res.NodeNames != nil && len(*res.NodeNames) > 0 || !strings.Contains(reasons["n0"], tc.want) {
+				t.Fatalf("want %q (unresolvable %v), got %+v", tc.want, tc.unresolv, res)
+			}
+		})
+	}
+}
+
+// TestGangPlanSurvivesRestart: a committed plan is recorded on every member;
+// an extender restarted mid-plan reserves it again exactly as recorded once it
+// has synced, and its members pass their planned nodes. An expired record is
+// not resumed, nor is a plan this process released. Before, a restart lost the
+// plan and the capacity it held.
+func TestGangPlanSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	m0, m1 := gangPod("m0", "g", 2, 3, 0), gangPod("m1", "g", 2, 3, 1)
+	fc := newFakeCluster(t, m0, m1)
+	clock := newFakeClock()
+	a := fedServer(t, clock, Deps{Client: fc})
+	twoNodes(t, a)
+	a.State().UpsertPod(m0)
+	a.State().UpsertPod(m1)
+	urlA := startHTTP(t, a)
+	passedOne(t, filter(t, urlA, m0, "n0", "n1"))
+	a.Housekeep() // flushes the recording patches
+	recorded := func() []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, name := range []string{"m0", "m1"} {
+			if p := fc.pod(t, "ns", name); strings.HasPrefix(p.Annotations[AnnotationGangState], "planned:") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	waitFor(t, func() bool { return len(recorded()) == 2 })
+	want := map[string]string{"m0": phaseOf(a, m0.UID), "m1": phaseOf(a, m1.UID)}
+
+	restart := func() *Server {
+		b := testServer(t, clock, Deps{})
+		twoNodes(t, b)
+		for _, p := range recorded() {
+			b.State().UpsertPod(p)
+		}
+		b.Housekeep()
+		return b
+	}
+	b := restart()
+	for _, p := range []*corev1.Pod{m0, m1} {
+		if got := phaseOf(b, p.UID); got != want[p.Name] || !strings.HasPrefix(got, "planned@") {
+			t.Fatalf("after restart %s is %s, want %s", p.Name, got, want[p.Name])
+		}
+	}
+	node := strings.TrimPrefix(want["m1"], "planned@")
+	if got := passedOne(t, filter(t, startHTTP(t, b), m1, "n0", "n1")); got != node {
+		t.Fatalf("m1 passed %s, planned on %s", got, node)
+	}
+
+	// Released by this process: never resumed, though its record has not expired.
+	a.State().DeleteNode(node)
+	a.State().UpsertNode(testNode(node, "A100", 4, 64, 256))
+	for _, p := range recorded() {
+		a.State().UpsertPod(p)
+	}
+	a.Housekeep()
+	if got := phaseOf(a, m1.UID); got != "pending@" {
+		t.Fatalf("a released plan was resumed: m1 is %s", got)
+	}
+
+	// Expired record: not resumed after a restart.
+	clock.Advance(DefaultConfig().GangPlanTTL + time.Second)
+	c := restart()
+	if got := phaseOf(c, m0.UID); got != "pending@" {
+		t.Fatalf("an expired plan was resumed: m0 is %s", got)
+	}
+}

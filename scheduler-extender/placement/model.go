@@ -1,0 +1,118 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MilliPerGPU is the capacity of one GPU in milli-GPU.
+const MilliPerGPU = 1000
+
+// Sentinel reasons a request does not fit a node.
+var (
+	ErrInsufficientCPU    = errors.New("insufficient cpu")
+	ErrInsufficientMemory = errors.New("insufficient memory")
+	ErrTooManyPods        = errors.New("too many pods")
+	ErrInsufficientGPU    = errors.New("insufficient gpu")
+	ErrGPUModel           = errors.New("gpu model not accepted")
+	ErrInsufficientBatch  = errors.New("insufficient batch resources")
+	ErrInvalidRequest     = errors.New("invalid request")
+	// ErrInvalidDevices means a device list handed to Place does not match the request or the node.
+	ErrInvalidDevices = errors.New("invalid gpu devices")
+	// ErrNoFit means no node of a set can host a request.
+	ErrNoFit = errors.New("no node fits")
+)
+
+// MaxGPUsPerNode bounds the devices of one node that placement can track.
+const MaxGPUsPerNode = 64
+
+// DefaultScoreCPUMilli is the CPU a request asking for none counts as when scoring
+// (the kube-scheduler's non-zero default). Fit still uses the real 0.
+const DefaultScoreCPUMilli = 100
+
+// Request is what one pod asks of a node.
+type Request struct {
+	CPUMilli  int64 // requested CPU, for fit (0 allowed)
+	MemoryMiB int64 // requested memory, for fit
+	// NumGPU devices, each with GPUMilli free. A whole-GPU request has GPUMilli = 1000;
+	// a sharing request has NumGPU = 1 and GPUMilli < 1000. NumGPU = 0 means no GPU.
+	NumGPU   int
+	GPUMilli int
+	// Models are the GPU models the pod accepts; empty means any.
+	Models []string
+	// Batch extended resources (reclaimable capacity published by the agent).
+	BatchCPUMilli  int64
+	BatchMemoryMiB int64
+}
+
+// GPUTotalMilli is the pod's whole GPU demand in milli-GPU.
+func (r Request) GPUTotalMilli() int64 { return int64(r.NumGPU) * int64(r.GPUMilli) }
+
+// Validate rejects impossible requests.
+func (r Request) Validate() error {
+	switch {
+	case r.CPUMilli < 0 || r.MemoryMiB < 0 || r.BatchCPUMilli < 0 || r.BatchMemoryMiB < 0:
+		return fmt.Errorf("negative cpu or memory: %w", ErrInvalidRequest)
+	case r.NumGPU < 0:
+		return fmt.Errorf("gpu count %d is negative: %w", r.NumGPU, ErrInvalidRequest)
+	case r.NumGPU == 0 && r.GPUMilli != 0:
+		return fmt.Errorf("gpu-milli %d without a gpu: %w", r.GPUMilli, ErrInvalidRequest)
+	case r.NumGPU > 0 && (r.GPUMilli < 1 || r.GPUMilli > MilliPerGPU):
+		return fmt.Errorf("gpu-milli %d must be in 1..%d: %w", r.GPUMilli, MilliPerGPU, ErrInvalidRequest)
+	case r.NumGPU > 1 && r.GPUMilli != MilliPerGPU:
+		return fmt.Errorf("a share of %d milli must be on exactly one gpu, not %d: %w", r.GPUMilli, r.NumGPU, ErrInvalidRequest)
+	}
+	return nil
+}
+
+// ScoreCPUMilli is the CPU the request counts as when scoring: its request, or
+// DefaultScoreCPUMilli when it asks for none.
+func (r Request) ScoreCPUMilli() int64 {
+	if r.CPUMilli == 0 {
+		return DefaultScoreCPUMilli
+	}
+	return r.CPUMilli
+}
+
+// Sharing reports whether the request takes a fraction of one GPU.
+func (r Request) Sharing() bool { return r.NumGPU == 1 && r.GPUMilli < MilliPerGPU }
+
+// AcceptsModel reports whether the request may run on a GPU of the given model.
+func (r Request) AcceptsModel(model string) bool {
+	return len(r.Models) == 0 || slices.Contains(r.Models, model)
+}
+
+// Usage is what the node agent last saw a node use (CPU in millicores, memory in
+// bytes): the part of its node-metrics annotation placement scores on.
+type Usage struct {
+	CPUCapacity, CPUUsed, CPULS int64
+	MemoryCapacity, MemoryUsed  int64
+}
+
+// Node is the schedulable state of one node: capacity and its ledger of what is
+// already placed on it, devices included.
+type Node struct {
+	Name  string
+	Model string // GPU model (label nvidia.com/gpu.product); "" when the node has no GPU
+
+	CPUMilli  int64 // allocatable
+	MemoryMiB int64
+	MaxPods   int
+
+	UsedCPUMilli  int64
+	UsedMemoryMiB int64
+	Pods          int
+
+	// GPUFree is the free milli-GPU of each device, indexed by device index. len = GPU count.
+	GPUFree []int
+
+	// Batch extended resources: allocatable and used.
+	BatchCPUMilli, UsedBatchCPUMilli   int64
+	BatchMemoryMiB, UsedBatchMemoryMiB int64
+
+	// Usage is the node agent's latest utilisation snapshot; nil means unknown or
+	// stale (whoever feeds placement decides what is too old, or from the future).
+	// Placement never reads a nil Usage as idle.
+	Usage *Usage
+}
