@@ -24,10 +24,10 @@ test: vet k8s-bins
 vet:
 	$(GO) vet ./...
 
-# kube-apiserver and kube-scheduler v1.34.4 built from the Go module proxy (cached
-# outside the repo), and Debian's etcd.
+# kube-apiserver, kube-scheduler and kube-controller-manager v1.34.4 built from the Go
+# module proxy (cached outside the repo), and Debian's etcd.
 k8s-bins:
-	scripts/k8s-binaries.sh
+	scripts/k8s-binaries.sh --with kube-controller-manager
 
 # A short run of every fuzz target (the seed corpora also run in `make test`).
 FUZZTIME ?= 10s

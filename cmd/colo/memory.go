@@ -243,6 +243,14 @@ func newMemoryScenario(cfg scenarioConfig) (*scenario, error) {
 
 // runMemory is the memory scenario on its own node: set up, three phases, table, removed.
 func runMemory(ctx context.Context, sc scenarioConfig, mc memoryConfig, printf func(string, ...any)) (memoryResult, error) {
+	// The pods' supervisors log from their own goroutines.
+	var mu sync.Mutex
+	out := printf
+	printf = func(f string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		out(f, a...)
+	}
 	logf := func(f string, a ...any) { printf("  "+f+"\n", a...) }
 	sc.logf = logf
 	s, err := newMemoryScenario(sc)

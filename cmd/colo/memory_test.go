@@ -85,7 +85,9 @@ func TestMemoryEndToEnd(t *testing.T) {
 		t.Fatalf("%d phases, want 3", len(res.Phases))
 	}
 	solo, vanilla := res.Phases[0], res.Phases[1]
-	for _, p := range res.Phases {
+	// Without the agent LS may be OOM-killed and restarted (failed requests are the harm);
+	// alone and with the agent it must serve.
+	for _, p := range []memoryPhase{res.Phases[0], res.Phases[2]} {
 		if p.Requests == 0 || p.Errors > p.Requests/10 {
 			t.Errorf("%s: %d requests, %d errors", p.Name, p.Requests, p.Errors)
 		}
@@ -100,8 +102,10 @@ func TestMemoryEndToEnd(t *testing.T) {
 		t.Errorf("without the agent LS neither stalled on memory (PSI some %.2f%%) nor slowed (p99 %.2fx solo)",
 			vanilla.LSPSISome, res.RatioVanilla)
 	}
-	if vanilla.BatchMiB <= 0 || vanilla.KubepodsMiB < 0.9*float64(mc.Node)/mib {
-		t.Errorf("without the agent batch used %.0f MiB and kubepods %.0f MiB of %d: the node was not short",
+	// The node was short: full at the end of the phase, or someone was OOM-killed in it
+	// (then the figures at its end are those of the restarted processes).
+	if vanilla.KubepodsMiB < 0.9*float64(mc.Node)/mib && vanilla.BatchOOM+vanilla.LSOOMKills == 0 {
+		t.Errorf("without the agent batch used %.0f MiB and kubepods %.0f MiB of %d, no OOM kill: the node was not short",
 			vanilla.BatchMiB, vanilla.KubepodsMiB, mc.Node/mib)
 	}
 	base := fmt.Sprintf("understory-demo-%d", os.Getpid())

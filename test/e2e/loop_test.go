@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,12 +21,14 @@ import (
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +56,8 @@ const (
 	helperEnv = "UNDERSTORY_LOOP_HELPER"
 	// pdbLabel selects the pods of the PodDisruptionBudget.
 	pdbLabel = "understory.io/e2e-pdb"
+	// batchAppLabel selects the batch Deployment's pods (its selector).
+	batchAppLabel = "understory.io/e2e-app"
 )
 
 // TestLoopHelperProcess is not a test: TestLoop re-executes the test binary with
@@ -105,8 +110,10 @@ func TestLoopHelperProcess(t *testing.T) {
 // CPU load takes the batch room away so the next batch pod stays Pending, and LS memory
 // pressure evicts one batch pod through the Eviction API while a PodDisruptionBudget
 // protects another. No kubelet runs: the test creates the pod cgroups and starts the
-// pods' processes as kubelet and the runtime would. Pods are created directly:
-// the harness runs no kube-controller-manager (no Deployment, no PDB status).
+// pods' processes as kubelet and the runtime would. The batch workload is a
+// Deployment: kube-controller-manager (deployment, replicaset and disruption
+// controllers) creates its pods, scales it, replaces the evicted pod and computes the
+// PodDisruptionBudget's status that the Eviction API enforces.
 func TestLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane and the agent on real cgroups; skipped in -short mode")
@@ -178,6 +185,7 @@ func TestLoop(t *testing.T) {
 	}
 	sched := cp.StartScheduler(t, schedCfg)
 	cl := &cluster{ctx: ctx, cp: cp, ext: ext, sched: sched}
+	cp.StartControllerManager(t)
 
 	// 2. The node, its private kubelet cgroup root, and the agent as a process.
 	if _, err := cp.CreateNode(ctx, loopNodeName, corev1.ResourceList{
@@ -193,7 +201,8 @@ func TestLoop(t *testing.T) {
 	}
 	agent := startLoopAgent(t, node, agentBin, cp.Kubeconfig())
 	waitAdmissionActiveIn(t, ctx, c, loopNS)
-	t.Logf("control plane, webhook, extender, scheduler and agent up in %v", time.Since(began).Round(time.Millisecond))
+	t.Logf("control plane, webhook, extender, scheduler, controller manager and agent up in %v",
+		time.Since(began).Round(time.Millisecond))
 
 	t.Run("agent publishes batch resources on the Node", func(t *testing.T) {
 		// Two batch pods of 50m must fit. The node is this machine: what runs outside
@@ -214,8 +223,9 @@ func TestLoop(t *testing.T) {
 		return
 	}
 
-	// 3. Batch pods written as users write them: mutated, placed through the extender,
-	// capped by the agent. B is covered by a PodDisruptionBudget (step 5).
+	// 3. A batch Deployment written as users write it: its pods are mutated, placed
+	// through the extender, capped by the agent. One of them, B, is then labelled into a
+	// PodDisruptionBudget (step 5); the other is A.
 	minAvailable := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "keep-b", Namespace: loopNS},
@@ -225,18 +235,28 @@ func TestLoop(t *testing.T) {
 	if _, err := c.PolicyV1().PodDisruptionBudgets(loopNS).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	podA := batchUserPod("batch-a", "50m", "128Mi", nil)
-	podB := batchUserPod("batch-b", "50m", "256Mi", map[string]string{pdbLabel: "b"})
-	var running map[string]*corev1.Pod
-	t.Run("batch pods are mutated, placed through the extender and capped", func(t *testing.T) {
-		for _, p := range []*corev1.Pod{podA, podB} {
-			got, err := c.CoreV1().Pods(loopNS).Create(ctx, p, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkBatch(t, got, "50", p.Spec.Containers[0].Resources.Requests.Memory().String())
+	dep := batchDeployment("batch", 2, "50m", "128Mi")
+	var (
+		podA, podB string
+		running    map[string]*corev1.Pod
+	)
+	t.Run("a batch Deployment's pods are mutated, placed through the extender and capped", func(t *testing.T) {
+		if _, err := c.AppsV1().Deployments(loopNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		running = cl.waitBound(t, loopNS, podA.Name, podB.Name)
+		pods := waitActivePods(t, ctx, c, "2 pods of the Deployment",
+			func(ps []corev1.Pod) bool { return len(ps) == 2 })
+		for i := range pods {
+			checkBatch(t, &pods[i], "50", "128Mi")
+		}
+		podA, podB = pods[0].Name, pods[1].Name
+		// The label is not in the ReplicaSet's selector: the ReplicaSet keeps owning B.
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"b"}}}`, pdbLabel)
+		if _, err := c.CoreV1().Pods(loopNS).Patch(ctx, podB, types.MergePatchType, []byte(patch),
+			metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		running = cl.waitBound(t, loopNS, podA, podB)
 		for _, p := range running {
 			if p.Spec.NodeName != loopNodeName {
 				t.Fatalf("pod %s on %q, want %s", p.Name, p.Spec.NodeName, loopNodeName)
@@ -245,11 +265,13 @@ func TestLoop(t *testing.T) {
 		}
 		// Play kubelet: pod cgroup, a process in it, status Running. A uses less
 		// memory than B, so the agent tries B first under memory pressure.
-		node.runPod(t, ctx, c, running[podA.Name], "cpu:2", "mem:40")
-		node.runPod(t, ctx, c, running[podB.Name], "cpu:2", "mem:120")
+		node.runPod(t, ctx, c, running[podA], "cpu:2", "mem:40")
+		node.runPod(t, ctx, c, running[podB], "cpu:2", "mem:120")
 		for _, p := range running {
 			node.waitCapped(t, ctx, p)
 		}
+		// The disruption controller's view, which the Eviction API enforces in step 5.
+		waitPDBProtects(t, ctx, c, pdb.Name)
 	})
 	if t.Failed() {
 		return
@@ -274,22 +296,30 @@ func TestLoop(t *testing.T) {
 			t.Fatalf("batch-cpu %dm under LS load, want < 150m: %v", cpu, err)
 		}
 		t.Logf("batch-cpu dropped to %dm under LS load", cpu)
-		pending := batchUserPod("batch-pending", "50m", "64Mi", nil)
-		if _, err := c.CoreV1().Pods(loopNS).Create(ctx, pending, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		// The next batch pod: the Deployment scaled to 3.
+		scaleDeployment(t, ctx, c, dep.Name, 3)
+		pods := waitActivePods(t, ctx, c, "a third pod of the Deployment",
+			func(ps []corev1.Pod) bool { return len(ps) == 3 })
+		var pending string
+		for _, p := range pods {
+			if p.Name != podA && p.Name != podB {
+				pending = p.Name
+			}
 		}
 		// The extender owns the batch resources (kube-scheduler ignores them, see
 		// manifests/scheduler), so the reason is the extender's: its short form of
 		// placement.ErrInsufficientBatch, which does not name the resource.
 		reason := placement.ErrInsufficientBatch.Error()
-		waitPending(t, ctx, cl, pending.Name, reason)
-		waitSchedulerEvent(t, ctx, cl, pending.Name, "FailedScheduling", reason)
+		waitPending(t, ctx, cl, pending, reason)
+		waitSchedulerEvent(t, ctx, cl, pending, "FailedScheduling", reason)
+		// Out of the way of step 5 before LS goes: once it is gone batch-cpu rises and the
+		// pod would bind. Scaling down deletes unassigned pods first, and the API server
+		// deletes an unassigned pod at once.
+		scaleDeployment(t, ctx, c, dep.Name, 2)
+		waitActivePods(t, ctx, c, "the Pending pod deleted by the scale-down", func(ps []corev1.Pod) bool {
+			return len(ps) == 2 && !slices.ContainsFunc(ps, func(p corev1.Pod) bool { return p.Name == pending })
+		})
 		node.kill(burners...)
-		// Out of the way of step 5: once LS is gone batch-cpu rises and it would bind.
-		zero := int64(0)
-		if err := c.CoreV1().Pods(loopNS).Delete(ctx, pending.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-			t.Fatal(err)
-		}
 		node.ls = ls
 	})
 	if t.Failed() {
@@ -310,20 +340,26 @@ func TestLoop(t *testing.T) {
 			t.Fatalf("kubepods already uses %d MiB of %d MiB", used>>20, loopPodMemory>>20)
 		}
 		node.startHelper(t, node.ls, fmt.Sprintf("mem:%d", want>>20))
-		a := waitEvicted(t, ctx, cl, running[podA.Name])
-		t.Logf("pod %s evicted (deletionTimestamp %v)", podA.Name, a)
+		a := waitEvicted(t, ctx, cl, running[podA])
+		t.Logf("pod %s evicted (deletionTimestamp %v)", podA, a)
 		blocked := waitEvictionMetrics(t, ctx, agent)
-		b, err := c.CoreV1().Pods(loopNS).Get(ctx, podB.Name, metav1.GetOptions{})
+		b, err := c.CoreV1().Pods(loopNS).Get(ctx, podB, metav1.GetOptions{})
 		if err != nil {
-			t.Fatalf("pod %s protected by a PDB: %v", podB.Name, err)
+			t.Fatalf("pod %s protected by a PDB: %v", podB, err)
 		}
-		if b.DeletionTimestamp != nil {
-			t.Errorf("pod %s protected by a PDB is being deleted", podB.Name)
+		if b.DeletionTimestamp != nil || b.UID != running[podB].UID {
+			t.Errorf("pod %s protected by a PDB is being deleted or was replaced", podB)
 		}
 		if blocked < 1 {
-			t.Fatalf("the PDB's refusal of %s was not counted as blocked_pdb", podB.Name)
+			t.Fatalf("the PDB's refusal of %s was not counted as blocked_pdb", podB)
 		}
-		waitSchedulerEvent(t, ctx, cl, podB.Name, "EvictionBlocked", "PodDisruptionBudget")
+		waitSchedulerEvent(t, ctx, cl, podB, "EvictionBlocked", "PodDisruptionBudget")
+		// The ReplicaSet replaces A. The replacement is Pending or bound (batch room
+		// under this pressure varies, and the agent may evict it too): only its
+		// existence is checked.
+		waitActivePods(t, ctx, c, "a replacement for the evicted pod", func(ps []corev1.Pod) bool {
+			return slices.ContainsFunc(ps, func(p corev1.Pod) bool { return p.Name != podA && p.Name != podB })
+		})
 	})
 	t.Logf("loop end-to-end test took %v", time.Since(began).Round(time.Millisecond))
 }
@@ -366,6 +402,88 @@ func batchUserPod(name, cpu, mem string, labels map[string]string) *corev1.Pod {
 	grace := int64(60)
 	p.Spec.TerminationGracePeriodSeconds = &grace
 	return p
+}
+
+// batchDeployment is a batch Deployment as a user writes it: batchUserPod's spec and
+// annotation in its pod template, selected by batchAppLabel=name.
+func batchDeployment(name string, replicas int32, cpu, mem string) *appsv1.Deployment {
+	labels := map[string]string{batchAppLabel: name}
+	p := batchUserPod("", cpu, mem, labels)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: loopNS},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: p.Annotations},
+				Spec:       p.Spec,
+			},
+		},
+	}
+}
+
+// waitActivePods waits until ok holds for the batch Deployment's pods that are not
+// being deleted (sorted by name), and returns them.
+func waitActivePods(t *testing.T, ctx context.Context, c kubernetes.Interface, what string,
+	ok func([]corev1.Pod) bool) []corev1.Pod {
+	t.Helper()
+	var active []corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			list, err := c.CoreV1().Pods(loopNS).List(ctx, metav1.ListOptions{LabelSelector: batchAppLabel})
+			if err != nil {
+				return false, nil
+			}
+			active = active[:0]
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil {
+					active = append(active, p)
+				}
+			}
+			slices.SortFunc(active, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+			return ok(active), nil
+		})
+	if err != nil {
+		names := make([]string, 0, len(active))
+		for _, p := range active {
+			names = append(names, p.Name)
+		}
+		t.Fatalf("waiting for %s (kube-controller-manager), active pods %v: %v", what, names, err)
+	}
+	return active
+}
+
+// scaleDeployment sets the Deployment's replicas through its scale subresource.
+func scaleDeployment(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, replicas int32) {
+	t.Helper()
+	sc, err := c.AppsV1().Deployments(loopNS).GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Spec.Replicas = replicas
+	if _, err := c.AppsV1().Deployments(loopNS).UpdateScale(ctx, name, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("scaling Deployment %s to %d: %v", name, replicas, err)
+	}
+}
+
+// waitPDBProtects waits until the disruption controller has observed PDB name with its
+// one pod healthy and no disruption allowed.
+func waitPDBProtects(t *testing.T, ctx context.Context, c kubernetes.Interface, name string) {
+	t.Helper()
+	var st policyv1.PodDisruptionBudgetStatus
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			pdb, err := c.PolicyV1().PodDisruptionBudgets(loopNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			st = pdb.Status
+			return st.ObservedGeneration == pdb.Generation && st.ExpectedPods == 1 &&
+				st.CurrentHealthy == 1 && st.DesiredHealthy == 1 && st.DisruptionsAllowed == 0, nil
+		})
+	if err != nil {
+		t.Fatalf("PDB %s status %+v: want 1 expected and healthy pod, 0 disruptions allowed: %v", name, st, err)
+	}
 }
 
 // batchAllocatable returns the Node's allocatable batch-cpu (millicores) and

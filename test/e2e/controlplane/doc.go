@@ -25,15 +25,18 @@
 // killed by `go test -timeout` and no cleanup runs.
 //
 // Traps:
-//   - There is no kube-controller-manager. Hence: no ServiceAccount controller
+//   - Start runs no kube-controller-manager; StartControllerManager runs one
+//     with the deployment, replicaset and disruption controllers only (PDB
+//     status is then real). Hence, always: no ServiceAccount controller
 //     (the ServiceAccount admission plugin rejects pods in a namespace without
 //     a "default" ServiceAccount, so create namespaces with CreateNamespace,
 //     which adds it; "default" gets one at Start), no garbage collection
 //     (ownerReferences are not followed), no namespace controller (a deleted
 //     namespace stays Terminating forever: delete pods with
 //     GracePeriodSeconds=0 instead), no node lifecycle (nodes never become
-//     NotReady and pods are never evicted), no ReplicaSet/Job/DaemonSet
-//     controllers (create bare pods).
+//     NotReady and pods are never evicted); without StartControllerManager no
+//     ReplicaSet/Deployment controllers either (create bare pods), and never
+//     Job/DaemonSet ones.
 //   - There is no kubelet: a bound pod stays Pending with spec.nodeName set.
 //     Deleting a bound pod without GracePeriodSeconds=0 leaves it
 //     terminating forever.

@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 )
 
@@ -444,5 +447,76 @@ func TestLocateReportsMissing(t *testing.T) {
 	}
 	if b.apiserver != filepath.Join(dir, "kube-apiserver") || b.etcd != filepath.Join(dir, "etcd") {
 		t.Errorf("binaries = %+v", b)
+	}
+}
+
+func TestLocateOptionalReportsMissing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := settings{binDir: dir}
+	if _, err := s.locateOptional(controllerManagerBin); !errors.Is(err, errMissing) ||
+		!strings.Contains(err.Error(), controllerManagerBin) {
+		t.Fatalf("err = %v, want errMissing naming %s", err, controllerManagerBin)
+	}
+	want := filepath.Join(dir, controllerManagerBin)
+	if err := os.WriteFile(want, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.locateOptional(controllerManagerBin); !errors.Is(err, errMissing) {
+		t.Fatalf("non-executable file: err = %v, want errMissing", err)
+	}
+	if err := os.Chmod(want, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.locateOptional(controllerManagerBin); err != nil || got != want {
+		t.Fatalf("locateOptional = %q, %v; want %q", got, err, want)
+	}
+}
+
+// TestControllerManager runs kube-controller-manager's default controllers on a real
+// control plane: a Deployment gets its ReplicaSet and pod, with no RBAC denial.
+func TestControllerManager(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real control plane; skipped in -short mode")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cp := Start(ctx, t, Options{})
+	m := cp.StartControllerManager(t)
+	replicas := int32(1)
+	labels := map[string]string{"app": "cm-test"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "cm-test", Namespace: metav1.NamespaceDefault},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       NewPod("", "", nil).Spec,
+			},
+		},
+	}
+	deps := cp.Client().AppsV1().Deployments(dep.Namespace)
+	if _, err := deps.Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true,
+		func(ctx context.Context) (bool, error) {
+			pods, err := cp.Client().CoreV1().Pods(dep.Namespace).List(ctx,
+				metav1.ListOptions{LabelSelector: "app=cm-test"})
+			return err == nil && len(pods.Items) == 1, nil
+		})
+	if err != nil {
+		t.Fatalf("Deployment %s got no pod from kube-controller-manager: %v", dep.Name, err)
+	}
+	// Each controller runs as its own service account: a denial means bootstrap RBAC
+	// and the harness's identities or token signing do not fit together.
+	b, err := os.ReadFile(m.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.Index(string(b), " is forbidden"); i >= 0 {
+		t.Errorf("kube-controller-manager was denied: %s", tailString(string(b[:i+len(" is forbidden")]), 1))
 	}
 }

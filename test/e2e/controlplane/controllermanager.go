@@ -1,0 +1,229 @@
+package controlplane
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// controllerManagerBin is the optional binary StartControllerManager runs; the
+// build script makes it with `--with kube-controller-manager` (`make k8s-bins`).
+const controllerManagerBin = "kube-controller-manager"
+
+// DefaultControllers returns the controllers StartControllerManager runs
+// unless WithControllers says otherwise: Deployments, their ReplicaSets, and
+// the status of PodDisruptionBudgets. Everything else (garbage collection,
+// namespaces, nodes, service accounts) stays off, as the package doc says.
+func DefaultControllers() []string { return []string{"deployment", "replicaset", "disruption"} }
+
+// controllerManagerUser is the identity bootstrap RBAC grants what the
+// controller manager itself needs (token requests for the controllers'
+// service accounts, delegated authentication).
+const controllerManagerUser = "system:kube-controller-manager"
+
+// ControllerManagerOption tunes StartControllerManager.
+type ControllerManagerOption func(*controllerManagerOptions)
+
+type controllerManagerOptions struct {
+	controllers []string
+	args        []string
+}
+
+// WithControllers replaces DefaultControllers() (kube-controller-manager's
+// --controllers, e.g. "deployment", "replicaset", "job").
+func WithControllers(names ...string) ControllerManagerOption {
+	return func(o *controllerManagerOptions) { o.controllers = append([]string(nil), names...) }
+}
+
+// WithControllerManagerArgs appends flags to kube-controller-manager's
+// command line (a repeated flag overrides an earlier one).
+func WithControllerManagerArgs(args ...string) ControllerManagerOption {
+	return func(o *controllerManagerOptions) { o.args = append(o.args, args...) }
+}
+
+// ControllerManager is a running kube-controller-manager.
+type ControllerManager struct {
+	proc *process
+	url  string
+}
+
+// Stop stops the controller manager before the test ends (the test's cleanup
+// also does). Safe to call more than once.
+func (m *ControllerManager) Stop() { m.proc.stop() }
+
+// LogPath is the controller manager's log file.
+func (m *ControllerManager) LogPath() string { return m.proc.logPath }
+
+// URL is the controller manager's https serving URL (/healthz, /metrics).
+func (m *ControllerManager) URL() string { return m.url }
+
+// StartControllerManager runs kube-controller-manager against the control
+// plane and waits for its /healthz. It runs each controller with its own
+// service account (--use-service-account-credentials, tokens from the
+// TokenRequest API signed with the apiserver's service-account key), so the
+// controllers get exactly what bootstrap RBAC grants them, as in a real
+// cluster. Leader election is off. The binary is optional (see
+// controllerManagerBin): outside CI the test is skipped when it is missing,
+// under CI=true (or UNDERSTORY_BUILD_K8S=1) it is built, and the test fails
+// naming it when that is impossible.
+func (cp *ControlPlane) StartControllerManager(t testing.TB,
+	opts ...ControllerManagerOption) *ControllerManager {
+	t.Helper()
+	o := controllerManagerOptions{controllers: DefaultControllers()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if len(o.controllers) == 0 {
+		t.Fatalf("kube-controller-manager: no controllers to run")
+	}
+	bin := findOptionalBinary(t, controllerManagerBin)
+	kubeconfig := cp.path("controller-manager.kubeconfig")
+	if err := cp.writeClientKubeconfig(kubeconfig, controllerManagerUser); err != nil {
+		t.Fatalf("kube-controller-manager: %v", err)
+	}
+	certPEM, keyPEM, err := cp.pki.issue(certRequest{
+		commonName: "kube-controller-manager", dnsNames: []string{"localhost"},
+		ips: []net.IP{net.IPv4(127, 0, 0, 1)}, server: true,
+	})
+	if err != nil {
+		t.Fatalf("kube-controller-manager: %v", err)
+	}
+	certFile, keyFile := cp.path("controller-manager.crt"), cp.path("controller-manager.key")
+	if err := writeFiles(map[string][]byte{certFile: certPEM, keyFile: keyPEM}); err != nil {
+		t.Fatalf("kube-controller-manager: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cp.pki.cert)
+	hc := &http.Client{
+		Timeout:   3 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	defer hc.CloseIdleConnections()
+
+	m := &ControllerManager{}
+	var lastErr error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatalf("kube-controller-manager: %v", err)
+		}
+		m.url = "https://" + hostPort(ports[0])
+		args := []string{
+			"--kubeconfig=" + kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--tls-cert-file=" + certFile,
+			"--tls-private-key-file=" + keyFile,
+			"--leader-elect=false",
+			"--use-service-account-credentials=true",
+			"--service-account-private-key-file=" + cp.path(saKeyFile),
+			"--root-ca-file=" + cp.path(caFile),
+			"--controllers=" + strings.Join(o.controllers, ","),
+			// The harness's admin client is not rate limited either; the
+			// defaults (20/30) slow Deployments of many replicas.
+			"--kube-api-qps=100",
+			"--kube-api-burst=200",
+			"--profiling=false",
+			"--v=" + strconv.Itoa(cp.opts.Verbosity),
+		}
+		args = append(args, o.args...)
+		p, err := startProcess(controllerManagerBin, cp.path("kube-controller-manager.log"), bin, args)
+		if err != nil {
+			t.Fatalf("kube-controller-manager: %v", err)
+		}
+		cp.track(t, p)
+		m.proc = p
+		lastErr = p.waitReady(cp.opts.StartTimeout, func() error { return httpOK(hc, m.url+"/healthz") })
+		if lastErr == nil {
+			return m
+		}
+		p.stop()
+		if !errors.Is(lastErr, errExited) {
+			break
+		}
+		t.Logf("kube-controller-manager attempt %d: %v; retrying on a fresh port", attempt, lastErr)
+	}
+	t.Fatalf("kube-controller-manager: %v", lastErr)
+	return nil
+}
+
+// writeClientKubeconfig writes a kubeconfig for user (a client certificate
+// from the harness's CA) to file.
+func (cp *ControlPlane) writeClientKubeconfig(file, user string, orgs ...string) error {
+	cert, key, err := cp.pki.issue(certRequest{commonName: user, orgs: orgs})
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.apiURL, CertificateAuthorityData: cp.pki.certPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user,
+		Namespace: metav1.NamespaceDefault}
+	cfg.CurrentContext = "e2e"
+	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", filepath.Base(file), err)
+	}
+	return nil
+}
+
+// locateOptional returns the path of optional binary name in the bin dir, or
+// an error naming it.
+func (s settings) locateOptional(name string) (string, error) {
+	p := filepath.Join(s.binDir, name)
+	if !isExecutable(p) {
+		return p, fmt.Errorf("%s: %w", p, errMissing)
+	}
+	return p, nil
+}
+
+// findOptionalBinary is findBinaries for a binary the build script makes only
+// with --with name: it skips outside CI, and builds it (failing the test when
+// that is impossible) under CI=true or UNDERSTORY_BUILD_K8S=1.
+func findOptionalBinary(t testing.TB, name string) string {
+	t.Helper()
+	s := settingsFromEnv()
+	p, err := s.locateOptional(name)
+	if err == nil {
+		return p
+	}
+	if !s.build {
+		t.Skipf("%s not found (%v); build it once with `make k8s-bins` or `%s --with %s` "+
+			"(~1-4 min with a warm Go build cache), or set UNDERSTORY_BUILD_K8S=1 to build from the test",
+			name, err, buildScript, name)
+	}
+	script, serr := findScript()
+	if serr != nil {
+		t.Fatalf("%s not found (%v) and cannot build it: %v", name, err, serr)
+	}
+	t.Logf("%s not found (%v); running %s --with %s (slow when cold)", name, err, script, name)
+	var out bytes.Buffer
+	cmd := exec.Command("bash", script, "--with", name)
+	cmd.Env = append(os.Environ(), "UNDERSTORY_K8S_BIN="+s.binDir)
+	cmd.Stdout = io.MultiWriter(os.Stderr, &out)
+	cmd.Stderr = cmd.Stdout
+	if rerr := cmd.Run(); rerr != nil {
+		t.Fatalf("%s --with %s failed: %v\n%s", script, name, rerr, tailString(out.String(), 40))
+	}
+	if p, err = s.locateOptional(name); err != nil {
+		t.Fatalf("%s --with %s ran but %s is still missing: %v", script, name, name, err)
+	}
+	return p
+}
