@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -645,6 +646,7 @@ type loopKubelet struct {
 
 	mu    sync.Mutex
 	procs []*exec.Cmd
+	shm   []string // tmpfs files the memory helpers filled (charged to their pods)
 	ls    *corev1.Pod
 }
 
@@ -704,10 +706,15 @@ func sweepStaleLoopTrees(t *testing.T, h *cgroups.Hierarchy) {
 // remove kills the pods' processes and deletes the whole tree (the agent's tier included).
 func (n *loopKubelet) remove(t *testing.T) {
 	n.mu.Lock()
-	procs := n.procs
-	n.procs = nil
+	procs, shm := n.procs, n.shm
+	n.procs, n.shm = nil, nil
 	n.mu.Unlock()
 	n.kill(procs...)
+	for _, f := range shm { // before the cgroups: the files hold memory charged to them
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("removing %s: %v", f, err)
+		}
+	}
 	g, err := n.hier.Load(n.base)
 	if errors.Is(err, cgroups.ErrNotExist) {
 		return
@@ -799,6 +806,17 @@ func (n *loopKubelet) startHelper(t *testing.T, p *corev1.Pod, job string) *exec
 	}
 	cmd := exec.Command(n.self, "-test.run=^TestLoopHelperProcess$", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), helperEnv+"="+job)
+	if mib, ok := strings.CutPrefix(job, "mem:"); ok {
+		// Memory is held in a tmpfs file, charged to the pod's memory cgroup like
+		// anonymous memory (no swap), by a shell: the test binary itself may be built
+		// with -race, whose shadow memory would not fit the pod's limit.
+		file := filepath.Join("/dev/shm", fmt.Sprintf("%s-%s-%s", n.base, p.Name, mib))
+		n.mu.Lock()
+		n.shm = append(n.shm, file)
+		n.mu.Unlock()
+		cmd = exec.Command("sh", "-c", `read go && head -c "$1"M /dev/zero > "$2" && echo ready && exec sleep 100000`,
+			"mem-helper", mib, file)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
