@@ -109,9 +109,14 @@ type PodEntry struct {
 	UsageCores float64  `json:"usageCores"`
 	QuotaCores *float64 `json:"quotaCores,omitempty"`
 	// Placement of a batch pod: "tier" (below the agent's tier) or "in-place".
-	Placement  string `json:"placement,omitempty"`
-	Error      string `json:"error,omitempty"`
-	ClassError string `json:"classError,omitempty"`
+	Placement string `json:"placement,omitempty"`
+	// MemoryLimitBytes is a batch pod's memory limit in force (its batch-memory);
+	// MemoryLimitError why the last write failed (a limit below what the pod already
+	// uses is refused by the kernel and retried).
+	MemoryLimitBytes *float64 `json:"memoryLimitBytes,omitempty"`
+	MemoryLimitError string   `json:"memoryLimitError,omitempty"`
+	Error            string   `json:"error,omitempty"`
+	ClassError       string   `json:"classError,omitempty"`
 }
 
 const budgetFormula = "applied = restoreLimited(clamp(nodeCPUs × threshold − lsUsage − systemUsage, min, max))"
@@ -152,6 +157,10 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 				e.Placement = "tier"
 			}
 			e.QuotaCores = optional(st.quota)
+			if st.memory.bytes > 0 {
+				e.MemoryLimitBytes = optional(st.memory.bytes)
+			}
+			e.MemoryLimitError = errString(st.memory.err)
 		}
 		if st.cgroup == "" {
 			e.Cgroup = "not found: " + strings.Join(st.candidates, " or ")

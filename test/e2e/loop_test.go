@@ -266,11 +266,16 @@ func TestLoop(t *testing.T) {
 		}
 		// Play kubelet: pod cgroup, a process in it, status Running. A uses less
 		// memory than B, so the agent tries B first under memory pressure.
-		node.runPod(t, ctx, c, running[podA], "cpu:2", "mem:40")
-		node.runPod(t, ctx, c, running[podB], "cpu:2", "mem:120")
+		node.runPod(t, ctx, c, running[podA], "cpu:2")
+		node.runPod(t, ctx, c, running[podB], "cpu:2")
 		for _, p := range running {
 			node.waitCapped(t, ctx, p)
 		}
+		// Memory is used once the limits are in force, as the runtime starts containers
+		// in cgroups the NRI plugin and the agent have set up: a limit below what a
+		// group already uses is refused by the kernel (the agent keeps retrying).
+		node.startHelper(t, running[podA], "mem:40")
+		node.startHelper(t, running[podB], "mem:100")
 		// The disruption controller's view, which the Eviction API enforces in step 5.
 		waitPDBProtects(t, ctx, c, pdb.Name)
 	})
