@@ -361,7 +361,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 			SystemUsage: system},
 		Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
 			SystemUsage: mu.System}})
-	a.publishBatchResources(a.lastReclaim)
+	a.publishBatchResources(a.lastReclaim, slow)
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
 	a.enforce(b, now)
 	if a.mem.ok {

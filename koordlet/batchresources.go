@@ -15,13 +15,16 @@ type batchResourceSink interface {
 
 var _ batchResourceSink = (*nodestatus.Publisher)(nil)
 
-// publishBatchResources exports every term of the period's batch resources and hands
+// publishBatchResources exports every term of the period's batch resources (when export
+// is set) and hands
 // the published values to the Node writer when the reclaimer decided a write is due
 // (a drop, a rise past the deadband, a refresh). Values the reclaimer had to clamp or
 // sanitise are logged and counted.
-func (a *Agent) publishBatchResources(r qos.Reclaimed) {
-	a.exportReclaim("cpu", r.CPU)
-	a.exportReclaim("memory", r.Memory)
+func (a *Agent) publishBatchResources(r qos.Reclaimed, export bool) {
+	if export { // every second: Prometheus scrapes every 15-30 s
+		a.exportReclaim("cpu", r.CPU)
+		a.exportReclaim("memory", r.Memory)
+	}
 	for _, t := range []struct {
 		name  string
 		terms qos.ReclaimTerms

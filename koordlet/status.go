@@ -137,11 +137,17 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.lastReclaim},
 		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sourceErrors},
 		Escalation:     a.lastEscalation,
-		Evictions:      a.evictor.Status(),
 	}
-	if a.batchSink != nil {
-		ns := a.batchSink.Status()
-		s.BatchResources.Node = &ns
+	// The evictor's and the Node writer's states change rarely and cost a lock and a
+	// copy each: taken with the pods (every second), reused in between.
+	if prev := a.status.Load(); !withPods && prev != nil {
+		s.Evictions, s.BatchResources.Node = prev.Evictions, prev.BatchResources.Node
+	} else {
+		s.Evictions = a.evictor.Status()
+		if a.batchSink != nil {
+			ns := a.batchSink.Status()
+			s.BatchResources.Node = &ns
+		}
 	}
 	if prev := a.status.Load(); !withPods && prev != nil && prev.Pods != nil {
 		s.Pods = prev.Pods
