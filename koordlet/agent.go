@@ -278,7 +278,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		return
 	}
 	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
-	kubepodsCores, kpOK, _ := a.kubepods.read(a.hier, now)
+	kubepodsCores, kpOK, kpErr := a.kubepods.read(a.hier, now)
 	beCores, beOK, _ := a.besteffort.read(a.hier, now)
 	a.readTier(now)
 	// The budget needs the LS usage every period. It is measured from aggregates:
@@ -356,12 +356,19 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		a.memUsage, _ = a.readMemory(slow, now)
 	}
 	mu := a.memUsage
-	a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
-		CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
-			SystemUsage: system},
-		Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
-			SystemUsage: mu.System}})
-	a.publishBatchResources(a.lastReclaim, slow)
+	// The first period after kubepods' usage file was (re)opened has no rate yet: system
+	// usage would then be the node's minus only the pods read this period, batch
+	// included. The budget recovers the next period, but the reclaimer's averages would
+	// carry it for tens of seconds, so it skips such a period (not a persistent error:
+	// then the fallback is all there is).
+	if kpOK || kpErr != nil {
+		a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
+			CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
+				SystemUsage: system},
+			Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
+				SystemUsage: mu.System}})
+		a.publishBatchResources(a.lastReclaim, slow)
+	}
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
 	a.enforce(b, now)
 	if a.mem.ok {
