@@ -157,21 +157,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		}
 	}
 
-	certs, err := controlplane.NewWebhookCerts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh := startWebhook(t, ctx, cp, profiles, certs)
-	var mwc admissionregv1.MutatingWebhookConfiguration
-	manifestObject(t, "mutatingwebhook.yaml", "MutatingWebhookConfiguration", &mwc)
-	for i := range mwc.Webhooks {
-		w := &mwc.Webhooks[i]
-		url := wh.url + *w.ClientConfig.Service.Path
-		w.ClientConfig = admissionregv1.WebhookClientConfig{URL: &url, CABundle: certs.CAPEM}
-	}
-	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	wh, _ := registerWebhook(t, ctx, cp, profiles)
 	var vap admissionregv1.ValidatingAdmissionPolicy
 	manifestObject(t, "validatingadmissionpolicy.yaml", "ValidatingAdmissionPolicy", &vap)
 	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &vap, metav1.CreateOptions{}); err != nil {
@@ -388,4 +374,28 @@ func wantRejected(t *testing.T, err error, rule string) {
 	if !strings.Contains(err.Error(), rule) || !strings.Contains(err.Error(), "metadata.annotations[") {
 		t.Fatalf("rejected with %q, want the field and rule %s", err, rule)
 	}
+}
+
+// registerWebhook starts the admission webhook in-process over real TLS and registers
+// the shipped MutatingWebhookConfiguration with the API server, pointed at it.
+func registerWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
+	profiles admission.Profiles) (*webhookServer, *controlplane.WebhookCerts) {
+	t.Helper()
+	certs, err := controlplane.NewWebhookCerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := startWebhook(t, ctx, cp, profiles, certs)
+	var mwc admissionregv1.MutatingWebhookConfiguration
+	manifestObject(t, "mutatingwebhook.yaml", "MutatingWebhookConfiguration", &mwc)
+	for i := range mwc.Webhooks {
+		w := &mwc.Webhooks[i]
+		url := wh.url + *w.ClientConfig.Service.Path
+		w.ClientConfig = admissionregv1.WebhookClientConfig{URL: &url, CABundle: certs.CAPEM}
+	}
+	if _, err := cp.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc,
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return wh, certs
 }

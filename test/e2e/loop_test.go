@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -158,21 +157,7 @@ func TestLoop(t *testing.T) {
 	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	certs, err := controlplane.NewWebhookCerts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh := startWebhook(t, ctx, cp, profiles, certs)
-	var mwc admissionregv1.MutatingWebhookConfiguration
-	manifestObject(t, "mutatingwebhook.yaml", "MutatingWebhookConfiguration", &mwc)
-	for i := range mwc.Webhooks {
-		w := &mwc.Webhooks[i]
-		url := wh.url + *w.ClientConfig.Service.Path
-		w.ClientConfig = admissionregv1.WebhookClientConfig{URL: &url, CABundle: certs.CAPEM}
-	}
-	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registerWebhook(t, ctx, cp, profiles)
 
 	// The extender, then kube-scheduler (its cleanup runs first).
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{TrackPods: true})
