@@ -360,8 +360,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	// usage would then be the node's minus only the pods read this period, batch
 	// included. The budget recovers the next period, but the reclaimer's averages would
 	// carry it for tens of seconds, so it skips such a period (not a persistent error:
-	// then the fallback is all there is).
-	if kpOK || kpErr != nil {
+	// then the fallback is all there is), and the agent's first second, whose samples
+	// were seen to count batch as system (`make demo`, in-place phase).
+	if (kpOK || kpErr != nil) && a.ticks > reclaimAfter {
 		a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
 			CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
 				SystemUsage: system},
@@ -512,6 +513,10 @@ func (a *Agent) observe(u Usage, counts podCounts, now time.Time) {
 		a.nodeWrites, a.nodeFailures = ns.Writes, ns.Failures
 	}
 }
+
+// reclaimAfter is how many periods the reclaimer waits after start (one slow period,
+// which reads every pod).
+const reclaimAfter = slowEvery + 1
 
 // slowEvery is how many periods pass between reads of the pods the budget does not need
 // every period (all but LS pods).

@@ -336,11 +336,22 @@ func (s *scenario) memoryBench(ctx context.Context, cfg memoryConfig, logf func(
 	// BE − system (the agent's /status).
 	m.perPod = cfg.BatchMemory
 	if m.perPod == 0 {
-		st, err := a.status()
-		if err != nil {
-			return res, fmt.Errorf("reading what the agent publishes: %w", err)
+		// The agent publishes after its first second (one period that read every pod).
+		var published float64
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			st, err := a.status()
+			if err != nil {
+				return res, fmt.Errorf("reading what the agent publishes: %w", err)
+			}
+			published = st.BatchResources.Memory.Published
+			if st.BatchResources.Memory.Reason != "" || time.Now().After(deadline) {
+				break
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return res, err
+			}
 		}
-		m.perPod = int64(st.BatchResources.Memory.Published) / int64(cfg.BatchPods)
+		m.perPod = int64(published) / int64(cfg.BatchPods)
 		if m.perPod < 16*mib {
 			return res, fmt.Errorf("memory scenario: the agent publishes %d MiB per batch pod; make the node larger or LS smaller", m.perPod/mib)
 		}
