@@ -79,7 +79,8 @@ type Agent struct {
 	escMetrics     *metrics.Escalation
 	lastEscalation qos.EscalationDecision
 	tierFrozen     bool
-	evictorDone    chan struct{}
+	// frozenPods counts the in-place batch pods the agent froze.
+	frozenPods int
 
 	// control-loop state, owned by the Run goroutine.
 	pods        map[types.UID]*podState
@@ -112,7 +113,6 @@ type Agent struct {
 	reclaim     *qos.Reclaimer
 	lastReclaim qos.Reclaimed
 	mem         memoryReader
-	memUsage    MemoryUsage
 	tierMemory  memoryLimitState
 	// lsCPURequests and lsMemRequests are the LS pods' requests (cores, bytes).
 	lsCPURequests, lsMemRequests float64
@@ -232,14 +232,14 @@ const minShares = 2
 // Run samples and enforces every period until ctx ends, then leaves the tier bounded.
 func (a *Agent) Run(ctx context.Context) error {
 	evictCtx, stopEvictor := context.WithCancel(ctx)
-	a.evictorDone = make(chan struct{})
+	evictorDone := make(chan struct{})
 	go func() {
-		defer close(a.evictorDone)
+		defer close(evictorDone)
 		_ = a.evictor.Run(evictCtx)
 	}()
 	defer func() {
 		stopEvictor()
-		<-a.evictorDone
+		<-evictorDone
 	}()
 	defer a.shutdown()
 	period := a.cfg.Period.Duration
@@ -352,10 +352,11 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	system = math.Max(0, system)
 	cpus := float64(times.CPUs)
-	if a.ticks%memoryEvery == 0 || !a.mem.ok {
-		a.memUsage, _ = a.readMemory(slow, now)
+	newMemory := a.ticks%memoryEvery == 0 || !a.mem.ok
+	if newMemory {
+		a.readMemory(slow, now)
 	}
-	mu := a.memUsage
+	mu := a.mem.last
 	// The first period after kubepods' usage file was (re)opened has no rate yet: system
 	// usage would then be the node's minus only the pods read this period, batch
 	// included. The budget recovers the next period, but the reclaimer's averages would
@@ -375,11 +376,6 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	if a.mem.ok {
 		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
 	}
-	for _, st := range a.sorted {
-		if st.class == qos.ClassBatch {
-			a.enforcePodMemory(st, now)
-		}
-	}
 	a.escalate(b, mu, a.mem.ok, hasBatch, now)
 	if b.Applied < a.last.Applied {
 		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
@@ -388,7 +384,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	a.last = b
 	u := Usage{Node: nodeCores, LS: ls, UnknownPods: unknown, BE: be, Batch: batch, System: system, CPUs: cpus}
-	a.observe(u, counts, now)
+	a.observe(u, counts, newMemory, now)
 	if a.publish != nil {
 		a.publish.add(ctx, now, u, b, a.log, a.metrics)
 	}
@@ -463,7 +459,7 @@ func (a *Agent) memory() (metrics.MemoryMetrics, error) {
 }
 
 // observe exports the period's figures.
-func (a *Agent) observe(u Usage, counts podCounts, now time.Time) {
+func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time) {
 	m := a.metrics
 	m.NodeCPU.Set(u.Node)
 	m.NodeCPUs.Set(u.CPUs)
@@ -475,8 +471,8 @@ func (a *Agent) observe(u Usage, counts podCounts, now time.Time) {
 	m.Pods.WithLabelValues(string(qos.ClassLS)).Set(float64(counts.ls))
 	m.Pods.WithLabelValues(string(qos.ClassBE)).Set(float64(counts.be))
 	m.Pods.WithLabelValues(string(qos.ClassBatch)).Set(float64(counts.batch))
-	if a.mem.ok {
-		mu := a.memUsage
+	if newMemory && a.mem.ok {
+		mu := a.mem.last
 		for _, kv := range []struct {
 			class string
 			v     float64

@@ -10,7 +10,16 @@
 // plugin), and per-pod quotas, SCHED_IDLE and the minimum weight for batch
 // pods left in kubelet's cgroups ("in-place"). The shares of the budget are
 // split by max-min fairness on smoothed demand and never add up to more than
-// the budget (cuts are written before raises).
+// the budget (cuts are written before raises); a batch pod's own
+// understory.io/batch-cpu limit caps its share.
+//
+// It also samples memory every memoryEvery periods and gives the tier a memory
+// limit (capacity × memory threshold − LS) and each batch pod its
+// understory.io/batch-memory limit; computes the batch resources (qos.Reclaimer)
+// and hands them to the Node writer (koordlet/nodestatus, its own goroutine);
+// and runs the graded actions (qos.Escalator): freeze batch when LS leaves it
+// nothing, evict through the evictor (koordlet/evict, its own goroutine, so
+// PodDisruptionBudgets hold and the loop never waits for the API server).
 //
 // Traps:
 //   - Never write kubelet's QoS-level cgroups (kubepods, burstable,
@@ -31,6 +40,15 @@
 //   - A (re)starting agent bounds the tier at the policy minimum before it has
 //     measured anything, and a graceful stop leaves batch bounded; quotas live
 //     in the kernel, so a crashed agent leaves the last ones in force.
+//   - A freeze never outlives the agent: it thaws on shutdown, at start (a
+//     crashed run may have left batch frozen), for a pod being deleted and for
+//     a pod that leaves batch. Each freeze or thaw is bounded to 50 ms.
+//   - A restarted agent rediscovers in-place batch pods from the cgroup tree
+//     (cpu.idle=1, which kubelet never sets) and bounds them before the pod
+//     source syncs; a pod that leaves batch gets kubelet's values back.
+//   - The reclaimer is fed only after the first second: the first samples were
+//     seen to count batch as system, and its averages would carry that.
 //   - The control loop is single-goroutine; /status reads an atomically
-//     swapped snapshot, node metrics are published from their own goroutine.
+//     swapped snapshot, node metrics, the Node's batch resources and evictions
+//     are written from their own goroutines.
 package koordlet

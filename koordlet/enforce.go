@@ -27,6 +27,7 @@ func (a *Agent) enforce(b qos.Budget, now time.Time) {
 		if st.class != qos.ClassBatch || st.group == nil {
 			continue
 		}
+		a.enforcePodMemory(st, now)
 		if st.inTier {
 			if st.spec.batchCPU > 0 {
 				tierLimit += st.spec.batchCPU

@@ -80,6 +80,9 @@ func (a *Agent) setFrozen(freeze bool) {
 			a.tierFrozen = freeze
 		}
 	}
+	if !freeze && a.frozenPods == 0 {
+		return // the common case: nothing to walk
+	}
 	for _, st := range a.sorted {
 		if st.class != qos.ClassBatch || st.inTier || st.group == nil {
 			continue
@@ -89,8 +92,21 @@ func (a *Agent) setFrozen(freeze bool) {
 			continue
 		}
 		if err := a.freeze(st.group, want); err == nil {
-			st.frozen = want
+			a.setPodFrozen(st, want)
 		}
+	}
+}
+
+// setPodFrozen records a pod's freezer state and keeps frozenPods in step.
+func (a *Agent) setPodFrozen(st *podState, frozen bool) {
+	if st.frozen == frozen {
+		return
+	}
+	st.frozen = frozen
+	if frozen {
+		a.frozenPods++
+	} else {
+		a.frozenPods--
 	}
 }
 
@@ -122,7 +138,7 @@ func (a *Agent) thawAll() {
 	for _, st := range a.sorted {
 		if st.frozen && st.group != nil {
 			if err := a.freeze(st.group, false); err == nil {
-				st.frozen = false
+				a.setPodFrozen(st, false)
 			}
 		}
 	}

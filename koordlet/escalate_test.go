@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/qos"
@@ -63,6 +64,17 @@ func TestAgentFreezesAndThawsBatch(t *testing.T) {
 	}
 	if s := r.freezerState(r.tier); s != "FROZEN" {
 		t.Fatalf("tier %s, want FROZEN again", s)
+	}
+	if p := r.freezerState(r.inPlace); p != "FROZEN" {
+		t.Fatalf("in-place pod %s, want FROZEN again", p)
+	}
+	// A frozen pod that leaves batch runs again at once.
+	pods := r.agent.source.List()
+	moved := pods[1].DeepCopy()
+	moved.Annotations = map[string]string{"understory.io/qos-class": "LS"}
+	r.agent.syncPods([]*corev1.Pod{pods[0], moved, pods[2], pods[3]})
+	if p := r.freezerState(r.inPlace); p != "THAWED" {
+		t.Fatalf("pod that left batch is %s, want THAWED", p)
 	}
 	r.agent.shutdown()
 	if s, p := r.freezerState(r.tier), r.freezerState(r.inPlace); s != "THAWED" || p != "THAWED" {

@@ -2,6 +2,7 @@ package koordlet
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -39,6 +40,8 @@ type memoryReader struct {
 	last          MemoryUsage
 	ok            bool
 	at            time.Time // when last was read
+	// The aggregates' groups, loaded once and again after an error.
+	kubepods, besteffort, tier *cgroups.Group
 	// From the last slow period: the memory of LS pods in kubelet's BestEffort cgroup,
 	// of the other pods outside it, and of in-place batch pods (in BestEffort, and all).
 	lsInBE, otherOutBE, inPlaceInBE, inPlace float64
@@ -50,19 +53,20 @@ type memoryReader struct {
 // within 1 % of a core with 110 pods (every other period cost 0.4 % more).
 const memoryEvery = 5
 
-// readMemory samples the node's memory. It reports false when the node's memory
-// could not be read; a missing memory controller only leaves the per-class figures at 0.
-func (a *Agent) readMemory(slow bool, now time.Time) (MemoryUsage, bool) {
+// readMemory samples the node's memory into a.mem (last, ok, at). When the node's
+// memory cannot be read the last figures stay; a missing memory controller only leaves
+// the per-class figures at 0.
+func (a *Agent) readMemory(slow bool, now time.Time) {
 	r := &a.mem
 	info, err := collect.ReadMemInfo(a.cfg.ProcRoot)
 	if err != nil {
 		a.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
 		a.log.Error("reading node memory; keeping the last memory figures", "err", err)
-		return r.last, r.ok
+		return
 	}
 	if slow || !r.ok {
 		r.kubepodsLimit = 0
-		if g, err := a.hier.Load(a.layout.kubepods()); err == nil {
+		if g := a.loadOnce(&r.kubepods, a.layout.kubepods()); g != nil {
 			if max, _, err := g.MemoryLimit(); err == nil && max > 0 && uint64(max) < info.Total {
 				r.kubepodsLimit = float64(max)
 			}
@@ -71,9 +75,9 @@ func (a *Agent) readMemory(slow bool, now time.Time) (MemoryUsage, bool) {
 	}
 	nodeUsed := float64(info.Total - min(info.Available, info.Total))
 	m := MemoryUsage{Capacity: float64(info.Total), Used: nodeUsed}
-	kubepods, kpErr := a.groupMemory(a.layout.kubepods())
-	be, beErr := a.groupMemory(a.besteffort.path)
-	tier, tierErr := a.groupMemory(a.layout.tier)
+	kubepods, kpErr := a.groupMemory(&r.kubepods, a.layout.kubepods())
+	be, beErr := a.groupMemory(&r.besteffort, a.besteffort.path)
+	tier, tierErr := a.groupMemory(&r.tier, a.layout.tier)
 	if kpErr == nil && beErr == nil && tierErr == nil {
 		tierOutsideBE := tier
 		if a.tierInBE {
@@ -93,17 +97,26 @@ func (a *Agent) readMemory(slow bool, now time.Time) (MemoryUsage, bool) {
 	}
 	m.LSRequests = a.lsMemRequests
 	r.last, r.ok, r.at = m, true, now
-	return m, true
 }
 
-// groupMemory is one cgroup's working set in bytes.
-func (a *Agent) groupMemory(rel string) (float64, error) {
-	g, err := a.hier.Load(rel)
-	if err != nil {
-		return 0, err
+// loadOnce returns *g, loading rel into it first when it is not loaded; nil when rel
+// cannot be loaded (tried again next time).
+func (a *Agent) loadOnce(g **cgroups.Group, rel string) *cgroups.Group {
+	if *g == nil {
+		*g, _ = a.hier.Load(rel)
 	}
-	v, err := g.MemoryUsage()
+	return *g
+}
+
+// groupMemory is one aggregate's working set in bytes; an error drops the loaded group,
+// so it is loaded again next time.
+func (a *Agent) groupMemory(g **cgroups.Group, rel string) (float64, error) {
+	if a.loadOnce(g, rel) == nil {
+		return 0, fmt.Errorf("loading %s: %w", rel, cgroups.ErrNotExist)
+	}
+	v, err := (*g).MemoryUsage()
 	if err != nil {
+		*g = nil
 		return 0, err
 	}
 	return float64(v), nil

@@ -192,7 +192,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 			if st.class == qos.ClassBatch && class != qos.ClassBatch {
 				a.leaveBatch(st, spec)
 			}
-			st.close()
+			a.forget(st)
 		}
 		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
 			classErr: classErr, quota: nan(), spec: spec,
@@ -211,7 +211,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 	}
 	for uid, st := range a.pods {
 		if !seen[uid] {
-			st.close()
+			a.forget(st)
 			delete(a.pods, uid)
 			a.removeTierPod(st)
 		}
@@ -238,6 +238,16 @@ func (a *Agent) resort() {
 		}
 		return a.sorted[i].uid < a.sorted[j].uid
 	})
+}
+
+// forget releases a pod the table drops or replaces: a pod the agent froze is thawed
+// (a pod that left batch must run; a gone one no longer counts in frozenPods).
+func (a *Agent) forget(st *podState) {
+	if st.frozen && st.group != nil {
+		_ = a.freeze(st.group, false)
+	}
+	a.setPodFrozen(st, false)
+	st.close()
 }
 
 // podActive reports whether the pod can still run processes.

@@ -133,7 +133,7 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
 		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota),
 			MemoryLimitBytes: optional(a.tierMemory.bytes), MemoryLimitError: errString(a.tierMemory.err)},
-		Memory:         a.memUsage,
+		Memory:         a.mem.last,
 		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.lastReclaim},
 		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sourceErrors},
 		Escalation:     a.lastEscalation,
