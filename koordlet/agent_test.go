@@ -181,6 +181,20 @@ func (r *rig) step(node float64, cores map[string]float64) {
 	r.agent.tick(context.Background(), r.now)
 }
 
+// changePods hands the agent the rig's pods again, each first changed by change (called
+// with the pod's index in the rig's list: 0 LS, 1 in-place batch, 2 tier batch, 3 the
+// pod with a bad annotation), as a pod source would after updates.
+func (r *rig) changePods(change func(i int, p *corev1.Pod)) {
+	r.t.Helper()
+	var out []*corev1.Pod
+	for i, p := range r.agent.source.List() {
+		p = p.DeepCopy()
+		change(i, p)
+		out = append(out, p)
+	}
+	r.agent.syncPods(out)
+}
+
 // quota returns a cgroup's CFS quota in cores (-1 unlimited).
 func (r *rig) quota(cg string) float64 {
 	r.t.Helper()
@@ -474,11 +488,12 @@ func TestAgentKeepsTerminatingPodBounded(t *testing.T) {
 			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
 			r.step(0, nil)
 			r.step(1.5, busy)
-			pods := r.agent.source.List()
-			deleting := pods[1].DeepCopy()
 			now := metav1.Now()
-			deleting.DeletionTimestamp = &now
-			r.agent.syncPods([]*corev1.Pod{pods[0], deleting, pods[2], pods[3]})
+			r.changePods(func(i int, p *corev1.Pod) {
+				if i == 1 {
+					p.DeletionTimestamp = &now
+				}
+			})
 			for range 20 {
 				r.step(1.5, busy)
 				budget := r.agent.Status().Budget.Applied

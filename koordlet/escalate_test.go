@@ -69,10 +69,11 @@ func TestAgentFreezesAndThawsBatch(t *testing.T) {
 		t.Fatalf("in-place pod %s, want FROZEN again", p)
 	}
 	// A frozen pod that leaves batch runs again at once.
-	pods := r.agent.source.List()
-	moved := pods[1].DeepCopy()
-	moved.Annotations = map[string]string{"understory.io/qos-class": "LS"}
-	r.agent.syncPods([]*corev1.Pod{pods[0], moved, pods[2], pods[3]})
+	r.changePods(func(i int, p *corev1.Pod) {
+		if i == 1 {
+			p.Annotations = map[string]string{"understory.io/qos-class": "LS"}
+		}
+	})
 	if p := r.freezerState(r.inPlace); p != "THAWED" {
 		t.Fatalf("pod that left batch is %s, want THAWED", p)
 	}

@@ -91,10 +91,12 @@ func TestAgentMemoryLimits(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
 			m := newMemRig(t, kind, nil)
-			pods := m.agent.source.List()
-			withMem := pods[1].DeepCopy()
-			withMem.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"understory.io/batch-memory": resource.MustParse("1Gi")}
-			m.agent.syncPods([]*corev1.Pod{pods[0], withMem, pods[2], pods[3]})
+			m.changePods(func(i int, p *corev1.Pod) {
+				if i == 1 {
+					p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+						"understory.io/batch-memory": resource.MustParse("1Gi")}
+				}
+			})
 			// kubepods 6 GiB: LS 4 GiB (burstable), batch 1 GiB in place (besteffort), tier 1 GiB.
 			m.setMem(m.lsCg, 4*gib)
 			m.setMem("kubepods/burstable", 4*gib)

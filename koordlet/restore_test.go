@@ -28,10 +28,11 @@ func TestAgentRestoresKubeletValuesWhenPodLeavesBatch(t *testing.T) {
 				if r.file(r.inPlace, "cpu.idle") != "1" || r.quota(r.inPlace) <= 0 {
 					t.Fatalf("in-place batch pod not set up: idle %s quota %v", r.file(r.inPlace, "cpu.idle"), r.quota(r.inPlace))
 				}
-				pods := r.agent.source.List()
-				moved := pods[1].DeepCopy()
-				moved.Annotations = map[string]string{"understory.io/qos-class": to}
-				r.agent.syncPods([]*corev1.Pod{pods[0], moved, pods[2], pods[3]})
+				r.changePods(func(i int, p *corev1.Pod) {
+					if i == 1 {
+						p.Annotations = map[string]string{"understory.io/qos-class": to}
+					}
+				})
 				if got := r.file(r.inPlace, "cpu.idle"); got != "0" {
 					t.Fatalf("cpu.idle = %s after the pod left batch, want 0", got)
 				}
@@ -167,15 +168,14 @@ func TestAgentEnforcesBatchCPULimits(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, kind, nil)
-			pods := r.agent.source.List()
-			limited := func(p *corev1.Pod, milli string) *corev1.Pod {
-				p = p.DeepCopy()
-				q := resource.MustParse(milli)
-				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"understory.io/batch-cpu": q}
-				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"understory.io/batch-cpu": q}
-				return p
-			}
-			r.agent.syncPods([]*corev1.Pod{pods[0], limited(pods[1], "300"), limited(pods[2], "400"), pods[3]})
+			limits := map[int]string{1: "300", 2: "400"}
+			r.changePods(func(i int, p *corev1.Pod) {
+				if milli, ok := limits[i]; ok {
+					q := resource.MustParse(milli)
+					p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"understory.io/batch-cpu": q}
+					p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"understory.io/batch-cpu": q}
+				}
+			})
 			busy := map[string]float64{r.lsCg: 0.2, r.inPlace: 0.3, r.inTier: 0.4}
 			r.step(0, nil)
 			for range 30 {
