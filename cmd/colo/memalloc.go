@@ -70,8 +70,9 @@ func (p *podFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.oomScoreAdj, "oom-score-adj", 0, "oom_score_adj, as kubelet sets it for the pod's QoS class")
 }
 
-// enter joins the pod's memory cgroup (first, so that nothing is charged elsewhere),
-// then its other controllers, and sets oom_score_adj.
+// enter joins the pod's cgroup in every controller, memory included (AddProcMemory),
+// first thing, so that nothing it allocates is charged elsewhere, and sets
+// oom_score_adj.
 func (p *podFlags) enter() error {
 	if p.oomScoreAdj < -1000 || p.oomScoreAdj > 1000 {
 		return fmt.Errorf("-oom-score-adj %d: must be within [-1000, 1000]", p.oomScoreAdj)
@@ -81,14 +82,11 @@ func (p *podFlags) enter() error {
 		if err != nil {
 			return err
 		}
-		mh, err := openMemHier(h)
+		g, err := h.Load(p.cgroup)
 		if err != nil {
 			return err
 		}
-		if err := mh.addProc(p.cgroup, os.Getpid()); err != nil {
-			return err
-		}
-		if err := join(p.root, p.cgroup); err != nil {
+		if err := g.AddProcMemory(os.Getpid()); err != nil {
 			return err
 		}
 	}

@@ -284,8 +284,8 @@ type memRun struct {
 }
 
 // memoryBench runs the three phases on s, a bare scenario from newMemoryScenario, and
-// removes everything it created (processes, memory cgroups, data) before it returns,
-// also when ctx ends; s.close removes the rest.
+// removes the processes and data it created before it returns, also when ctx ends;
+// s.close removes the cgroups (memory included).
 func (s *scenario) memoryBench(ctx context.Context, cfg memoryConfig, logf func(string, ...any)) (res memoryResult, err error) {
 	if s.ls != nil || len(s.batch) > 0 {
 		return res, errors.New("memoryBench needs a bare scenario (newMemoryScenario), not one with the CPU pods")
@@ -415,12 +415,16 @@ func (m *memRun) setUp(ctx context.Context) error {
 	}
 	kubepods := s.cg("kubepods")
 	for _, rel := range []string{"kubepods/burstable", "kubepods/besteffort"} {
-		if err := m.mh.create(s.cg(rel)); err != nil {
+		if err := m.mh.enableMemory(s.cg(rel)); err != nil {
 			return err
 		}
 	}
 	// kubelet sets kubepods' limit to the node's allocatable memory.
-	if err := m.mh.setLimit(kubepods, cfg.Node); err != nil {
+	kg, err := s.hier.Load(kubepods)
+	if err != nil {
+		return err
+	}
+	if err := kg.SetMemoryLimit(cfg.Node, cgroups.UnlimitedMemory); err != nil {
 		return err
 	}
 	lg, err := s.hier.Load(s.cg("loadgen"))
@@ -474,7 +478,7 @@ func (m *memRun) setUp(ctx context.Context) error {
 	if _, err := s.create(m.lsCg, lsShares(cpuReq)); err != nil {
 		return err
 	}
-	if err := m.mh.create(m.lsCg); err != nil {
+	if err := m.mh.enableMemory(m.lsCg); err != nil {
 		return err
 	}
 	m.lsAddr, err = freeAddr()
@@ -586,7 +590,7 @@ func (m *memRun) batchPhase(ctx context.Context, name string, agent bool) (memor
 		if !contains(s.created, rel) {
 			s.created = append(s.created, rel)
 		}
-		if err := m.mh.create(rel); err != nil {
+		if err := m.mh.enableMemory(rel); err != nil {
 			return memoryPhase{}, err
 		}
 		cgs = append(cgs, rel)
@@ -701,8 +705,9 @@ func (m *memRun) warmLS(ctx context.Context) error {
 
 // memSample is one sample of the node's memory during a phase.
 type memSample struct {
-	ls, batch memStats
-	kubepods  uint64
+	lsWS           uint64 // LS working set
+	batch, batchWS uint64 // batch pods' charged memory (page cache included) and working set
+	kubepods       uint64 // kubepods' charged memory
 }
 
 // measure drives the LS service for cfg.Phase and samples memory every 200 ms.
@@ -716,7 +721,7 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 	if err != nil {
 		return memoryPhase{}, err
 	}
-	st0, err := m.mh.stats(m.lsCg)
+	refault0, err := m.mh.refaults(m.lsCg)
 	if err != nil {
 		return memoryPhase{}, err
 	}
@@ -738,17 +743,19 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 			}
 			var smp memSample
 			var err error
-			if smp.ls, err = m.mh.stats(m.lsCg); err != nil {
+			if smp.lsWS, err = m.mh.workingSet(m.lsCg); err != nil {
 				continue
 			}
 			for _, rel := range batchCgs {
-				if b, err := m.mh.stats(rel); err == nil {
-					smp.batch.Usage += b.Usage
-					smp.batch.InactiveFile += b.InactiveFile
+				if u, err := m.mh.usage(rel); err == nil {
+					smp.batch += u
+				}
+				if ws, err := m.mh.workingSet(rel); err == nil {
+					smp.batchWS += ws
 				}
 			}
-			if k, err := m.mh.stats(m.s.cg("kubepods")); err == nil {
-				smp.kubepods = k.Usage
+			if k, err := m.mh.usage(m.s.cg("kubepods")); err == nil {
+				smp.kubepods = k
 			}
 			mu.Lock()
 			samples = append(samples, smp)
@@ -790,7 +797,7 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 	if err != nil {
 		return memoryPhase{}, err
 	}
-	st1, err := m.mh.stats(m.lsCg)
+	refault1, err := m.mh.refaults(m.lsCg)
 	if err != nil {
 		return memoryPhase{}, err
 	}
@@ -806,13 +813,13 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 		r.LSPSISome = 100 * (psi1.Some.Total - psi0.Some.Total).Seconds() / wall
 	}
 	r.LSPSIAvg10 = psi1.Some.Avg10
-	r.LSRefaultMiB = float64((st1.RefaultFile-st0.RefaultFile)*pageSize) / mib
+	r.LSRefaultMiB = float64((refault1-refault0)*pageSize) / mib
 	if n := float64(len(samples)); n > 0 {
 		var ls, batch, batchWS, kp float64
 		for _, smp := range samples {
-			ls += float64(smp.ls.WorkingSet())
-			batch += float64(smp.batch.Usage)
-			batchWS += float64(smp.batch.WorkingSet())
+			ls += float64(smp.lsWS)
+			batch += float64(smp.batch)
+			batchWS += float64(smp.batchWS)
 			kp += float64(smp.kubepods)
 		}
 		r.LSMiB, r.BatchMiB, r.BatchWSMiB, r.KubepodsMiB = ls/n/mib, batch/n/mib, batchWS/n/mib, kp/n/mib
@@ -844,24 +851,19 @@ func (m *memRun) stopBatch() {
 	}
 }
 
-// close stops the agent and every pod and removes the memory cgroups below the node
-// and the data files. The other controllers' cgroups are the scenario's (s.close).
+// close stops the agent and every pod and removes the data files. The cgroups, memory
+// included, are the scenario's: s.close deletes them (Group.Delete removes the v1
+// memory directories too) once this process has left them.
 func (m *memRun) close() error {
 	_ = m.s.stopAgent()
 	m.stopBatch()
 	if m.ls != nil {
 		m.ls.stop()
 	}
-	var first error
-	if err := m.mh.removeTree(m.s.base); err != nil {
-		first = err
-	}
 	if m.dataDir != "" {
-		if err := os.RemoveAll(m.dataDir); err != nil && first == nil {
-			first = err
-		}
+		return os.RemoveAll(m.dataDir)
 	}
-	return first
+	return nil
 }
 
 // agentEvictions reads the agent's count of memory evictions from its /metrics.

@@ -166,50 +166,72 @@ func TestMemoryConfigValidate(t *testing.T) {
 	}
 }
 
-// TestMemHierFiles reads and writes a fake memory hierarchy of each kind.
+// TestMemHierFiles reads a fake memory hierarchy of each kind through memHier: what
+// package cgroups reads (working set, OOM kills, limit, pressure) and what memHier
+// reads itself (charged usage, refaults, the visible limit).
 func TestMemHierFiles(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name                        string
-		v2                          bool
+		kind                        cgroupstest.Kind
 		usage, stat, events, limVal string
 		wantLimit                   int64
 	}{
-		{name: "v1", usage: "1048576\n",
-			stat:   "cache 1\ntotal_inactive_file 262144\ntotal_rss 524288\ntotal_cache 524288\ntotal_workingset_refault_file 7\n",
+		{name: "v1", kind: cgroupstest.Hybrid, usage: "1048576\n",
+			stat: "cache 1\ntotal_inactive_file 262144\ntotal_rss 524288\ntotal_cache 524288\n" +
+				"total_workingset_refault_file 7\nhierarchical_memory_limit 268435456\n",
 			events: "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", limVal: "9223372036854771712\n", wantLimit: -1},
-		{name: "v2", v2: true, usage: "1048576\n",
+		{name: "v2", kind: cgroupstest.V2, usage: "1048576\n",
 			stat:   "anon 524288\nfile 524288\ninactive_file 262144\nworkingset_refault_file 7\n",
 			events: "low 0\nhigh 0\nmax 4\noom 3\noom_kill 3\noom_group_kill 0\n", limVal: "max\n", wantLimit: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			m := memHier{dir: root, psiDir: root, v2: tc.v2}
-			rel := "node/kubepods/pod1"
-			dir := filepath.Join(root, rel)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			root := cgroupstest.NewRoot(t, tc.kind)
+			rel := "kubepods/besteffort/pod1"
+			v2 := tc.kind.IsV2()
+			if !v2 {
+				if err := os.WriteFile(filepath.Join(root, "memory", "memory.limit_in_bytes"), []byte(cgroupstest.Unlimited64), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range []string{"kubepods", "kubepods/besteffort", rel} {
+				cgroupstest.AddGroup(t, root, tc.kind, p)
+				cgroupstest.AddMemory(t, root, tc.kind, p)
+			}
+			layout := cgroups.LayoutHybrid
+			if v2 {
+				layout = cgroups.LayoutV2
+			}
+			m, err := openMemHier(cgroups.OpenLayout(root, layout))
+			if err != nil {
 				t.Fatal(err)
 			}
 			usageFile, limitFile, eventsFile := "memory.usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control"
-			if tc.v2 {
+			psiDir := filepath.Join(root, "unified", rel)
+			if v2 {
 				usageFile, limitFile, eventsFile = "memory.current", "memory.max", "memory.events"
+				psiDir = filepath.Join(root, rel)
 			}
+			dir := cgroupstest.MemoryDir(root, tc.kind, rel)
 			for name, v := range map[string]string{usageFile: tc.usage, "memory.stat": tc.stat, eventsFile: tc.events,
-				limitFile: tc.limVal, "memory.pressure": "some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"} {
+				limitFile: tc.limVal} {
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			st, err := m.stats(rel)
-			if err != nil {
+			if err := os.WriteFile(filepath.Join(psiDir, "memory.pressure"),
+				[]byte("some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if want := (memStats{Usage: 1 << 20, InactiveFile: 1 << 18, Anon: 1 << 19, File: 1 << 19, RefaultFile: 7}); st != want {
-				t.Errorf("stats = %+v, want %+v", st, want)
+			if u, err := m.usage(rel); err != nil || u != 1<<20 {
+				t.Errorf("usage = %d, %v; want %d", u, err, 1<<20)
 			}
-			if ws := st.WorkingSet(); ws != 3<<18 {
-				t.Errorf("working set %d, want %d", ws, 3<<18)
+			if ws, err := m.workingSet(rel); err != nil || ws != 3<<18 {
+				t.Errorf("working set = %d, %v; want %d", ws, err, 3<<18)
+			}
+			if n, err := m.refaults(rel); err != nil || n != 7 {
+				t.Errorf("refaults = %d, %v; want 7", n, err)
 			}
 			if n, err := m.oomKills(rel); err != nil || n != 3 {
 				t.Errorf("oomKills = %d, %v; want 3", n, err)
@@ -217,40 +239,68 @@ func TestMemHierFiles(t *testing.T) {
 			if l, err := m.limit(rel); err != nil || l != tc.wantLimit {
 				t.Errorf("limit = %d, %v; want %d", l, err, tc.wantLimit)
 			}
-			if err := m.setLimit(rel, 64*mib); err != nil {
+			// Unlimited: the nearest limit above (v1 hierarchical_memory_limit, v2
+			// kubepods' memory.max), as a JVM in the pod sees it.
+			if err := os.WriteFile(filepath.Join(cgroupstest.MemoryDir(root, tc.kind, "kubepods"), limitFile),
+				[]byte("268435456\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := m.visibleLimit(rel, t.TempDir()); err != nil || l != 256*mib {
+				t.Errorf("visibleLimit = %d, %v; want %d", l, err, 256*mib)
+			}
+			g, err := m.h.Load(rel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetMemoryLimit(64*mib, cgroups.UnlimitedMemory); err != nil {
 				t.Fatal(err)
 			}
 			if l, err := m.limit(rel); err != nil || l != 64*mib {
-				t.Errorf("limit after setLimit = %d, %v; want %d", l, err, 64*mib)
+				t.Errorf("limit after SetMemoryLimit = %d, %v; want %d", l, err, 64*mib)
+			}
+			if l, err := m.visibleLimit(rel, t.TempDir()); err != nil || l != 64*mib {
+				t.Errorf("visibleLimit with a limit = %d, %v; want %d", l, err, 64*mib)
 			}
 			p, err := m.pressure(rel)
 			if err != nil || p.Some.Avg10 != 1.5 || p.Some.Total != 123456*time.Microsecond {
 				t.Errorf("pressure = %+v, %v", p, err)
 			}
-			if _, err := m.stats("../escape"); err == nil {
-				t.Error("stats accepted a path leaving the hierarchy")
+			if _, err := m.usage("../escape"); err == nil {
+				t.Error("usage accepted a path leaving the hierarchy")
+			}
+			if _, err := m.refaults("../escape"); err == nil {
+				t.Error("refaults accepted a path leaving the hierarchy")
 			}
 		})
 	}
 }
 
-func TestMemHierRemoveTree(t *testing.T) {
+// TestMemHierEnableMemory: on v2 the memory controller is enabled in every parent of
+// a pod cgroup, as kubelet does; on v1 nothing is written.
+func TestMemHierEnableMemory(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	m := memHier{dir: root}
-	for _, rel := range []string{"n/kubepods/burstable/pod1", "n/kubepods/understory-batch/pod2"} {
-		if err := m.create(rel); err != nil {
-			t.Fatal(err)
+	for k, layout := range map[cgroupstest.Kind]cgroups.Layout{cgroupstest.V2: cgroups.LayoutV2,
+		cgroupstest.Hybrid: cgroups.LayoutHybrid} {
+		root := cgroupstest.NewRoot(t, k)
+		rel := "kubepods/besteffort/pod1"
+		cgroupstest.AddGroup(t, root, k, rel)
+		m := memHier{h: cgroups.OpenLayout(root, layout), dir: root, v2: k.IsV2()}
+		if err := m.enableMemory(rel); err != nil {
+			t.Fatalf("%v: %v", k, err)
 		}
-	}
-	if err := m.removeTree("n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "n")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("tree still there: %v", err)
-	}
-	if err := m.removeTree("n"); err != nil {
-		t.Errorf("removing a missing tree: %v", err)
+		for _, p := range []string{"", "kubepods", "kubepods/besteffort", rel} {
+			b, err := os.ReadFile(filepath.Join(root, p, "cgroup.subtree_control"))
+			want := ""
+			if k.IsV2() && p != rel {
+				want = "+memory"
+			}
+			if got := strings.TrimSpace(string(b)); got != want && !(want == "" && err != nil) {
+				t.Errorf("%v: %q subtree_control = %q, %v; want %q", k, p, got, err, want)
+			}
+		}
+		if err := m.enableMemory("../escape"); err == nil && k.IsV2() {
+			t.Errorf("%v: enableMemory accepted a path leaving the hierarchy", k)
+		}
 	}
 }
 
