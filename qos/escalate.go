@@ -585,19 +585,3 @@ func OrderEvictionCandidates(c []EvictionCandidate) []EvictionCandidate {
 	})
 	return c
 }
-
-// SelectEvictions returns the prefix of ordered (see OrderEvictionCandidates)
-// that fulfils r: for memory pressure, candidates until their memory covers
-// MemoryToFree (at least one); for CPU starvation, one. It is the plan when
-// every eviction succeeds; an evictor whose eviction is refused moves on to
-// the next candidate and checks r.Satisfied itself.
-func SelectEvictions(r EvictionRequest, ordered []EvictionCandidate) []EvictionCandidate {
-	var freed int64
-	for i, c := range ordered {
-		freed += max(c.MemoryBytes, 0)
-		if r.Satisfied(i+1, freed) {
-			return ordered[:i+1]
-		}
-	}
-	return ordered
-}

@@ -28,6 +28,36 @@ var escT0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func escDur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
 
+// withDefaults returns a builder of config table rows: def() changed by f.
+// The escalation and reclaim Validate tests share it.
+func withDefaults[T any](def func() T) func(f func(*T)) T {
+	return func(f func(*T)) T {
+		c := def()
+		f(&c)
+		return c
+	}
+}
+
+// checkValidate checks Validate's err for a table row: nil when wantIn is
+// nil, else an error wrapping ErrInvalidConfig that contains every wantIn.
+func checkValidate(t *testing.T, err error, wantIn []string) {
+	t.Helper()
+	if wantIn == nil {
+		if err != nil {
+			t.Fatalf("Validate() = %v, want nil", err)
+		}
+		return
+	}
+	if !errors.Is(err, qos.ErrInvalidConfig) {
+		t.Fatalf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
+	}
+	for _, s := range wantIn {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("Validate() = %q, want it to contain %q", err, s)
+		}
+	}
+}
+
 func TestDefaultEscalationConfig(t *testing.T) {
 	t.Parallel()
 	c := qos.DefaultEscalationConfig()
@@ -47,11 +77,7 @@ func TestDefaultEscalationConfig(t *testing.T) {
 
 func TestEscalationConfigValidate(t *testing.T) {
 	t.Parallel()
-	with := func(f func(*qos.EscalationConfig)) qos.EscalationConfig {
-		c := qos.DefaultEscalationConfig()
-		f(&c)
-		return c
-	}
+	with := withDefaults(qos.DefaultEscalationConfig)
 	tests := []struct {
 		name   string
 		c      qos.EscalationConfig
@@ -96,21 +122,7 @@ func TestEscalationConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := tt.c.Validate()
-			if tt.wantIn == nil {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.Is(err, qos.ErrInvalidConfig) {
-				t.Fatalf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
-			}
-			for _, s := range tt.wantIn {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("Validate() = %q, want it to contain %q", err, s)
-				}
-			}
+			checkValidate(t, tt.c.Validate(), tt.wantIn)
 			// NewEscalator forces any config into a valid one.
 			if err := qos.NewEscalator(tt.c, escPeriod).Config().Validate(); err != nil {
 				t.Errorf("forced config does not validate: %v", err)
@@ -530,35 +542,31 @@ func TestOrderEvictionCandidates(t *testing.T) {
 	}
 }
 
-func TestSelectEvictions(t *testing.T) {
+func TestEvictionRequestSatisfied(t *testing.T) {
 	t.Parallel()
-	ordered := []qos.EvictionCandidate{
-		{Name: "a", Class: qos.ClassBatch, MemoryBytes: 2 * escGiB},
-		{Name: "b", Class: qos.ClassBatch, MemoryBytes: escGiB},
-		{Name: "c", Class: qos.ClassBatch, MemoryBytes: escGiB},
-	}
 	mem := func(n int64) qos.EvictionRequest {
 		return qos.EvictionRequest{Reason: qos.EvictReasonMemoryPressure, MemoryToFree: n}
 	}
 	tests := []struct {
-		name string
-		req  qos.EvictionRequest
-		in   []qos.EvictionCandidate
-		want int
+		name    string
+		req     qos.EvictionRequest
+		evicted int
+		freed   int64
+		want    bool
 	}{
-		{name: "starvation: one", req: qos.EvictionRequest{Reason: qos.EvictReasonCPUStarvation}, in: ordered, want: 1},
-		{name: "memory covered by the first", req: mem(escGiB), in: ordered, want: 1},
-		{name: "memory: at least one even for a byte", req: mem(1), in: ordered, want: 1},
-		{name: "memory covered by two", req: mem(3 * escGiB), in: ordered, want: 2},
-		{name: "memory just over two", req: mem(3*escGiB + 1), in: ordered, want: 3},
-		{name: "memory not coverable: all", req: mem(100 * escGiB), in: ordered, want: 3},
-		{name: "no candidates", req: mem(escGiB), in: nil, want: 0},
+		{name: "starvation: one", req: qos.EvictionRequest{Reason: qos.EvictReasonCPUStarvation}, evicted: 1, want: true},
+		{name: "starvation: none yet", req: qos.EvictionRequest{Reason: qos.EvictReasonCPUStarvation}, want: false},
+		{name: "memory covered by the first", req: mem(escGiB), evicted: 1, freed: 2 * escGiB, want: true},
+		{name: "memory: at least one even for a byte", req: mem(1), evicted: 0, freed: escGiB, want: false},
+		{name: "memory covered exactly", req: mem(3 * escGiB), evicted: 2, freed: 3 * escGiB, want: true},
+		{name: "memory one byte short", req: mem(3*escGiB + 1), evicted: 2, freed: 3 * escGiB, want: false},
+		{name: "memory freed nothing", req: mem(escGiB), evicted: 3, want: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := qos.SelectEvictions(tt.req, tt.in); len(got) != tt.want {
-				t.Fatalf("selected %d, want %d", len(got), tt.want)
+			if got := tt.req.Satisfied(tt.evicted, tt.freed); got != tt.want {
+				t.Fatalf("Satisfied(%d, %d) = %v, want %v", tt.evicted, tt.freed, got, tt.want)
 			}
 		})
 	}

@@ -224,9 +224,6 @@ func New(api API, o Options) *Evictor {
 	return e
 }
 
-// DryRun reports whether the Evictor only reports.
-func (e *Evictor) DryRun() bool { return e.dryRun }
-
 // Submit hands the Evictor a request and the pods it may evict; it never
 // blocks. The latest request wins: one not yet finished is replaced (its
 // evictions so far stand). Candidates are copied; pods that are not batch
@@ -476,10 +473,8 @@ func (e *Evictor) backOff(c qos.EvictionCandidate, result string, now time.Time)
 // nor already evicted, advancing p past the skipped ones. e.mu is held.
 func (e *Evictor) nextCandidate(p *request, now time.Time) (qos.EvictionCandidate, bool) {
 	for ; p.next < len(p.cands); p.next++ {
+		// Submit's OrderEvictionCandidates left only batch pods: LS and BE are never here.
 		c := p.cands[p.next]
-		if c.Class != qos.ClassBatch { // OrderEvictionCandidates dropped them; never evict LS or BE
-			continue
-		}
 		if b := e.backoff[c.UID]; b != nil && now.Before(b.until) {
 			continue
 		}

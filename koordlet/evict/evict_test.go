@@ -1,7 +1,6 @@
 package evict
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/understory/understory/koordlet/internal/logtest"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -79,23 +79,6 @@ func (r *recorder) reasons() []string {
 	return out
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fakeAPI is client-go's fake clientset whose eviction reactor answers with
 // respond(pod name); it records the pods it was asked to evict.
 type fakeAPI struct {
@@ -133,7 +116,7 @@ type harness struct {
 	e       *Evictor
 	clock   *clock
 	events  *recorder
-	logs    *syncBuffer
+	logs    *logtest.Buffer
 	metrics *metrics.Escalation
 }
 
@@ -143,7 +126,7 @@ func newHarness(t *testing.T, api API, mutate func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{clock: &clock{t: t0}, events: &recorder{}, logs: &syncBuffer{}, metrics: m}
+	h := &harness{clock: &clock{t: t0}, events: &recorder{}, logs: &logtest.Buffer{}, metrics: m}
 	o := Options{
 		Escalation: qos.DefaultEscalationConfig(),
 		Events:     h.events,
@@ -510,7 +493,7 @@ func TestDryRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			api, calls := tt.api()
-			var logs syncBuffer
+			var logs logtest.Buffer
 			// The static-mode event sink: podsource.LogSink.
 			sink := podsource.NewLogSink(slog.New(slog.NewTextHandler(&logs, nil)))
 			h := newHarness(t, api, func(o *Options) {
@@ -519,8 +502,8 @@ func TestDryRun(t *testing.T) {
 					tt.opts(o)
 				}
 			})
-			if !h.e.DryRun() {
-				t.Fatal("DryRun() = false")
+			if !h.e.Status().DryRun {
+				t.Fatal("Status().DryRun = false")
 			}
 			req := qos.EvictionRequest{Reason: qos.EvictReasonMemoryPressure, MemoryToFree: gib, MemoryUsed: 15 * gib,
 				MemoryCapacity: 16 * gib, Threshold: 0.9, Target: 0.8}

@@ -1,7 +1,6 @@
 package nodestatus
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/understory/understory/koordlet/internal/logtest"
 	"github.com/understory/understory/qos"
 )
 
@@ -59,34 +59,6 @@ func kubeletNode(name string) *corev1.Node {
 // fastBackoff keeps retries quick; Factor 1 so tests never wait for growth.
 func fastBackoff(d time.Duration) Option {
 	return WithBackoff(wait.Backoff{Duration: d, Factor: 1, Steps: 1})
-}
-
-// syncBuffer is a log sink the writer goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) lines(substr string) int {
-	n := 0
-	for l := range strings.SplitSeq(s.String(), "\n") {
-		if strings.Contains(l, substr) {
-			n++
-		}
-	}
-	return n
 }
 
 func testLogger(buf io.Writer) *slog.Logger {
@@ -350,7 +322,7 @@ func TestRetries(t *testing.T) {
 				return false, nil, nil
 			})
 			failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "failures_total"})
-			logs := &syncBuffer{}
+			logs := &logtest.Buffer{}
 			p := newPublisher(t, c.CoreV1().Nodes(), fastBackoff(time.Millisecond), WithCounters(nil, failures),
 				WithLogger(testLogger(logs)))
 			start(t, p)
@@ -372,10 +344,10 @@ func TestRetries(t *testing.T) {
 				!strings.Contains(s.LastError, "patching status of node n1") || testutil.ToFloat64(failures) != 2 {
 				t.Fatalf("status %+v, failures counter %v", s, testutil.ToFloat64(failures))
 			}
-			if n := logs.lines("publishing batch resources failed"); n != 1 {
+			if n := logs.Lines("publishing batch resources failed"); n != 1 {
 				t.Fatalf("%d failure log lines for one kind of error, want 1:\n%s", n, logs)
 			}
-			waitFor(t, "recovery log line", func() bool { return logs.lines("after failures") == 1 })
+			waitFor(t, "recovery log line", func() bool { return logs.Lines("after failures") == 1 })
 		})
 	}
 }
@@ -493,7 +465,7 @@ func TestNodeNotReady(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := fake.NewClientset(tc.objs...)
-			logs := &syncBuffer{}
+			logs := &logtest.Buffer{}
 			p := newPublisher(t, c.CoreV1().Nodes(), fastBackoff(time.Millisecond), WithLogger(testLogger(logs)))
 			start(t, p)
 			want := Resources{CPUMilli: 2500, MemoryBytes: 4 << 30}
@@ -506,7 +478,7 @@ func TestNodeNotReady(t *testing.T) {
 			if got := patches(c); len(got) != 0 {
 				t.Fatalf("patched a node that is not ready: %q", got)
 			}
-			if n := logs.lines(tc.waiting); n != 1 {
+			if n := logs.Lines(tc.waiting); n != 1 {
 				t.Fatalf("%d log lines mentioning %q after %d retries, want 1:\n%s", n, tc.waiting, s.Failures, logs)
 			}
 			// kubelet registers the node.
@@ -649,7 +621,7 @@ func TestHTTPRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := newPublisher(t, cs.CoreV1().Nodes(), WithRequestTimeout(100*time.Millisecond), fastBackoff(time.Millisecond),
 		WithLogger(testLogger(logs)))
 	start(t, p)
