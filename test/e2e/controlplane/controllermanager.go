@@ -2,20 +2,14 @@ package controlplane
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -97,72 +91,34 @@ func (cp *ControlPlane) StartControllerManager(t testing.TB,
 	if err := cp.writeClientKubeconfig(kubeconfig, controllerManagerUser); err != nil {
 		t.Fatalf("kube-controller-manager: %v", err)
 	}
-	certPEM, keyPEM, err := cp.pki.issue(certRequest{
-		commonName: "kube-controller-manager", dnsNames: []string{"localhost"},
-		ips: []net.IP{net.IPv4(127, 0, 0, 1)}, server: true,
-	})
-	if err != nil {
-		t.Fatalf("kube-controller-manager: %v", err)
-	}
-	certFile, keyFile := cp.path("controller-manager.crt"), cp.path("controller-manager.key")
-	if err := writeFiles(map[string][]byte{certFile: certPEM, keyFile: keyPEM}); err != nil {
-		t.Fatalf("kube-controller-manager: %v", err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cp.pki.cert)
-	hc := &http.Client{
-		Timeout:   3 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
-	}
-	defer hc.CloseIdleConnections()
-
 	m := &ControllerManager{}
-	var lastErr error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			t.Fatalf("kube-controller-manager: %v", err)
-		}
-		m.url = "https://" + hostPort(ports[0])
-		args := []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[0]),
-			"--tls-cert-file=" + certFile,
-			"--tls-private-key-file=" + keyFile,
-			"--leader-elect=false",
-			"--use-service-account-credentials=true",
-			"--service-account-private-key-file=" + cp.path(saKeyFile),
-			"--root-ca-file=" + cp.path(caFile),
-			"--controllers=" + strings.Join(o.controllers, ","),
-			// The harness's admin client is not rate limited either; the
-			// defaults (20/30) slow Deployments of many replicas.
-			"--kube-api-qps=100",
-			"--kube-api-burst=200",
-			"--profiling=false",
-			"--v=" + strconv.Itoa(cp.opts.Verbosity),
-		}
-		args = append(args, o.args...)
-		p, err := startProcess(controllerManagerBin, cp.path("kube-controller-manager.log"), bin, args)
-		if err != nil {
-			t.Fatalf("kube-controller-manager: %v", err)
-		}
-		cp.track(t, p)
-		m.proc = p
-		lastErr = p.waitReady(cp.opts.StartTimeout, func() error { return httpOK(hc, m.url+"/healthz") })
-		if lastErr == nil {
-			return m
-		}
-		p.stop()
-		if !errors.Is(lastErr, errExited) {
-			break
-		}
-		t.Logf("kube-controller-manager attempt %d: %v; retrying on a fresh port", attempt, lastErr)
-	}
-	t.Fatalf("kube-controller-manager: %v", lastErr)
-	return nil
+	m.proc, m.url = cp.startServed(t, servedComponent{
+		label: "kube-controller-manager", procName: controllerManagerBin, bin: bin,
+		logFile: "kube-controller-manager.log", certStem: "controller-manager", readyPath: "/healthz",
+		args: func(port int, certFile, keyFile string) []string {
+			return append([]string{
+				"--kubeconfig=" + kubeconfig,
+				"--authentication-kubeconfig=" + kubeconfig,
+				"--authorization-kubeconfig=" + kubeconfig,
+				"--bind-address=127.0.0.1",
+				"--secure-port=" + strconv.Itoa(port),
+				"--tls-cert-file=" + certFile,
+				"--tls-private-key-file=" + keyFile,
+				"--leader-elect=false",
+				"--use-service-account-credentials=true",
+				"--service-account-private-key-file=" + cp.path(saKeyFile),
+				"--root-ca-file=" + cp.path(caFile),
+				"--controllers=" + strings.Join(o.controllers, ","),
+				// The harness's admin client is not rate limited either; the
+				// defaults (20/30) slow Deployments of many replicas.
+				"--kube-api-qps=100",
+				"--kube-api-burst=200",
+				"--profiling=false",
+				"--v=" + strconv.Itoa(cp.opts.Verbosity),
+			}, o.args...)
+		},
+	})
+	return m
 }
 
 // writeClientKubeconfig writes a kubeconfig for user (a client certificate

@@ -2,9 +2,12 @@ package controlplane
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -178,3 +181,81 @@ func freePorts(n int) ([]int, error) {
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// servedComponent is a control-plane component (kube-scheduler,
+// kube-controller-manager) that serves https on loopback with a certificate
+// from the harness's CA, for startServed.
+type servedComponent struct {
+	label     string // error and log prefix, e.g. "kube-scheduler"
+	procName  string // process name, e.g. "kube-scheduler-1"
+	bin       string
+	logFile   string // under cp.dir
+	certStem  string // serving certificate and key: certStem.crt, certStem.key under cp.dir
+	readyPath string // probed until 200, e.g. "/readyz"
+	// args is the command line of one attempt serving on port with certFile and keyFile.
+	args func(port int, certFile, keyFile string) []string
+}
+
+// startServed issues c's serving certificate, starts c on a free loopback
+// port and waits until readyPath answers 200. When the process exits during
+// start-up (its port taken in the meantime) it retries on a fresh port, up to
+// startAttempts times; any other failure fails the test. It returns the
+// running process (tracked for cleanup) and its https base URL.
+func (cp *ControlPlane) startServed(t testing.TB, c servedComponent) (*process, string) {
+	t.Helper()
+	certPEM, keyPEM, err := cp.pki.issue(certRequest{
+		commonName: c.label, dnsNames: []string{"localhost"},
+		ips: []net.IP{net.IPv4(127, 0, 0, 1)}, server: true,
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", c.label, err)
+	}
+	certFile, keyFile := cp.path(c.certStem+".crt"), cp.path(c.certStem+".key")
+	if err := writeFiles(map[string][]byte{certFile: certPEM, keyFile: keyPEM}); err != nil {
+		t.Fatalf("%s: %v", c.label, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cp.pki.cert)
+	hc := &http.Client{
+		Timeout:   3 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	defer hc.CloseIdleConnections()
+
+	var lastErr error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatalf("%s: %v", c.label, err)
+		}
+		url := "https://" + hostPort(ports[0])
+		p, err := startProcess(c.procName, cp.path(c.logFile), c.bin, c.args(ports[0], certFile, keyFile))
+		if err != nil {
+			t.Fatalf("%s: %v", c.label, err)
+		}
+		cp.track(t, p)
+		lastErr = p.waitReady(cp.opts.StartTimeout, func() error { return httpOK(hc, url+c.readyPath) })
+		if lastErr == nil {
+			return p, url
+		}
+		p.stop()
+		if !errors.Is(lastErr, errExited) {
+			break
+		}
+		t.Logf("%s attempt %d: %v; retrying on a fresh port", c.label, attempt, lastErr)
+	}
+	t.Fatalf("%s: %v", c.label, lastErr)
+	return nil, ""
+}
+
+func httpOK(hc *http.Client, url string) error {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}

@@ -1,16 +1,11 @@
 package controlplane
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -84,61 +79,23 @@ func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...
 	if err := os.WriteFile(s.configPath, cfg, 0o600); err != nil {
 		t.Fatalf("kube-scheduler: writing config: %v", err)
 	}
-	certPEM, keyPEM, err := cp.pki.issue(certRequest{
-		commonName: "kube-scheduler", dnsNames: []string{"localhost"},
-		ips: []net.IP{net.IPv4(127, 0, 0, 1)}, server: true,
+	s.proc, s.url = cp.startServed(t, servedComponent{
+		label: "kube-scheduler", procName: "kube-scheduler-" + n, bin: cp.bin.scheduler,
+		logFile: "kube-scheduler-" + n + ".log", certStem: "scheduler-" + n, readyPath: "/readyz",
+		args: func(port int, certFile, keyFile string) []string {
+			return append([]string{
+				"--config=" + s.configPath,
+				"--bind-address=127.0.0.1",
+				"--secure-port=" + strconv.Itoa(port),
+				"--tls-cert-file=" + certFile,
+				"--tls-private-key-file=" + keyFile,
+				"--authentication-kubeconfig=" + cp.schedulerKubeconfig,
+				"--authorization-kubeconfig=" + cp.schedulerKubeconfig,
+				"--v=" + strconv.Itoa(cp.opts.Verbosity),
+			}, o.args...)
+		},
 	})
-	if err != nil {
-		t.Fatalf("kube-scheduler: %v", err)
-	}
-	certFile, keyFile := cp.path("scheduler-"+n+".crt"), cp.path("scheduler-"+n+".key")
-	if err := writeFiles(map[string][]byte{certFile: certPEM, keyFile: keyPEM}); err != nil {
-		t.Fatalf("kube-scheduler: %v", err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cp.pki.cert)
-	hc := &http.Client{
-		Timeout:   3 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
-	}
-	defer hc.CloseIdleConnections()
-
-	var lastErr error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			t.Fatalf("kube-scheduler: %v", err)
-		}
-		s.url = "https://" + hostPort(ports[0])
-		args := []string{
-			"--config=" + s.configPath,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[0]),
-			"--tls-cert-file=" + certFile,
-			"--tls-private-key-file=" + keyFile,
-			"--authentication-kubeconfig=" + cp.schedulerKubeconfig,
-			"--authorization-kubeconfig=" + cp.schedulerKubeconfig,
-			"--v=" + strconv.Itoa(cp.opts.Verbosity),
-		}
-		args = append(args, o.args...)
-		p, err := startProcess("kube-scheduler-"+n, cp.path("kube-scheduler-"+n+".log"), cp.bin.scheduler, args)
-		if err != nil {
-			t.Fatalf("kube-scheduler: %v", err)
-		}
-		cp.track(t, p)
-		s.proc = p
-		lastErr = p.waitReady(cp.opts.StartTimeout, func() error { return httpOK(hc, s.url+"/readyz") })
-		if lastErr == nil {
-			return s
-		}
-		p.stop()
-		if !errors.Is(lastErr, errExited) {
-			break
-		}
-		t.Logf("kube-scheduler attempt %d: %v; retrying on a fresh port", attempt, lastErr)
-	}
-	t.Fatalf("kube-scheduler: %v", lastErr)
-	return nil
+	return s
 }
 
 // completeSchedulerConfig validates configYAML's type and fills in the
@@ -194,18 +151,6 @@ func subMap(cfg map[string]any, key string) (map[string]any, error) {
 		return nil, fmt.Errorf("%s is a %T, want a mapping: %w", key, v, ErrSchedulerConfig)
 	}
 	return m, nil
-}
-
-func httpOK(hc *http.Client, url string) error {
-	resp, err := hc.Get(url)
-	if err != nil {
-		return fmt.Errorf("probing %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // Extender is one entry of KubeSchedulerConfiguration.extenders
