@@ -1,0 +1,68 @@
+package gpu
+
+import (
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNoNVML means NVML cannot be used here: the build has no cgo, or the driver's
+	// library (libnvidia-ml.so.1) is missing, or nvmlInit failed. GPU features turn off.
+	ErrNoNVML = errors.New("NVML unavailable")
+	// ErrDeviceLost means a GPU fell off the bus or stopped answering mid-run
+	// (NVML ERROR_GPU_IS_LOST); the device is reported unhealthy, never fatal.
+	ErrDeviceLost = errors.New("GPU lost")
+)
+
+// Sample is one scrape of every GPU on the node.
+type Sample struct {
+	Time    time.Time
+	Devices []Device
+}
+
+// Device is one GPU at one scrape. Utilisation figures are percent (0..100) over the
+// driver's last sample window; memory is bytes.
+type Device struct {
+	Index    int
+	UUID     string
+	Model    string
+	MemTotal uint64
+	MemUsed  uint64
+	// Util is the device's SM (GPU) utilisation, MemUtil its memory-controller one.
+	Util    float64
+	MemUtil float64
+	// Healthy is false when a query failed this scrape; Err says which and why.
+	Healthy bool
+	Err     string
+	// Processes are the compute processes on the device, with their utilisation where
+	// the driver reported it.
+	Processes []Process
+}
+
+// Process is one process using a GPU.
+type Process struct {
+	PID uint32
+	// SMUtil and MemUtil are the process's share of the device (percent) over the last
+	// sample window; zero when the driver had no sample for it.
+	SMUtil  float64
+	MemUtil float64
+	// MemUsed is the device memory the process holds, bytes.
+	MemUsed uint64
+	// Pod is the pod the process belongs to; zero when it could not be attributed
+	// (another PID namespace, no cgroup, not a pod cgroup, or it exited).
+	Pod PodRef
+}
+
+// PodRef names the pod (and container) a process runs in, as read from its cgroup.
+type PodRef struct {
+	UID types.UID
+	// ContainerID is the runtime's container ID (64 hex digits), without a
+	// runtime prefix; empty when the cgroup names only the pod.
+	ContainerID string
+}
+
+// Attributed reports whether the process was mapped to a pod.
+func (r PodRef) Attributed() bool { return r.UID != "" }
