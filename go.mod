@@ -3,6 +3,7 @@ module github.com/understory/understory
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/containerd/nri v0.12.5
 	github.com/google/go-cmp v0.7.0
@@ -18,6 +19,7 @@ require (
 	k8s.io/client-go v0.34.4
 	k8s.io/component-helpers v0.34.4
 	k8s.io/kube-scheduler v0.34.4
+	k8s.io/kubelet v0.34.4
 	sigs.k8s.io/yaml v1.6.0
 )
 
