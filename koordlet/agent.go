@@ -18,6 +18,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/evict"
+	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -55,6 +56,8 @@ type Deps struct {
 	// Evictions is the Eviction API (Kubernetes mode: podsource.CoreClient). Without it
 	// evictions are reported, not performed (static mode).
 	Evictions evict.API
+	// GPU is the node's GPUs (gpu.Open: NVML). Nil turns GPU features off.
+	GPU gpu.Source
 }
 
 // Agent is the node agent: it samples usage every period, computes the batch budget and
@@ -121,6 +124,12 @@ type Agent struct {
 	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
 	nodeWrites, nodeFailures int64
 
+	// gpu is the GPU loop (its own goroutine); nil with GPU features off. gpuPods is the
+	// pod snapshot the control loop hands it.
+	gpu        *gpu.Manager
+	gpuPods    atomic.Pointer[gpu.PodMap]
+	gpuMetrics *metrics.GPU
+
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
 	stopped sync.Once
@@ -149,6 +158,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	em, err := metrics.NewEscalation(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	gm, err := metrics.NewGPU(reg)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -183,6 +196,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		kubepods:   aggregate{path: lay.kubepods()},
 		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
 		tierUsage:  aggregate{path: lay.tier},
+		gpuMetrics: gm,
 	}
 	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
@@ -195,6 +209,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.tierFrozen = true
 	a.thawAll()
 	a.rediscover()
+	if err := a.newGPU(context.Background(), deps.GPU); err != nil {
+		return nil, err
+	}
 	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier}})
 	return a, nil
 }
@@ -241,6 +258,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopEvictor()
 		<-evictorDone
 	}()
+	if a.gpu != nil {
+		// The GPU loop outlives the control loop's shutdown by nothing: it stops first
+		// (thawing what its duty cycle froze, resuming what it suspended).
+		gpuCtx, stopGPU := context.WithCancel(ctx)
+		gpuDone := make(chan struct{})
+		go func() {
+			defer close(gpuDone)
+			_ = a.gpu.Run(gpuCtx)
+		}()
+		defer func() {
+			stopGPU()
+			<-gpuDone
+		}()
+	}
 	defer a.shutdown()
 	period := a.cfg.Period.Duration
 	t := time.NewTicker(period)
@@ -318,6 +349,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		case st.class == qos.ClassBatch && !st.inTier && st.reader != nil:
 			inPlace += st.usage
 		}
+	}
+	if slow {
+		a.publishGPUPods()
 	}
 	batch := inPlace
 	if a.tierOK {

@@ -76,6 +76,8 @@ type Config struct {
 	// Escalation is when batch is frozen and when batch pods are evicted (through the
 	// Eviction API, so PodDisruptionBudgets hold; reported only in static mode).
 	Escalation qos.EscalationConfig `json:"escalation"`
+	// GPU is GPU telemetry, GPU-aware batch throttling and shared-GPU devices.
+	GPU GPUConfig `json:"gpu"`
 }
 
 // Where the tier may be created.
@@ -120,6 +122,7 @@ func DefaultConfig() Config {
 		Policy:            qos.DefaultPolicy(),
 		BatchResources:    qos.DefaultReclaimConfig(),
 		Escalation:        qos.DefaultEscalationConfig(),
+		GPU:               DefaultGPUConfig(),
 	}
 }
 
@@ -218,5 +221,5 @@ func (c Config) Validate() error {
 	if err := c.Escalation.Validate(); err != nil {
 		return fmt.Errorf("escalation.%w", err)
 	}
-	return nil
+	return c.GPU.Validate()
 }

@@ -16,30 +16,125 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/qos"
 )
 
-// NRIPlugin is the agent's NRI plugin (mode nri): at container creation it moves the
-// containers of batch pods below the agent's tier, so that the tier's single quota,
-// weight and SCHED_IDLE bound all batch work at once. Other containers are untouched.
+// NRIPlugin is the agent's NRI plugin (mode nri). At container creation it
+//   - moves the containers of batch pods below the agent's tier, so that the tier's
+//     single quota, weight and SCHED_IDLE bound all batch work at once;
+//   - with GPU handling on (NRIOptions.Pods set), gives a container that requests
+//     shared GPU (understory.io/gpu-milli) exactly the devices of the pod's
+//     understory.io/gpu-devices annotation (package koordlet/gpu/devices), as CDI
+//     devices or NVIDIA_VISIBLE_DEVICES, and refuses it (the runtime fails the
+//     container with the reason, and the pod gets a Warning Event) when that cannot
+//     be done: no annotation, a malformed one, a device the node does not have, no
+//     GPU inventory.
+//
+// Other containers are untouched.
 type NRIPlugin struct {
 	layout layout
 	log    *slog.Logger
+
+	pods    nriPodLister
+	gpus    gpuInventory
+	events  eventRecorder
+	gpuCfg  devices.Config
+	podWait time.Duration
 }
 
 var _ stub.CreateContainerInterface = (*NRIPlugin)(nil)
 
-// NewNRIPlugin returns the plugin for cfg's driver, kubelet root and tier.
+// nriPodLister is the agent's pod source as the NRI plugin reads it (podsource.Kube or
+// podsource.Static): NRI's PodSandbox carries the pod's annotations but not its
+// containers' resource requests.
+type nriPodLister interface {
+	List() []*corev1.Pod
+}
+
+// gpuInventory is the node's GPUs as NVML lists them (the GPU collector); empty when
+// NVML is off or has not been read yet.
+type gpuInventory interface {
+	GPUs() []devices.GPU
+}
+
+// DefaultNRIPodWait bounds how long CreateContainer waits for a pod that the pod
+// source does not list yet. NRI gives a plugin 2 s per request by default and, by
+// default, drops a plugin that exceeds it.
+const DefaultNRIPodWait = 500 * time.Millisecond
+
+// nriPodPoll is how often the pod source is re-listed while waiting.
+const nriPodPoll = 20 * time.Millisecond
+
+// errPodUnknown means a container's pod is not (yet) in the agent's pod source.
+var errPodUnknown = errors.New("pod not known to the node agent yet")
+
+// NRIOptions are the NRI plugin's optional collaborators. The zero value handles no GPU.
+type NRIOptions struct {
+	// Pods is the agent's pod source. Nil turns GPU handling off: containers
+	// requesting understory.io/gpu-milli are then left as they are (and get no GPU
+	// from the agent).
+	Pods nriPodLister
+	// GPUs is the node's GPU inventory. Nil, like an empty inventory, refuses every
+	// container that requests understory.io/gpu-milli ("no GPU inventory on this node").
+	GPUs gpuInventory
+	// Events records a Warning Event on a pod whose container was refused; nil only logs.
+	Events eventRecorder
+	// GPU chooses CDI devices or NVIDIA_VISIBLE_DEVICES (devices.Config's zero value:
+	// CDI names by UUID).
+	GPU devices.Config
+	// PodWait replaces DefaultNRIPodWait; non-positive values keep the default.
+	PodWait time.Duration
+}
+
+// NewNRIPlugin returns the plugin for cfg's driver, kubelet root and tier, without GPU
+// handling.
 func NewNRIPlugin(cfg Config, log *slog.Logger) (*NRIPlugin, error) {
+	return NewNRIPluginWithOptions(cfg, log, NRIOptions{})
+}
+
+// NewNRIPluginWithOptions returns the plugin for cfg's driver, kubelet root and tier,
+// with the collaborators of opts.
+func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NRIPlugin, error) {
 	l, err := newLayout(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &NRIPlugin{layout: l, log: log}, nil
+	if err := opts.GPU.Validate(); err != nil {
+		return nil, fmt.Errorf("NRI GPU devices: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	wait := opts.PodWait
+	if wait <= 0 {
+		wait = DefaultNRIPodWait
+	}
+	return &NRIPlugin{layout: l, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
+		gpuCfg: opts.GPU.WithDefaults(), podWait: wait}, nil
 }
 
-// CreateContainer rewrites the cgroups path of batch containers.
-func (p *NRIPlugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+// CreateContainer gives shared-GPU containers their devices (or refuses them) and
+// rewrites the cgroups path of batch containers.
+func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	var adj *api.ContainerAdjustment
+	if p.pods != nil {
+		a, ok, err := p.gpuDevices(ctx, pod, ctr)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			adj = &api.ContainerAdjustment{}
+			for _, name := range a.CDIDevices {
+				adj.AddCDIDevice(&api.CDIDevice{Name: name})
+			}
+			for k, v := range a.Env {
+				adj.AddEnv(k, v)
+			}
+			p.log.Info("GPU devices given to container", "pod", pod.GetNamespace()+"/"+pod.GetName(),
+				"container", ctr.GetName(), "cdi", a.CDIDevices, "env", a.Env)
+		}
+	}
 	orig := ctr.GetLinux().GetCgroupsPath()
 	kpod := podFromNRI(pod)
 	class, err := qos.Classify(kpod)
@@ -47,18 +142,86 @@ func (p *NRIPlugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr 
 		p.log.Warn("invalid QoS annotation; container left where kubelet put it", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", err)
 	}
 	if class != qos.ClassBatch || orig == "" {
-		return nil, nil, nil
+		return adj, nil, nil
 	}
 	newPath, err := tierContainerPath(p.layout.driver, p.layout.tier, pod.GetUid(), orig)
 	if err != nil {
 		// Fail open: a container that cannot be moved still runs, under kubelet's limits.
 		p.log.Error("cannot place batch container below the tier", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "err", err)
-		return nil, nil, nil
+		return adj, nil, nil
 	}
-	adj := &api.ContainerAdjustment{}
+	if adj == nil {
+		adj = &api.ContainerAdjustment{}
+	}
 	adj.SetLinuxCgroupsPath(newPath)
 	p.log.Info("batch container placed below the tier", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "cgroupsPath", newPath)
 	return adj, nil, nil
+}
+
+// gpuDevices decides the container's GPU devices. A refusal is logged, recorded as an
+// Event on the pod and returned as the error the runtime fails the container with.
+func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox, ctr *api.Container) (devices.Assignment, bool, error) {
+	kpod := p.lookupPod(ctx, types.UID(sb.GetUid()))
+	if kpod == nil {
+		if _, annotated := sb.GetAnnotations()[devices.AnnotationDevices]; !annotated {
+			// Not placed on shared GPUs by the extender, as far as the runtime knows; a
+			// gpu-milli pod without the annotation slips through only while the pod
+			// source lags (it then gets no GPU from us, never every GPU in mode cdi).
+			p.log.Debug("container's pod not in the pod source; no GPU handling", "pod",
+				sb.GetNamespace()+"/"+sb.GetName(), "uid", sb.GetUid(), "container", ctr.GetName())
+			return devices.Assignment{}, false, nil
+		}
+		// kubelet retries the container with back-off; the pod source catches up.
+		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
+			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
+	}
+	var inv []devices.GPU
+	if p.gpus != nil {
+		inv = p.gpus.GPUs()
+	}
+	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), inv)
+	if err != nil {
+		return devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
+	}
+	return a, ok, nil
+}
+
+// refuse logs the refusal, records it on the pod and returns the error for the runtime,
+// which fails the container with its text (kubelet shows it as CreateContainerError).
+func (p *NRIPlugin) refuse(pod *corev1.Pod, ctr, reason string, err error) error {
+	p.log.Warn("container refused: no safe GPU device choice", "pod", pod.Namespace+"/"+pod.Name,
+		"container", ctr, "reason", reason, "err", err)
+	if p.events != nil {
+		p.events.Warn(pod, reason, fmt.Sprintf("container %s refused: %v", ctr, err))
+	}
+	return fmt.Errorf("understory: pod %s/%s container %s refused: %w", pod.Namespace, pod.Name, ctr, err)
+}
+
+// lookupPod finds the pod with uid in the pod source, waiting up to podWait (and not
+// past ctx's deadline, less a margin for the reply) for the source to catch up with a
+// pod the runtime already starts.
+func (p *NRIPlugin) lookupPod(ctx context.Context, uid types.UID) *corev1.Pod {
+	deadline := time.Now().Add(p.podWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-200*time.Millisecond).Before(deadline) {
+		deadline = d.Add(-200 * time.Millisecond)
+	}
+	for {
+		for _, pod := range p.pods.List() {
+			if pod.UID == uid {
+				return pod
+			}
+		}
+		if uid == "" || !time.Now().Add(nriPodPoll).Before(deadline) {
+			return nil
+		}
+		t := time.NewTimer(nriPodPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // Run connects to the runtime's NRI socket and serves until ctx ends, reconnecting

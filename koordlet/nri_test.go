@@ -3,13 +3,26 @@ package koordlet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/gpu/devices"
 )
 
 func TestTierContainerPath(t *testing.T) {
@@ -96,5 +109,300 @@ func TestNRIPluginMovesOnlyBatch(t *testing.T) {
 				t.Fatalf("cgroups path = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// nriPods is a pod source for the NRI plugin; a pod can be held back until a time.
+type nriPods struct {
+	mu    sync.Mutex
+	pods  []*corev1.Pod
+	after map[types.UID]time.Time
+}
+
+func (s *nriPods) List() []*corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*corev1.Pod
+	for _, p := range s.pods {
+		if t, ok := s.after[p.UID]; ok && time.Now().Before(t) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (s *nriPods) add(p *corev1.Pod, visibleAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.after == nil {
+		s.after = map[types.UID]time.Time{}
+	}
+	s.pods = append(s.pods, p)
+	s.after[p.UID] = time.Now().Add(visibleAfter)
+}
+
+type gpuList []devices.GPU
+
+func (g gpuList) GPUs() []devices.GPU { return g }
+
+type nriEvent struct{ uid, reason, message string }
+
+type nriEvents struct {
+	mu  sync.Mutex
+	evs []nriEvent
+}
+
+func (e *nriEvents) Warn(pod *corev1.Pod, reason, message string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.evs = append(e.evs, nriEvent{string(pod.UID), reason, message})
+}
+
+func (e *nriEvents) forPod(uid string) []nriEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []nriEvent
+	for _, ev := range e.evs {
+		if ev.uid == uid {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// nriRuntime is NRI's own runtime side (pkg/adaptation, what containerd embeds) on a
+// unix socket, with the agent's plugin connected through pkg/stub by NRIPlugin.Run.
+type nriRuntime struct {
+	t   *testing.T
+	rt  *nri.Adaptation
+	seq atomic.Int64
+}
+
+func startNRI(t *testing.T, opts NRIOptions) *nriRuntime {
+	t.Helper()
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "nri.sock")
+	if len(socket) > 100 { // sun_path holds 108 bytes
+		t.Fatalf("socket path %q too long for a unix socket", socket)
+	}
+	rt, err := nri.New("understory-test", "0.0.1",
+		func(ctx context.Context, cb nri.SyncCB) error { _, err := cb(ctx, nil, nil); return err },
+		func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
+		nri.WithPluginPath(filepath.Join(dir, "plugins")), nri.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
+		nri.WithSocketPath(socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewNRIPluginWithOptions(DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, socket) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("NRIPlugin.Run = %v after cancel", err)
+		}
+		rt.Stop()
+	})
+	r := &nriRuntime{t: t, rt: rt}
+	// The plugin is registered once a batch container comes back moved below the tier.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb := &api.PodSandbox{Id: "probe", Name: "probe", Namespace: "ns", Uid: "probe-uid",
+			Annotations: map[string]string{"understory.io/qos-class": "batch"},
+			Linux:       &api.LinuxPodSandbox{CgroupParent: "/kubepods/besteffort/podprobe-uid"}}
+		resp, err := r.create(sb, "probe", nil)
+		if err == nil && resp.GetAdjust().GetLinux().GetCgroupsPath() != "" {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin did not register with the runtime: %v, %v", resp, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// create sends the runtime's CreateContainer for a container of sb, as containerd does.
+func (r *nriRuntime) create(sb *api.PodSandbox, name string, env []string) (*api.CreateContainerResponse, error) {
+	b := r.rt.BlockPluginSync()
+	defer b.Unblock()
+	id := fmt.Sprintf("ctr%d", r.seq.Add(1))
+	cgroups := "/kubepods/besteffort/pod" + sb.Uid + "/" + id
+	return r.rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: sb,
+		Container: &api.Container{Id: id, PodSandboxId: sb.Id, Name: name, Env: env,
+			Linux: &api.LinuxContainer{CgroupsPath: cgroups}}})
+}
+
+const (
+	nriUUID0 = "GPU-8a6f3b5e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+	nriUUID1 = "GPU-1b2c3d4e-5f60-4718-9a0b-1c2d3e4f5a6b"
+)
+
+var nriInventory = gpuList{{Index: 0, UUID: nriUUID0}, {Index: 1, UUID: nriUUID1}}
+
+// nriGPUPod is a pod whose container "main" requests gpu-milli (devices annotated when
+// devs is not "-") and whose "sidecar" requests nothing; batch pods are also moved.
+func nriGPUPod(uid, devs string, batch bool) (*corev1.Pod, *api.PodSandbox) {
+	ann := map[string]string{}
+	if devs != "-" {
+		ann[devices.AnnotationDevices] = devs
+	}
+	if batch {
+		ann["understory.io/qos-class"] = "batch"
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + uid, Namespace: "ml", UID: types.UID(uid),
+		Annotations: ann},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "main", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{devices.ResourceGPUMilli: resource.MustParse("300")}}},
+			{Name: "sidecar"},
+		}}}
+	sb := &api.PodSandbox{Id: "sb-" + uid, Name: pod.Name, Namespace: pod.Namespace, Uid: uid, Annotations: ann,
+		Linux: &api.LinuxPodSandbox{CgroupParent: "/kubepods/besteffort/pod" + uid}}
+	return pod, sb
+}
+
+func envOf(adj *api.ContainerAdjustment) map[string]string {
+	out := map[string]string{}
+	for _, kv := range adj.GetEnv() {
+		out[kv.Key] = kv.Value
+	}
+	return out
+}
+
+func cdiOf(adj *api.ContainerAdjustment) []string {
+	var out []string
+	for _, d := range adj.GetCDIDevices() {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// TestNRIGPUDevices drives the plugin through NRI's runtime adaptation: shared-GPU
+// containers get exactly their annotated devices (CDI or NVIDIA_VISIBLE_DEVICES),
+// everything unsafe is refused with a reason and an Event, other containers are left
+// alone.
+func TestNRIGPUDevices(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []devices.Mode{devices.ModeCDI, devices.ModeEnv} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pods, events := &nriPods{}, &nriEvents{}
+			r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events,
+				GPU: devices.Config{Mode: mode}, PodWait: 100 * time.Millisecond})
+			imageEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all"} // CUDA images set "all"
+			for _, tc := range []struct {
+				name, uid, devs string
+				batch           bool
+				ctr             string
+				late            time.Duration // the pod source lists the pod only after this
+				want            string        // device UUID; "" untouched; "refused: <text>"
+				reason          string
+			}{
+				{"device 1", "u1", "1", false, "main", 0, nriUUID1, ""},
+				{"device 0 of a batch pod, also moved", "u2", "0", true, "main", 0, nriUUID0, ""},
+				{"sidecar without request", "u3", "1", false, "sidecar", 0, "", ""},
+				{"pod source lags", "u4", "0", false, "main", 50 * time.Millisecond, nriUUID0, ""},
+				{"no annotation", "u5", "-", false, "main", 0,
+					"refused: has no understory.io/gpu-devices annotation", "GPUDevicesMissing"},
+				{"malformed", "u6", "0;1", false, "main", 0,
+					"refused: malformed understory.io/gpu-devices annotation", "GPUDevicesInvalid"},
+				{"absent device", "u7", "5", false, "main", 0, "refused: GPU device not on this node",
+					"GPUDeviceAbsent"},
+				{"annotated pod unknown to the agent", "u8", "0", false, "main", time.Hour,
+					"refused: pod not known to the node agent yet", "PodUnknown"},
+				{"unannotated pod unknown to the agent", "u9", "-", false, "main", time.Hour, "", ""},
+			} {
+				pod, sb := nriGPUPod(tc.uid, tc.devs, tc.batch)
+				pods.add(pod, tc.late)
+				resp, err := r.create(sb, tc.ctr, imageEnv)
+				adj := resp.GetAdjust()
+				if refusal, ok := strings.CutPrefix(tc.want, "refused: "); ok {
+					if err == nil || !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "main") {
+						t.Fatalf("%s: CreateContainer = %v, %v; want refused with %q", tc.name, adj, err, refusal)
+					}
+					evs := events.forPod(tc.uid)
+					if len(evs) != 1 || evs[0].reason != tc.reason || !strings.Contains(evs[0].message, refusal) {
+						t.Fatalf("%s: events %+v; want one %s naming %q", tc.name, evs, tc.reason, refusal)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: CreateContainer: %v", tc.name, err)
+				}
+				var want []string
+				if tc.want != "" {
+					want = []string{tc.want}
+				}
+				switch got := envOf(adj)[devices.EnvVisibleDevices]; {
+				case mode == devices.ModeCDI && !slices.Equal(cdiOf(adj), prefixed(want)):
+					t.Fatalf("%s: CDI devices %q, want %q", tc.name, cdiOf(adj), prefixed(want))
+				case mode == devices.ModeCDI && got != "":
+					t.Fatalf("%s: mode cdi set %s=%q", tc.name, devices.EnvVisibleDevices, got)
+				case mode == devices.ModeEnv && got != tc.want:
+					t.Fatalf("%s: %s=%q, want %q (overriding the image's \"all\")", tc.name,
+						devices.EnvVisibleDevices, got, tc.want)
+				case mode == devices.ModeEnv && len(cdiOf(adj)) != 0:
+					t.Fatalf("%s: mode env added CDI devices %q", tc.name, cdiOf(adj))
+				}
+				moved := adj.GetLinux().GetCgroupsPath() != ""
+				if moved != tc.batch {
+					t.Fatalf("%s: cgroups path %q; batch %v", tc.name, adj.GetLinux().GetCgroupsPath(), tc.batch)
+				}
+				if evs := events.forPod(tc.uid); len(evs) != 0 {
+					t.Fatalf("%s: events %+v for an accepted container", tc.name, evs)
+				}
+			}
+		})
+	}
+}
+
+func prefixed(uuids []string) []string {
+	var out []string
+	for _, u := range uuids {
+		out = append(out, devices.DefaultCDIKind+"="+u)
+	}
+	return out
+}
+
+// TestNRIGPUWithoutInventory: with NVML off the agent has no inventory, and a
+// shared-GPU container is refused rather than started without isolation; without a pod
+// source the plugin handles no GPU at all.
+func TestNRIGPUWithoutInventory(t *testing.T) {
+	t.Parallel()
+	pods, events := &nriPods{}, &nriEvents{}
+	pod, sb := nriGPUPod("u1", "0", false)
+	pods.add(pod, 0)
+	r := startNRI(t, NRIOptions{Pods: pods, GPUs: gpuList{}, Events: events})
+	_, err := r.create(sb, "main", nil)
+	if err == nil || !strings.Contains(err.Error(), "no GPU inventory on this node") {
+		t.Fatalf("CreateContainer without inventory = %v; want refused", err)
+	}
+	if evs := events.forPod("u1"); len(evs) != 1 || evs[0].reason != "NoGPUInventory" {
+		t.Fatalf("events %+v", evs)
+	}
+	if resp, err := r.create(sb, "sidecar", nil); err != nil || resp.GetAdjust() != nil &&
+		(len(resp.GetAdjust().GetCDIDevices()) != 0 || len(resp.GetAdjust().GetEnv()) != 0) {
+		t.Fatalf("sidecar: %v, %v; want untouched", resp, err)
+	}
+
+	off := startNRI(t, NRIOptions{})
+	resp, err := off.create(sb, "main", nil)
+	if err != nil || len(resp.GetAdjust().GetCDIDevices()) != 0 || len(resp.GetAdjust().GetEnv()) != 0 {
+		t.Fatalf("GPU handling off: %v, %v; want untouched", resp, err)
+	}
+}
+
+func TestNRIOptionsRejectBadGPUConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{GPU: devices.Config{Mode: "all"}}); !errors.Is(err, devices.ErrInvalidConfig) {
+		t.Fatalf("NewNRIPluginWithOptions(mode all) = %v, want devices.ErrInvalidConfig", err)
 	}
 }

@@ -1,6 +1,7 @@
 package koordlet
 
 import (
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,9 @@ type podSpec struct {
 	priority    int32
 	started     time.Time
 	kubelet     kubeletCgroup
+	// containers maps the runtime's container IDs (no runtime prefix) to container
+	// names, for the GPU loop's per-container metrics.
+	containers map[string]string
 }
 
 // kubeletCgroup is what kubelet writes to a pod's cgroup (pkg/kubelet/cm,
@@ -66,6 +70,7 @@ func specOf(pod *corev1.Pod, kq cgroups.KubeQOS) podSpec {
 	if pod.Spec.Priority != nil {
 		s.priority = *pod.Spec.Priority
 	}
+	s.containers = containerIDs(pod)
 	if pod.Status.StartTime != nil {
 		s.started = pod.Status.StartTime.Time
 	} else {
@@ -107,4 +112,23 @@ func milliCPUToQuota(milli int64) time.Duration {
 		return cgroups.Unlimited
 	}
 	return max(time.Duration(milli)*kubeletCFSPeriod/1000, minQuota)
+}
+
+// containerIDs maps the IDs of the pod's started containers ("containerd://<id>" in the
+// status) to their names; nil when none has started.
+func containerIDs(pod *corev1.Pod) map[string]string {
+	var out map[string]string
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			_, id, ok := strings.Cut(cs.ContainerID, "://")
+			if !ok || id == "" {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[id] = cs.Name
+		}
+	}
+	return out
 }

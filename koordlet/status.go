@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/understory/understory/koordlet/evict"
+	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/qos"
 )
@@ -51,7 +52,10 @@ type Status struct {
 	// the cgroup tree; LS usage comes from kubepods' aggregates either way) and how often
 	// it failed.
 	PodSource PodSourceStatus `json:"podSource"`
-	Healthy   bool            `json:"healthy"`
+	// GPU is the GPU loop's state: per GPU its LS and batch pods, utilisation, the batch
+	// duty and why; nil with GPU features off.
+	GPU     *gpu.Status `json:"gpu,omitempty"`
+	Healthy bool        `json:"healthy"`
 }
 
 // PodSourceStatus is the state of the pod source.
@@ -200,6 +204,10 @@ func optional(v float64) *float64 {
 func (a *Agent) Status() Status {
 	s := *a.status.Load()
 	s.Healthy = a.Healthy(time.Now()) == nil
+	if a.gpu != nil {
+		g := a.gpu.Status()
+		s.GPU = &g
+	}
 	return s
 }
 

@@ -2,7 +2,8 @@
 // with each other without importing each other:
 //
 //   - NodeMetrics, the versioned JSON the node agent writes to its Node's
-//     understory.io/node-metrics annotation and the scheduler extender reads
+//     understory.io/node-metrics (version 1) and understory.io/node-metrics-v2
+//     (version 2, with GPUs) annotations and the scheduler extender reads
 //     (the contract is documented in docs/node-metrics.md);
 //   - the Prometheus metric sets of the agent (Agent, and Escalation for its
 //     freezes and evictions) and of the extender, each built on a caller-supplied

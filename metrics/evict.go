@@ -10,6 +10,7 @@ import (
 const (
 	EvictReasonMemoryPressure = "memory-pressure"
 	EvictReasonCPUStarvation  = "cpu-starvation"
+	EvictReasonGPUStarvation  = "gpu-starvation"
 	FreezeReasonCPUContention = "cpu-contention"
 )
 
@@ -61,7 +62,7 @@ func NewEscalation(reg prometheus.Registerer) (*Escalation, error) {
 			return nil, err
 		}
 	}
-	for _, reason := range []string{EvictReasonMemoryPressure, EvictReasonCPUStarvation} {
+	for _, reason := range []string{EvictReasonMemoryPressure, EvictReasonCPUStarvation, EvictReasonGPUStarvation} {
 		for _, result := range []string{EvictResultEvicted, EvictResultBlockedPDB, EvictResultNotFound,
 			EvictResultError, EvictResultUnavailable, EvictResultDryRun} {
 			m.Evictions.WithLabelValues(reason, result)

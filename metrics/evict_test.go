@@ -34,6 +34,12 @@ understory_evictions_total{reason="cpu-starvation",result="error"} 0
 understory_evictions_total{reason="cpu-starvation",result="evicted"} 0
 understory_evictions_total{reason="cpu-starvation",result="not_found"} 0
 understory_evictions_total{reason="cpu-starvation",result="unavailable"} 0
+understory_evictions_total{reason="gpu-starvation",result="blocked_pdb"} 0
+understory_evictions_total{reason="gpu-starvation",result="dry_run"} 0
+understory_evictions_total{reason="gpu-starvation",result="error"} 0
+understory_evictions_total{reason="gpu-starvation",result="evicted"} 0
+understory_evictions_total{reason="gpu-starvation",result="not_found"} 0
+understory_evictions_total{reason="gpu-starvation",result="unavailable"} 0
 understory_evictions_total{reason="memory-pressure",result="blocked_pdb"} 0
 understory_evictions_total{reason="memory-pressure",result="dry_run"} 0
 understory_evictions_total{reason="memory-pressure",result="error"} 0

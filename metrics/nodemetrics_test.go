@@ -90,7 +90,7 @@ func TestDecodeNodeMetricsRejects(t *testing.T) {
 	}{
 		{"empty", "", ErrInvalidNodeMetrics},
 		{"not json", "cpu=2", ErrInvalidNodeMetrics},
-		{"future version", `{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1}}`, ErrUnsupportedVersion},
+		{"future version", `{"v":3,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1}}`, ErrUnsupportedVersion},
 		{"no version", `{"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1}}`, ErrUnsupportedVersion},
 		{"no timestamp", `{"v":1,"win":1,"cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
 		{"no window", `{"v":1,"ts":"2026-11-22T03:00:00Z","cpu":{"cap":1}}`, ErrInvalidNodeMetrics},
@@ -101,6 +101,8 @@ func TestDecodeNodeMetricsRejects(t *testing.T) {
 		{"zero capacity", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":0}}`, ErrInvalidNodeMetrics},
 		{"wrong type", `{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":"2"}}`, ErrInvalidNodeMetrics},
 		{"too large", `{"v":1,"pad":"` + strings.Repeat("x", maxNodeMetricsBytes) + `"}`, ErrInvalidNodeMetrics},
+		{"too large for any version", `{"v":2,"pad":"` + strings.Repeat("x", maxNodeMetricsV2Bytes) + `"}`,
+			ErrInvalidNodeMetrics},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -69,6 +69,9 @@ const (
 	// EvictReasonCPUStarvation: evict; batch has been starved (at its floor or
 	// frozen) for longer than starvationTimeout.
 	EvictReasonCPUStarvation = "cpu-starvation"
+	// EvictReasonGPUStarvation: evict; a GPU's batch pods have been frozen at the
+	// GPU throttle's maxDuty for longer than its starveAfter (GPUThrottle).
+	EvictReasonGPUStarvation = "gpu-starvation"
 )
 
 // Defaults of [EscalationConfig]. Placeholders until benchmarks tune them.
@@ -271,7 +274,8 @@ type EscalationInput struct {
 // EvictionRequest is an eviction decision with the numbers behind it (for
 // events and logs).
 type EvictionRequest struct {
-	// Reason is EvictReasonMemoryPressure or EvictReasonCPUStarvation.
+	// Reason is EvictReasonMemoryPressure, EvictReasonCPUStarvation or
+	// EvictReasonGPUStarvation.
 	Reason string `json:"reason"`
 	// MemoryToFree (memory-pressure only) is used - target*capacity in bytes,
 	// > 0: evict candidates in order until their memory covers it (at least
@@ -282,10 +286,12 @@ type EvictionRequest struct {
 	// Threshold and Target (memory-pressure only) are the fractions in force.
 	Threshold float64 `json:"threshold,omitempty"`
 	Target    float64 `json:"target,omitempty"`
-	// StarvedFor and StarvationTimeout (cpu-starvation only): how long batch
-	// has been starved, and the timeout it passed.
+	// StarvedFor and StarvationTimeout (cpu- and gpu-starvation): how long batch
+	// has been starved, and the timeout it passed. GPU (gpu-starvation only) is
+	// the starved GPU's index.
 	StarvedFor        metav1.Duration `json:"starvedFor,omitzero"`
 	StarvationTimeout metav1.Duration `json:"starvationTimeout,omitzero"`
+	GPU               int             `json:"gpu,omitempty"`
 }
 
 // String describes the request for events and logs.
@@ -301,6 +307,9 @@ func (r EvictionRequest) String() string {
 	case EvictReasonCPUStarvation:
 		return fmt.Sprintf("%s: batch starved of CPU by LS pods for %v (starvationTimeout %v)",
 			r.Reason, r.StarvedFor.Round(time.Second), r.StarvationTimeout.Duration)
+	case EvictReasonGPUStarvation:
+		return fmt.Sprintf("%s: batch on GPU %d frozen for LS pods for %v (starveAfter %v)",
+			r.Reason, r.GPU, r.StarvedFor.Round(time.Second), r.StarvationTimeout.Duration)
 	}
 	return r.Reason
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
 )
@@ -116,6 +117,15 @@ func run() error {
 		runStatus = status.Run
 	}
 
+	if cfg.GPU.Mode != koordlet.GPUModeOff {
+		src, err := gpu.Open(cfg.ProcRoot, log)
+		if err != nil {
+			// The one line a node without GPUs (or a pure-Go build) prints about them.
+			log.Info("GPU features off", "reason", err)
+		} else {
+			deps.GPU = src
+		}
+	}
 	agent, err := koordlet.New(cfg, deps)
 	if err != nil {
 		return err

@@ -232,7 +232,8 @@ func New(api API, o Options) *Evictor {
 // by the caller.
 func (e *Evictor) Submit(req qos.EvictionRequest, candidates []qos.EvictionCandidate) error {
 	switch {
-	case req.Reason != qos.EvictReasonMemoryPressure && req.Reason != qos.EvictReasonCPUStarvation:
+	case req.Reason != qos.EvictReasonMemoryPressure && req.Reason != qos.EvictReasonCPUStarvation &&
+		req.Reason != qos.EvictReasonGPUStarvation:
 		return fmt.Errorf("reason %q: %w", req.Reason, ErrInvalidRequest)
 	case req.MemoryToFree < 0:
 		return fmt.Errorf("memoryToFree %d < 0: %w", req.MemoryToFree, ErrInvalidRequest)

@@ -160,6 +160,7 @@ func TestReasonsMatchMetrics(t *testing.T) {
 	for _, p := range [][2]string{
 		{qos.EvictReasonMemoryPressure, metrics.EvictReasonMemoryPressure},
 		{qos.EvictReasonCPUStarvation, metrics.EvictReasonCPUStarvation},
+		{qos.EvictReasonGPUStarvation, metrics.EvictReasonGPUStarvation},
 		{qos.EscalationReasonCPUContention, metrics.FreezeReasonCPUContention},
 	} {
 		if p[0] != p[1] {

@@ -1,10 +1,7 @@
-//go:build cgo
-
 package gpu
 
-// Keeps the GPU room's dependencies in go.mod until the code that uses them lands
-// (delete this file then).
+// Keeps k8s.io/kubelet (the PodResources API, used by the GPU room's device code) in
+// go.mod until that code lands; delete this file then.
 import (
-	_ "github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	_ "k8s.io/kubelet/pkg/apis/podresources/v1"
 )

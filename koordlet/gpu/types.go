@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -16,6 +17,18 @@ var (
 	// (NVML ERROR_GPU_IS_LOST); the device is reported unhealthy, never fatal.
 	ErrDeviceLost = errors.New("GPU lost")
 )
+
+// Source is where GPU samples come from: the NVML collector (Open, NewCollector), or a
+// fake in tests.
+type Source interface {
+	// Collect scrapes every GPU once. now stamps the Sample and bounds how old the
+	// per-process samples asked from the driver may be. An error means no Sample at
+	// all (NVML unusable, closed, ctx done); one device failing only marks that
+	// device unhealthy.
+	Collect(ctx context.Context, now time.Time) (Sample, error)
+	// Close releases NVML. Collect fails afterwards.
+	Close() error
+}
 
 // Sample is one scrape of every GPU on the node.
 type Sample struct {
@@ -35,8 +48,16 @@ type Device struct {
 	Util    float64
 	MemUtil float64
 	// Healthy is false when a query failed this scrape; Err says which and why.
+	// The figures after the failed query are zero and mean unknown.
 	Healthy bool
 	Err     string
+	// Fault is the error behind Err, for errors.Is (ErrDeviceLost wraps a GPU that
+	// fell off the bus); nil while Healthy.
+	Fault error
+	// UtilUnsupported: the driver reports no utilisation for this device
+	// (ERROR_NOT_SUPPORTED, e.g. a GPU in MIG mode). Util, MemUtil and the
+	// processes' SMUtil and MemUtil are then zero and mean unknown, not idle.
+	UtilUnsupported bool
 	// Processes are the compute processes on the device, with their utilisation where
 	// the driver reported it.
 	Processes []Process

@@ -55,6 +55,10 @@ type NodeClient interface {
 		subresources ...string) (*corev1.Node, error)
 }
 
+// ResourceGPUMilli is the shared-GPU resource the agent advertises: 1000 per GPU it
+// shares (the scheduler extender's understory.io/gpu-milli).
+const ResourceGPUMilli = "understory.io/gpu-milli"
+
 // Resources are the batch resources to publish.
 type Resources struct {
 	// CPUMilli is understory.io/batch-cpu, in millicores.
@@ -71,9 +75,14 @@ type Status struct {
 	// Written is what the Node holds, as last confirmed by a patch response or a read;
 	// nil when unknown or absent there.
 	Written *Resources `json:"written,omitempty"`
-	// WrittenAt is when Written was last confirmed.
+	// DesiredGPUMilli is the latest value handed to SetGPUMilli; nil before the first
+	// (understory.io/gpu-milli is then never written). WrittenGPUMilli is what the Node
+	// holds of it, like Written.
+	DesiredGPUMilli *int64 `json:"desiredGPUMilli,omitempty"`
+	WrittenGPUMilli *int64 `json:"writtenGPUMilli,omitempty"`
+	// WrittenAt is when Written (or WrittenGPUMilli) was last confirmed.
 	WrittenAt time.Time `json:"writtenAt,omitzero"`
-	// Synced: the Node holds Desired.
+	// Synced: the Node holds Desired and DesiredGPUMilli (those that are set).
 	Synced bool `json:"synced"`
 	// Waiting says why nothing can be written now ("node not found", "node has no
 	// allocatable ..."); empty otherwise.
@@ -81,7 +90,8 @@ type Status struct {
 	LastError   string    `json:"lastError,omitempty"`
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// Attempts counts sync attempts (a read, a patch or both), Writes the successful
-	// patches, Failures the failed attempts, Clamped the negative values Set received.
+	// patches, Failures the failed attempts, Clamped the negative values Set and
+	// SetGPUMilli received.
 	Attempts int64 `json:"attempts"`
 	Writes   int64 `json:"writes"`
 	Failures int64 `json:"failures"`
@@ -147,8 +157,8 @@ func WithCounters(writes, failures prometheus.Counter) Option {
 	return func(c *config) { c.writes, c.failures = writes, failures }
 }
 
-// Publisher writes the batch resources of one Node. Set and Status are safe for
-// concurrent use; Run is the single writer.
+// Publisher writes the batch resources, and the shared-GPU capacity, of one Node. Set,
+// SetGPUMilli and Status are safe for concurrent use; Run is the single writer.
 type Publisher struct {
 	nodes   NodeClient
 	node    string
@@ -158,6 +168,8 @@ type Publisher struct {
 
 	mu sync.Mutex
 	st Status
+	// want is what Set and SetGPUMilli asked for (also in st.Desired*).
+	want target
 
 	// Writer-only state (Run's goroutine).
 	problem string // class of the current failure streak, to log each kind once
@@ -179,6 +191,22 @@ func New(nodes NodeClient, node string, opts ...Option) (*Publisher, error) {
 	return &Publisher{nodes: nodes, node: node, cfg: cfg, wake: make(chan struct{}, 1), st: Status{Node: node}}, nil
 }
 
+// target is what the Node should hold (or holds) of the keys the publisher manages; a
+// part that is not set is not managed (never written), or, read from a Node, absent
+// or inconsistent there.
+type target struct {
+	batch    Resources
+	hasBatch bool
+	gpuMilli int64
+	hasGPU   bool
+}
+
+// holds reports whether t (what a Node holds) has every part of want.
+func (t target) holds(want target) bool {
+	return (!want.hasBatch || t.hasBatch && t.batch == want.batch) &&
+		(!want.hasGPU || t.hasGPU && t.gpuMilli == want.gpuMilli)
+}
+
 // Set makes r the value to publish, replacing any value not yet written, and returns
 // at once. Negative fields are clamped to 0; clamped reports whether any was.
 func (p *Publisher) Set(r Resources) (clamped bool) {
@@ -188,22 +216,60 @@ func (p *Publisher) Set(r Resources) (clamped bool) {
 	if r.MemoryBytes < 0 {
 		r.MemoryBytes, clamped = 0, true
 	}
+	p.update(clamped, func(t *target) { t.batch, t.hasBatch = r, true })
+	return clamped
+}
+
+// SetGPUMilli makes milli the understory.io/gpu-milli to publish (1000 per GPU the
+// agent shares: the extender places shared-GPU pods against it), replacing any value
+// not yet written, and returns at once. A negative value is clamped to 0. Until the
+// first call the key is left alone, so a node without GPU support never gets it; a
+// node whose GPUs went away should set 0.
+//
+// It is separate from Set because its producer is: the GPU inventory changes when
+// devices come or go, the batch resources every few seconds.
+func (p *Publisher) SetGPUMilli(milli int64) (clamped bool) {
+	if milli < 0 {
+		milli, clamped = 0, true
+	}
+	p.update(clamped, func(t *target) { t.gpuMilli, t.hasGPU = milli, true })
+	return clamped
+}
+
+func (p *Publisher) update(clamped bool, set func(*target)) {
 	p.mu.Lock()
 	if clamped {
 		p.st.Clamped++
 	}
-	same := p.st.Desired != nil && *p.st.Desired == r
-	if !same {
-		p.st.Desired = &r
+	old := p.want
+	set(&p.want)
+	changed := p.want != old
+	if changed {
+		p.st.Desired, p.st.DesiredGPUMilli = p.want.batchPtr(), p.want.gpuPtr()
 	}
 	p.mu.Unlock()
-	if !same {
+	if changed {
 		select {
 		case p.wake <- struct{}{}:
 		default: // a wake-up is already pending; the writer reads the latest value
 		}
 	}
-	return clamped
+}
+
+func (t target) batchPtr() *Resources {
+	if !t.hasBatch {
+		return nil
+	}
+	r := t.batch
+	return &r
+}
+
+func (t target) gpuPtr() *int64 {
+	if !t.hasGPU {
+		return nil
+	}
+	v := t.gpuMilli
+	return &v
 }
 
 // Status returns a snapshot.
@@ -212,11 +278,19 @@ func (p *Publisher) Status() Status {
 	defer p.mu.Unlock()
 	s := p.st
 	s.Desired, s.Written = clone(s.Desired), clone(s.Written)
-	s.Synced = s.Desired != nil && s.Written != nil && *s.Desired == *s.Written
+	s.DesiredGPUMilli, s.WrittenGPUMilli = clone(s.DesiredGPUMilli), clone(s.WrittenGPUMilli)
+	onNode := target{}
+	if s.Written != nil {
+		onNode.batch, onNode.hasBatch = *s.Written, true
+	}
+	if s.WrittenGPUMilli != nil {
+		onNode.gpuMilli, onNode.hasGPU = *s.WrittenGPUMilli, true
+	}
+	s.Synced = (p.want.hasBatch || p.want.hasGPU) && onNode.holds(p.want)
 	return s
 }
 
-func clone(r *Resources) *Resources {
+func clone[T any](r *T) *T {
 	if r == nil {
 		return nil
 	}
@@ -224,13 +298,10 @@ func clone(r *Resources) *Resources {
 	return &c
 }
 
-func (p *Publisher) desired() (Resources, bool) {
+func (p *Publisher) desired() (target, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.st.Desired == nil {
-		return Resources{}, false
-	}
-	return *p.st.Desired, true
+	return p.want, p.want.hasBatch || p.want.hasGPU
 }
 
 // Run writes every new value until ctx is done, then returns nil. A write that fails is
@@ -249,7 +320,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	var (
 		verify = true         // read the Node before the next write
-		onNode *Resources     // what the Node holds as far as the writer knows
+		onNode *target        // what the Node holds as far as the writer knows
 		delay  wait.DelayFunc // set during a failure streak
 		retry  *time.Timer
 	)
@@ -263,7 +334,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return nil
 		}
 		want, ok := p.desired()
-		if ok && retry == nil && (verify || onNode == nil || *onNode != want) {
+		if ok && retry == nil && (verify || onNode == nil || !onNode.holds(want)) {
 			got, err := p.sync(ctx, want, verify)
 			if ctx.Err() != nil {
 				return nil
@@ -297,8 +368,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 // sync makes the Node hold want: it reads the Node first when verify is set, and
 // patches unless the read shows want already there. It returns what the Node holds as
-// far as it knows (nil: unknown or absent).
-func (p *Publisher) sync(ctx context.Context, want Resources, verify bool) (*Resources, error) {
+// far as it knows (nil: unknown).
+func (p *Publisher) sync(ctx context.Context, want target, verify bool) (*target, error) {
 	p.mu.Lock()
 	p.st.Attempts++
 	p.mu.Unlock()
@@ -309,12 +380,12 @@ func (p *Publisher) sync(ctx context.Context, want Resources, verify bool) (*Res
 			return nil, err
 		}
 		cur := published(node)
-		if cur != nil && *cur == want {
+		if cur.holds(want) {
 			p.succeed(want, false)
-			return cur, nil
+			return &cur, nil
 		}
 		p.mu.Lock()
-		p.st.Written = clone(cur)
+		p.st.Written, p.st.WrittenGPUMilli = cur.batchPtr(), cur.gpuPtr()
 		p.mu.Unlock()
 	}
 	if err := p.patch(ctx, want); err != nil {
@@ -339,8 +410,8 @@ func (p *Publisher) get(ctx context.Context) (*corev1.Node, error) {
 	return node, nil
 }
 
-func (p *Publisher) patch(ctx context.Context, r Resources) error {
-	body, err := PatchFor(r)
+func (p *Publisher) patch(ctx context.Context, t target) error {
+	body, err := patchFor(t)
 	if err != nil {
 		return err
 	}
@@ -355,9 +426,24 @@ func (p *Publisher) patch(ctx context.Context, r Resources) error {
 // PatchFor is the JSON merge patch for nodes/NAME/status that sets r in capacity and
 // allocatable and touches no other key.
 func PatchFor(r Resources) ([]byte, error) {
-	list := map[string]string{
-		qos.ResourceBatchCPU:    strconv.FormatInt(max(r.CPUMilli, 0), 10),
-		qos.ResourceBatchMemory: strconv.FormatInt(max(r.MemoryBytes, 0), 10),
+	return patchFor(target{batch: r, hasBatch: true})
+}
+
+// GPUPatchFor is the JSON merge patch for nodes/NAME/status that sets
+// understory.io/gpu-milli to milli in capacity and allocatable and touches no other key.
+func GPUPatchFor(milli int64) ([]byte, error) {
+	return patchFor(target{gpuMilli: milli, hasGPU: true})
+}
+
+// patchFor sets the parts of t that are set, in capacity and allocatable.
+func patchFor(t target) ([]byte, error) {
+	list := map[string]string{}
+	if t.hasBatch {
+		list[qos.ResourceBatchCPU] = strconv.FormatInt(max(t.batch.CPUMilli, 0), 10)
+		list[qos.ResourceBatchMemory] = strconv.FormatInt(max(t.batch.MemoryBytes, 0), 10)
+	}
+	if t.hasGPU {
+		list[ResourceGPUMilli] = strconv.FormatInt(max(t.gpuMilli, 0), 10)
 	}
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": list, "allocatable": list}})
 	if err != nil {
@@ -366,27 +452,38 @@ func PatchFor(r Resources) ([]byte, error) {
 	return b, nil
 }
 
-// published is what node holds of the batch resources: nil unless both keys are in
-// both capacity and allocatable with equal values.
-func published(node *corev1.Node) *Resources {
-	var r Resources
-	for _, f := range []struct {
-		name corev1.ResourceName
-		v    *int64
-	}{{qos.ResourceBatchCPU, &r.CPUMilli}, {qos.ResourceBatchMemory, &r.MemoryBytes}} {
-		c, okc := node.Status.Capacity[f.name]
-		a, oka := node.Status.Allocatable[f.name]
+// published is what node holds of the managed keys: the batch part only when both
+// batch keys are in both capacity and allocatable with equal values, the GPU part
+// likewise for understory.io/gpu-milli.
+func published(node *corev1.Node) target {
+	var t target
+	value := func(name corev1.ResourceName) (int64, bool) {
+		c, okc := node.Status.Capacity[name]
+		a, oka := node.Status.Allocatable[name]
 		if !okc || !oka || c.Cmp(a) != 0 {
-			return nil
+			return 0, false
 		}
-		*f.v = a.Value()
+		return a.Value(), true
 	}
-	return &r
+	cpu, okCPU := value(qos.ResourceBatchCPU)
+	mem, okMem := value(qos.ResourceBatchMemory)
+	if okCPU && okMem {
+		t.batch, t.hasBatch = Resources{CPUMilli: cpu, MemoryBytes: mem}, true
+	}
+	t.gpuMilli, t.hasGPU = value(ResourceGPUMilli)
+	return t
 }
 
-func (p *Publisher) succeed(r Resources, patched bool) {
+// succeed records that the Node holds want's parts (the other parts stay as known).
+func (p *Publisher) succeed(want target, patched bool) {
 	p.mu.Lock()
-	p.st.Written, p.st.WrittenAt, p.st.Waiting = &r, time.Now(), ""
+	if want.hasBatch {
+		p.st.Written = want.batchPtr()
+	}
+	if want.hasGPU {
+		p.st.WrittenGPUMilli = want.gpuPtr()
+	}
+	p.st.WrittenAt, p.st.Waiting = time.Now(), ""
 	if patched {
 		p.st.Writes++
 	}
@@ -394,7 +491,14 @@ func (p *Publisher) succeed(r Resources, patched bool) {
 	if patched && p.cfg.writes != nil {
 		p.cfg.writes.Inc()
 	}
-	attrs := []any{"cpuMilli", r.CPUMilli, "memoryBytes", r.MemoryBytes, "patched", patched}
+	var attrs []any
+	if want.hasBatch {
+		attrs = append(attrs, "cpuMilli", want.batch.CPUMilli, "memoryBytes", want.batch.MemoryBytes)
+	}
+	if want.hasGPU {
+		attrs = append(attrs, "gpuMilli", want.gpuMilli)
+	}
+	attrs = append(attrs, "patched", patched)
 	switch {
 	case p.streak > 0:
 		p.cfg.log.Info("batch resources published on node after failures", append(attrs, "failures", p.streak)...)

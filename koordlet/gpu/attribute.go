@@ -1,0 +1,326 @@
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Sentinels of ParseProcCgroup and PodOfPID. A process they cannot attribute is
+// counted on its GPU but belongs to no pod; none of them is fatal.
+var (
+	// ErrNotPod: the process's cgroup is not a pod's (a system daemon, the root of
+	// another cgroup namespace, a non-Kubernetes container).
+	ErrNotPod = errors.New("process is not in a pod cgroup")
+	// ErrMalformedCgroup: /proc/<pid>/cgroup did not have the kernel's format.
+	ErrMalformedCgroup = errors.New("malformed /proc/<pid>/cgroup")
+	// ErrProcessGone: no /proc/<pid> (the process exited, or lives in a PID namespace
+	// the proc root does not show). It wraps fs.ErrNotExist.
+	ErrProcessGone = fmt.Errorf("process has no /proc entry: %w", fs.ErrNotExist)
+)
+
+// maxProcCgroup bounds the read of /proc/<pid>/cgroup: about a dozen v1
+// hierarchies plus the unified one, each path at most PATH_MAX (4096) bytes.
+const maxProcCgroup = 64 << 10
+
+// maxUIDLen bounds a pod UID (a Kubernetes UID is 36 bytes, a static pod's a
+// 32-byte hash); it matches cgroups.MaxNameLen.
+const maxUIDLen = 128
+
+// maxContainerIDLen bounds a container ID (runtimes use 64 hex digits).
+const maxContainerIDLen = 128
+
+// PodOfPID returns the pod of process pid, read from <procRoot>/<pid>/cgroup.
+// A process without a /proc entry yields ErrProcessGone (errors.Is(err,
+// fs.ErrNotExist) holds too); one outside pods ErrNotPod.
+//
+// procRoot must show the host's PID namespace (the agent runs with hostPID):
+// NVML reports host PIDs, and a private /proc would show other processes, or
+// none, under those numbers.
+func PodOfPID(procRoot string, pid uint32) (PodRef, error) {
+	if pid == 0 {
+		return PodRef{}, fmt.Errorf("pid 0: %w", ErrProcessGone)
+	}
+	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup")
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return PodRef{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		}
+		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxProcCgroup+1))
+	if err != nil {
+		// A process that exits while its file is open reads as ESRCH.
+		if errors.Is(err, syscall.ESRCH) {
+			return PodRef{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		}
+		return PodRef{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxProcCgroup {
+		return PodRef{}, fmt.Errorf("%s is larger than %d bytes: %w", path, maxProcCgroup, ErrMalformedCgroup)
+	}
+	ref, err := ParseProcCgroup(data)
+	if err != nil {
+		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return ref, nil
+}
+
+// ParseProcCgroup returns the pod (and container) named by the contents of a
+// /proc/<pid>/cgroup file.
+//
+// It reads one line, chosen the same way for every process so that all of a
+// node's processes are judged in the same hierarchy: the v1 memory line, else the
+// v1 cpu line, else the v2 line ("0::/path"). On hybrid hosts the v1 controllers
+// are where kubelet and the runtime place containers; the unified hierarchy may
+// show only systemd's view.
+//
+// The path is then searched, from the root down, for the first pod cgroup:
+// cgroupfs "kubepods/[burstable|besteffort/]pod<uid>", systemd
+// "kubepods[-<qos>]-pod<uid_>.slice" inside its parent slice, and the same shapes
+// below the agent's batch tier ("kubepods/understory-batch/pod<uid>",
+// "kubepods-understory_batch-pod<uid_>.slice", see koordlet.TierPodCgroup). The
+// first, outermost one is this node's pod: a nested one belongs to a kubelet
+// running inside a pod. The component after it is the container: "<id>",
+// "crio-<id>", or systemd's "cri-containerd-<id>.scope", "docker-<id>.scope",
+// "crio-<id>.scope"; anything else (conmon, a runtime's own group) leaves
+// ContainerID empty.
+//
+// Paths shown relative to the reader's cgroup namespace ("/../../besteffort/...",
+// when the agent runs in a private cgroup namespace) are accepted: the leading
+// ".." are dropped, and the kubepods ancestor need not be visible.
+func ParseProcCgroup(data []byte) (PodRef, error) {
+	if len(data) > maxProcCgroup {
+		return PodRef{}, fmt.Errorf("%d bytes, more than %d: %w", len(data), maxProcCgroup, ErrMalformedCgroup)
+	}
+	var memPath, cpuPath, v2Path string
+	var haveMem, haveCPU, haveV2 bool
+	lines := 0
+	for len(data) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		lines++
+		id, controllers, path, err := splitCgroupLine(line)
+		if err != nil {
+			return PodRef{}, fmt.Errorf("line %d: %w", lines, err)
+		}
+		if id == 0 {
+			if haveV2 {
+				return PodRef{}, fmt.Errorf("line %d: second v2 line: %w", lines, ErrMalformedCgroup)
+			}
+			haveV2, v2Path = true, path
+			continue
+		}
+		for c := range strings.SplitSeq(controllers, ",") {
+			switch c {
+			case "memory":
+				if haveMem {
+					return PodRef{}, fmt.Errorf("line %d: second memory line: %w", lines, ErrMalformedCgroup)
+				}
+				haveMem, memPath = true, path
+			case "cpu":
+				if haveCPU {
+					return PodRef{}, fmt.Errorf("line %d: second cpu line: %w", lines, ErrMalformedCgroup)
+				}
+				haveCPU, cpuPath = true, path
+			}
+		}
+	}
+	var path string
+	switch {
+	case lines == 0:
+		return PodRef{}, fmt.Errorf("empty: %w", ErrMalformedCgroup)
+	case haveMem:
+		path = memPath
+	case haveCPU:
+		path = cpuPath
+	case haveV2:
+		path = v2Path
+	default:
+		return PodRef{}, fmt.Errorf("no memory, cpu or v2 line: %w", ErrNotPod)
+	}
+	return podFromPath(path)
+}
+
+// splitCgroupLine splits "hierarchy-ID:controller-list:cgroup-path". The v2 line
+// has ID 0 and an empty controller list; v1 lines a positive ID and a non-empty
+// list. The path is absolute; a cgroup removed under the process reads
+// "<path> (deleted)" on v2, and the suffix is dropped.
+func splitCgroupLine(line []byte) (id uint64, controllers, path string, err error) {
+	s := string(line)
+	idStr, rest, ok1 := strings.Cut(s, ":")
+	controllers, path, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return 0, "", "", fmt.Errorf("%q is not ID:controllers:path: %w", clip(s), ErrMalformedCgroup)
+	}
+	if idStr == "" || len(idStr) > 10 || strings.TrimLeft(idStr, "0123456789") != "" {
+		return 0, "", "", fmt.Errorf("hierarchy ID %q: %w", clip(idStr), ErrMalformedCgroup)
+	}
+	id, err = strconv.ParseUint(idStr, 10, 32)
+	if err != nil {
+		return 0, "", "", fmt.Errorf("hierarchy ID %q: %w", clip(idStr), ErrMalformedCgroup)
+	}
+	if (id == 0) != (controllers == "") {
+		return 0, "", "", fmt.Errorf("hierarchy %d with controllers %q: %w", id, clip(controllers), ErrMalformedCgroup)
+	}
+	path = strings.TrimSuffix(path, " (deleted)")
+	if !strings.HasPrefix(path, "/") {
+		return 0, "", "", fmt.Errorf("cgroup path %q is not absolute: %w", clip(path), ErrMalformedCgroup)
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c < 0x20 || c == 0x7f {
+			return 0, "", "", fmt.Errorf("cgroup path has control byte %#x: %w", c, ErrMalformedCgroup)
+		}
+	}
+	return id, controllers, path, nil
+}
+
+// podFromPath finds the pod cgroup in an absolute cgroup path (see ParseProcCgroup).
+func podFromPath(path string) (PodRef, error) {
+	comps := make([]string, 0, 8)
+	relative := false
+	for c := range strings.SplitSeq(path, "/") {
+		switch {
+		case c == "":
+		case c == ".." && len(comps) == 0:
+			// Outside the reader's cgroup namespace: the ancestors are hidden.
+			relative = true
+		case c == "." || c == "..":
+			return PodRef{}, fmt.Errorf("cgroup path %q has a %q component: %w", clip(path), c, ErrMalformedCgroup)
+		default:
+			comps = append(comps, c)
+		}
+	}
+	kubepods := relative
+	for i, c := range comps {
+		if c == "kubepods" {
+			kubepods = true // cgroupfs: pods live below it
+		}
+		uid, ok := podComponent(comps, i, kubepods, relative)
+		if !ok {
+			continue
+		}
+		ref := PodRef{UID: types.UID(uid)}
+		if i+1 < len(comps) {
+			ref.ContainerID = containerID(comps[i+1])
+		}
+		return ref, nil
+	}
+	return PodRef{}, fmt.Errorf("cgroup path %q: %w", clip(path), ErrNotPod)
+}
+
+// podComponent reports whether comps[i] names a pod cgroup and returns its UID.
+func podComponent(comps []string, i int, kubepods, relative bool) (string, bool) {
+	c := comps[i]
+	if base, ok := strings.CutSuffix(c, ".slice"); ok {
+		// systemd: "<prefix>-pod<uid_>.slice" inside "<prefix>.slice", where the
+		// prefix is kubelet's unit chain and names kubepods. The UID's '-' are
+		// escaped to '_' (kubelet's escaping), so the last "-pod" is the marker.
+		j := strings.LastIndex(base, "-pod")
+		if j <= 0 {
+			return "", false
+		}
+		prefix, escaped := base[:j], base[j+len("-pod"):]
+		if !hasUnitComponent(prefix, "kubepods") {
+			return "", false
+		}
+		if i > 0 {
+			if comps[i-1] != prefix+".slice" {
+				return "", false
+			}
+		} else if !relative {
+			return "", false
+		}
+		if !validUID(escaped, '_') {
+			return "", false
+		}
+		return strings.ReplaceAll(escaped, "_", "-"), true
+	}
+	// cgroupfs: "pod<uid>" somewhere below "kubepods".
+	uid, ok := strings.CutPrefix(c, "pod")
+	if !ok || !kubepods || !validUID(uid, '-') {
+		return "", false
+	}
+	return uid, true
+}
+
+// hasUnitComponent reports whether the '-'-separated systemd unit prefix has part.
+func hasUnitComponent(prefix, part string) bool {
+	for p := range strings.SplitSeq(prefix, "-") {
+		if p == part {
+			return true
+		}
+	}
+	return false
+}
+
+// validUID: 1..maxUIDLen bytes of [A-Za-z0-9] and sep (the form kubelet gives
+// the UID in cgroup names: '-' for cgroupfs, '_' for systemd). Kubernetes UIDs are
+// lowercase UUIDs; static pods' are hex hashes.
+func validUID(s string, sep byte) bool {
+	if s == "" || len(s) > maxUIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == sep:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// containerRuntimePrefixes are the runtimes' names for a container's cgroup,
+// with systemd's ".scope" already removed.
+var containerRuntimePrefixes = []string{"cri-containerd-", "docker-", "crio-"}
+
+// containerID returns the container ID in the name of a container's cgroup, or ""
+// when the name is not one (conmon's "crio-conmon-<id>.scope", a runtime's own
+// group).
+func containerID(c string) string {
+	c = strings.TrimSuffix(c, ".scope")
+	for _, p := range containerRuntimePrefixes {
+		if rest, ok := strings.CutPrefix(c, p); ok {
+			c = rest
+			break
+		}
+	}
+	if c == "" || len(c) > maxContainerIDLen {
+		return ""
+	}
+	for i := 0; i < len(c); i++ {
+		if b := c[i]; !(b >= '0' && b <= '9' || b >= 'a' && b <= 'f') {
+			return ""
+		}
+	}
+	return c
+}
+
+// clip shortens outside input quoted in an error.
+func clip(s string) string {
+	const max = 80
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
+}

@@ -1,0 +1,666 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// Queries a gpuStep can fail.
+const (
+	qHandle   = "handle"
+	qUUID     = "uuid"
+	qMemory   = "memory"
+	qUtil     = "util"
+	qRunning  = "running"
+	qProcUtil = "procutil"
+)
+
+// gpuStep is what one GPU answers during one scrape of a trace. The zero value is an
+// idle GPU: no processes, no utilisation samples (ERROR_NOT_FOUND).
+type gpuStep struct {
+	util, memUtil uint32
+	memUsed       uint64
+	running       []nvml.ProcessInfo
+	samples       []nvml.ProcessUtilizationSample
+	// procUtilRet overrides GetProcessUtilization's return (e.g. INSUFFICIENT_SIZE).
+	procUtilRet nvml.Return
+	fail        map[string]nvml.Return
+}
+
+// fakeNode is an 8-GPU DGX A100 from go-nvml's mocks whose per-scrape answers
+// come from a trace.
+type fakeNode struct {
+	srv *dgxa100.Server
+
+	mu    sync.Mutex
+	steps map[int]gpuStep
+}
+
+func newFakeNode() *fakeNode {
+	f := &fakeNode{srv: dgxa100.New()}
+	for i, dev := range f.srv.Devices {
+		d := dev.(*dgxa100.Device)
+		d.UUID = fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)
+		failed := func(q string) nvml.Return {
+			if r, ok := f.step(i).fail[q]; ok {
+				return r
+			}
+			return nvml.SUCCESS
+		}
+		d.GetUUIDFunc = func() (string, nvml.Return) {
+			if r := failed(qUUID); r != nvml.SUCCESS {
+				return "", r
+			}
+			return d.UUID, nvml.SUCCESS
+		}
+		d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+			if r := failed(qMemory); r != nvml.SUCCESS {
+				return nvml.Memory{}, r
+			}
+			s := f.step(i)
+			return nvml.Memory{Total: d.MemoryInfo.Total, Used: s.memUsed, Free: d.MemoryInfo.Total - s.memUsed},
+				nvml.SUCCESS
+		}
+		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+			if r := failed(qUtil); r != nvml.SUCCESS {
+				return nvml.Utilization{}, r
+			}
+			s := f.step(i)
+			return nvml.Utilization{Gpu: s.util, Memory: s.memUtil}, nvml.SUCCESS
+		}
+		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			if r := failed(qRunning); r != nvml.SUCCESS {
+				return nil, r
+			}
+			return f.step(i).running, nvml.SUCCESS
+		}
+		d.GetProcessUtilizationFunc = func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			if r := failed(qProcUtil); r != nvml.SUCCESS {
+				return nil, r
+			}
+			s := f.step(i)
+			if s.procUtilRet != nvml.SUCCESS {
+				return []nvml.ProcessUtilizationSample{}, s.procUtilRet
+			}
+			// Like the driver: only samples newer than since.
+			var out []nvml.ProcessUtilizationSample
+			for _, x := range s.samples {
+				if x.TimeStamp > since {
+					out = append(out, x)
+				}
+			}
+			if len(out) == 0 {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			return out, nvml.SUCCESS
+		}
+	}
+	handle := f.srv.DeviceGetHandleByIndexFunc
+	f.srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if r, ok := f.step(i).fail[qHandle]; ok {
+			return nil, r
+		}
+		return handle(i)
+	}
+	return f
+}
+
+func (f *fakeNode) step(i int) gpuStep {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.steps[i]
+}
+
+func (f *fakeNode) set(steps map[int]gpuStep) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.steps = steps
+}
+
+// sinceArgs returns the lastSeenTimestamp arguments GPU i was asked with.
+func (f *fakeNode) sinceArgs(i int) []uint64 {
+	var out []uint64
+	for _, c := range f.srv.Devices[i].(*dgxa100.Device).GetProcessUtilizationCalls() {
+		out = append(out, c.V)
+	}
+	return out
+}
+
+// The fake /proc's processes.
+const (
+	pidLS      = 101 // an LS pod (cgroupfs, v2)
+	pidBatch   = 202 // a batch pod below the agent's tier (systemd, v2)
+	pidSystem  = 303 // a system daemon
+	pidExited  = 404 // no /proc entry: exited, or another PID namespace
+	pidLS2     = 505 // a second container of the LS pod (hybrid v1)
+	lsUID      = "11111111-aaaa-4bbb-8ccc-dddddddddddd"
+	batchUID   = "22222222-aaaa-4bbb-8ccc-dddddddddddd"
+	lsCtr      = "aa00000000000000000000000000000000000000000000000000000000000001"
+	lsCtr2     = "aa00000000000000000000000000000000000000000000000000000000000002"
+	batchCtr   = "bb00000000000000000000000000000000000000000000000000000000000001"
+	mib        = 1 << 20
+	scrapeStep = 100 * time.Millisecond
+)
+
+var (
+	lsPod    = PodRef{UID: lsUID, ContainerID: lsCtr}
+	lsPod2   = PodRef{UID: lsUID, ContainerID: lsCtr2}
+	batchPod = PodRef{UID: batchUID, ContainerID: batchCtr}
+	t0       = time.Unix(1_700_000_000, 0)
+)
+
+func fakeProc(t testing.TB) string {
+	t.Helper()
+	root := t.TempDir()
+	writeCgroup(t, root, pidLS, "0::/kubepods/burstable/pod"+lsUID+"/"+lsCtr+"\n")
+	writeCgroup(t, root, pidBatch, "0::/kubepods.slice/kubepods-understory_batch.slice/kubepods-understory_batch-pod"+
+		strings.ReplaceAll(batchUID, "-", "_")+".slice/cri-containerd-"+batchCtr+".scope\n")
+	writeCgroup(t, root, pidSystem, "0::/system.slice/nvidia-persistenced.service\n")
+	writeCgroup(t, root, pidLS2, v1File("/kubepods/burstable/pod"+lsUID+"/"+lsCtr2)+"0::/\n")
+	return root
+}
+
+// at is the time of scrape k; us the driver's timestamp of a sample taken shortly
+// before it.
+func at(k int) time.Time { return t0.Add(time.Duration(k) * scrapeStep) }
+func us(k int) uint64    { return uint64(at(k).Add(-scrapeStep / 2).UnixMicro()) }
+
+// running lists LS and batch holding memory on a GPU.
+var running = []nvml.ProcessInfo{{Pid: pidLS, UsedGpuMemory: 2048 * mib}, {Pid: pidBatch, UsedGpuMemory: 8192 * mib}}
+
+// wantGPU is what one device must read at one scrape. Devices a scrape does not
+// name must be healthy and idle.
+type wantGPU struct {
+	unhealthy   bool
+	lost        bool
+	noUUID      bool
+	util        float64
+	unsupported bool
+	procs       []Process
+	// since, when set, is the lastSeenTimestamp the driver must have been asked with.
+	since uint64
+}
+
+func TestCollectTraces(t *testing.T) {
+	t.Parallel()
+	lost := map[string]nvml.Return{qMemory: nvml.ERROR_GPU_IS_LOST, qUtil: nvml.ERROR_GPU_IS_LOST,
+		qRunning: nvml.ERROR_GPU_IS_LOST, qProcUtil: nvml.ERROR_GPU_IS_LOST}
+	// Processes hold memory but the driver has no sample since the last scrape.
+	lsIdle := gpuStep{util: 40, memUsed: 10240 * mib, running: running}
+	for _, tc := range []struct {
+		name  string
+		trace []map[int]gpuStep
+		want  []map[int]wantGPU
+	}{
+		{
+			name: "LS burst",
+			trace: []map[int]gpuStep{
+				{2: {util: 30, running: running, samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidBatch, TimeStamp: us(0), SmUtil: 30, MemUtil: 10}}}},
+				{2: {util: 95, running: running, samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidBatch, TimeStamp: us(1), SmUtil: 10, MemUtil: 5},
+					{Pid: pidLS, TimeStamp: us(1), SmUtil: 85, MemUtil: 40}}}},
+				{2: {util: 100, running: running, samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(2) - 1000, SmUtil: 70},
+					{Pid: pidLS, TimeStamp: us(2), SmUtil: 99, MemUtil: 50}}}},
+			},
+			want: []map[int]wantGPU{
+				{2: {util: 30, since: uint64(at(0).Add(-processSampleWindow).UnixMicro()), procs: []Process{
+					{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod},
+					{PID: pidBatch, SMUtil: 30, MemUtil: 10, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				{2: {util: 95, since: us(0), procs: []Process{
+					{PID: pidLS, SMUtil: 85, MemUtil: 40, MemUsed: 2048 * mib, Pod: lsPod},
+					{PID: pidBatch, SMUtil: 10, MemUtil: 5, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				// The newest of a process's samples counts; batch had none: idle.
+				{2: {util: 100, since: us(1), procs: []Process{
+					{PID: pidLS, SMUtil: 99, MemUtil: 50, MemUsed: 2048 * mib, Pod: lsPod},
+					{PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
+			},
+		},
+		{
+			name:  "LS idle: no samples is normal",
+			trace: []map[int]gpuStep{{0: lsIdle}, {0: lsIdle}},
+			want: []map[int]wantGPU{
+				{0: {util: 40, procs: []Process{
+					{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}, {PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				{0: {util: 40, procs: []Process{
+					{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}, {PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
+			},
+		},
+		{
+			name: "flapping",
+			trace: []map[int]gpuStep{
+				{5: {util: 100, running: running[:1], samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(0), SmUtil: 100}}}},
+				{5: {util: 0, running: running[:1]}},
+				{5: {util: 100, running: running[:1], samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(2), SmUtil: 100}}}},
+				// The driver still holds scrape 2's sample: it must not be read twice.
+				{5: {util: 0, running: running[:1], samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(2), SmUtil: 100}}}},
+			},
+			want: []map[int]wantGPU{
+				{5: {util: 100, procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, since: us(0), procs: []Process{{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 100, since: us(0), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, since: us(2), procs: []Process{{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}}}},
+			},
+		},
+		{
+			name: "device lost mid-run",
+			trace: []map[int]gpuStep{
+				{3: {util: 50, running: running}},
+				{3: {util: 50, running: running}},
+				{3: {fail: lost}},
+				{3: {fail: map[string]nvml.Return{qHandle: nvml.ERROR_GPU_IS_LOST}}},
+			},
+			want: []map[int]wantGPU{
+				{3: {util: 50, procs: []Process{
+					{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}, {PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				{3: {util: 50, procs: []Process{
+					{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}, {PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				{3: {unhealthy: true, lost: true}},
+				{3: {unhealthy: true, lost: true, noUUID: true}},
+			},
+		},
+		{
+			name: "process exits between listing and reading",
+			trace: []map[int]gpuStep{{1: {util: 20, running: []nvml.ProcessInfo{
+				{Pid: pidExited, UsedGpuMemory: 512 * mib}, {Pid: pidLS, UsedGpuMemory: 2048 * mib}},
+				samples: []nvml.ProcessUtilizationSample{{Pid: pidExited, TimeStamp: us(0), SmUtil: 20, MemUtil: 3}}}}},
+			want: []map[int]wantGPU{{1: {util: 20, procs: []Process{
+				{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod},
+				{PID: pidExited, SMUtil: 20, MemUtil: 3, MemUsed: 512 * mib}}}}},
+		},
+		{
+			name: "system process, sampled-only process, second container, unknown memory",
+			trace: []map[int]gpuStep{{6: {util: 60, running: []nvml.ProcessInfo{
+				{Pid: pidSystem, UsedGpuMemory: 100 * mib},
+				{Pid: pidLS2, UsedGpuMemory: ^uint64(0)}, // NVML_VALUE_NOT_AVAILABLE
+				{Pid: pidLS2, UsedGpuMemory: 0}},
+				samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(0), SmUtil: 60},
+					{Pid: pidLS2, TimeStamp: us(0), SmUtil: 250}, // out of range: clamped
+					{Pid: 0, TimeStamp: us(0), SmUtil: 1}}}}},    // no process: dropped
+			want: []map[int]wantGPU{{6: {util: 60, procs: []Process{
+				{PID: pidLS, SMUtil: 60, Pod: lsPod},
+				{PID: pidSystem, MemUsed: 100 * mib},
+				{PID: pidLS2, SMUtil: 100, Pod: lsPod2}}}}},
+		},
+		{
+			name:  "a process on two GPUs",
+			trace: []map[int]gpuStep{{0: {running: running[1:]}, 7: {running: running[1:]}}},
+			want: []map[int]wantGPU{{
+				0: {procs: []Process{{PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}},
+				7: {procs: []Process{{PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}},
+			}},
+		},
+		{
+			name: "transient failure recovers",
+			trace: []map[int]gpuStep{
+				{4: {fail: map[string]nvml.Return{qProcUtil: nvml.ERROR_UNKNOWN}}},
+				{4: {fail: map[string]nvml.Return{qRunning: nvml.ERROR_TIMEOUT}}},
+				{4: {util: 10}},
+			},
+			want: []map[int]wantGPU{{4: {unhealthy: true}}, {4: {unhealthy: true}}, {4: {util: 10}}},
+		},
+		{
+			name: "MIG mode: no utilisation, still healthy",
+			trace: []map[int]gpuStep{{2: {running: running[:1],
+				fail: map[string]nvml.Return{qUtil: nvml.ERROR_NOT_SUPPORTED, qProcUtil: nvml.ERROR_NOT_SUPPORTED}}}},
+			want: []map[int]wantGPU{{2: {unsupported: true, procs: []Process{
+				{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}}}}},
+		},
+		{
+			name:  "zero samples counted (INSUFFICIENT_SIZE, empty)",
+			trace: []map[int]gpuStep{{1: {util: 5, procUtilRet: nvml.ERROR_INSUFFICIENT_SIZE}}},
+			want:  []map[int]wantGPU{{1: {util: 5}}},
+		},
+		{
+			name:  "process listing not supported",
+			trace: []map[int]gpuStep{{1: {util: 5, fail: map[string]nvml.Return{qRunning: nvml.ERROR_NOT_SUPPORTED}}}},
+			want:  []map[int]wantGPU{{1: {util: 5}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeNode()
+			c, err := NewCollector(f.srv, fakeProc(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for k, steps := range tc.trace {
+				f.set(steps)
+				s, err := c.Collect(context.Background(), at(k))
+				if err != nil {
+					t.Fatalf("scrape %d: %v", k, err)
+				}
+				if !s.Time.Equal(at(k)) || len(s.Devices) != 8 {
+					t.Fatalf("scrape %d: time %v, %d devices; want %v, 8", k, s.Time, len(s.Devices), at(k))
+				}
+				for i, d := range s.Devices {
+					w := tc.want[k][i]
+					checkDevice(t, k, i, d, w)
+					if w.since != 0 {
+						args := f.sinceArgs(i)
+						if got := args[len(args)-1]; got != w.since {
+							t.Errorf("scrape %d GPU %d: asked for samples since %d, want %d", k, i, got, w.since)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func checkDevice(t *testing.T, k, i int, d Device, w wantGPU) {
+	t.Helper()
+	if d.Index != i {
+		t.Errorf("scrape %d: device %d has index %d", k, i, d.Index)
+	}
+	wantUUID := fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)
+	if w.noUUID {
+		wantUUID = ""
+	}
+	if d.UUID != wantUUID {
+		t.Errorf("scrape %d GPU %d: UUID %q, want %q", k, i, d.UUID, wantUUID)
+	}
+	if d.Healthy == w.unhealthy {
+		t.Errorf("scrape %d GPU %d: healthy %v (err %q), want %v", k, i, d.Healthy, d.Err, !w.unhealthy)
+	}
+	if w.unhealthy {
+		if d.Err == "" || d.Fault == nil || d.Err != d.Fault.Error() {
+			t.Errorf("scrape %d GPU %d: unhealthy without a matching Err/Fault: %q, %v", k, i, d.Err, d.Fault)
+		}
+		if errors.Is(d.Fault, ErrDeviceLost) != w.lost {
+			t.Errorf("scrape %d GPU %d: lost = %v, want %v (%v)", k, i, !w.lost, w.lost, d.Fault)
+		}
+		return
+	}
+	if d.Err != "" || d.Fault != nil {
+		t.Errorf("scrape %d GPU %d: healthy with an error: %q, %v", k, i, d.Err, d.Fault)
+	}
+	if d.Model != "Mock NVIDIA A100-SXM4-40GB" || d.MemTotal != 40*1024*mib {
+		t.Errorf("scrape %d GPU %d: model %q, memory %d", k, i, d.Model, d.MemTotal)
+	}
+	if d.Util != w.util || d.UtilUnsupported != w.unsupported {
+		t.Errorf("scrape %d GPU %d: util %v (unsupported %v), want %v (%v)", k, i, d.Util, d.UtilUnsupported,
+			w.util, w.unsupported)
+	}
+	if diff := cmp.Diff(w.procs, d.Processes, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("scrape %d GPU %d: processes (-want +got):\n%s", k, i, diff)
+	}
+}
+
+// TestCollectLogsHealthChanges: a device going bad and coming back is logged
+// once each way, not every scrape.
+func TestCollectLogsHealthChanges(t *testing.T) {
+	t.Parallel()
+	f := newFakeNode()
+	var buf syncBuffer
+	c, err := open(f.srv, fakeProc(t), slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bad := map[int]gpuStep{1: {fail: map[string]nvml.Return{qMemory: nvml.ERROR_GPU_IS_LOST}}}
+	for k, steps := range []map[int]gpuStep{nil, bad, bad, bad, nil, nil} {
+		f.set(steps)
+		if _, err := c.Collect(context.Background(), at(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := buf.String()
+	if n := strings.Count(out, "GPU unhealthy"); n != 1 || !strings.Contains(out, "lost=true") {
+		t.Errorf("logged unhealthy %d times, want once with lost=true:\n%s", n, out)
+	}
+	if n := strings.Count(out, "GPU healthy again"); n != 1 {
+		t.Errorf("logged recovery %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "NVML ready") || !strings.Contains(out, "gpus=8") {
+		t.Errorf("no start line:\n%s", out)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestOpenWithoutNVML(t *testing.T) {
+	t.Parallel()
+	for _, ret := range []nvml.Return{nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED,
+		nvml.ERROR_NO_PERMISSION, nvml.ERROR_LIB_RM_VERSION_MISMATCH} {
+		t.Run(ret.Error(), func(t *testing.T) {
+			t.Parallel()
+			lib := &mock.Interface{InitFunc: func() nvml.Return { return ret }}
+			c, err := open(lib, t.TempDir(), nil)
+			if !errors.Is(err, ErrNoNVML) || !errors.Is(err, ret) || c != nil {
+				t.Fatalf("open = %v, %v; want ErrNoNVML wrapping %v", c, err, ret)
+			}
+			if n := len(lib.ShutdownCalls()); n != 0 {
+				t.Fatalf("Shutdown called %d times after a failed Init", n)
+			}
+		})
+	}
+}
+
+// TestOpenReal loads the real libnvidia-ml.so.1: on a machine without the NVIDIA
+// driver Open reports ErrNoNVML; with one, it must scrape.
+func TestOpenReal(t *testing.T) {
+	t.Parallel()
+	src, err := Open("/proc", nil)
+	if err != nil {
+		if !errors.Is(err, ErrNoNVML) {
+			t.Fatalf("Open without NVML: %v, want ErrNoNVML", err)
+		}
+		return
+	}
+	defer src.Close()
+	s, err := src.Collect(context.Background(), time.Now())
+	if err != nil {
+		t.Fatalf("Collect on a real GPU: %v", err)
+	}
+	for _, d := range s.Devices {
+		if d.Healthy && (d.UUID == "" || d.MemTotal == 0) {
+			t.Errorf("real GPU %d read healthy but empty: %+v", d.Index, d)
+		}
+	}
+}
+
+func TestNewCollectorRejects(t *testing.T) {
+	t.Parallel()
+	uninit := &mock.Interface{DeviceGetCountFunc: func() (int, nvml.Return) { return 0, nvml.ERROR_UNINITIALIZED }}
+	for _, tc := range []struct {
+		name     string
+		lib      nvml.Interface
+		procRoot string
+		noNVML   bool
+	}{
+		{"nil library", nil, "/proc", true},
+		{"uninitialised library", uninit, "/proc", true},
+		{"empty proc root", dgxa100.New(), "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := NewCollector(tc.lib, tc.procRoot)
+			if err == nil || c != nil {
+				t.Fatalf("NewCollector = %v, %v; want an error", c, err)
+			}
+			if errors.Is(err, ErrNoNVML) != tc.noNVML {
+				t.Fatalf("errors.Is(%v, ErrNoNVML) = %v, want %v", err, !tc.noNVML, tc.noNVML)
+			}
+		})
+	}
+	// A failed NewCollector after a good Init gives the library back.
+	srv := dgxa100.New()
+	if _, err := open(srv, "", nil); err == nil {
+		t.Fatal("open with an empty proc root succeeded")
+	}
+	if n := len(srv.ShutdownCalls()); n != 1 {
+		t.Fatalf("Shutdown called %d times, want 1", n)
+	}
+}
+
+func TestCollectWholeScrapeErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("device count fails", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeNode()
+		c, err := NewCollector(f.srv, fakeProc(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.srv.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
+		if _, err := c.Collect(context.Background(), t0); !errors.Is(err, ErrDeviceLost) {
+			t.Fatalf("Collect = %v, want ErrDeviceLost", err)
+		}
+	})
+	t.Run("context ended", func(t *testing.T) {
+		t.Parallel()
+		c, err := NewCollector(newFakeNode().srv, fakeProc(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := c.Collect(ctx, t0); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Collect = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeNode()
+		c, err := NewCollector(f.srv, fakeProc(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if n := len(f.srv.ShutdownCalls()); n != 1 {
+			t.Fatalf("Shutdown called %d times, want 1", n)
+		}
+		if _, err := c.Collect(context.Background(), t0); !errors.Is(err, ErrNoNVML) {
+			t.Fatalf("Collect after Close = %v, want ErrNoNVML", err)
+		}
+	})
+	t.Run("shutdown fails", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeNode()
+		c, err := NewCollector(f.srv, fakeProc(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.srv.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
+		if err := c.Close(); !errors.Is(err, nvml.ERROR_UNKNOWN) {
+			t.Fatalf("Close = %v, want ERROR_UNKNOWN", err)
+		}
+	})
+}
+
+// TestCollectConcurrent: scrapes from several goroutines are serialised (run
+// with -race).
+func TestCollectConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newFakeNode()
+	f.set(map[int]gpuStep{0: {running: running}})
+	c, err := NewCollector(f.srv, fakeProc(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range 5 {
+				s, err := c.Collect(context.Background(), at(g*5+k))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if p := s.Devices[0].Processes; len(p) != 2 || p[0].Pod != lsPod {
+					t.Errorf("processes %+v", p)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkCollect scrapes an 8-GPU mock node with four processes per GPU, each
+// attributed through a fake /proc; it reports the cost per device per scrape.
+func BenchmarkCollect(b *testing.B) {
+	root := b.TempDir()
+	f := newFakeNode()
+	steps := map[int]gpuStep{}
+	for i := range 8 {
+		var st gpuStep
+		st.util = 70
+		for p := range 4 {
+			pid := uint32(1000 + 10*i + p)
+			uid := fmt.Sprintf("%08d-aaaa-4bbb-8ccc-dddddddddddd", pid)
+			writeCgroup(b, root, pid, fmt.Sprintf("0::/kubepods/burstable/pod%s/%064x\n", uid, pid))
+			st.running = append(st.running, nvml.ProcessInfo{Pid: pid, UsedGpuMemory: 1024 * mib})
+			st.samples = append(st.samples, nvml.ProcessUtilizationSample{Pid: pid, SmUtil: 15, MemUtil: 5})
+		}
+		steps[i] = st
+	}
+	f.set(steps)
+	c, err := NewCollector(f.srv, root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		// Fresh samples every scrape, as a busy driver has them.
+		f.mu.Lock()
+		for i, st := range f.steps {
+			for j := range st.samples {
+				st.samples[j].TimeStamp = us(k + 1)
+			}
+			f.steps[i] = st
+		}
+		f.mu.Unlock()
+		s, err := c.Collect(ctx, at(k+1))
+		if err != nil || len(s.Devices) != 8 || !s.Devices[7].Processes[3].Pod.Attributed() {
+			b.Fatalf("scrape: %v", err)
+		}
+		k++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(k)/8/1e3, "us/device")
+}

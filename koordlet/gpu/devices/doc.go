@@ -1,0 +1,37 @@
+// Package devices decides which GPUs a container gets when the agent's NRI plugin sees
+// it being created: a container that requests shared GPU (understory.io/gpu-milli)
+// gets exactly the devices the scheduler extender named in the pod's
+// understory.io/gpu-devices annotation, as CDI device names (mode cdi) or as the
+// NVIDIA runtime's NVIDIA_VISIBLE_DEVICES variable (mode env). Anything that cannot
+// be decided safely is refused with a sentinel error, so the runtime fails the
+// container with a reason instead of starting it with no GPU or every GPU.
+//
+// The package is pure: it takes the pod, the container name and the node's inventory
+// (index → UUID, from NVML) and returns the decision. It never imports the extender;
+// ParseAnnotation is the agent's own parser of the annotation.
+//
+// Traps:
+//   - Whole GPUs (nvidia.com/gpu) are NVIDIA's device plugin's: kubelet allocates them
+//     and the device plugin injects them. Their containers are left alone here, even
+//     though the extender also annotates such pods with the devices it counted.
+//   - Indices are NVML indices. The extender numbers a node's GPUs 0..n-1 from its
+//     allocatable nvidia.com/gpu and the agent maps an index to a device through its
+//     NVML inventory; NVML enumeration order may change across reboots (it is PCI
+//     order on today's drivers), which is why the default CDI names and the
+//     environment variable use UUIDs, fixed at the moment of the decision.
+//   - CDI names must exist in the node's CDI spec. nvidia-ctk cdi generate writes
+//     both nvidia.com/gpu=<index> and nvidia.com/gpu=<UUID> by default; a spec
+//     generated with --device-name-strategy=index has no UUID names (use CDINames
+//     index), one with type-index ("gpu0") is not supported. A name the runtime cannot
+//     resolve fails the container in the runtime ("unresolvable CDI devices").
+//   - Mode env relies on the NVIDIA Container Runtime honouring the variable for
+//     unprivileged containers (its accept-nvidia-visible-devices-envvar-when-unprivileged
+//     default). The same trust lets any container that sets
+//     NVIDIA_VISIBLE_DEVICES=all itself, or inherits it from a CUDA base image, see
+//     every GPU: the agent overrides the variable only in containers that request
+//     gpu-milli. Prefer mode cdi: nvidia-ctk's specs set NVIDIA_VISIBLE_DEVICES=void,
+//     so the image's default cannot add devices.
+//   - The device list is decided per container; every gpu-milli container of a pod
+//     gets all of the pod's annotated devices (the extender places a shared pod on one
+//     device).
+package devices

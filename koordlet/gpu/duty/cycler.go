@@ -1,0 +1,539 @@
+package duty
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+)
+
+// Period bounds of New, and the bounds on each freezer write.
+const (
+	MinPeriod = 10 * time.Millisecond
+	MaxPeriod = time.Second
+	// OpTimeout bounds one freeze or thaw in the cycle. A task in uninterruptible sleep
+	// keeps a v1 group FREEZING; the cycle must go on (the group is thawed at the end of
+	// its window like any other).
+	OpTimeout = 50 * time.Millisecond
+	// ShutdownTimeout bounds the thaw of everything when Run ends.
+	ShutdownTimeout = 5 * time.Second
+	// RestartRise is the smallest rise of a group's duty that starts a new period at once
+	// (from 0, any rise does): a cut must not wait for the next period, but the agent
+	// re-sending nearly the same duty every step must not shift the phase each time.
+	RestartRise = 0.1
+	// minWindow: a frozen or thawed window shorter than this is not worth two writes;
+	// such duties are rounded to 0 or 1.
+	minWindow = time.Millisecond
+)
+
+// ReleasedKey is the key under which Status lists groups that left every key (or were
+// released) but could not be thawed yet.
+const ReleasedKey = ""
+
+// Sentinel errors callers branch on.
+var (
+	ErrInvalidPeriod = errors.New("duty: period out of range")
+	ErrInvalidDuty   = errors.New("duty: duty must be a number in [0, 1]")
+	ErrInvalidGroup  = errors.New("duty: nil cgroup")
+	ErrRunning       = errors.New("duty: cycler already running")
+	// ErrThaw: a group could not be thawed (it may stay frozen until thawed by hand or by
+	// the next agent's start-up recovery).
+	ErrThaw = errors.New("duty: thaw failed")
+)
+
+// Cycler duty-cycles sets of cgroups with the freezer: each set (a key, e.g. one GPU) has
+// a duty d, and each of its groups is frozen for d*period of every period and thawed for
+// the rest. A group in several keys gets the highest of their duties. All groups share
+// one period clock and are frozen at the start of every period, so the batch pods of one
+// GPU are frozen together: LS gets the device only while all of them are. One goroutine
+// (Run) does every freezer write; Set, Release, ThawAll and Status are safe from any
+// goroutine.
+type Cycler struct {
+	period time.Duration
+	epoch  time.Time // periods start at epoch + k*period
+	log    *slog.Logger
+	retry  time.Duration
+
+	// ioMu serialises freezer writes between Run's loop and ThawAll/Release, so that a
+	// freeze the loop planned before a release never lands after the release's thaw.
+	ioMu sync.Mutex
+
+	mu      sync.Mutex
+	keys    map[string]*keyState
+	groups  map[string]*groupState // by cgroup path
+	running bool
+	wake    chan struct{}
+}
+
+type keyState struct {
+	duty  float64
+	paths []string
+}
+
+// groupState is one cgroup the cycler drives (or still has to thaw).
+type groupState struct {
+	g       *cgroups.Group
+	duty    float64 // the highest duty of its keys, rounded (effectiveDuty)
+	managed bool    // in some key; false: thaw it, then forget it
+	// extraUntil: a rise of the duty froze the group at once, outside the periodic
+	// window; it stays frozen until then.
+	extraUntil time.Time
+	// frozen: the loop froze it, or tried to (a freeze that timed out may have left it
+	// partly frozen), and has not thawed it since.
+	frozen    bool
+	retryAt   time.Time // after a failed write, the next try
+	lastErr   error
+	lastErrAt time.Time
+}
+
+// New returns a Cycler with the given period (MinPeriod..MaxPeriod). log may be nil.
+func New(period time.Duration, log *slog.Logger) (*Cycler, error) {
+	if period < MinPeriod || period > MaxPeriod {
+		return nil, fmt.Errorf("duty cycler period %v not in [%v, %v]: %w", period, MinPeriod, MaxPeriod, ErrInvalidPeriod)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Cycler{
+		period: period,
+		epoch:  time.Now(),
+		log:    log,
+		retry:  max(period/4, 10*time.Millisecond),
+		keys:   map[string]*keyState{},
+		groups: map[string]*groupState{},
+		wake:   make(chan struct{}, 1),
+	}, nil
+}
+
+// Period returns the duty-cycle period.
+func (c *Cycler) Period() time.Duration { return c.period }
+
+// NextPeriod returns the start of the first period after t. Every group is frozen from
+// the start of each period for duty*period (e.g. to align a measurement with the cycle).
+func (c *Cycler) NextPeriod(t time.Time) time.Time { return c.periodStart(t).Add(c.period) }
+
+// periodStart is the start of the period holding t.
+func (c *Cycler) periodStart(t time.Time) time.Time {
+	n := t.Sub(c.epoch) / c.period
+	if t.Before(c.epoch) {
+		n-- // floor, not truncation towards zero
+	}
+	return c.epoch.Add(n * c.period)
+}
+
+// Set makes groups the set of key and duty its duty, replacing what key had. Duty 0 or
+// no groups removes the key; a group left in no key is thawed (if the cycler froze it)
+// and forgotten. A group whose duty rises from 0 (or by RestartRise or more while it is
+// thawed) is frozen at once, within one loop turn, for duty*period, on top of the
+// periodic windows: a cut does not wait for the next period. A NaN or out-of-range duty or a nil group changes nothing and returns an error
+// wrapping ErrInvalidDuty or ErrInvalidGroup.
+func (c *Cycler) Set(key string, groups []*cgroups.Group, duty float64) error {
+	if !(duty >= 0 && duty <= 1) {
+		return fmt.Errorf("duty of %q: %v: %w", key, duty, ErrInvalidDuty)
+	}
+	if slices.Contains(groups, nil) {
+		return fmt.Errorf("groups of %q: %w", key, ErrInvalidGroup)
+	}
+	c.mu.Lock()
+	if duty == 0 || len(groups) == 0 {
+		delete(c.keys, key)
+	} else {
+		ks := &keyState{duty: duty}
+		for _, g := range groups {
+			p := g.Path()
+			if !slices.Contains(ks.paths, p) {
+				ks.paths = append(ks.paths, p)
+			}
+			gs := c.groups[p]
+			if gs == nil {
+				gs = &groupState{}
+				c.groups[p] = gs
+			}
+			gs.g = g // the newest handle wins
+		}
+		c.keys[key] = ks
+	}
+	c.recompute(time.Now())
+	c.mu.Unlock()
+	c.poke()
+	return nil
+}
+
+// recompute sets every group's duty from its keys; c.mu is held.
+func (c *Cycler) recompute(now time.Time) {
+	want := make(map[string]float64, len(c.groups))
+	for _, ks := range c.keys {
+		for _, p := range ks.paths {
+			want[p] = math.Max(want[p], ks.duty)
+		}
+	}
+	for p, gs := range c.groups {
+		d, ok := want[p]
+		old := gs.duty
+		gs.managed = ok
+		gs.duty = c.effectiveDuty(d)
+		if gs.duty > old && (old == 0 || (!gs.frozen && gs.duty-old >= RestartRise)) {
+			gs.extraUntil = now.Add(time.Duration(gs.duty * float64(c.period)))
+		}
+	}
+}
+
+// effectiveDuty rounds duties whose frozen or thawed window would be shorter than
+// minWindow.
+func (c *Cycler) effectiveDuty(d float64) float64 {
+	switch on := time.Duration(d * float64(c.period)); {
+	case on < minWindow:
+		return 0
+	case c.period-on < minWindow:
+		return 1
+	}
+	return d
+}
+
+func (c *Cycler) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// action is one planned freezer write.
+type action struct {
+	path   string
+	g      *cgroups.Group
+	freeze bool
+}
+
+// Run cycles the groups until ctx ends, then thaws every group it froze (bounded by
+// ShutdownTimeout) and returns nil, or an error wrapping ErrThaw for groups that stayed
+// frozen. Only one Run at a time (ErrRunning).
+func (c *Cycler) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return ErrRunning
+	}
+	c.running = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		acts, next := c.plan(now)
+		if len(acts) > 0 {
+			c.apply(ctx, acts)
+			if ctx.Err() == nil {
+				continue // time has passed during the writes: plan again
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if next.IsZero() {
+			timer.Reset(time.Hour)
+		} else {
+			timer.Reset(max(next.Sub(time.Now()), 0))
+		}
+		select {
+		case <-ctx.Done():
+		case <-c.wake:
+		case <-timer.C:
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+	defer cancel()
+	return c.thawFrozen(sctx, true)
+}
+
+// plan returns the writes due at now and when the next one is due (zero: none).
+func (c *Cycler) plan(now time.Time) ([]action, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var (
+		acts []action
+		next time.Time
+	)
+	soonest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for p, gs := range c.groups {
+		want, at := c.schedule(gs, now)
+		if want == gs.frozen {
+			if !gs.managed {
+				delete(c.groups, p) // thawed and in no key
+				continue
+			}
+			soonest(at)
+			continue
+		}
+		if now.Before(gs.retryAt) {
+			soonest(gs.retryAt)
+			continue
+		}
+		acts = append(acts, action{path: p, g: gs.g, freeze: want})
+		soonest(at)
+	}
+	return acts, next
+}
+
+// schedule says whether gs should be frozen at now and when to look again (zero: not
+// before its duty changes): frozen in [periodStart, periodStart + duty*period) of every
+// period, and until extraUntil after a rise.
+func (c *Cycler) schedule(gs *groupState, now time.Time) (bool, time.Time) {
+	switch {
+	case !gs.managed || gs.duty <= 0:
+		return false, time.Time{}
+	case gs.duty >= 1:
+		return true, time.Time{}
+	}
+	ps := c.periodStart(now)
+	windowEnd := ps.Add(time.Duration(gs.duty * float64(c.period)))
+	inWindow := now.Before(windowEnd)
+	next := ps.Add(c.period)
+	if inWindow {
+		next = windowEnd
+	}
+	extra := now.Before(gs.extraUntil)
+	if extra && gs.extraUntil.Before(next) {
+		next = gs.extraUntil
+	}
+	return inWindow || extra, next
+}
+
+// apply performs the writes, each bounded by OpTimeout, checking under c.mu just before
+// each that it is still wanted (Release or ThawAll may have run since plan).
+func (c *Cycler) apply(ctx context.Context, acts []action) {
+	c.ioMu.Lock()
+	defer c.ioMu.Unlock()
+	for _, a := range acts {
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		gs := c.groups[a.path]
+		stale := gs == nil || gs.g != a.g || (a.freeze && (!gs.managed || gs.duty <= 0)) || gs.frozen == a.freeze
+		c.mu.Unlock()
+		if stale {
+			continue
+		}
+		opCtx, cancel := context.WithTimeout(ctx, OpTimeout)
+		err := write(opCtx, a.g, a.freeze)
+		cancel()
+		c.record(a.path, a.g, a.freeze, err)
+	}
+}
+
+func write(ctx context.Context, g *cgroups.Group, freeze bool) error {
+	if freeze {
+		return g.FreezeContext(ctx)
+	}
+	return g.ThawContext(ctx)
+}
+
+// record stores the outcome of one write. A group that vanished is dropped from every
+// key. A failed freeze counts as frozen (it may be partly frozen): it is thawed at the end
+// of its window like any other.
+func (c *Cycler) record(path string, g *cgroups.Group, freeze bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gs := c.groups[path]
+	if gs == nil || gs.g != g {
+		return
+	}
+	now := time.Now()
+	switch {
+	case err == nil:
+		gs.frozen = freeze
+		gs.retryAt = time.Time{}
+	case errors.Is(err, cgroups.ErrNotExist):
+		c.log.Info("duty cycler: cgroup vanished; dropping it", "cgroup", path)
+		c.drop(path)
+	default:
+		if freeze {
+			gs.frozen = true
+		}
+		gs.retryAt = now.Add(c.retry)
+		if gs.lastErr == nil || gs.lastErr.Error() != err.Error() {
+			c.log.Warn("duty cycler: freezer write failed; retrying", "cgroup", path, "freeze", freeze, "err", err)
+		}
+		gs.lastErr, gs.lastErrAt = err, now
+	}
+}
+
+// drop forgets path everywhere; c.mu is held.
+func (c *Cycler) drop(path string) {
+	delete(c.groups, path)
+	for k, ks := range c.keys {
+		ks.paths = slices.DeleteFunc(ks.paths, func(p string) bool { return p == path })
+		if len(ks.paths) == 0 {
+			delete(c.keys, k)
+		}
+	}
+}
+
+// ThawAll removes every key and thaws every group the cycler froze, waiting for the
+// writes (each bounded by OpTimeout and ctx). It returns an error wrapping ErrThaw for
+// groups that stayed frozen; they are retried by Run (if it runs) and appear in Status
+// under ReleasedKey. Set may add keys again afterwards.
+func (c *Cycler) ThawAll(ctx context.Context) error {
+	c.mu.Lock()
+	clear(c.keys)
+	c.recompute(time.Now())
+	c.mu.Unlock()
+	err := c.thawFrozen(ctx, false)
+	c.poke()
+	return err
+}
+
+// Release takes g out of every key and thaws it, whether or not the cycler froze it (for
+// a pod about to be evicted or suspended: a frozen task cannot handle SIGTERM, and
+// cuda-checkpoint cannot suspend a frozen process). It waits for the write, bounded by
+// OpTimeout and ctx. A vanished group is not an error.
+func (c *Cycler) Release(ctx context.Context, g *cgroups.Group) error {
+	if g == nil {
+		return ErrInvalidGroup
+	}
+	path := g.Path()
+	c.mu.Lock()
+	for k, ks := range c.keys {
+		ks.paths = slices.DeleteFunc(ks.paths, func(p string) bool { return p == path })
+		if len(ks.paths) == 0 {
+			delete(c.keys, k)
+		}
+	}
+	gs := c.groups[path]
+	if gs == nil {
+		gs = &groupState{g: g}
+		c.groups[path] = gs
+	}
+	c.recompute(time.Now())
+	gs.frozen = true // thaw it in any case
+	c.mu.Unlock()
+	err := c.thawFrozen(ctx, false)
+	c.poke()
+	return err
+}
+
+// thawFrozen thaws the frozen groups that are in no key (all frozen groups when all is
+// set: Run is ending) and forgets the released ones it thawed. Each write is bounded by
+// OpTimeout and ctx.
+func (c *Cycler) thawFrozen(ctx context.Context, all bool) error {
+	c.ioMu.Lock()
+	defer c.ioMu.Unlock()
+	c.mu.Lock()
+	var acts []action
+	for p, gs := range c.groups {
+		if gs.frozen && (all || !gs.managed) {
+			acts = append(acts, action{path: p, g: gs.g})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(acts, func(a, b action) int { return cmp.Compare(a.path, b.path) })
+	var errs []error
+	for _, a := range acts {
+		opCtx, cancel := context.WithTimeout(ctx, OpTimeout)
+		err := a.g.ThawContext(opCtx)
+		cancel()
+		c.record(a.path, a.g, false, err)
+		if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("thawing cgroup %s: %w: %w", a.path, ErrThaw, err))
+		}
+	}
+	c.mu.Lock()
+	for p, gs := range c.groups {
+		if !gs.managed && !gs.frozen {
+			delete(c.groups, p)
+		}
+	}
+	c.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// KeyStatus is one key's state for /status.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// Duty is the key's duty as Set; a group may run at a higher one from another key.
+	Duty float64 `json:"duty"`
+	// Frozen: every group of the key is frozen now.
+	Frozen bool          `json:"frozen"`
+	Groups []GroupStatus `json:"groups"`
+	// LastError is the newest freezer error among the key's groups.
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+}
+
+// GroupStatus is one cgroup of a key.
+type GroupStatus struct {
+	Path string `json:"path"`
+	// Duty is the group's effective duty: the highest of its keys, rounded where a window
+	// would be under 1 ms.
+	Duty        float64   `json:"duty"`
+	Frozen      bool      `json:"frozen"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+}
+
+// Status returns every key, sorted, with its groups; groups still to be thawed after
+// leaving every key are listed under ReleasedKey.
+func (c *Cycler) Status() []KeyStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gstat := func(p string) GroupStatus {
+		gs := c.groups[p]
+		st := GroupStatus{Path: p}
+		if gs == nil {
+			return st
+		}
+		st.Duty, st.Frozen = gs.duty, gs.frozen
+		if gs.lastErr != nil {
+			st.LastError, st.LastErrorAt = gs.lastErr.Error(), gs.lastErrAt
+		}
+		return st
+	}
+	fill := func(ks *KeyStatus, paths []string) {
+		ks.Frozen = len(paths) > 0
+		for _, p := range paths {
+			g := gstat(p)
+			ks.Groups = append(ks.Groups, g)
+			ks.Frozen = ks.Frozen && g.Frozen
+			if g.LastErrorAt.After(ks.LastErrorAt) {
+				ks.LastError, ks.LastErrorAt = g.LastError, g.LastErrorAt
+			}
+		}
+		slices.SortFunc(ks.Groups, func(a, b GroupStatus) int { return cmp.Compare(a.Path, b.Path) })
+	}
+	out := make([]KeyStatus, 0, len(c.keys)+1)
+	for k, ks := range c.keys {
+		st := KeyStatus{Key: k, Duty: ks.duty}
+		fill(&st, ks.paths)
+		out = append(out, st)
+	}
+	var released []string
+	for p, gs := range c.groups {
+		if !gs.managed {
+			released = append(released, p)
+		}
+	}
+	if len(released) > 0 {
+		st := KeyStatus{Key: ReleasedKey}
+		fill(&st, released)
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b KeyStatus) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}

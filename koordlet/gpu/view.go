@@ -1,0 +1,96 @@
+package gpu
+
+import (
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// deviceView is one GPU of a scrape with its processes sorted by class.
+type deviceView struct {
+	dev Device
+	// lsActive: a non-batch (LS or BE) pod has a process on the GPU. BE pods rank above
+	// batch like on the CPU, so they count with LS here.
+	lsActive bool
+	// lsUtil is the non-batch processes' utilisation, plus that of processes no pod
+	// could be attributed to (the safe side: they may be LS); batchUtil the batch pods'.
+	lsUtil, batchUtil float64
+	lsNames           []string
+	// batch are the batch pods with processes on the GPU, in order of first process;
+	// batchPIDs their processes.
+	batch     []PodInfo
+	batchPIDs map[types.UID][]int
+	pods      []metrics.GPUPodUsage
+}
+
+// viewDevice classifies d's processes by the pod they run in.
+func viewDevice(d Device, pods PodView) deviceView {
+	v := deviceView{dev: d, batchPIDs: map[types.UID][]int{}}
+	for _, p := range d.Processes {
+		if !p.Pod.Attributed() {
+			v.lsUtil += p.SMUtil
+			continue
+		}
+		info, ok := pods.Pod(p.Pod.UID)
+		if !ok {
+			// A pod the agent does not know (yet): treat like an unattributed process.
+			v.lsUtil += p.SMUtil
+			continue
+		}
+		v.pods = append(v.pods, metrics.GPUPodUsage{Namespace: info.Namespace, Pod: info.Name,
+			Container: info.Containers[p.Pod.ContainerID], Util: p.SMUtil, MemUtil: p.MemUtil, MemUsed: p.MemUsed})
+		if info.Class != qos.ClassBatch {
+			v.lsActive = true
+			v.lsUtil += p.SMUtil
+			if name := info.Namespace + "/" + info.Name; !slices.Contains(v.lsNames, name) {
+				v.lsNames = append(v.lsNames, name)
+			}
+			continue
+		}
+		v.batchUtil += p.SMUtil
+		if _, seen := v.batchPIDs[info.UID]; !seen {
+			v.batch = append(v.batch, info)
+		}
+		v.batchPIDs[info.UID] = append(v.batchPIDs[info.UID], int(p.PID))
+	}
+	return v
+}
+
+// input is the GPU throttle's input for the view. A device the collector could not read
+// is Unknown (its duty is held). Where the driver reports no per-process utilisation
+// (MIG), only the presence of LS counts.
+func (v deviceView) input() qos.GPUThrottleInput {
+	if !v.dev.Healthy {
+		return qos.GPUThrottleInput{Index: v.dev.Index, Unknown: true}
+	}
+	in := qos.GPUThrottleInput{Index: v.dev.Index, LSActive: v.lsActive, LSUtil: min(v.lsUtil, 100),
+		BatchUtil: min(v.batchUtil, 100), BatchPods: len(v.batch)}
+	if v.dev.UtilUnsupported {
+		in.LSUtil, in.BatchUtil = 0, 0
+	}
+	return in
+}
+
+func (v deviceView) batchNames() []string {
+	out := make([]string, 0, len(v.batch))
+	for _, p := range v.batch {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
+// snapshot is the metrics' view of one scrape.
+func snapshot(views []deviceView, took time.Duration) metrics.GPUSnapshot {
+	s := metrics.GPUSnapshot{Available: true, CollectSeconds: took.Seconds(),
+		Devices: make([]metrics.GPUDeviceUsage, len(views))}
+	for i, v := range views {
+		s.Devices[i] = metrics.GPUDeviceUsage{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model,
+			Util: v.dev.Util, MemUtil: v.dev.MemUtil, UtilUnknown: v.dev.UtilUnsupported,
+			MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal, Healthy: v.dev.Healthy, Pods: v.pods}
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package koordlet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/gpu/devices"
+	"github.com/understory/understory/koordlet/gpu/duty"
+	"github.com/understory/understory/qos"
+)
+
+// GPU modes of GPUConfig.Mode.
+const (
+	// GPUModeAuto turns GPU features on when NVML can be used (a cgo build, the
+	// driver's libnvidia-ml.so.1 present) and off otherwise, with one log line.
+	GPUModeAuto = "auto"
+	// GPUModeOff never touches NVML.
+	GPUModeOff = "off"
+)
+
+// GPUConfig is the GPU part of the agent's configuration.
+type GPUConfig struct {
+	// Mode is auto (default) or off.
+	Mode string `json:"mode,omitempty"`
+	// LoopPeriod is how often the GPUs are scraped and the batch duties decided.
+	LoopPeriod metav1.Duration `json:"loopPeriod,omitempty"`
+	// Throttle is GPU-aware batch throttling: when LS pods use a GPU, the batch pods
+	// on it are frozen for a duty fraction of every throttle.period.
+	Throttle qos.GPUThrottlePolicy `json:"throttle"`
+	// Suspend is the feature gate and settings of suspending starved batch through
+	// cuda-checkpoint before eviction.
+	Suspend duty.SuspendConfig `json:"suspend"`
+	// Devices is how the NRI plugin hands shared GPUs to containers (CDI or
+	// NVIDIA_VISIBLE_DEVICES).
+	Devices devices.Config `json:"devices"`
+}
+
+// DefaultGPUConfig returns the GPU defaults.
+func DefaultGPUConfig() GPUConfig {
+	return GPUConfig{Mode: GPUModeAuto, LoopPeriod: metav1.Duration{Duration: gpu.DefaultLoopPeriod},
+		Throttle: qos.DefaultGPUThrottlePolicy(), Suspend: duty.DefaultSuspendConfig(),
+		Devices: devices.Config{}.WithDefaults()}
+}
+
+// Validate checks every GPU field, also with GPU features off, so that a bad config
+// shows before the node gets a GPU.
+func (c GPUConfig) Validate() error {
+	if c.Mode != GPUModeAuto && c.Mode != GPUModeOff {
+		return fmt.Errorf("gpu.mode: %q must be %q or %q: %w", c.Mode, GPUModeAuto, GPUModeOff, ErrInvalidConfig)
+	}
+	if p := c.LoopPeriod.Duration; p < 10*time.Millisecond || p > 10*time.Second {
+		return fmt.Errorf("gpu.loopPeriod: %v must be within [10ms, 10s]: %w", p, ErrInvalidConfig)
+	}
+	if err := c.Throttle.Validate(); err != nil {
+		return fmt.Errorf("gpu.throttle: %w", err)
+	}
+	if err := c.Suspend.Validate(); err != nil {
+		return fmt.Errorf("gpu.suspend: %w", err)
+	}
+	if err := c.Devices.Validate(); err != nil {
+		return fmt.Errorf("gpu.devices: %w", err)
+	}
+	return nil
+}
+
+// newGPU builds the GPU loop on src (nil: GPU features off).
+func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
+	if src == nil {
+		return nil
+	}
+	c, err := duty.New(a.cfg.GPU.Throttle.Period.Duration, a.log.With("component", "gpu-duty"))
+	if err != nil {
+		return fmt.Errorf("gpu duty cycle: %w", err)
+	}
+	o := gpu.Options{Source: src, Pods: a.gpuPodView, Groups: a.hier, Cycler: c, Policy: a.cfg.GPU.Throttle,
+		Period: a.cfg.GPU.LoopPeriod.Duration, Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
+		ProcRoot: a.cfg.ProcRoot, Evict: a.evictor}
+	if a.cfg.GPU.Suspend.Enabled {
+		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
+		if err != nil {
+			// The gate is on but the tool is missing or unusable: run without suspend.
+			a.log.Warn("GPU suspend (cuda-checkpoint) unavailable; starved batch goes to eviction", "err", err)
+		} else {
+			o.Suspend = cp
+		}
+	}
+	m, err := gpu.NewManager(o)
+	if err != nil {
+		return err
+	}
+	a.gpu = m
+	// A crashed run may have left batch pods frozen by the duty cycle: thaw every batch
+	// pod cgroup the agent can find now (the tier's children and the rediscovered
+	// in-place pods), then decide again.
+	a.thawStaleGPU(ctx)
+	return nil
+}
+
+// thawStaleGPU thaws the batch pods' cgroups a previous run's duty cycle may have left
+// frozen.
+func (a *Agent) thawStaleGPU(ctx context.Context) {
+	paths := map[string]bool{}
+	if kids, err := a.hier.ListChildren(a.layout.tier); err == nil {
+		for _, k := range kids {
+			paths[a.layout.tier+"/"+k] = true
+		}
+	}
+	for _, st := range a.pods {
+		if st.class == qos.ClassBatch && st.cgroup != "" {
+			paths[st.cgroup] = true
+		}
+	}
+	var groups []*cgroups.Group
+	for p := range paths {
+		if g, err := a.hier.Load(p); err == nil {
+			groups = append(groups, g)
+		}
+	}
+	stale, err := duty.ThawStale(ctx, groups)
+	if len(stale) > 0 {
+		a.log.Warn("thawed batch cgroups a previous run left frozen", "cgroups", stale)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		a.log.Error("cannot thaw batch cgroups left frozen", "err", err)
+	}
+}
+
+// gpuPodView is the GPU loop's view of the pods: the snapshot the control loop last
+// published.
+func (a *Agent) gpuPodView() gpu.PodView {
+	if m := a.gpuPods.Load(); m != nil {
+		return *m
+	}
+	return gpu.PodMap(nil)
+}
+
+// publishGPUPods replaces the GPU loop's pod snapshot (control loop, when pods or their
+// cgroups changed).
+func (a *Agent) publishGPUPods() {
+	if a.gpu == nil {
+		return
+	}
+	m := make(gpu.PodMap, len(a.sorted))
+	for _, st := range a.sorted {
+		m[st.uid] = gpu.PodInfo{UID: st.uid, Namespace: st.namespace, Name: st.name, Class: st.class,
+			Cgroup: st.cgroup, Containers: st.spec.containers, Priority: st.spec.priority,
+			StartTime: st.spec.started, Terminating: st.terminating}
+	}
+	a.gpuPods.Store(&m)
+}
+
+// GPUs is the node's GPU inventory for the NRI plugin (empty with GPU features off or
+// before the first scrape).
+func (a *Agent) GPUs() []devices.GPU {
+	if a.gpu == nil {
+		return nil
+	}
+	inv := a.gpu.Inventory()
+	out := make([]devices.GPU, len(inv))
+	for i, d := range inv {
+		out[i] = devices.GPU{Index: d.Index, UUID: d.UUID}
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+package metrics
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// GPUSnapshot is one scrape of the node's GPUs, as the agent publishes it. It is
+// plain data so that this package imports nothing of the agent.
+type GPUSnapshot struct {
+	// Available is false when NVML cannot be used (built without cgo, no driver or
+	// library, init failed): only understory_gpu_available 0 is published then.
+	Available bool
+	// CollectSeconds is how long the scrape of every GPU took.
+	CollectSeconds float64
+	// Devices are the node's GPUs.
+	Devices []GPUDeviceUsage
+}
+
+// GPUDeviceUsage is one GPU in a GPUSnapshot. Utilisation is percent (0..100), as
+// NVML reports it; it is published as a ratio (0..1).
+type GPUDeviceUsage struct {
+	// Index is the NVML device index (dcgm-exporter's "gpu" label).
+	Index int
+	UUID  string
+	Model string
+	// Util is the SM utilisation, MemUtil the memory controller's.
+	Util, MemUtil float64
+	// UtilUnknown: the driver reports no utilisation for the device (MIG mode); the
+	// utilisation series of the device and its pods are left out, never shown as 0.
+	UtilUnknown bool
+	// MemUsed and MemTotal are bytes.
+	MemUsed, MemTotal uint64
+	// Healthy is false when a query of the device failed; only its
+	// understory_gpu_healthy 0 is published then, as its figures are not to be trusted.
+	Healthy bool
+	// Pods is the GPU's use by pod container (processes no pod could be attributed to
+	// are left out). Entries with the same namespace, pod and container are summed.
+	Pods []GPUPodUsage
+}
+
+// GPUPodUsage is one container's use of one GPU.
+type GPUPodUsage struct {
+	Namespace, Pod, Container string
+	// Util and MemUtil are percent (0..100) of the device.
+	Util, MemUtil float64
+	// MemUsed is bytes of device memory.
+	MemUsed uint64
+}
+
+// ErrInvalidGPUSnapshot is wrapped by GPU.Update for parts of a snapshot it had to
+// drop or repair.
+var ErrInvalidGPUSnapshot = errors.New("invalid GPU snapshot")
+
+// GPU is the node agent's GPU metric set: a prometheus.Collector that publishes the
+// last snapshot given to Update. Label keys match NVIDIA's dcgm-exporter (gpu, UUID,
+// modelName; namespace, pod, container) so that its series and these join.
+type GPU struct {
+	available, duration            *prometheus.Desc
+	healthy, util, memUtil         *prometheus.Desc
+	memUsed, memTotal              *prometheus.Desc
+	podUtil, podMemUtil, podMemUse *prometheus.Desc
+
+	mu   sync.Mutex
+	snap GPUSnapshot
+}
+
+var _ prometheus.Collector = (*GPU)(nil)
+
+// Label keys, dcgm-exporter's spelling.
+var (
+	gpuLabels    = []string{"gpu", "UUID", "modelName"}
+	gpuPodLabels = []string{"gpu", "UUID", "modelName", "namespace", "pod", "container"}
+)
+
+// NewGPU creates the GPU metrics and registers them on reg. Until the first Update
+// they read "not available".
+func NewGPU(reg prometheus.Registerer) (*GPU, error) {
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("understory", "gpu", name), help, labels, nil)
+	}
+	g := &GPU{
+		available: d("available", "1 when the agent can read the node's GPUs through NVML, else 0 "+
+			"(built without cgo, no NVIDIA driver or library, NVML init failed).", nil),
+		duration: d("collect_duration_seconds", "Time the last scrape of every GPU through NVML took.", nil),
+		healthy: d("healthy", "1 when every NVML query of the GPU succeeded in the last scrape, "+
+			"else 0 (its other series are then left out).", gpuLabels),
+		util: d("utilization_ratio", "GPU (SM) utilisation over the driver's last sample period, 0..1 "+
+			"(dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100).", gpuLabels),
+		memUtil: d("memory_utilization_ratio", "GPU memory controller utilisation over the driver's "+
+			"last sample period, 0..1.", gpuLabels),
+		memUsed:  d("memory_used_bytes", "GPU memory in use.", gpuLabels),
+		memTotal: d("memory_total_bytes", "GPU memory installed.", gpuLabels),
+		podUtil: d("pod_utilization_ratio", "A container's share of the GPU's SM time over the driver's "+
+			"last per-process sample, 0..1 (0 when it had no sample since the last scrape).", gpuPodLabels),
+		podMemUtil: d("pod_memory_utilization_ratio", "A container's share of the GPU's memory "+
+			"controller over the driver's last per-process sample, 0..1.", gpuPodLabels),
+		podMemUse: d("pod_memory_used_bytes", "GPU memory held by a container's compute processes.", gpuPodLabels),
+	}
+	if err := reg.Register(g); err != nil {
+		return nil, fmt.Errorf("registering GPU metrics: %w", err)
+	}
+	return g, nil
+}
+
+// Update replaces the published snapshot. Parts that cannot be published are
+// dropped or repaired and reported in the error (wrapping ErrInvalidGPUSnapshot);
+// the rest is published all the same: a second device with the same index or
+// UUID, a negative index, a pod entry without a pod name are dropped; label
+// values that are not UTF-8 are repaired; utilisation outside 0..100 is clamped,
+// and NaN leaves the series out. The sum of a container's entries is bounded to 100
+// without complaint (per-process samples add up to a little over the device). Update keeps no reference to s.
+func (g *GPU) Update(s GPUSnapshot) error {
+	snap, err := cleanGPUSnapshot(s)
+	g.mu.Lock()
+	g.snap = snap
+	g.mu.Unlock()
+	return err
+}
+
+// cleanGPUSnapshot returns a deep copy of s that Collect can publish as is.
+func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format+": %w", append(args, ErrInvalidGPUSnapshot)...))
+	}
+	out := GPUSnapshot{Available: s.Available, CollectSeconds: s.CollectSeconds}
+	if math.IsNaN(s.CollectSeconds) || math.IsInf(s.CollectSeconds, 0) || s.CollectSeconds < 0 {
+		bad("collect duration %v", s.CollectSeconds)
+		out.CollectSeconds = math.NaN() // left out
+	}
+	seenIndex := make(map[int]bool, len(s.Devices))
+	seenUUID := make(map[string]bool, len(s.Devices))
+	for _, d := range s.Devices {
+		switch {
+		case d.Index < 0:
+			bad("GPU index %d", d.Index)
+			continue
+		case seenIndex[d.Index]:
+			bad("GPU index %d twice", d.Index)
+			continue
+		case d.UUID != "" && seenUUID[d.UUID]:
+			bad("GPU UUID %q twice", d.UUID)
+			continue
+		}
+		seenIndex[d.Index], seenUUID[d.UUID] = true, true
+		c := d
+		c.UUID, c.Model = validLabel(d.UUID, "GPU UUID", bad), validLabel(d.Model, "GPU model", bad)
+		checkPercent := func(v float64, what string) {
+			if math.IsNaN(v) || v < 0 || v > 100 {
+				bad("GPU %d: %s %v is not a percentage", d.Index, what, v)
+			}
+		}
+		checkPercent(d.Util, "utilisation")
+		checkPercent(d.MemUtil, "memory utilisation")
+		c.Util, c.MemUtil = clampPercent(d.Util), clampPercent(d.MemUtil)
+		c.Pods = nil
+		type key struct{ ns, pod, ctr string }
+		at := make(map[key]int, len(d.Pods))
+		for _, p := range d.Pods {
+			if p.Pod == "" {
+				bad("GPU %d: a pod entry without a pod name", d.Index)
+				continue
+			}
+			checkPercent(p.Util, "pod "+p.Pod+" utilisation")
+			checkPercent(p.MemUtil, "pod "+p.Pod+" memory utilisation")
+			p.Namespace = validLabel(p.Namespace, "namespace", bad)
+			p.Pod = validLabel(p.Pod, "pod", bad)
+			p.Container = validLabel(p.Container, "container", bad)
+			k := key{p.Namespace, p.Pod, p.Container}
+			if i, ok := at[k]; ok {
+				q := &c.Pods[i]
+				q.Util, q.MemUtil, q.MemUsed = q.Util+p.Util, q.MemUtil+p.MemUtil, q.MemUsed+p.MemUsed
+				continue
+			}
+			at[k] = len(c.Pods)
+			c.Pods = append(c.Pods, p)
+		}
+		// Sums of several processes may pass 100 by sampling noise: bounded, not reported.
+		for i := range c.Pods {
+			c.Pods[i].Util, c.Pods[i].MemUtil = clampPercent(c.Pods[i].Util), clampPercent(c.Pods[i].MemUtil)
+		}
+		out.Devices = append(out.Devices, c)
+	}
+	slices.SortFunc(out.Devices, func(a, b GPUDeviceUsage) int { return cmp.Compare(a.Index, b.Index) })
+	return out, errors.Join(errs...)
+}
+
+// validLabel returns s, or s with invalid UTF-8 replaced (reported through bad).
+func validLabel(s, what string, bad func(string, ...any)) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	bad("%s %q is not UTF-8", what, s)
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// clampPercent bounds a percentage to 0..100; NaN stays NaN (the series is left out).
+func clampPercent(v float64) float64 {
+	if math.IsNaN(v) {
+		return v
+	}
+	return min(max(v, 0), 100)
+}
+
+// Describe sends every descriptor.
+func (g *GPU) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.available, g.duration, g.healthy, g.util, g.memUtil, g.memUsed,
+		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse} {
+		ch <- d
+	}
+}
+
+// Collect publishes the last snapshot.
+func (g *GPU) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	s := g.snap // Update replaces it whole and never writes into it
+	g.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		if math.IsNaN(v) {
+			return
+		}
+		m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
+	if !s.Available {
+		gauge(g.available, 0)
+		return
+	}
+	gauge(g.available, 1)
+	gauge(g.duration, s.CollectSeconds)
+	for _, d := range s.Devices {
+		labels := []string{strconv.Itoa(d.Index), d.UUID, d.Model}
+		if !d.Healthy {
+			gauge(g.healthy, 0, labels...)
+			continue
+		}
+		gauge(g.healthy, 1, labels...)
+		if !d.UtilUnknown {
+			gauge(g.util, d.Util/100, labels...)
+			gauge(g.memUtil, d.MemUtil/100, labels...)
+		}
+		gauge(g.memUsed, float64(d.MemUsed), labels...)
+		gauge(g.memTotal, float64(d.MemTotal), labels...)
+		for _, p := range d.Pods {
+			pl := append(labels[:3:3], p.Namespace, p.Pod, p.Container)
+			if !d.UtilUnknown {
+				gauge(g.podUtil, p.Util/100, pl...)
+				gauge(g.podMemUtil, p.MemUtil/100, pl...)
+			}
+			gauge(g.podMemUse, float64(p.MemUsed), pl...)
+		}
+	}
+}
