@@ -160,8 +160,9 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 
 // gpuDevices decides the container's GPU devices. A refusal is logged, recorded as an
 // Event on the pod and returned as the error the runtime fails the container with.
-func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox, ctr *api.Container) (devices.Assignment, bool, error) {
-	kpod := p.lookupPod(ctx, types.UID(sb.GetUid()))
+func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
+	ctr *api.Container) (devices.Assignment, bool, error) {
+	kpod := p.lookupPod(ctx, sb)
 	if kpod == nil {
 		if _, annotated := sb.GetAnnotations()[devices.AnnotationDevices]; !annotated {
 			// Not placed on shared GPUs by the extender, as far as the runtime knows; a
@@ -171,7 +172,9 @@ func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox, ctr *api
 				sb.GetNamespace()+"/"+sb.GetName(), "uid", sb.GetUid(), "container", ctr.GetName())
 			return devices.Assignment{}, false, nil
 		}
-		// kubelet retries the container with back-off; the pod source catches up.
+		// Fail closed: without the spec we cannot tell a shared-GPU container from a
+		// whole-GPU one (the extender annotates both). kubelet retries the container
+		// with back-off; the pod source catches up.
 		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
 			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
 	}
@@ -197,17 +200,27 @@ func (p *NRIPlugin) refuse(pod *corev1.Pod, ctr, reason string, err error) error
 	return fmt.Errorf("understory: pod %s/%s container %s refused: %w", pod.Namespace, pod.Name, ctr, err)
 }
 
-// lookupPod finds the pod with uid in the pod source, waiting up to podWait (and not
-// past ctx's deadline, less a margin for the reply) for the source to catch up with a
-// pod the runtime already starts.
-func (p *NRIPlugin) lookupPod(ctx context.Context, uid types.UID) *corev1.Pod {
+// mirrorPodAnnotation marks the API server's mirror of a static pod: its UID is not the
+// one kubelet runs the static pod (and its sandbox) with.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// lookupPod finds the container's pod in the pod source by UID (or, for a static pod,
+// its mirror pod by namespace and name), waiting up to podWait (and not past ctx's
+// deadline, less a margin for the reply) for the source to catch up with a pod the
+// runtime already starts.
+func (p *NRIPlugin) lookupPod(ctx context.Context, sb *api.PodSandbox) *corev1.Pod {
+	uid := types.UID(sb.GetUid())
 	deadline := time.Now().Add(p.podWait)
 	if d, ok := ctx.Deadline(); ok && d.Add(-200*time.Millisecond).Before(deadline) {
 		deadline = d.Add(-200 * time.Millisecond)
 	}
 	for {
 		for _, pod := range p.pods.List() {
-			if pod.UID == uid {
+			if pod.UID == uid && uid != "" {
+				return pod
+			}
+			if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror && pod.Namespace == sb.GetNamespace() &&
+				pod.Name == sb.GetName() {
 				return pod
 			}
 		}

@@ -402,7 +402,26 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 
 func TestNRIOptionsRejectBadGPUConfig(t *testing.T) {
 	t.Parallel()
-	if _, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{GPU: devices.Config{Mode: "all"}}); !errors.Is(err, devices.ErrInvalidConfig) {
+	_, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{GPU: devices.Config{Mode: "all"}})
+	if !errors.Is(err, devices.ErrInvalidConfig) {
 		t.Fatalf("NewNRIPluginWithOptions(mode all) = %v, want devices.ErrInvalidConfig", err)
+	}
+}
+
+// TestNRIGPUStaticPod: kubelet runs a static pod under its own UID; the pod source
+// lists the API server's mirror pod under another one, found by namespace and name.
+func TestNRIGPUStaticPod(t *testing.T) {
+	t.Parallel()
+	pod, sb := nriGPUPod("static-hash", "1", false)
+	pod.UID = "mirror-uid"
+	pod.Annotations[mirrorPodAnnotation] = "static-hash"
+	p, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{Pods: &nriPods{pods: []*corev1.Pod{pod}},
+		GPUs: nriInventory, PodWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adj, _, err := p.CreateContainer(context.Background(), sb, &api.Container{Name: "main"})
+	if err != nil || !slices.Equal(cdiOf(adj), []string{devices.DefaultCDIKind + "=" + nriUUID1}) {
+		t.Fatalf("CreateContainer = %v, %v; want device 1", adj, err)
 	}
 }

@@ -46,6 +46,19 @@ type GPUDeviceUsage struct {
 	// Pods is the GPU's use by pod container (processes no pod could be attributed to
 	// are left out). Entries with the same namespace, pod and container are summed.
 	Pods []GPUPodUsage
+	// Throttle is the GPU throttle's decision for the device; nil leaves its series out.
+	Throttle *GPUThrottle
+}
+
+// GPUThrottle is the GPU-aware batch throttle's state of one GPU.
+type GPUThrottle struct {
+	// Duty is the fraction of each duty period the GPU's batch pods are frozen (0..1).
+	Duty float64
+	// LSUtil is the utilisation (percent) counted as LS: non-batch pods' processes and
+	// processes no pod could be attributed to.
+	LSUtil float64
+	// Reason is the throttle's reason (qos.GPUReason*).
+	Reason string
 }
 
 // GPUPodUsage is one container's use of one GPU.
@@ -69,6 +82,7 @@ type GPU struct {
 	healthy, util, memUtil         *prometheus.Desc
 	memUsed, memTotal              *prometheus.Desc
 	podUtil, podMemUtil, podMemUse *prometheus.Desc
+	duty, lsUtil                   *prometheus.Desc
 
 	mu   sync.Mutex
 	snap GPUSnapshot
@@ -105,6 +119,10 @@ func NewGPU(reg prometheus.Registerer) (*GPU, error) {
 		podMemUtil: d("pod_memory_utilization_ratio", "A container's share of the GPU's memory "+
 			"controller over the driver's last per-process sample, 0..1.", gpuPodLabels),
 		podMemUse: d("pod_memory_used_bytes", "GPU memory held by a container's compute processes.", gpuPodLabels),
+		duty: d("batch_duty_ratio", "Fraction of each duty period the batch pods using the GPU are frozen "+
+			"so that LS pods get the device, 0..1, with the throttle's reason.", append(gpuLabels[:3:3], "reason")),
+		lsUtil: d("ls_utilization_ratio", "GPU utilisation counted as LS by the throttle (non-batch pods "+
+			"and processes no pod could be attributed to), 0..1.", gpuLabels),
 	}
 	if err := reg.Register(g); err != nil {
 		return nil, fmt.Errorf("registering GPU metrics: %w", err)
@@ -163,6 +181,16 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 		checkPercent(d.Util, "utilisation")
 		checkPercent(d.MemUtil, "memory utilisation")
 		c.Util, c.MemUtil = clampPercent(d.Util), clampPercent(d.MemUtil)
+		if d.Throttle != nil {
+			t := *d.Throttle
+			if math.IsNaN(t.Duty) || t.Duty < 0 || t.Duty > 1 {
+				bad("GPU %d: duty %v is not in 0..1", d.Index, t.Duty)
+				t.Duty = min(max(t.Duty, 0), 1) // NaN stays NaN: left out
+			}
+			t.LSUtil = clampPercent(t.LSUtil)
+			t.Reason = validLabel(t.Reason, "throttle reason", bad)
+			c.Throttle = &t
+		}
 		c.Pods = nil
 		type key struct{ ns, pod, ctr string }
 		at := make(map[key]int, len(d.Pods))
@@ -215,7 +243,7 @@ func clampPercent(v float64) float64 {
 // Describe sends every descriptor.
 func (g *GPU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{g.available, g.duration, g.healthy, g.util, g.memUtil, g.memUsed,
-		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse} {
+		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil} {
 		ch <- d
 	}
 }
@@ -243,6 +271,13 @@ func (g *GPU) Collect(ch chan<- prometheus.Metric) {
 	gauge(g.duration, s.CollectSeconds)
 	for _, d := range s.Devices {
 		labels := []string{strconv.Itoa(d.Index), d.UUID, d.Model}
+		if t := d.Throttle; t != nil {
+			// Published for an unhealthy GPU too: its duty is held, and still in force.
+			gauge(g.duty, t.Duty, append(labels[:3:3], t.Reason)...)
+			if d.Healthy && !d.UtilUnknown {
+				gauge(g.lsUtil, t.LSUtil/100, labels...)
+			}
+		}
 		if !d.Healthy {
 			gauge(g.healthy, 0, labels...)
 			continue

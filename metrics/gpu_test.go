@@ -96,6 +96,40 @@ understory_gpu_memory_used_bytes{UUID="GPU-cccc",gpu="0",modelName="NVIDIA H100 
 # TYPE understory_gpu_pod_memory_used_bytes gauge
 understory_gpu_pod_memory_used_bytes{UUID="GPU-cccc",container="c",gpu="0",modelName="NVIDIA H100 80GB HBM3",namespace="ml",pod="p"} 1.073741824e+09
 `},
+		{name: "throttle: duty with its reason, held on a lost GPU", update: &GPUSnapshot{Available: true,
+			CollectSeconds: 0.001, Devices: []GPUDeviceUsage{
+				{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 80, MemTotal: 10,
+					Throttle: &GPUThrottle{Duty: 0.9, LSUtil: 70, Reason: "ls-util-above-threshold"}},
+				{Index: 1, UUID: "GPU-b", Model: "m", Healthy: false,
+					Throttle: &GPUThrottle{Duty: 0.3, Reason: "unknown"}},
+			}}, want: gpuHelp + `understory_gpu_available 1
+# HELP understory_gpu_batch_duty_ratio Fraction of each duty period the batch pods using the GPU are frozen so that LS pods get the device, 0..1, with the throttle's reason.
+# TYPE understory_gpu_batch_duty_ratio gauge
+understory_gpu_batch_duty_ratio{UUID="GPU-a",gpu="0",modelName="m",reason="ls-util-above-threshold"} 0.9
+understory_gpu_batch_duty_ratio{UUID="GPU-b",gpu="1",modelName="m",reason="unknown"} 0.3
+# HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
+# TYPE understory_gpu_collect_duration_seconds gauge
+understory_gpu_collect_duration_seconds 0.001
+# HELP understory_gpu_healthy 1 when every NVML query of the GPU succeeded in the last scrape, else 0 (its other series are then left out).
+# TYPE understory_gpu_healthy gauge
+understory_gpu_healthy{UUID="GPU-a",gpu="0",modelName="m"} 1
+understory_gpu_healthy{UUID="GPU-b",gpu="1",modelName="m"} 0
+# HELP understory_gpu_ls_utilization_ratio GPU utilisation counted as LS by the throttle (non-batch pods and processes no pod could be attributed to), 0..1.
+# TYPE understory_gpu_ls_utilization_ratio gauge
+understory_gpu_ls_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.7
+# HELP understory_gpu_memory_total_bytes GPU memory installed.
+# TYPE understory_gpu_memory_total_bytes gauge
+understory_gpu_memory_total_bytes{UUID="GPU-a",gpu="0",modelName="m"} 10
+# HELP understory_gpu_memory_used_bytes GPU memory in use.
+# TYPE understory_gpu_memory_used_bytes gauge
+understory_gpu_memory_used_bytes{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_memory_utilization_ratio GPU memory controller utilisation over the driver's last sample period, 0..1.
+# TYPE understory_gpu_memory_utilization_ratio gauge
+understory_gpu_memory_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_utilization_ratio GPU (SM) utilisation over the driver's last sample period, 0..1 (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100).
+# TYPE understory_gpu_utilization_ratio gauge
+understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.8
+`},
 		{name: "available, no GPUs", update: &GPUSnapshot{Available: true}, want: gpuHelp + `understory_gpu_available 1
 # HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
 # TYPE understory_gpu_collect_duration_seconds gauge

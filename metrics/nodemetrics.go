@@ -318,7 +318,10 @@ func (a *GPUAllocation) validate() error {
 			name, v  string
 			max      int
 			required bool
-		}{{"ns", p.Namespace, maxPodNamespace, true}, {"name", p.Name, maxPodName, true}, {"uid", p.UID, maxPodUID, false}} {
+		}{
+			{"ns", p.Namespace, maxPodNamespace, true}, {"name", p.Name, maxPodName, true},
+			{"uid", p.UID, maxPodUID, false},
+		} {
 			if err := printable(f.v, f.max, f.required); err != nil {
 				return fmt.Errorf("pods[%d].%s: %w", i, f.name, err)
 			}

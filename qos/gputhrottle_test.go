@@ -425,8 +425,9 @@ func TestGPUThrottleManyGPUs(t *testing.T) {
 func TestGPUThrottleDecisionJSON(t *testing.T) {
 	t.Parallel()
 	c := qos.NewGPUThrottle(qos.DefaultGPUThrottlePolicy(), gpuStep)
-	c.Step(gpuT0, []qos.GPUThrottleInput{{Index: 1, LSActive: true, LSUtil: 80, BatchUtil: 30, BatchPods: 2}})
-	d := c.Step(gpuT0.Add(900*time.Millisecond), []qos.GPUThrottleInput{{Index: 1, LSActive: true, LSUtil: 80, BatchUtil: 30, BatchPods: 2}})[0]
+	in := []qos.GPUThrottleInput{{Index: 1, LSActive: true, LSUtil: 80, BatchUtil: 30, BatchPods: 2}}
+	c.Step(gpuT0, in)
+	d := c.Step(gpuT0.Add(900*time.Millisecond), in)[0]
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
@@ -444,4 +445,36 @@ func TestGPUThrottleDecisionJSON(t *testing.T) {
 	if !reflect.DeepEqual(back, d) {
 		t.Fatalf("round trip %+v != %+v", back, d)
 	}
+}
+
+// Whatever the inputs and the clock, every decision stays in range and JSON-encodable.
+func FuzzGPUThrottle(f *testing.F) {
+	f.Add(true, 50.0, 20.0, 1, int64(100), false, true, math.NaN(), 0.0, 0, int64(-5000), true)
+	f.Add(false, -1.0, math.Inf(1), -3, int64(0), true, false, 101.0, 7.0, 2, int64(3600_000), false)
+	f.Fuzz(func(t *testing.T, act1 bool, ls1, b1 float64, pods1 int, dt1 int64, unk1 bool,
+		act2 bool, ls2, b2 float64, pods2 int, dt2 int64, unk2 bool) {
+		p := qos.DefaultGPUThrottlePolicy()
+		p.StarveAfter = escDur(time.Second)
+		c := qos.NewGPUThrottle(p, gpuStep)
+		now := gpuT0
+		for i := range 50 {
+			in := qos.GPUThrottleInput{LSActive: act1, LSUtil: ls1, BatchUtil: b1, BatchPods: pods1, Unknown: unk1}
+			dt := dt1
+			if i%2 == 1 {
+				in = qos.GPUThrottleInput{LSActive: act2, LSUtil: ls2, BatchUtil: b2, BatchPods: pods2, Unknown: unk2}
+				dt = dt2
+			}
+			now = now.Add(time.Duration(dt) * time.Millisecond)
+			for _, d := range c.Step(now, []qos.GPUThrottleInput{in}) {
+				if !(d.Duty >= 0 && d.Duty <= p.MaxDuty) || !(d.Target >= 0 && d.Target <= p.MaxDuty) ||
+					!(d.LSUtil >= 0 && d.LSUtil <= 100) || !(d.BatchUtil >= 0 && d.BatchUtil <= 100) || d.BatchPods < 0 ||
+					d.StarvedFor.Duration < 0 || (d.Escalate && !d.Starved) {
+					t.Fatalf("step %d: out of range %+v", i, d)
+				}
+				if _, err := json.Marshal(d); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+			}
+		}
+	})
 }

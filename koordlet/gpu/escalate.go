@@ -25,9 +25,6 @@ const (
 
 // Bounds of the escalation steps.
 const (
-	// suspendTimeout bounds one cuda-checkpoint call: suspending copies the process's
-	// device memory to the host, seconds for tens of GiB.
-	suspendTimeout = 30 * time.Second
 	// evictEvery is the shortest gap between two eviction requests for one GPU (the
 	// evictor has its own rate limit; this keeps the loop from resubmitting every step).
 	evictEvery = 30 * time.Second
@@ -88,9 +85,8 @@ func (m *Manager) suspend(ctx context.Context, now time.Time, v deviceView) bool
 				held = true
 				continue
 			}
-			sctx, cancel := context.WithTimeout(ctx, suspendTimeout)
-			err := m.o.Suspend.Suspend(sctx, pid)
-			cancel()
+			// Bounded by the suspender's own timeout (gpu.suspend.timeout).
+			err := m.o.Suspend.Suspend(ctx, pid)
 			if err != nil {
 				m.log.Warn("cuda-checkpoint suspend failed; falling back to eviction", "pod", p.Namespace+"/"+p.Name,
 					"pid", pid, "err", err)
@@ -136,9 +132,7 @@ func (m *Manager) resumeAll(ctx context.Context) {
 }
 
 func (m *Manager) resume(ctx context.Context, pid int, s suspendedProc) {
-	rctx, cancel := context.WithTimeout(ctx, suspendTimeout)
-	err := m.o.Suspend.Resume(rctx, pid)
-	cancel()
+	err := m.o.Suspend.Resume(ctx, pid)
 	if err != nil && ctx.Err() == nil {
 		// A process that exited cannot be resumed; anything else is retried next step.
 		m.log.Warn("cuda-checkpoint resume failed", "pid", pid, "gpu", s.gpu, "err", err)

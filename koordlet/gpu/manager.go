@@ -271,7 +271,7 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	st.Suspended = m.suspendedStatus()
 	m.status.Store(st)
 	if m.o.Metrics != nil {
-		if err := m.o.Metrics.Update(snapshot(views, took)); err != nil {
+		if err := m.o.Metrics.Update(snapshot(views, byGPU, took)); err != nil {
 			m.log.Debug("GPU metrics snapshot repaired", "err", err)
 		}
 	}

@@ -84,13 +84,16 @@ func (v deviceView) batchNames() []string {
 }
 
 // snapshot is the metrics' view of one scrape.
-func snapshot(views []deviceView, took time.Duration) metrics.GPUSnapshot {
+func snapshot(views []deviceView, decisions map[int]qos.GPUThrottleDecision, took time.Duration) metrics.GPUSnapshot {
 	s := metrics.GPUSnapshot{Available: true, CollectSeconds: took.Seconds(),
 		Devices: make([]metrics.GPUDeviceUsage, len(views))}
 	for i, v := range views {
 		s.Devices[i] = metrics.GPUDeviceUsage{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model,
 			Util: v.dev.Util, MemUtil: v.dev.MemUtil, UtilUnknown: v.dev.UtilUnsupported,
 			MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal, Healthy: v.dev.Healthy, Pods: v.pods}
+		if d, ok := decisions[v.dev.Index]; ok {
+			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: v.lsUtil, Reason: d.Reason}
+		}
 	}
 	return s
 }

@@ -26,7 +26,8 @@ type kubeletPodResources struct {
 	hang bool
 }
 
-func (k *kubeletPodResources) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+func (k *kubeletPodResources) List(ctx context.Context,
+	_ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	if k.hang {
 		<-ctx.Done()
 		return nil, ctx.Err()

@@ -130,8 +130,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// cdiName reports whether s is 1..95 letters, digits and the runes of extra.
 func cdiName(s, extra string) bool {
-	if s == "" || len(s) > 63 {
+	if s == "" || len(s) > 95 {
 		return false
 	}
 	for _, r := range s {
@@ -252,11 +253,15 @@ func requests(c *corev1.Container, name corev1.ResourceName) bool {
 }
 
 // indexInventory maps index → GPU, refusing an inventory that names an index or a
-// UUID twice: it could hand a container the wrong device.
+// UUID twice (it could hand a container the wrong device), or holds a UUID that is not
+// a valid CDI device name or would split the NVIDIA_VISIBLE_DEVICES list.
 func indexInventory(inv []GPU) (map[int]GPU, error) {
 	out := make(map[int]GPU, len(inv))
 	uuids := make(map[string]int, len(inv))
 	for _, g := range inv {
+		if g.UUID != "" && !cdiName(g.UUID, "-_.:") {
+			return nil, fmt.Errorf("index %d: UUID %q: %w", g.Index, g.UUID, ErrBadInventory)
+		}
 		if _, dup := out[g.Index]; dup {
 			return nil, fmt.Errorf("index %d twice: %w", g.Index, ErrBadInventory)
 		}

@@ -94,6 +94,8 @@ func TestDecide(t *testing.T) {
 			nil, ErrAbsentDevice},
 		{"inventory index twice", Config{}, pod(devs("0"), milli), "main", []GPU{{0, uuid0}, {0, uuid1}}, false, nil,
 			nil, ErrBadInventory},
+		{"inventory uuid with a comma", Config{Mode: ModeEnv}, pod(devs("0"), milli), "main",
+			[]GPU{{0, uuid0 + ",GPU-x"}}, false, nil, nil, ErrBadInventory},
 		{"inventory uuid twice", Config{}, pod(devs("0"), milli), "main", []GPU{{0, uuid0}, {1, uuid0}}, false, nil,
 			nil, ErrBadInventory},
 		{"whole and shared", Config{}, pod(devs("0"), ctr("main", list("understory.io/gpu-milli", "300",

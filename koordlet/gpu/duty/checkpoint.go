@@ -134,12 +134,23 @@ func (c *Checkpointer) State(ctx context.Context, pid int) (CheckpointState, err
 	if err != nil {
 		return "", c.failed("--get-state", pid, out, errOut, err)
 	}
+	st, err := ParseCheckpointState(out)
+	if err != nil {
+		return "", fmt.Errorf("cuda-checkpoint --get-state --pid %d: %w", pid, err)
+	}
+	return st, nil
+}
+
+// ParseCheckpointState reads the output of `cuda-checkpoint --get-state`: one of the
+// State* words (any case, surrounding white space ignored). Anything else is an error
+// wrapping ErrCheckpointState that quotes at most 512 bytes of it.
+func ParseCheckpointState(out string) (CheckpointState, error) {
 	st := CheckpointState(strings.ToLower(strings.TrimSpace(out)))
 	switch st {
 	case StateRunning, StateLocked, StateCheckpointed, StateFailed:
 		return st, nil
 	}
-	return "", fmt.Errorf("cuda-checkpoint --get-state --pid %d printed %s: %w", pid, clip(out), ErrCheckpointState)
+	return "", fmt.Errorf("unknown CUDA checkpoint state %s: %w", clip(out), ErrCheckpointState)
 }
 
 // Suspend moves pid's CUDA state from running to checkpointed: the driver locks its CUDA

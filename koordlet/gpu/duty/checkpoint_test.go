@@ -270,3 +270,23 @@ func TestCheckpointTimeout(t *testing.T) {
 		t.Fatalf("Suspend with a cancelled ctx = %v", err)
 	}
 }
+
+func FuzzParseCheckpointState(f *testing.F) {
+	for _, seed := range []string{"running\n", "checkpointed", " LOCKED \n", "failed", "", "\x00", "running\nlocked",
+		strings.Repeat("x", 4096), "Error: CUDA_ERROR_NOT_INITIALIZED"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, out string) {
+		st, err := ParseCheckpointState(out)
+		switch {
+		case err == nil:
+			if st != StateRunning && st != StateLocked && st != StateCheckpointed && st != StateFailed {
+				t.Fatalf("ParseCheckpointState(%q) = %q, nil", out, st)
+			}
+		case !errors.Is(err, ErrCheckpointState) || st != "":
+			t.Fatalf("ParseCheckpointState(%q) = %q, %v", out, st, err)
+		case len(err.Error()) > 2*maxToolOutput+100:
+			t.Fatalf("error of %d bytes for %d bytes of output", len(err.Error()), len(out))
+		}
+	})
+}

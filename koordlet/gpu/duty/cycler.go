@@ -132,8 +132,9 @@ func (c *Cycler) periodStart(t time.Time) time.Time {
 // no groups removes the key; a group left in no key is thawed (if the cycler froze it)
 // and forgotten. A group whose duty rises from 0 (or by RestartRise or more while it is
 // thawed) is frozen at once, within one loop turn, for duty*period, on top of the
-// periodic windows: a cut does not wait for the next period. A NaN or out-of-range duty or a nil group changes nothing and returns an error
-// wrapping ErrInvalidDuty or ErrInvalidGroup.
+// periodic windows: a cut does not wait for the next period. A NaN or out-of-range duty
+// or a nil group changes nothing and returns an error wrapping ErrInvalidDuty or
+// ErrInvalidGroup.
 func (c *Cycler) Set(key string, groups []*cgroups.Group, duty float64) error {
 	if !(duty >= 0 && duty <= 1) {
 		return fmt.Errorf("duty of %q: %v: %w", key, duty, ErrInvalidDuty)
@@ -142,26 +143,37 @@ func (c *Cycler) Set(key string, groups []*cgroups.Group, duty float64) error {
 		return fmt.Errorf("groups of %q: %w", key, ErrInvalidGroup)
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if duty == 0 || len(groups) == 0 {
+		if _, ok := c.keys[key]; !ok {
+			return nil
+		}
 		delete(c.keys, key)
 	} else {
 		ks := &keyState{duty: duty}
 		for _, g := range groups {
-			p := g.Path()
-			if !slices.Contains(ks.paths, p) {
+			if p := g.Path(); !slices.Contains(ks.paths, p) {
 				ks.paths = append(ks.paths, p)
 			}
-			gs := c.groups[p]
+		}
+		old := c.keys[key]
+		same := old != nil && old.duty == duty && slices.Equal(old.paths, ks.paths)
+		for _, g := range groups {
+			gs := c.groups[g.Path()]
 			if gs == nil {
 				gs = &groupState{}
-				c.groups[p] = gs
+				c.groups[g.Path()] = gs
+				same = false
 			}
 			gs.g = g // the newest handle wins
+		}
+		if same {
+			// The agent re-sends every GPU's duty each step; nothing changed.
+			return nil
 		}
 		c.keys[key] = ks
 	}
 	c.recompute(time.Now())
-	c.mu.Unlock()
 	c.poke()
 	return nil
 }

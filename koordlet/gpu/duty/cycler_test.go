@@ -248,6 +248,54 @@ func TestCyclerCycles(t *testing.T) {
 	}
 }
 
+// A rise from 0 freezes at once, in the thawed part of a period, and the periodic windows
+// of all groups are aligned whenever each joined.
+func TestCyclerRiseAndPhase(t *testing.T) {
+	t.Parallel()
+	f := newFakeRoot(t)
+	a, b := f.group("poda"), f.group("podb")
+	c := newCycler(t, 100*time.Millisecond)
+	startRun(t, c)
+	// 60 ms into a period: past a 0.5 window.
+	time.Sleep(time.Until(c.NextPeriod(time.Now()).Add(60 * time.Millisecond)))
+	if err := c.Set("gpu0", []*cgroups.Group{a}, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	setAt := time.Now()
+	c.mu.Lock()
+	want, _ := c.schedule(c.groups[a.Path()], setAt)
+	c.mu.Unlock()
+	if !want {
+		t.Fatalf("not to be frozen %v after a period start, right after a rise from 0", setAt.Sub(c.periodStart(setAt)))
+	}
+	f.waitState(a.Path(), "FROZEN")
+
+	// b joins later, in another key: the schedule of both is the same once their rise
+	// windows have passed.
+	time.Sleep(30 * time.Millisecond)
+	if err := c.Set("gpu1", []*cgroups.Group{b}, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ga, gb := c.groups[a.Path()], c.groups[b.Path()]
+	from := c.NextPeriod(gb.extraUntil)
+	for at := from; at.Before(from.Add(time.Second)); at = at.Add(7 * time.Millisecond) {
+		wa, _ := c.schedule(ga, at)
+		wb, _ := c.schedule(gb, at)
+		if wa != wb {
+			t.Fatalf("at %v after a period start: a frozen %v, b frozen %v", at.Sub(c.periodStart(at)), wa, wb)
+		}
+		if inWindow := at.Sub(c.periodStart(at)) < 50*time.Millisecond; wa != inWindow {
+			t.Fatalf("at %v after a period start: frozen %v", at.Sub(c.periodStart(at)), wa)
+		}
+	}
+	// Before the epoch too (a clock read before New), periods are floored.
+	if ps := c.periodStart(c.epoch.Add(-time.Millisecond)); !ps.Equal(c.epoch.Add(-100 * time.Millisecond)) {
+		t.Fatalf("periodStart before the epoch = %v", ps.Sub(c.epoch))
+	}
+}
+
 func TestRunTwice(t *testing.T) {
 	t.Parallel()
 	c := newCycler(t, 100*time.Millisecond)

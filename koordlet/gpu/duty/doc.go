@@ -50,8 +50,10 @@
 //     the period are rounded to 0 or 1.
 //   - Duty error: each write takes a few hundred microseconds to a few milliseconds (v1
 //     polls until FROZEN), and the loop's timer is late by scheduler latency under load.
-//     At a 100 ms period this is a fraction of a percentage point; bench/out/gpu.json
-//     (duty_error_pct) measures it on the real freezer.
+//     On an idle machine at a 100 ms period this is under a percentage point; on a busy
+//     one a late freeze shortens the frozen window by a few points, so the agent must
+//     keep a CPU weight well above batch's. bench/out/gpu.json (duty_error_pct) measures
+//     it on the real freezer.
 //
 // cuda-checkpoint limits (see NVIDIA's README, github.com/NVIDIA/cuda-checkpoint):
 //

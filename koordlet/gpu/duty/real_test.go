@@ -178,7 +178,8 @@ func burnerGroup(t *testing.T, k realKind) (g *cgroups.Group, pid int, h *cgroup
 		t.Fatalf("starting burner: %v", err)
 	}
 	t.Cleanup(func() {
-		for _, dir := range []string{filepath.Join(root, "freezer", rel), filepath.Join(root, "unified", rel), filepath.Join(root, rel)} {
+		dirs := []string{filepath.Join(root, "freezer", rel), filepath.Join(root, "unified", rel), filepath.Join(root, rel)}
+		for _, dir := range dirs {
 			_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
 		}
@@ -274,7 +275,7 @@ type dutyMeasure struct {
 
 // measureFrozen runs rounds of a baseline window (unfrozen) and a cycled window (duty d),
 // alternating which comes first (ABBA) so that a trend in the machine's load cancels.
-// Cycled windows are whole periods from the Set that starts the cycle.
+// Cycled windows are whole periods (window must be a multiple of the period).
 func measureFrozen(t *testing.T, c *Cycler, g *cgroups.Group, pid int, d float64, window time.Duration,
 	rounds int) dutyMeasure {
 	t.Helper()
@@ -289,12 +290,16 @@ func measureFrozen(t *testing.T, c *Cycler, g *cgroups.Group, pid int, d float64
 		baseRun, baseWait = baseRun+r1-r0, baseWait+w1-w0
 	}
 	cycled := func() {
-		r0, w0 := procSched(t, pid)
-		t0 := time.Now()
 		if err := c.Set("gpu0", []*cgroups.Group{g}, d); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(window)
+		// The rise from 0 froze at once, off the period clock: measure from the next
+		// period start, over whole periods.
+		start := c.NextPeriod(time.Now())
+		time.Sleep(time.Until(start))
+		r0, w0 := procSched(t, pid)
+		t0 := time.Now()
+		time.Sleep(time.Until(start.Add(window)))
 		r1, w1 := procSched(t, pid)
 		cycWall += time.Since(t0)
 		cycRun, cycWait = cycRun+r1-r0, cycWait+w1-w0
@@ -400,7 +405,8 @@ func TestRealShutdownThaws(t *testing.T) {
 func waitCPU(t *testing.T, pid int) {
 	t.Helper()
 	c0 := procCPU(t, pid)
-	for deadline := time.Now().Add(5 * time.Second); procCPU(t, pid)-c0 < 10*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+	deadline := time.Now().Add(5 * time.Second)
+	for ; procCPU(t, pid)-c0 < 10*time.Millisecond; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the burner got no CPU within 5 s of the thaw")
 		}
