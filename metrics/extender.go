@@ -46,7 +46,8 @@ type Extender struct {
 	Binds *prometheus.CounterVec
 	// ReservationsExpired counts filter reservations released because no bind came.
 	ReservationsExpired prometheus.Counter
-	// GangTransitions counts gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+	// GangTransitions counts gang events: planned, resumed, bound, plan_expired, bind_timeout,
+	// bind_failed, plan_broken, unschedulable.
 	GangTransitions *prometheus.CounterVec
 }
 
@@ -76,7 +77,8 @@ func NewExtender(reg prometheus.Registerer, src ExtenderSource) (*Extender, erro
 		}),
 		GangTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ExtenderNamespace, Name: "gang_transitions_total",
-			Help: "Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.",
+			Help: "Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, " +
+				"bind_timeout, bind_failed, plan_broken, unschedulable.",
 		}, []string{"event"}),
 	}
 	cs := []prometheus.Collector{m.Requests, m.Latency, m.FilterNodes, m.Binds, m.ReservationsExpired,

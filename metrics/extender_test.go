@@ -35,7 +35,7 @@ understory_extender_binds_total{result="bound"} 2
 # HELP understory_extender_cache_staleness_seconds Seconds since the informers last heard from the API server.
 # TYPE understory_extender_cache_staleness_seconds gauge
 understory_extender_cache_staleness_seconds 1.5
-# HELP understory_extender_gang_transitions_total Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+# HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
 understory_extender_gang_transitions_total{event="planned"} 1
 # HELP understory_extender_gangs Gangs by state.

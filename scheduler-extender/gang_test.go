@@ -169,7 +169,7 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 		t.Fatalf("gang status %+v", st.Gangs)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP understory_extender_gang_transitions_total Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+# HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
 understory_extender_gang_transitions_total{event="bound"} 1
 understory_extender_gang_transitions_total{event="planned"} 1
