@@ -169,7 +169,7 @@ func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error)
 			return job, fmt.Errorf("pod %s: %w", p.key(), err)
 		}
 	}
-	p.phase = phaseBinding
+	p.phase, p.unconfirmed = phaseBinding, false
 	job.member = memberOf(p)
 	return job, nil
 }
@@ -426,9 +426,12 @@ func (s *Server) confirmBinding(ctx context.Context, m bindMember, bindErr error
 // holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
 // as a reservation until expires (now + AssumedTTL), so it ends when the
 // informer shows the pod bound (then it is bound) or not (then it expires).
-// Call with the index lock held.
+// A filter of the pod meanwhile (kube-scheduler retries a failed bind) keeps
+// the hold and passes its node only: releasing it could hand devices the
+// API server has already given the pod to another pod. Call with the index
+// lock held.
 func holdUnconfirmed(p *podEntry, expires time.Time) {
-	p.phase, p.expires = phaseReserved, expires
+	p.phase, p.expires, p.unconfirmed = phaseReserved, expires, true
 }
 
 func (s *Server) countBinds(ok, failed int) {

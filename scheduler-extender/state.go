@@ -58,7 +58,10 @@ type podEntry struct {
 	devices []int
 	// inferred devices were chosen by the extender because the annotation was missing or wrong.
 	inferred bool
-	expires  time.Time // for phaseReserved
+	// unconfirmed: a phaseReserved hold after a Binding whose outcome is unknown
+	// (holdUnconfirmed); a filter of the pod keeps it instead of releasing it.
+	unconfirmed bool
+	expires     time.Time // for phaseReserved
 }
 
 func (p *podEntry) key() string { return p.namespace + "/" + p.name }
@@ -221,6 +224,7 @@ func (s *State) release(p *podEntry) {
 		}
 	}
 	p.charged, p.node, p.devices, p.phase, p.inferred, p.expires = false, "", nil, phasePending, false, time.Time{}
+	p.unconfirmed = false
 }
 
 // UpsertNode adds or refreshes a node from the API object.
@@ -450,7 +454,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 			p.inferred = false
 		}
 		if p.phase != phaseBound {
-			p.phase = phaseBound
+			p.phase, p.unconfirmed = phaseBound, false
 			s.gangs.confirm(p)
 		}
 		return p

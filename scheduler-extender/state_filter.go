@@ -227,10 +227,10 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 			return out
 		}
 	}
-	switch p.phase {
-	case phaseReserved:
+	switch {
+	case p.phase == phaseReserved && !p.unconfirmed:
 		s.release(p)
-	case phasePending:
+	case p.phase == phasePending:
 	default:
 		node, reason := p.node, fmt.Sprintf("pod is %s on node %s", p.phase, p.node)
 		s.mu.Unlock()
