@@ -507,4 +507,3 @@ func slicesEqual(a, b []string) bool {
 	}
 	return true
 }
-
