@@ -302,6 +302,9 @@ const maxParallelAPI = 8
 // gang member waits (up to GangBindTimeout) until every member of its plan has
 // reached bind; the last one to arrive binds them all.
 func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	if err := s.state.staleForBind(); err != nil {
+		return err
+	}
 	job, err := s.state.beginBind(&args)
 	if errors.Is(err, ErrUnknownPod) {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)

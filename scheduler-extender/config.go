@@ -59,6 +59,11 @@ type Config struct {
 	Housekeeping time.Duration
 	// InformerResync is the informers' resync period (0 disables resync).
 	InformerResync time.Duration
+	// MaxCacheStaleness: once the node or pod informer has been out of contact
+	// with the API server for longer (no watch open, no list or event since),
+	// binds are refused with 503 and kube-scheduler retries them; filters keep
+	// being served from the cache.
+	MaxCacheStaleness time.Duration
 
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
@@ -86,6 +91,7 @@ func DefaultConfig() Config {
 		APITimeout:        5 * time.Second,
 		Housekeeping:      time.Second,
 		InformerResync:    0,
+		MaxCacheStaleness: 30 * time.Second,
 		MaxBodyBytes:      10 << 20,
 		PodCacheBytes:     32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -112,6 +118,7 @@ func (c Config) Validate() error {
 		{"assumed ttl", c.AssumedTTL}, {"gang plan ttl", c.GangPlanTTL},
 		{"gang bind timeout", c.GangBindTimeout}, {"api timeout", c.APITimeout},
 		{"housekeeping", c.Housekeeping}, {"read header timeout", c.ReadHeaderTimeout},
+		{"max cache staleness", c.MaxCacheStaleness},
 		{"read timeout", c.ReadTimeout}, {"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
 	} {
 		if d.v <= 0 {

@@ -148,6 +148,15 @@ func TestGangMinMemberCap(t *testing.T) {
 	if n := h.calls.Load(); n != 0 {
 		t.Fatalf("a gang above the cap was planned (%d Score calls)", n)
 	}
+	// Never held: nothing is reserved for it, and it is reported as invalid.
+	for _, n := range []string{"n0", "n1"} {
+		if free := gpuFree(s, n); fmt.Sprint(free) != "[1000 1000 1000 1000]" {
+			t.Errorf("node %s holds capacity for a gang above the cap: %v", n, free)
+		}
+	}
+	if st := s.Status(); len(st.AssumedPods) != 0 || len(st.Gangs) != 1 || st.Gangs[0].State != GangInvalid {
+		t.Errorf("status %+v %+v, want nothing held and the gang invalid", st.AssumedPods, st.Gangs)
+	}
 }
 
 func volcanoPodGroup(name string, minMember any) *unstructured.Unstructured {

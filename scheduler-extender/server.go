@@ -507,7 +507,11 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.Bind(r.Context(), args); err != nil {
-		reply(http.StatusOK, err) // the protocol reports bind failures in the result
+		code := http.StatusOK // the protocol reports bind failures in the result
+		if errors.Is(err, ErrCacheStale) {
+			code = http.StatusServiceUnavailable
+		}
+		reply(code, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"Error":""}`))
