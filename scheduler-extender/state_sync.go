@@ -42,14 +42,6 @@ func touchingListWatch(ic *informerContact,
 	}
 }
 
-// stripManagedFields drops what the extender never reads to keep the pod cache small.
-func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		a.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // tombstone unwraps a DeletedFinalStateUnknown.
 func tombstone(obj any) any {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -80,7 +72,7 @@ func (s *Server) startInformers(ctx context.Context) error {
 			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		}), &corev1.Pod{}, s.cfg.InformerResync, cache.Indexers{})
 	for _, inf := range []cache.SharedIndexInformer{nodes, pods} {
-		if err := inf.SetTransform(stripManagedFields); err != nil {
+		if err := inf.SetTransform(slimObject); err != nil {
 			return fmt.Errorf("setting informer transform: %w", err)
 		}
 	}
@@ -160,6 +152,9 @@ func (s *Server) startGroupInformer(ctx context.Context, name string, gvr schema
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 	), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
+	if err := inf.SetTransform(slimObject); err != nil {
+		return fmt.Errorf("setting %s informer transform: %w", gvr.GroupResource(), err)
+	}
 	set := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			upsert(u)
