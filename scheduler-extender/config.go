@@ -67,6 +67,14 @@ type Config struct {
 
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// LargeBodyBytes and MaxLargeRequests limit concurrent large requests: at
+	// most MaxLargeRequests filter, prioritize or bind requests whose body
+	// exceeds LargeBodyBytes (or has no Content-Length) are handled at once;
+	// more get 429 at once, and kube-scheduler retries the pod. A large body is
+	// a nodeCacheCapable=false call carrying full Node objects: decoding it
+	// costs several times its size in memory.
+	LargeBodyBytes   int64
+	MaxLargeRequests int
 	// PodCacheBytes bounds the memory of the decoded-pod cache of filter and
 	// prioritize (an estimate: the kept JSON and the decoded pod).
 	PodCacheBytes int64
@@ -93,6 +101,8 @@ func DefaultConfig() Config {
 		InformerResync:    0,
 		MaxCacheStaleness: 30 * time.Second,
 		MaxBodyBytes:      10 << 20,
+		LargeBodyBytes:    1 << 20,
+		MaxLargeRequests:  4,
 		PodCacheBytes:     32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -139,6 +149,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1<<10 {
 		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)
+	}
+	if c.LargeBodyBytes < 1<<10 {
+		bad("large body bytes %d must be >= 1024", c.LargeBodyBytes)
+	}
+	if c.MaxLargeRequests < 1 {
+		bad("max large requests %d must be >= 1", c.MaxLargeRequests)
 	}
 	// A gang member's bind waits up to GangBindTimeout, then the committing bind
 	// creates the members' Bindings (one API call each, maxParallelAPI at a
