@@ -119,8 +119,8 @@ func memberOf(p *podEntry) bindMember {
 // beginBind moves a pod to phaseBinding on args.Node: from its reservation, from
 // its gang plan, or by placing it now if it has neither (e.g. after a restart).
 func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	var job bindJob
 	p := s.pods[args.PodUID]
 	if p == nil {
@@ -200,8 +200,8 @@ func (s *State) beginGangBind(g *gang, p *podEntry, node string) (bindJob, error
 
 // finishBind records the outcome of a single pod's bind.
 func (s *State) finishBind(m bindMember, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	p := s.pods[m.uid]
 	if p == nil || p.phase != phaseBinding {
 		return // deleted, or the informer already showed it bound
@@ -219,8 +219,8 @@ func (s *State) finishBind(m bindMember, err error) {
 // finishGang records the outcome of a gang commit (each member's Binding
 // error) and wakes every waiting member.
 func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	bound, failed := 0, 0
 	var any *podEntry
 	for uid := range plan.members {
@@ -276,8 +276,8 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 
 // gangBindTimeout fails plan if it is still waiting for members at bind.
 func (s *State) gangBindTimeout(g *gang, plan *gangPlan) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	if g.plan == plan && !plan.committing {
 		s.failPlan(g, fmt.Sprintf("bind timeout with %d/%d members at bind", plan.arrived, len(plan.members)), "bind_timeout")
 	}

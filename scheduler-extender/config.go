@@ -78,6 +78,10 @@ type Config struct {
 	// PodCacheBytes bounds the memory of the decoded-pod cache of filter and
 	// prioritize (an estimate: the kept JSON and the decoded pod).
 	PodCacheBytes int64
+	// LockHoldMetric exports understory_extender_index_lock_hold_seconds, a
+	// histogram of the index's write-lock holds (two clock reads per write
+	// lock; off, the cost is one nil check).
+	LockHoldMetric bool
 	// HTTP server timeouts.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -534,5 +535,31 @@ func TestLargeRequestsLimited(t *testing.T) {
 	}
 	if code, out := postJSON(t, http.DefaultClient, url+"/filter", large("third")); code != http.StatusOK {
 		t.Fatalf("a large request after the slot freed: %d %s", code, out)
+	}
+}
+
+// TestLockHoldMetric: with Config.LockHoldMetric every write-lock hold is
+// observed in understory_extender_index_lock_hold_seconds (and Deps.LockHold
+// sees the same holds); without it the metric does not exist.
+func TestLockHoldMetric(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		var seen atomic.Int64
+		s := testServer(t, newFakeClock(), Deps{Registry: reg,
+			LockHold: prometheus.ObserverFunc(func(float64) { seen.Add(1) })}, func(c *Config) { c.LockHoldMetric = on })
+		s.State().UpsertNode(testNode("n1", "A100", 4, 8, 32))
+		s.State().UpsertPod(testPod("ns", "a", gpus(1), onNode("n1")))
+		s.State().DeletePod("uid-ns-a")
+		n, err := testutil.GatherAndCount(reg, "understory_extender_index_lock_hold_seconds")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 0, true: 1}[on]; n != want {
+			t.Errorf("LockHoldMetric %v: %d lock hold histograms, want %d", on, n, want)
+		}
+		if seen.Load() != 3 {
+			t.Errorf("LockHoldMetric %v: Deps.LockHold saw %d holds, want 3", on, seen.Load())
+		}
 	}
 }

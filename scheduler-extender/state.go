@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
@@ -113,6 +115,28 @@ type State struct {
 	out       outbox        // Events and nudges to send once the lock is released
 	met       *metrics.Extender
 	contact   *apiContact
+
+	// lockHold observes every hold of the write lock in seconds (nil: not
+	// measured, and lock/unlock cost one nil check more than mu's own).
+	// Set before the State is shared; heldSince is written under the lock.
+	lockHold  prometheus.Observer
+	heldSince time.Time
+}
+
+// lock takes the write lock (and notes when, when holds are measured).
+func (s *State) lock() {
+	s.mu.Lock()
+	if s.lockHold != nil {
+		s.heldSince = time.Now() // the real clock: s.now may be a test's
+	}
+}
+
+// unlock releases the write lock (observing the hold, when measured).
+func (s *State) unlock() {
+	if s.lockHold != nil {
+		s.lockHold.Observe(time.Since(s.heldSince).Seconds())
+	}
+	s.mu.Unlock()
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -179,8 +203,8 @@ func (s *State) RefreshWorkload() error {
 		coverage = placement.PolicyCoverage(s.cfg.Policy)
 	}
 	w := placement.NewWorkload(reqs, coverage)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	return s.setPolicy(w)
 }
 
@@ -237,8 +261,8 @@ func (s *State) UpsertNode(obj *corev1.Node) {
 	if obj == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.upsertNodeLocked(obj, false)
 }
 
@@ -357,8 +381,8 @@ func nodeFromAPI(obj *corev1.Node) *placement.Node {
 // DeleteNode forgets a node. Pods bound there wait as orphans for their own delete
 // events; reservations and plans on it are released.
 func (s *State) DeleteNode(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.deleteNodeLocked(name)
 }
 
@@ -396,8 +420,8 @@ func (s *State) UpsertPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.upsertPodLocked(pod, true)
 }
 
@@ -538,8 +562,8 @@ func (s *State) deviceConflict(p *podEntry, e *nodeEntry, claimed, devs []int) {
 
 // DeletePod forgets a pod and frees what it held.
 func (s *State) DeletePod(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.deletePodLocked(uid)
 }
 

@@ -85,6 +85,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&c.MaxLargeRequests, "max-large-requests", c.MaxLargeRequests, "large requests handled at once; more "+
 		"get 429 and kube-scheduler retries them")
 	fs.Int64Var(&c.PodCacheBytes, "pod-cache-bytes", c.PodCacheBytes, "memory bound of the decoded-pod cache (0: no cache)")
+	fs.BoolVar(&c.LockHoldMetric, "lock-hold-metric", c.LockHoldMetric, "export a histogram of the index's write-lock "+
+		"holds (understory_extender_index_lock_hold_seconds)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP read header timeout")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP write timeout (must exceed the gang bind timeout)")
