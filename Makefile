@@ -71,7 +71,9 @@ bench-openb-search:
 	$(GO) run ./cmd/openb-replay -trace-dir $(OPENB_DIR) -workloads all -policy understory \
 	  -seeds 42 -search 80,4,20,0,1.3 -compare bench/out/openb.json -out bench/out/openb-search.json
 
-# Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable).
+# Extender filter + prioritize over real HTTP against 5 000 nodes (nodeCacheCapable), the index's
+# write-lock holds while a 1 000-member gang waits, and the RSS at 5 000 nodes and 100 000 pods
+# (-runs latency,lockhold,memory; a few minutes on 2 cores).
 bench-extender:
 	$(GO) run ./cmd/extender-bench -out bench/out/extender.json
 

@@ -23,8 +23,10 @@ type ExtenderSnapshot struct {
 	Pods map[string]int
 	// Gangs holds gangs by state (waiting, planned, binding, admitted, unschedulable, invalid).
 	Gangs map[string]int
-	// CacheStaleness is the time since the informers last heard from the API server.
-	CacheStaleness time.Duration
+	// CacheStaleness is each informer's staleness by name (nodes, pods,
+	// podgroups...): 0 while its watch is open, else the time since it last
+	// heard from the API server.
+	CacheStaleness map[string]time.Duration
 	// StaleNodeMetrics counts nodes whose node-metrics annotation is missing, invalid or too old.
 	StaleNodeMetrics int
 }
@@ -46,8 +48,12 @@ type Extender struct {
 	Binds *prometheus.CounterVec
 	// ReservationsExpired counts filter reservations released because no bind came.
 	ReservationsExpired prometheus.Counter
-	// GangTransitions counts gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+	// GangTransitions counts gang events: planned, resumed, bound, plan_expired, bind_timeout,
+	// bind_failed, plan_broken, unschedulable.
 	GangTransitions *prometheus.CounterVec
+	// DeviceConflicts counts bound pods whose devices annotation named devices
+	// that pods accounted before them already held (the first holder keeps them).
+	DeviceConflicts prometheus.Counter
 }
 
 // NewExtender registers the extender's metrics on reg. src feeds the gauges at scrape time.
@@ -76,11 +82,16 @@ func NewExtender(reg prometheus.Registerer, src ExtenderSource) (*Extender, erro
 		}),
 		GangTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ExtenderNamespace, Name: "gang_transitions_total",
-			Help: "Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.",
+			Help: "Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, " +
+				"bind_timeout, bind_failed, plan_broken, unschedulable.",
 		}, []string{"event"}),
+		DeviceConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ExtenderNamespace, Name: "device_conflicts_total",
+			Help: "Bound pods whose devices annotation named devices other pods already held (the first holder keeps them).",
+		}),
 	}
 	cs := []prometheus.Collector{m.Requests, m.Latency, m.FilterNodes, m.Binds, m.ReservationsExpired,
-		m.GangTransitions, newExtenderCollector(src)}
+		m.GangTransitions, m.DeviceConflicts, newExtenderCollector(src)}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering extender metrics: %w", err)
@@ -101,14 +112,15 @@ func newExtenderCollector(src ExtenderSource) *extenderCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(ExtenderNamespace, "", name), help, labels, nil)
 	}
 	return &extenderCollector{
-		src:          src,
-		nodes:        d("nodes", "Nodes in the extender's index."),
-		gpus:         d("gpus", "GPU devices in the extender's index."),
-		gpuCap:       d("gpu_milli_capacity", "Sum of GPU capacity in milli-GPU."),
-		gpuAlloc:     d("gpu_milli_allocated", "Sum of allocated (bound, assumed or reserved) milli-GPU."),
-		pods:         d("pods", "Tracked pods by phase.", "phase"),
-		gangs:        d("gangs", "Gangs by state.", "state"),
-		staleness:    d("cache_staleness_seconds", "Seconds since the informers last heard from the API server."),
+		src:      src,
+		nodes:    d("nodes", "Nodes in the extender's index."),
+		gpus:     d("gpus", "GPU devices in the extender's index."),
+		gpuCap:   d("gpu_milli_capacity", "Sum of GPU capacity in milli-GPU."),
+		gpuAlloc: d("gpu_milli_allocated", "Sum of allocated (bound, assumed or reserved) milli-GPU."),
+		pods:     d("pods", "Tracked pods by phase.", "phase"),
+		gangs:    d("gangs", "Gangs by state.", "state"),
+		staleness: d("cache_staleness_seconds", "Per informer: 0 while its watch is open, else seconds since it "+
+			"last heard from the API server.", "informer"),
 		staleMetrics: d("node_metrics_stale_nodes", "Nodes whose node-metrics annotation is missing, invalid or older than the max age."),
 	}
 }
@@ -134,11 +146,13 @@ func (c *extenderCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range sortedKeys(s.Gangs) {
 		g(c.gangs, float64(s.Gangs[k]), k)
 	}
-	g(c.staleness, s.CacheStaleness.Seconds())
+	for _, k := range sortedKeys(s.CacheStaleness) {
+		g(c.staleness, s.CacheStaleness[k].Seconds(), k)
+	}
 	g(c.staleMetrics, float64(s.StaleNodeMetrics))
 }
 
-func sortedKeys(m map[string]int) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

@@ -20,7 +20,7 @@ func TestExtenderGauges(t *testing.T) {
 		Nodes: 3, GPUs: 10, GPUMilliCapacity: 10000, GPUMilliAllocated: 2500,
 		Pods:             map[string]int{"bound": 4, "reserved": 1},
 		Gangs:            map[string]int{"waiting": 2},
-		CacheStaleness:   1500 * time.Millisecond,
+		CacheStaleness:   map[string]time.Duration{"nodes": 0, "pods": 1500 * time.Millisecond},
 		StaleNodeMetrics: 1,
 	})
 	if err != nil {
@@ -32,10 +32,14 @@ func TestExtenderGauges(t *testing.T) {
 # HELP understory_extender_binds_total Bind outcomes: bound or error.
 # TYPE understory_extender_binds_total counter
 understory_extender_binds_total{result="bound"} 2
-# HELP understory_extender_cache_staleness_seconds Seconds since the informers last heard from the API server.
+# HELP understory_extender_cache_staleness_seconds Per informer: 0 while its watch is open, else seconds since it last heard from the API server.
 # TYPE understory_extender_cache_staleness_seconds gauge
-understory_extender_cache_staleness_seconds 1.5
-# HELP understory_extender_gang_transitions_total Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+understory_extender_cache_staleness_seconds{informer="nodes"} 0
+understory_extender_cache_staleness_seconds{informer="pods"} 1.5
+# HELP understory_extender_device_conflicts_total Bound pods whose devices annotation named devices other pods already held (the first holder keeps them).
+# TYPE understory_extender_device_conflicts_total counter
+understory_extender_device_conflicts_total 0
+# HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
 understory_extender_gang_transitions_total{event="planned"} 1
 # HELP understory_extender_gangs Gangs by state.

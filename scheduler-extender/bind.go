@@ -119,8 +119,8 @@ func memberOf(p *podEntry) bindMember {
 // beginBind moves a pod to phaseBinding on args.Node: from its reservation, from
 // its gang plan, or by placing it now if it has neither (e.g. after a restart).
 func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	var job bindJob
 	p := s.pods[args.PodUID]
 	if p == nil {
@@ -169,7 +169,7 @@ func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error)
 			return job, fmt.Errorf("pod %s: %w", p.key(), err)
 		}
 	}
-	p.phase = phaseBinding
+	p.phase, p.unconfirmed = phaseBinding, false
 	job.member = memberOf(p)
 	return job, nil
 }
@@ -200,8 +200,8 @@ func (s *State) beginGangBind(g *gang, p *podEntry, node string) (bindJob, error
 
 // finishBind records the outcome of a single pod's bind.
 func (s *State) finishBind(m bindMember, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	p := s.pods[m.uid]
 	if p == nil || p.phase != phaseBinding {
 		return // deleted, or the informer already showed it bound
@@ -219,8 +219,8 @@ func (s *State) finishBind(m bindMember, err error) {
 // finishGang records the outcome of a gang commit (each member's Binding
 // error) and wakes every waiting member.
 func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	bound, failed := 0, 0
 	var any *podEntry
 	for uid := range plan.members {
@@ -276,8 +276,8 @@ func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error)
 
 // gangBindTimeout fails plan if it is still waiting for members at bind.
 func (s *State) gangBindTimeout(g *gang, plan *gangPlan) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	if g.plan == plan && !plan.committing {
 		s.failPlan(g, fmt.Sprintf("bind timeout with %d/%d members at bind", plan.arrived, len(plan.members)), "bind_timeout")
 	}
@@ -302,6 +302,9 @@ const maxParallelAPI = 8
 // gang member waits (up to GangBindTimeout) until every member of its plan has
 // reached bind; the last one to arrive binds them all.
 func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	if err := s.state.staleForBind(); err != nil {
+		return err
+	}
 	job, err := s.state.beginBind(&args)
 	if errors.Is(err, ErrUnknownPod) {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
@@ -426,9 +429,12 @@ func (s *Server) confirmBinding(ctx context.Context, m bindMember, bindErr error
 // holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
 // as a reservation until expires (now + AssumedTTL), so it ends when the
 // informer shows the pod bound (then it is bound) or not (then it expires).
-// Call with the index lock held.
+// A filter of the pod meanwhile (kube-scheduler retries a failed bind) keeps
+// the hold and passes its node only: releasing it could hand devices the
+// API server has already given the pod to another pod. Call with the index
+// lock held.
 func holdUnconfirmed(p *podEntry, expires time.Time) {
-	p.phase, p.expires = phaseReserved, expires
+	p.phase, p.expires, p.unconfirmed = phaseReserved, expires, true
 }
 
 func (s *Server) countBinds(ok, failed int) {

@@ -205,6 +205,25 @@ func TestLostBindingAnswerIsConfirmed(t *testing.T) {
 			if fc.pod(t, "ns", "a").Spec.NodeName != "n1" {
 				t.Fatal("the fake did not apply the binding")
 			}
+			if !tc.failGet {
+				return
+			}
+			// kube-scheduler retries a pod whose bind failed: its filter
+			// keeps the unconfirmed hold (passing only its node), and the
+			// next bind learns from the read back that the pod is bound.
+			s.State().UpsertNode(testNode("n2", "A100", 1, 8, 32))
+			if got := passedOne(t, filter(t, url, a, "n2", "n1")); got != "n1" {
+				t.Fatalf("re-filter of the unconfirmed pod passed %s, want n1 where it is bound", got)
+			}
+			if res := filter(t, url, b, "n1"); res.NodeNames != nil && len(*res.NodeNames) > 0 {
+				t.Fatalf("after a's re-filter a second pod got its GPU: %v", *res.NodeNames)
+			}
+			if msg := bind(t, url, a, "n1"); msg != "" {
+				t.Fatalf("second bind of the bound pod: %q", msg)
+			}
+			if got := phaseOf(s, a.UID); got != "assumed@n1" {
+				t.Fatalf("after the second bind pod a is %s, want assumed@n1", got)
+			}
 		})
 	}
 }

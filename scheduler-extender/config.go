@@ -59,12 +59,29 @@ type Config struct {
 	Housekeeping time.Duration
 	// InformerResync is the informers' resync period (0 disables resync).
 	InformerResync time.Duration
+	// MaxCacheStaleness: once the node or pod informer has been out of contact
+	// with the API server for longer (no watch open, no list or event since),
+	// binds are refused with 503 and kube-scheduler retries them; filters keep
+	// being served from the cache.
+	MaxCacheStaleness time.Duration
 
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// LargeBodyBytes and MaxLargeRequests limit concurrent large requests: at
+	// most MaxLargeRequests filter, prioritize or bind requests whose body
+	// exceeds LargeBodyBytes (or has no Content-Length) are handled at once;
+	// more get 429 at once, and kube-scheduler retries the pod. A large body is
+	// a nodeCacheCapable=false call carrying full Node objects: decoding it
+	// costs several times its size in memory.
+	LargeBodyBytes   int64
+	MaxLargeRequests int
 	// PodCacheBytes bounds the memory of the decoded-pod cache of filter and
 	// prioritize (an estimate: the kept JSON and the decoded pod).
 	PodCacheBytes int64
+	// LockHoldMetric exports understory_extender_index_lock_hold_seconds, a
+	// histogram of the index's write-lock holds (two clock reads per write
+	// lock; off, the cost is one nil check).
+	LockHoldMetric bool
 	// HTTP server timeouts.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
@@ -86,7 +103,10 @@ func DefaultConfig() Config {
 		APITimeout:        5 * time.Second,
 		Housekeeping:      time.Second,
 		InformerResync:    0,
+		MaxCacheStaleness: 30 * time.Second,
 		MaxBodyBytes:      10 << 20,
+		LargeBodyBytes:    1 << 20,
+		MaxLargeRequests:  4,
 		PodCacheBytes:     32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -112,6 +132,7 @@ func (c Config) Validate() error {
 		{"assumed ttl", c.AssumedTTL}, {"gang plan ttl", c.GangPlanTTL},
 		{"gang bind timeout", c.GangBindTimeout}, {"api timeout", c.APITimeout},
 		{"housekeeping", c.Housekeeping}, {"read header timeout", c.ReadHeaderTimeout},
+		{"max cache staleness", c.MaxCacheStaleness},
 		{"read timeout", c.ReadTimeout}, {"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
 	} {
 		if d.v <= 0 {
@@ -132,6 +153,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1<<10 {
 		bad("max body bytes %d must be >= 1024", c.MaxBodyBytes)
+	}
+	if c.LargeBodyBytes < 1<<10 {
+		bad("large body bytes %d must be >= 1024", c.LargeBodyBytes)
+	}
+	if c.MaxLargeRequests < 1 {
+		bad("max large requests %d must be >= 1", c.MaxLargeRequests)
 	}
 	// A gang member's bind waits up to GangBindTimeout, then the committing bind
 	// creates the members' Bindings (one API call each, maxParallelAPI at a

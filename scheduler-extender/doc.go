@@ -30,7 +30,14 @@
 //     is ignored), and what only bodies show (pods; nodes, only without
 //     Config.NodeCacheCapable) expires.
 //   - A failed Binding may have been applied with its answer lost: read the
-//     pod back (confirmBinding) before releasing anything.
+//     pod back (confirmBinding) before releasing anything. If that fails too
+//     the hold stays (podEntry.unconfirmed), and a filter must not release it.
+//   - Binds are refused once the node or pod informer is stale beyond
+//     Config.MaxCacheStaleness (apiContact: 0 while a watch is open).
+//   - The informers keep only what the index reads (transform.go): a new field
+//     the index reads must be kept there too.
+//   - A bound pod's devices annotation is trusted only where the devices are
+//     free: the first pod the index charged keeps a device (chargeBound).
 //   - Filter passes exactly one node and reserves the pod's request on it,
 //     devices included, so two quick filters can never book the same GPU. The
 //     reservation expires after Config.AssumedTTL if no bind comes; a bound pod

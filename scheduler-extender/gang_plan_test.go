@@ -1,14 +1,20 @@
 package extender
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/scheduler-extender/placement"
 )
@@ -142,6 +148,15 @@ func TestGangMinMemberCap(t *testing.T) {
 	if n := h.calls.Load(); n != 0 {
 		t.Fatalf("a gang above the cap was planned (%d Score calls)", n)
 	}
+	// Never held: nothing is reserved for it, and it is reported as invalid.
+	for _, n := range []string{"n0", "n1"} {
+		if free := gpuFree(s, n); fmt.Sprint(free) != "[1000 1000 1000 1000]" {
+			t.Errorf("node %s holds capacity for a gang above the cap: %v", n, free)
+		}
+	}
+	if st := s.Status(); len(st.AssumedPods) != 0 || len(st.Gangs) != 1 || st.Gangs[0].State != GangInvalid {
+		t.Errorf("status %+v %+v, want nothing held and the gang invalid", st.AssumedPods, st.Gangs)
+	}
 }
 
 func volcanoPodGroup(name string, minMember any) *unstructured.Unstructured {
@@ -270,5 +285,144 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 	c := restart()
 	if got := phaseOf(c, m0.UID); got != "pending@" {
 		t.Fatalf("an expired plan was resumed: m0 is %s", got)
+	}
+}
+
+// TestHugeGangDoesNotHoldUpPlainFilters is an adversarial load: a gang of
+// 1 000 members (the default -max-gang-members) that does not fit now waits
+// over 150 nodes, and while one of its members plans it (held inside the
+// policy, outside the index lock), plain pods keep being filtered and placed,
+// the informers keep feeding the index and the gang's other members are told
+// to retry at once. Everything here must finish while the plan is still
+// running: the order of events is the assertion, not a latency threshold (the
+// lock-hold target lives in cmd/extender-bench).
+func TestHugeGangDoesNotHoldUpPlainFilters(t *testing.T) {
+	t.Parallel()
+	const (
+		nodes, gpusPerNode = 150, 8
+		members            = 1000
+		plain              = 40
+	)
+	s := testServer(t, newFakeClock(), Deps{})
+	url := startHTTP(t, s)
+	names := nodeNames("n", nodes)
+	for i, n := range names {
+		s.State().UpsertNode(testNode(n, "A100", gpusPerNode, 256, 1024))
+		// Every third node is taken whole: 1 200 GPUs, 800 free.
+		if i%3 == 0 {
+			s.State().UpsertPod(testPod("busy", n, gpus(gpusPerNode), onNode(n)))
+		}
+	}
+	// 1 000 members of 1 GPU: they fit the empty cluster (never "can never
+	// fit") but only 800 fit now, so the gang waits.
+	member := func(i int) *corev1.Pod {
+		return testPod("ns", fmt.Sprintf("m%04d", i), append(volcano("huge", members), gpus(1), created(i))...)
+	}
+	for i := range members {
+		s.State().UpsertPod(member(i))
+	}
+	post := func(pod *corev1.Pod) (extenderv1.ExtenderFilterResult, error) {
+		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
+		if err != nil {
+			return extenderv1.ExtenderFilterResult{}, err
+		}
+		resp, err := http.Post(url+"/filter", "application/json", bytes.NewReader(b))
+		if err != nil {
+			return extenderv1.ExtenderFilterResult{}, err
+		}
+		defer resp.Body.Close()
+		var res extenderv1.ExtenderFilterResult
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			return res, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+		}
+		return res, nil
+	}
+
+	h := withHook(t, s)
+	h.armed.Store(true)
+	planned := make(chan string, 1)
+	go func() {
+		res, err := post(member(0))
+		planned <- fmt.Sprint(res.NodeNames, res.Error, res.FailedNodes["n1"], err)
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gang was never planned")
+	}
+
+	// The gang is being planned. Plain filters, other members' filters and
+	// informer events run now, concurrently, and must all finish before the
+	// plan is let go.
+	var wg sync.WaitGroup
+	errs := make(chan error, plain+20+1)
+	placed := make(chan string, plain)
+	for i := range plain {
+		wg.Go(func() {
+			res, err := post(testPod("plain", fmt.Sprintf("p%d", i), gpus(1)))
+			switch {
+			case err != nil:
+				errs <- err
+			case res.NodeNames == nil || len(*res.NodeNames) != 1:
+				errs <- fmt.Errorf("plain pod p%d: %+v", i, res)
+			default:
+				placed <- (*res.NodeNames)[0]
+			}
+		})
+	}
+	for i := 1; i <= 20; i++ {
+		wg.Go(func() {
+			res, err := post(member(i))
+			if err == nil && !strings.Contains(res.FailedNodes["n1"], "another member is planning the gang; retry") {
+				err = fmt.Errorf("member m%04d while the gang plans: %+v", i, res.FailedNodes["n1"])
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Go(func() {
+		s.State().UpsertNode(testNode("late", "A100", gpusPerNode, 256, 1024))
+		s.State().UpsertPod(testPod("busy", "late", gpus(1), onNode("late")))
+		s.State().DeletePod("uid-busy-late")
+	})
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		close(h.release)
+		t.Fatal("filters and informer events waited for the gang's plan")
+	}
+	select {
+	case p := <-planned:
+		t.Fatalf("the plan finished before it was let go: %s", p)
+	default:
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	close(placed)
+	if n := len(placed); n != plain {
+		t.Fatalf("%d of %d plain pods placed", n, plain)
+	}
+
+	close(h.release)
+	got := <-planned
+	// The plan read copies taken before the plain pods were placed: 800 fit.
+	if !strings.Contains(got, "gang ns/huge: 800/1000 members fit") {
+		t.Fatalf("the huge gang after planning: %s; want it waiting", got)
+	}
+	// The plain pods keep their reservations: the gang took nothing from them.
+	for i := range plain {
+		if ph := phaseOf(s, types.UID(fmt.Sprintf("uid-plain-p%d", i))); !strings.HasPrefix(ph, "reserved@n") {
+			t.Errorf("plain pod p%d is %s after the gang planned", i, ph)
+		}
+	}
+	for _, g := range s.Status().Gangs {
+		if g.State != GangWaiting || len(g.Plan) != 0 {
+			t.Errorf("gang %+v, want waiting without a plan", g)
+		}
 	}
 }

@@ -169,7 +169,7 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 		t.Fatalf("gang status %+v", st.Gangs)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP understory_extender_gang_transitions_total Gang events: planned, bound, plan_expired, bind_timeout, bind_failed, unschedulable.
+# HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
 understory_extender_gang_transitions_total{event="bound"} 1
 understory_extender_gang_transitions_total{event="planned"} 1
@@ -337,8 +337,13 @@ func TestGangThatCanNeverFitIsUnresolvable(t *testing.T) {
 	if res.FailedAndUnresolvableNodes["n0"] != want {
 		t.Fatalf("want unresolvable %q, got %+v", want, res)
 	}
-	if st := s.Status(); st.Gangs[0].State != GangUnschedulable {
-		t.Fatalf("state %+v", st.Gangs)
+	if st := s.Status(); st.Gangs[0].State != GangUnschedulable || len(st.AssumedPods) != 0 {
+		t.Fatalf("state %+v, held %+v: want unschedulable, nothing held", st.Gangs, st.AssumedPods)
+	}
+	for _, n := range []string{"n0", "n1"} {
+		if free := gpuFree(s, n); fmt.Sprint(free) != "[1000 1000 1000 1000]" {
+			t.Errorf("node %s holds capacity for a gang that can never fit: %v", n, free)
+		}
 	}
 }
 
@@ -468,11 +473,22 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { // every watch stream has ended (its end is the last contact)
+		for _, is := range s.Status().Informers {
+			if is.Watching {
+				return false
+			}
+		}
+		return true
+	})
 	clock.Advance(7 * time.Second)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP understory_extender_cache_staleness_seconds Seconds since the informers last heard from the API server.
+# HELP understory_extender_cache_staleness_seconds Per informer: 0 while its watch is open, else seconds since it last heard from the API server.
 # TYPE understory_extender_cache_staleness_seconds gauge
-understory_extender_cache_staleness_seconds 7
+understory_extender_cache_staleness_seconds{informer="nodes"} 7
+understory_extender_cache_staleness_seconds{informer="podgroups"} 7
+understory_extender_cache_staleness_seconds{informer="pods"} 7
+understory_extender_cache_staleness_seconds{informer="volcano-podgroups"} 7
 `), "understory_extender_cache_staleness_seconds"); err != nil {
 		t.Fatal(err)
 	}

@@ -76,8 +76,8 @@ func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
 
 // DeletePodGroup forgets a PodGroup; its members wait until it comes back.
 func (s *State) DeletePodGroup(namespace, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	delete(s.gangs.podGroups, namespace+"/"+name)
 }
 
@@ -88,8 +88,8 @@ func (s *State) UpsertVolcanoPodGroup(u *unstructured.Unstructured) {
 
 // DeleteVolcanoPodGroup forgets a Volcano PodGroup.
 func (s *State) DeleteVolcanoPodGroup(namespace, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	delete(s.gangs.volcano, namespace+"/"+name)
 }
 
@@ -99,8 +99,8 @@ func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *un
 		return
 	}
 	spec := parse(u)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.gangs.setGroup(which(&s.gangs), u.GetNamespace()+"/"+u.GetName(), spec)
 }
 

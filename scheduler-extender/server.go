@@ -59,6 +59,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// LockHold, when set, observes every hold of the index's write lock in
+	// seconds (benchmarks; Config.LockHoldMetric exports a histogram of them).
+	LockHold prometheus.Observer
 }
 
 // Server is the kube-scheduler HTTP extender.
@@ -76,9 +79,10 @@ type Server struct {
 	now         func() time.Time
 	pods        *podCache
 	lists       *listCache
-	bufs        sync.Pool // *bytes.Buffer request bodies
-	outs        sync.Pool // *[]byte responses
-	scratches   sync.Pool // *scratch
+	bufs        sync.Pool     // *bytes.Buffer request bodies
+	outs        sync.Pool     // *[]byte responses
+	scratches   sync.Pool     // *scratch
+	large       chan struct{} // a slot per large request in flight (Config.MaxLargeRequests)
 	nudgeWG     sync.WaitGroup
 	informerWG  sync.WaitGroup // Run waits for its informers to stop
 	synced      atomic.Bool
@@ -91,7 +95,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, client: deps.Client, dynamic: deps.Dynamic, recorder: deps.Recorder,
-		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList}, api: noAPI{}}
+		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList}, api: noAPI{},
+		large: make(chan struct{}, cfg.MaxLargeRequests)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -120,6 +125,27 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	st.met = s.met
+	var holds []prometheus.Observer
+	if deps.LockHold != nil {
+		holds = append(holds, deps.LockHold)
+	}
+	if cfg.LockHoldMetric {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metrics.ExtenderNamespace, Name: "index_lock_hold_seconds",
+			Help:    "How long each hold of the index's write lock lasted.",
+			Buckets: []float64{1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.5, 1},
+		})
+		if err := s.registry.Register(h); err != nil {
+			return nil, fmt.Errorf("registering the lock hold histogram: %w", err)
+		}
+		holds = append(holds, h)
+	}
+	switch len(holds) {
+	case 1:
+		st.lockHold = holds[0]
+	case 2:
+		st.lockHold = prometheus.ObserverFunc(func(v float64) { holds[0].Observe(v); holds[1].Observe(v) })
+	}
 	s.bufs.New = func() any { return new(bytes.Buffer) }
 	return s, nil
 }
@@ -167,8 +193,8 @@ func (s *Server) Run(ctx context.Context) error {
 // housekeep expires reservations and plans and re-applies the metrics max age;
 // it returns how many reservations expired.
 func (s *State) housekeep() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	now := s.now()
 	n := s.expireReservations(now)
 	s.expirePlans(now)
@@ -228,20 +254,22 @@ func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 // devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /filter", s.instrument("filter", s.whenReady(s.handleFilter, func(w http.ResponseWriter, err error) {
+	filterRefuse := func(w http.ResponseWriter, code int, err error) {
 		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
-		writeJSON(w, http.StatusServiceUnavailable, body)
-	})))
-	mux.Handle("POST /prioritize", s.instrument("prioritize", s.whenReady(s.handlePrioritize,
-		func(w http.ResponseWriter, err error) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, err.Error()+"\n")
-		})))
-	mux.Handle("POST /bind", s.instrument("bind", s.whenReady(s.handleBind, func(w http.ResponseWriter, err error) {
+		writeJSON(w, code, body)
+	}
+	prioRefuse := func(w http.ResponseWriter, code int, err error) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, err.Error()+"\n")
+	}
+	bindRefuse := func(w http.ResponseWriter, code int, err error) {
 		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
-		writeJSON(w, http.StatusServiceUnavailable, body)
-	})))
+		writeJSON(w, code, body)
+	}
+	mux.Handle("POST /filter", s.instrument("filter", s.guard(s.handleFilter, filterRefuse)))
+	mux.Handle("POST /prioritize", s.instrument("prioritize", s.guard(s.handlePrioritize, prioRefuse)))
+	mux.Handle("POST /bind", s.instrument("bind", s.guard(s.handleBind, bindRefuse)))
 	mux.Handle("GET /healthz", s.instrument("healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -264,12 +292,27 @@ func (s *Server) Handler() http.Handler {
 // without a Client): the extender answers filter, prioritize and bind only then.
 func (s *Server) Ready() bool { return s.synced.Load() }
 
-// whenReady runs h once the server is Ready and answers with refuse (503) before.
-func (s *Server) whenReady(h http.HandlerFunc, refuse func(http.ResponseWriter, error)) http.HandlerFunc {
+// ErrTooManyLarge means Config.MaxLargeRequests large requests are in flight.
+var ErrTooManyLarge = errors.New("too many large requests in flight")
+
+// guard runs h once the server is Ready (503 before) and within the limit of
+// concurrent large requests (429 beyond it): kube-scheduler treats any failed
+// extender call as a scheduling error and retries the pod with backoff.
+func (s *Server) guard(h http.HandlerFunc, refuse func(http.ResponseWriter, int, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.Ready() {
-			refuse(w, fmt.Errorf("extender not ready, retry later: %w", ErrNotSynced))
+			refuse(w, http.StatusServiceUnavailable, fmt.Errorf("extender not ready, retry later: %w", ErrNotSynced))
 			return
+		}
+		if r.ContentLength < 0 || r.ContentLength > s.cfg.LargeBodyBytes {
+			select {
+			case s.large <- struct{}{}:
+				defer func() { <-s.large }()
+			default:
+				refuse(w, http.StatusTooManyRequests, fmt.Errorf("%d requests with bodies over %d bytes in flight, retry later: %w",
+					s.cfg.MaxLargeRequests, s.cfg.LargeBodyBytes, ErrTooManyLarge))
+				return
+			}
 		}
 		h(w, r)
 	}
@@ -507,7 +550,11 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.Bind(r.Context(), args); err != nil {
-		reply(http.StatusOK, err) // the protocol reports bind failures in the result
+		code := http.StatusOK // the protocol reports bind failures in the result
+		if errors.Is(err, ErrCacheStale) {
+			code = http.StatusServiceUnavailable
+		}
+		reply(code, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"Error":""}`))

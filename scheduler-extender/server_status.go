@@ -18,13 +18,17 @@ type Status struct {
 	Policy string    `json:"policy"`
 	// WorkloadClasses is how many request classes the policy's target workload
 	// keeps (0 before the first refresh, or for random and bestfit's empty one).
-	WorkloadClasses int            `json:"workloadClasses"`
-	Synced          bool           `json:"synced"`
-	CacheStaleness  float64        `json:"cacheStalenessSeconds"`
-	Nodes           []NodeStatus   `json:"nodes"`
-	AssumedPods     []PodStatus    `json:"assumedPods"`
-	Gangs           []GangStatus   `json:"gangs"`
-	Counts          map[string]int `json:"podsByPhase"`
+	WorkloadClasses int  `json:"workloadClasses"`
+	Synced          bool `json:"synced"`
+	// Informers is each informer's contact with the API server (staleness).
+	Informers []InformerStatus `json:"informers"`
+	// BindsRefused says why binds are refused now: an informer binds depend on
+	// (nodes, pods) has been stale beyond Config.MaxCacheStaleness.
+	BindsRefused string         `json:"bindsRefused,omitempty"`
+	Nodes        []NodeStatus   `json:"nodes"`
+	AssumedPods  []PodStatus    `json:"assumedPods"`
+	Gangs        []GangStatus   `json:"gangs"`
+	Counts       map[string]int `json:"podsByPhase"`
 }
 
 // NodeStatus is one node in /status.
@@ -81,8 +85,11 @@ func (s *Server) Status() Status {
 	defer st.mu.RUnlock()
 	out := Status{Time: s.now(), Policy: st.policy.Name(), Synced: s.synced.Load(),
 		WorkloadClasses: st.workload.Len(),
-		CacheStaleness:  st.contact.Staleness().Seconds(), Counts: map[string]int{},
+		Informers:       st.contact.status(), Counts: map[string]int{},
 		Nodes: make([]NodeStatus, 0, len(st.nodes)), AssumedPods: []PodStatus{}, Gangs: []GangStatus{}}
+	if err := st.staleForBind(); err != nil {
+		out.BindsRefused = err.Error()
+	}
 	for _, e := range st.nodes {
 		n := e.n
 		ns := NodeStatus{Name: n.Name, Model: n.Model, CPUMilli: n.CPUMilli, UsedCPUMilli: n.UsedCPUMilli,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -476,5 +477,89 @@ func TestArgsOnlyPodsAreForgotten(t *testing.T) {
 	s.Housekeep()
 	if ph := phaseOf(s, pod.UID); ph != "unknown" {
 		t.Fatalf("a pod only extender args ever showed should be forgotten, phase %s", ph)
+	}
+}
+
+// TestLargeRequestsLimited: at most MaxLargeRequests requests with a body over
+// LargeBodyBytes (or of unknown length) are handled at once; another is
+// refused with 429 at once (kube-scheduler retries the pod), small requests
+// are never held up, and the slot frees when the large request ends.
+func TestLargeRequestsLimited(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.LargeBodyBytes, c.MaxLargeRequests = 2048, 1 })
+	s.State().UpsertNode(testNode("n1", "A100", 4, 8, 32))
+	url := startHTTP(t, s)
+	// A large filter body: valid ExtenderArgs padded with spaces past the limit.
+	large := func(name string) []byte {
+		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("ns", name, gpus(1)), NodeNames: names("n1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b, bytes.Repeat([]byte(" "), 4096)...)
+	}
+
+	// The first large request is held in flight: its body arrives slowly.
+	body := large("slow")
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url+"/filter", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- -1
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	if _, err := pw.Write(body[:100]); err != nil { // the handler has started reading: it holds the slot
+		t.Fatal(err)
+	}
+
+	code, out := postJSON(t, http.DefaultClient, url+"/filter", large("second"))
+	if code != http.StatusTooManyRequests || !strings.Contains(string(out), ErrTooManyLarge.Error()) {
+		t.Fatalf("second large request: %d %s, want 429", code, out)
+	}
+	passedOne(t, filter(t, url, testPod("ns", "small", gpus(1)), "n1")) // small ones pass
+
+	if _, err := pw.Write(body[100:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if c := <-first; c != http.StatusOK {
+		t.Fatalf("the held large request ended with %d", c)
+	}
+	if code, out := postJSON(t, http.DefaultClient, url+"/filter", large("third")); code != http.StatusOK {
+		t.Fatalf("a large request after the slot freed: %d %s", code, out)
+	}
+}
+
+// TestLockHoldMetric: with Config.LockHoldMetric every write-lock hold is
+// observed in understory_extender_index_lock_hold_seconds (and Deps.LockHold
+// sees the same holds); without it the metric does not exist.
+func TestLockHoldMetric(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		var seen atomic.Int64
+		s := testServer(t, newFakeClock(), Deps{Registry: reg,
+			LockHold: prometheus.ObserverFunc(func(float64) { seen.Add(1) })}, func(c *Config) { c.LockHoldMetric = on })
+		s.State().UpsertNode(testNode("n1", "A100", 4, 8, 32))
+		s.State().UpsertPod(testPod("ns", "a", gpus(1), onNode("n1")))
+		s.State().DeletePod("uid-ns-a")
+		n, err := testutil.GatherAndCount(reg, "understory_extender_index_lock_hold_seconds")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 0, true: 1}[on]; n != want {
+			t.Errorf("LockHoldMetric %v: %d lock hold histograms, want %d", on, n, want)
+		}
+		if seen.Load() != 3 {
+			t.Errorf("LockHoldMetric %v: Deps.LockHold saw %d holds, want 3", on, seen.Load())
+		}
 	}
 }

@@ -1,16 +1,21 @@
 package extender
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
@@ -49,6 +54,7 @@ type podEntry struct {
 	hasGang         bool
 	cons            *podConstraints // gang members only: selector, required affinity, tolerations
 	persisted       *persistedPlan  // gang members only: the plan its gang-state annotation records
+	seq             uint64          // order in which the index learned of it (first claim wins a device)
 	informer        bool            // seen by the pod informer (not only in extender args)
 	seen            time.Time       // last time extender args carried it (for !informer pods)
 
@@ -58,7 +64,10 @@ type podEntry struct {
 	devices []int
 	// inferred devices were chosen by the extender because the annotation was missing or wrong.
 	inferred bool
-	expires  time.Time // for phaseReserved
+	// unconfirmed: a phaseReserved hold after a Binding whose outcome is unknown
+	// (holdUnconfirmed); a filter of the pod keeps it instead of releasing it.
+	unconfirmed bool
+	expires     time.Time // for phaseReserved
 }
 
 func (p *podEntry) key() string { return p.namespace + "/" + p.name }
@@ -94,6 +103,7 @@ type State struct {
 	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
 	gangs     gangBook                           // gangs, their PodGroups and plan ids
 	gen       uint64                             // source of nodeEntry.gen
+	podSeq    uint64                             // source of podEntry.seq
 	capGen    uint64                             // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
 	policy    placement.Policy
 	workload  *placement.Workload // the policy's target workload (nil: none yet)
@@ -105,6 +115,28 @@ type State struct {
 	out       outbox        // Events and nudges to send once the lock is released
 	met       *metrics.Extender
 	contact   *apiContact
+
+	// lockHold observes every hold of the write lock in seconds (nil: not
+	// measured, and lock/unlock cost one nil check more than mu's own).
+	// Set before the State is shared; heldSince is written under the lock.
+	lockHold  prometheus.Observer
+	heldSince time.Time
+}
+
+// lock takes the write lock (and notes when, when holds are measured).
+func (s *State) lock() {
+	s.mu.Lock()
+	if s.lockHold != nil {
+		s.heldSince = time.Now() // the real clock: s.now may be a test's
+	}
+}
+
+// unlock releases the write lock (observing the hold, when measured).
+func (s *State) unlock() {
+	if s.lockHold != nil {
+		s.lockHold.Observe(time.Since(s.heldSince).Seconds())
+	}
+	s.mu.Unlock()
 }
 
 // NewState returns an empty index serving cfg.Policy.
@@ -116,7 +148,7 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
 		orphans: map[string]map[types.UID]*podEntry{}, gangs: newGangBook(cfg, now()),
-		seed: maphash.MakeSeed(), contact: &apiContact{now: now}, lists: resolvedLists{seed: maphash.MakeSeed()},
+		seed: maphash.MakeSeed(), contact: newAPIContact(now), lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -171,8 +203,8 @@ func (s *State) RefreshWorkload() error {
 		coverage = placement.PolicyCoverage(s.cfg.Policy)
 	}
 	w := placement.NewWorkload(reqs, coverage)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	return s.setPolicy(w)
 }
 
@@ -221,6 +253,7 @@ func (s *State) release(p *podEntry) {
 		}
 	}
 	p.charged, p.node, p.devices, p.phase, p.inferred, p.expires = false, "", nil, phasePending, false, time.Time{}
+	p.unconfirmed = false
 }
 
 // UpsertNode adds or refreshes a node from the API object.
@@ -228,8 +261,8 @@ func (s *State) UpsertNode(obj *corev1.Node) {
 	if obj == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.upsertNodeLocked(obj, false)
 }
 
@@ -240,12 +273,16 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		e = &nodeEntry{n: fresh, meta: nodeMeta(obj), pods: map[types.UID]*podEntry{}, learned: learned}
 		s.nodes[obj.Name] = e
 		s.capGen++
-		for _, p := range s.orphans[obj.Name] {
-			p.charged = true
-			e.n.Charge(p.req, p.devices)
-			e.pods[p.uid] = p
-		}
+		// Pods bound here before the node was known, in the order the index
+		// learned them: the first to claim a device keeps it.
+		orphans := slices.SortedFunc(maps.Values(s.orphans[obj.Name]), func(a, b *podEntry) int {
+			return cmp.Compare(a.seq, b.seq)
+		})
 		delete(s.orphans, obj.Name)
+		for _, p := range orphans {
+			phase, devs := p.phase, p.devices
+			s.chargeBound(p, e, devs, phase)
+		}
 	} else {
 		if !sameCapacity(e.n, fresh) {
 			s.capGen++
@@ -344,8 +381,8 @@ func nodeFromAPI(obj *corev1.Node) *placement.Node {
 // DeleteNode forgets a node. Pods bound there wait as orphans for their own delete
 // events; reservations and plans on it are released.
 func (s *State) DeleteNode(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.deleteNodeLocked(name)
 }
 
@@ -383,8 +420,8 @@ func (s *State) UpsertPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.upsertPodLocked(pod, true)
 }
 
@@ -397,7 +434,9 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	}
 	p, ok := s.pods[pod.UID]
 	if !ok {
-		p = &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, created: pod.CreationTimestamp.Time}
+		s.podSeq++
+		p = &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, created: pod.CreationTimestamp.Time,
+			seq: s.podSeq}
 		s.pods[pod.UID] = p
 	}
 	if fromInformer {
@@ -450,7 +489,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 			p.inferred = false
 		}
 		if p.phase != phaseBound {
-			p.phase = phaseBound
+			p.phase, p.unconfirmed = phaseBound, false
 			s.gangs.confirm(p)
 		}
 		return p
@@ -463,20 +502,68 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 		s.addOrphan(p)
 		return p
 	}
-	inferred := false
-	if p.req.NumGPU > 0 && !placement.ValidDevices(e.n, p.req, devs) {
-		devs, inferred = placement.InferDevices(e.n, p.req), true
-	}
-	s.hold(p, e, devs, phaseBound)
-	p.inferred = inferred
+	s.chargeBound(p, e, devs, phaseBound)
 	s.gangs.confirm(p)
 	return p
 }
 
+// chargeBound charges p, bound (or assumed) on e, on the devices devs its
+// annotation names (nil when missing or malformed). Devices that are not
+// r.NumGPU distinct devices of e are replaced by inferred ones; so are devices
+// that pods charged before p already fill (a pod copied with its devices
+// annotation, or two pods claiming one device): the first pod keeps them, and
+// the conflict is reported as an Event on p and counted. Call with mu held for writing.
+func (s *State) chargeBound(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
+	inferred := false
+	if p.req.NumGPU > 0 {
+		switch {
+		case !placement.ValidDevices(e.n, p.req, devs):
+			devs, inferred = placement.InferDevices(e.n, p.req), true
+		case !devicesFree(e.n, p.req, devs):
+			claimed := devs
+			devs, inferred = placement.InferDevices(e.n, p.req), true
+			s.deviceConflict(p, e, claimed, devs)
+		}
+	}
+	s.hold(p, e, devs, phase)
+	p.inferred = inferred
+}
+
+// devicesFree reports whether each of devs has r's milli free on n.
+func devicesFree(n *placement.Node, r placement.Request, devs []int) bool {
+	for _, d := range devs {
+		if n.GPUFree[d] < r.GPUMilli {
+			return false
+		}
+	}
+	return true
+}
+
+// deviceConflict reports that p claims devices (claimed) which pods charged
+// on e before it hold: they keep them, and p is accounted on devs.
+func (s *State) deviceConflict(p *podEntry, e *nodeEntry, claimed, devs []int) {
+	var holders []string
+	for _, o := range e.pods {
+		for _, d := range o.devices {
+			if slices.Contains(claimed, d) {
+				holders = append(holders, o.key())
+				break
+			}
+		}
+	}
+	slices.Sort(holders)
+	s.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
+		"the first holder keeps them; %s is accounted on devices %s instead", AnnotationGPUDevices,
+		FormatDevices(claimed), e.n.Name, strings.Join(holders, ", "), p.key(), FormatDevices(devs)))
+	if s.met != nil {
+		s.met.DeviceConflicts.Inc()
+	}
+}
+
 // DeletePod forgets a pod and frees what it held.
 func (s *State) DeletePod(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lock()
+	defer s.unlock()
 	s.deletePodLocked(uid)
 }
 

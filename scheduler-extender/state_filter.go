@@ -187,7 +187,7 @@ const maxCommitRetries = 3
 // out's slices are reused (truncated) and the filled outcome is returned.
 func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*corev1.Node, out filterOutcome) filterOutcome {
 	out.reset()
-	s.mu.Lock()
+	s.lock()
 	if !s.cfg.NodeCacheCapable {
 		now := s.now()
 		for _, n := range learned {
@@ -201,12 +201,12 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		p = s.upsertPodLocked(pod, false)
 	}
 	if p == nil {
-		s.mu.Unlock()
+		s.unlock()
 		out.failAll(names, "pod has terminated", true)
 		return out
 	}
 	if p.reqErr != nil {
-		s.mu.Unlock()
+		s.unlock()
 		out.failAll(names, fmt.Sprintf("pod %s: %v", p.key(), p.reqErr), true)
 		return out
 	}
@@ -217,23 +217,23 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		if job != nil {
 			// Planning a gang costs minMember Selects over the candidates: it
 			// runs on copies, without the lock, and commits only what still holds.
-			s.mu.Unlock()
+			s.unlock()
 			job.run()
-			s.mu.Lock()
+			s.lock()
 			out = s.gangFinishLocked(job, names, out)
 		}
 		if done {
-			s.mu.Unlock()
+			s.unlock()
 			return out
 		}
 	}
-	switch p.phase {
-	case phaseReserved:
+	switch {
+	case p.phase == phaseReserved && !p.unconfirmed:
 		s.release(p)
-	case phasePending:
+	case p.phase == phasePending:
 	default:
 		node, reason := p.node, fmt.Sprintf("pod is %s on node %s", p.phase, p.node)
-		s.mu.Unlock()
+		s.unlock()
 		for _, b := range names {
 			if string(b) == node {
 				out.passed = append(out.passed, node)
@@ -244,7 +244,7 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		return out
 	}
 	sh := s.shapes.of(p.req)
-	s.mu.Unlock()
+	s.unlock()
 
 	for attempt := 0; ; attempt++ {
 		last := attempt >= maxCommitRetries
@@ -252,20 +252,20 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		var best candidate
 		var found bool
 		if last {
-			s.mu.Lock()
+			s.lock()
 			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 		} else {
 			s.mu.RLock()
 			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
 			s.mu.RUnlock()
-			s.mu.Lock()
+			s.lock()
 		}
 		if !found {
-			s.mu.Unlock()
+			s.unlock()
 			return out
 		}
 		if s.pods[p.uid] != p {
-			s.mu.Unlock()
+			s.unlock()
 			out.reset()
 			out.failAll(names, "pod was deleted", false)
 			return out
@@ -280,12 +280,12 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 		if ok {
 			if err := s.reserve(p, e, devs, phaseReserved); err == nil {
 				p.expires = s.now().Add(s.cfg.AssumedTTL)
-				s.mu.Unlock()
+				s.unlock()
 				out.passed = append(out.passed[:0], e.n.Name)
 				return out
 			}
 		}
-		s.mu.Unlock()
+		s.unlock()
 		if last {
 			out.reset()
 			out.failAll(names, reasonChangedRetry, false)

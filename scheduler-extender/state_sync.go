@@ -18,17 +18,17 @@ import (
 // ErrNotSynced means the informers' caches did not fill before Run was stopped.
 var ErrNotSynced = errors.New("informer caches not synced")
 
-// touchingListWatch is a ListWatch whose every successful list and every watch
-// event (bookmarks included) marks the state as freshly in contact with the API
-// server; the extender exports the time since as cache staleness.
-func touchingListWatch(st *apiContact,
+// touchingListWatch is a ListWatch that reports its informer's contact with
+// the API server (informerContact): every successful list, the watch streams
+// while open, and every watch event (bookmarks included).
+func touchingListWatch(ic *informerContact,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			obj, err := list(ctx, o)
 			if err == nil {
-				st.Touch()
+				ic.Touch()
 			}
 			return obj, err
 		},
@@ -37,23 +37,9 @@ func touchingListWatch(st *apiContact,
 			if err != nil {
 				return nil, err
 			}
-			st.Touch()
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-				if e.Type != watch.Error {
-					st.Touch()
-				}
-				return e, true
-			}), nil
+			return ic.watchOpened(w), nil
 		},
 	}
-}
-
-// stripManagedFields drops what the extender never reads to keep the pod cache small.
-func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		a.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // tombstone unwraps a DeletedFinalStateUnknown.
@@ -71,14 +57,14 @@ func tombstone(obj any) any {
 func (s *Server) startInformers(ctx context.Context) error {
 	c := s.client
 	st := s.state
-	nodes := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(st.contact.informer(InformerNodes),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
-	pods := cache.NewSharedIndexInformer(touchingListWatch(st.contact,
+	pods := cache.NewSharedIndexInformer(touchingListWatch(st.contact.informer(InformerPods),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -86,7 +72,7 @@ func (s *Server) startInformers(ctx context.Context) error {
 			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		}), &corev1.Pod{}, s.cfg.InformerResync, cache.Indexers{})
 	for _, inf := range []cache.SharedIndexInformer{nodes, pods} {
-		if err := inf.SetTransform(stripManagedFields); err != nil {
+		if err := inf.SetTransform(slimObject); err != nil {
 			return fmt.Errorf("setting informer transform: %w", err)
 		}
 	}
@@ -123,11 +109,12 @@ func (s *Server) startInformers(ctx context.Context) error {
 	if s.dynamic != nil {
 		// Not waited for: without its CRD a PodGroup informer never syncs, and
 		// such gangs then wait with a clear reason.
-		if err := s.startGroupInformer(ctx, PodGroupGVR, st.UpsertPodGroup, st.DeletePodGroup); err != nil {
+		if err := s.startGroupInformer(ctx, InformerPodGroups, PodGroupGVR, st.UpsertPodGroup, st.DeletePodGroup); err != nil {
 			return err
 		}
 		if s.cfg.VolcanoPodGroups {
-			if err := s.startGroupInformer(ctx, VolcanoPodGroupGVR, st.UpsertVolcanoPodGroup, st.DeleteVolcanoPodGroup); err != nil {
+			if err := s.startGroupInformer(ctx, InformerVolcanoPodGroups, VolcanoPodGroupGVR, st.UpsertVolcanoPodGroup,
+				st.DeleteVolcanoPodGroup); err != nil {
 				return err
 			}
 		}
@@ -158,13 +145,16 @@ func (s *Server) upsertPodObj(obj any) {
 }
 
 // startGroupInformer watches one PodGroup resource into the index.
-func (s *Server) startGroupInformer(ctx context.Context, gvr schema.GroupVersionResource,
+func (s *Server) startGroupInformer(ctx context.Context, name string, gvr schema.GroupVersionResource,
 	upsert func(*unstructured.Unstructured), del func(namespace, name string)) error {
 	ri := s.dynamic.Resource(gvr).Namespace(metav1.NamespaceAll)
-	inf := cache.NewSharedIndexInformer(touchingListWatch(s.state.contact,
+	inf := cache.NewSharedIndexInformer(touchingListWatch(s.state.contact.informer(name),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 	), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
+	if err := inf.SetTransform(slimObject); err != nil {
+		return fmt.Errorf("setting %s informer transform: %w", gvr.GroupResource(), err)
+	}
 	set := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			upsert(u)

@@ -8,12 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -154,5 +158,95 @@ func TestNotReadyRefuses(t *testing.T) {
 	res := filter(t, url, pod, "n1")
 	if res.NodeNames != nil && len(*res.NodeNames) > 0 {
 		t.Fatalf("after sync the only GPU is held, yet the filter passed %v", *res.NodeNames)
+	}
+}
+
+// TestStaleCacheRefusesBinds: each informer's staleness is its own (0 while
+// its watch is open, else the time since its last contact), /status and the
+// metrics report it per informer, and once the pod (or node) informer has
+// been out of contact beyond -max-cache-staleness, binds are refused with 503
+// (kube-scheduler retries them) while filters are still served from the
+// cache. Contact restored, binds go through again.
+func TestStaleCacheRefusesBinds(t *testing.T) {
+	t.Parallel()
+	pod := testPod("ns", "a", gpus(1))
+	fc := newFakeCluster(t, pod)
+	clock := newFakeClock()
+	reg := prometheus.NewRegistry()
+	s := fedServer(t, clock, Deps{Client: fc, Registry: reg})
+	s.State().UpsertNode(testNode("n1", "A100", 2, 8, 32))
+	url := startHTTP(t, s)
+	ctx := context.Background()
+
+	// Two informers, fed by fake list/watch functions.
+	open := func(name string) (*cache.ListWatch, *watch.FakeWatcher) {
+		fw := watch.NewFake()
+		lw := touchingListWatch(s.state.contact.informer(name),
+			func(context.Context, metav1.ListOptions) (runtime.Object, error) { return &corev1.PodList{}, nil },
+			func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
+		if _, err := lw.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return lw, fw
+	}
+	nodesLW, _ := open(InformerNodes)
+	podsLW, podsFW := open(InformerPods)
+	if _, err := nodesLW.WatchWithContext(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := podsLW.WatchWithContext(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleness := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, is := range s.Status().Informers {
+			out[is.Name] = is.StalenessSeconds
+		}
+		return out
+	}
+	clock.Advance(time.Minute)
+	if got := staleness(); got[InformerNodes] != 0 || got[InformerPods] != 0 {
+		t.Fatalf("with both watches open: staleness %v, want 0", got)
+	}
+	go podsFW.Add(pod)
+	<-w.ResultChan() // an event: contact
+	podsFW.Stop()    // the pod watch ends (the API server went away)
+	for range w.ResultChan() {
+	}
+	waitFor(t, func() bool { return !s.Status().Informers[1].Watching })
+	clock.Advance(31 * time.Second)
+	if got := staleness(); got[InformerNodes] != 0 || got[InformerPods] != 31 {
+		t.Fatalf("pod watch down for 31 s: staleness %v, want nodes 0, pods 31", got)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP understory_extender_cache_staleness_seconds Per informer: 0 while its watch is open, else seconds since it last heard from the API server.
+# TYPE understory_extender_cache_staleness_seconds gauge
+understory_extender_cache_staleness_seconds{informer="nodes"} 0
+understory_extender_cache_staleness_seconds{informer="pods"} 31
+`), "understory_extender_cache_staleness_seconds"); err != nil {
+		t.Fatal(err)
+	}
+
+	node := passedOne(t, filter(t, url, pod, "n1")) // filters are still served
+	code, body := postJSON(t, http.DefaultClient, url+"/bind", bindArgs(pod, node))
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "pods informer has not heard from the API server for 31s (limit 30s") {
+		t.Fatalf("bind with a stale pod cache: %d %s, want 503 naming the pods informer", code, body)
+	}
+	if st := s.Status(); !strings.Contains(st.BindsRefused, "pods informer") {
+		t.Fatalf("status bindsRefused %q", st.BindsRefused)
+	}
+	if acts := fc.actions(); len(acts) != 0 {
+		t.Fatalf("API writes while stale: %v", acts)
+	}
+
+	if _, err := podsLW.WatchWithContext(ctx, metav1.ListOptions{}); err != nil { // contact is back
+		t.Fatal(err)
+	}
+	if msg := bind(t, url, pod, node); msg != "" {
+		t.Fatalf("bind once the watch is back: %q", msg)
+	}
+	if st := s.Status(); st.BindsRefused != "" {
+		t.Fatalf("status bindsRefused %q after contact came back", st.BindsRefused)
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
@@ -253,6 +256,80 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, placement.ErrUnknownPolicy) {
 				t.Fatalf("err %v wraps no sentinel", err)
+			}
+		})
+	}
+}
+
+// TestConflictingDeviceAnnotationsFirstWins: a bound pod whose devices
+// annotation names devices that pods accounted before it already fill (a pod
+// copied with its annotation, two pods claiming one GPU) does not over-book
+// them: the first holder keeps them, the later pod is accounted on inferred
+// devices, and the conflict is a Warning Event on it and a metric. Before, both
+// were charged on the same device and the index went negative there.
+func TestConflictingDeviceAnnotationsFirstWins(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		setup     func(s *State)
+		want      string // GPUFree of n
+		conflicts int
+		event     string
+	}{
+		{"copied whole-GPU annotation", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
+			s.UpsertPod(testPod("ns", "copy", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
+		}, "[0 0 1000 1000]", 1,
+			"Warning GPUDeviceConflict understory.io/gpu-devices=0 names devices of node n that ns/a already hold: " +
+				"the first holder keeps them; ns/copy is accounted on devices 1 instead"},
+		{"shares over one device", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+		}, "[400 1000 400 1000]", 1, "ns/b is accounted on devices 0 instead"},
+		{"shares that fit together are no conflict", func(s *State) {
+			s.UpsertPod(testPod("ns", "a", milli(400), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+		}, "[1000 1000 0 1000]", 0, ""},
+		{"pods bound before their node is known: the first learned wins", func(s *State) {
+			s.DeleteNode("n")
+			s.UpsertPod(testPod("ns", "z-first", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "1,2")))
+			s.UpsertPod(testPod("ns", "a-second", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
+		}, "[0 0 0 1000]", 1, "that ns/z-first already hold: the first holder keeps them; ns/a-second is accounted on devices 0"},
+		{"the same pod again is no conflict", func(s *State) {
+			p := testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "0,1"))
+			s.UpsertPod(p)
+			s.UpsertPod(p.DeepCopy())
+		}, "[0 0 1000 1000]", 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := record.NewFakeRecorder(10)
+			reg := prometheus.NewRegistry()
+			srv := testServer(t, newFakeClock(), Deps{Recorder: rec, Registry: reg})
+			s := srv.State()
+			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
+			tc.setup(s)
+			srv.Housekeep() // flushes the events
+			s.mu.RLock()
+			got := fmt.Sprint(s.nodes["n"].n.GPUFree)
+			s.mu.RUnlock()
+			if got != tc.want {
+				t.Errorf("GPUFree %s, want %s", got, tc.want)
+			}
+			if n := testutil.ToFloat64(srv.met.DeviceConflicts); n != float64(tc.conflicts) {
+				t.Errorf("device_conflicts_total %v, want %d", n, tc.conflicts)
+			}
+			select {
+			case ev := <-rec.Events:
+				if tc.event == "" || !strings.Contains(ev, tc.event) {
+					t.Errorf("event %q, want one containing %q", ev, tc.event)
+				}
+			default:
+				if tc.event != "" {
+					t.Errorf("no event, want %q", tc.event)
+				}
 			}
 		})
 	}

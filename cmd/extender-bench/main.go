@@ -1,9 +1,16 @@
-// Command extender-bench measures the scheduler extender's filter and
-// prioritize verbs over real HTTP on loopback: it starts the server in-process,
-// loads a synthetic openb-like cluster into the index, and fires pre-encoded
-// ExtenderArgs (NodeNames form, every node a candidate) from several concurrent
-// clients. It is bounded in calls and time and writes JSON (p50/p99 latency,
-// calls/s) for `make bench-extender`.
+// Command extender-bench measures the scheduler extender for `make
+// bench-extender` and writes JSON:
+//
+//   - latency: filter and prioritize over real HTTP on loopback: it starts the
+//     server in-process, loads a synthetic openb-like cluster into the index,
+//     and fires pre-encoded ExtenderArgs (NodeNames form, every node a
+//     candidate) from several concurrent clients, bounded in calls and time
+//     (p50/p99 latency, calls/s);
+//   - lockhold: every hold of the index's write lock while a 1 000-member gang
+//     waits on 5 000 nodes under filters and informer events (lockhold.go);
+//   - memory: the RSS of the extender, a child process with its real
+//     informers, at 5 000 nodes and 100 000 pods served by a fake API server
+//     (memory.go).
 package main
 
 import (
@@ -53,6 +60,15 @@ type options struct {
 	targetRate           float64
 	enforce              bool
 	cpuprofile           string
+
+	runs             map[string]bool // latency, lockhold, memory
+	gangMembers      int
+	lockHoldDuration time.Duration
+	targetLockP99    time.Duration
+	rssPods          int
+	targetRSSMiB     float64
+	rssChildAPI      string // set: run as the memory measurement's extender child
+	memprofile       string
 }
 
 // nodeType is one line of the synthetic cluster mix.
@@ -138,8 +154,29 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.targetRate, "target-rate", 2000, "calls/s target")
 	fs.BoolVar(&o.enforce, "enforce", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured part here")
+	runs := fs.String("runs", "latency,lockhold,memory", "what to measure: latency (filter and prioritize), "+
+		"lockhold (write-lock holds while a huge gang waits), memory (RSS of an extender with -nodes and -rss-pods)")
+	fs.IntVar(&o.gangMembers, "gang-members", 1000, "lockhold: minMember of the waiting gang")
+	fs.DurationVar(&o.lockHoldDuration, "lock-hold-duration", 10*time.Second, "lockhold: how long to measure")
+	fs.DurationVar(&o.targetLockP99, "target-lock-p99", 10*time.Millisecond, "lockhold: p99 write-lock hold target")
+	fs.IntVar(&o.rssPods, "rss-pods", 100000, "memory: pods in the cluster (90 % bound, a fifth of those with a GPU share)")
+	fs.Float64Var(&o.targetRSSMiB, "target-rss-mib", 400, "memory: RSS target in MiB")
+	fs.StringVar(&o.memprofile, "memprofile", "", "memory: write the extender's heap profile (once synced) here")
+	fs.StringVar(&o.rssChildAPI, "rss-child-api", "", "internal: run as the memory measurement's extender against this API URL")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	o.runs = map[string]bool{}
+	for _, r := range strings.Split(*runs, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "latency", "lockhold", "memory":
+			o.runs[r] = true
+		default:
+			return o, fmt.Errorf("bad -runs entry %q", r)
+		}
+	}
+	if o.gangMembers < 1 || o.gangMembers > extender.MaxGangSize || o.lockHoldDuration <= 0 || o.rssPods < 1 {
+		return o, fmt.Errorf("need -gang-members in 1..%d, -lock-hold-duration > 0 and -rss-pods >= 1", extender.MaxGangSize)
 	}
 	for _, f := range strings.Split(*clients, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
@@ -239,10 +276,19 @@ func run(ctx context.Context, o options) (Result, error) {
 	}
 	rng := rand.New(rand.NewSource(o.seed))
 	st := srv.State()
-	names := make([]string, o.nodes)
-	gpus := 0
-	used := 0
-	for i := range o.nodes {
+	names, gpus, used := populate(st, o.nodes, rng)
+	if err := st.RefreshWorkload(); err != nil {
+		return Result{}, err
+	}
+	return measure(ctx, o, srv, cfg, rng, names, gpus, used)
+}
+
+// populate loads n nodes of the openb mix into st, about 40 % of each GPU
+// node's devices taken by bound 1-GPU pods; it returns the node names, the
+// GPU count and the GPUs bound.
+func populate(st *extender.State, n int, rng *rand.Rand) (names []string, gpus, used int) {
+	names = make([]string, n)
+	for i := range n {
 		x, t := rng.Float64(), openbMix[len(openbMix)-1]
 		for _, m := range openbMix {
 			if x < m.share {
@@ -270,9 +316,13 @@ func run(ctx context.Context, o options) (Result, error) {
 			}
 		}
 	}
-	if err := st.RefreshWorkload(); err != nil {
-		return Result{}, err
-	}
+	return names, gpus, used
+}
+
+// measure fires the filter and prioritize load of o at srv (index already
+// loaded) and summarises it.
+func measure(ctx context.Context, o options, srv *extender.Server, cfg extender.Config, rng *rand.Rand,
+	names []string, gpus, used int) (Result, error) {
 	type bodies struct{ filter, prio []byte }
 	pods := make([]bodies, o.pods)
 	templates := make([]*corev1.Pod, o.shapes)
@@ -445,11 +495,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "extender-bench:", err)
 		os.Exit(2)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(o.clientList))*(o.warmup+o.duration+time.Minute))
+	if o.rssChildAPI != "" {
+		if err := memoryChild(o.rssChildAPI, o.memprofile); err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(),
+		time.Duration(len(o.clientList))*(o.warmup+o.duration+time.Minute)+o.lockHoldDuration+15*time.Minute)
 	defer cancel()
 	var report Report
 	report.Pass = true
 	for _, c := range o.clientList {
+		if !o.runs["latency"] {
+			break
+		}
 		ro := o
 		ro.clients = c
 		res, err := run(ctx, ro)
@@ -462,6 +523,29 @@ func main() {
 		fmt.Fprintf(os.Stderr, "extender-bench: %d nodes, %d clients: %.0f calls/s, p50 %.2f ms, p99 %.2f ms (filter p99 %.2f, prioritize p99 %.2f), %.3f cpu-ms/call on %.2f cores (load %s), errors %d: pass=%v\n",
 			res.Nodes, res.Clients, res.CallsPerSec, res.All.P50Ms, res.All.P99Ms, res.Filter.P99Ms, res.Prioritize.P99Ms,
 			res.CPUMsPerCall, res.CPUShare, res.LoadAvg1, res.Errors, res.Pass)
+	}
+	if o.runs["lockhold"] {
+		lh, err := runLockHold(ctx, o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench: lockhold:", err)
+			os.Exit(1)
+		}
+		report.LockHold, report.Pass = &lh, report.Pass && lh.Pass
+		fmt.Fprintf(os.Stderr, "extender-bench: %d nodes, gang of %d waiting: %d write-lock holds, p50 %.3f ms, p99 %.3f ms, "+
+			"p99.9 %.3f ms, max %.3f ms; %d gang filters (%d waiting), %d plain filters (p99 %.2f ms), %d informer events: pass=%v\n",
+			lh.Nodes, lh.GangMembers, lh.Holds, lh.P50Ms, lh.P99Ms, lh.P999Ms, lh.MaxMs, lh.GangFilters, lh.GangPlans,
+			lh.PlainFilters, lh.PlainFilterP99Ms, lh.InformerEvents, lh.Pass)
+	}
+	if o.runs["memory"] {
+		m, err := runMemory(ctx, o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "extender-bench: memory:", err)
+			os.Exit(1)
+		}
+		report.Memory, report.Pass = &m, report.Pass && m.Pass
+		fmt.Fprintf(os.Stderr, "extender-bench: %d nodes, %d pods (%d bound, %d with a GPU share, %d B of JSON each): "+
+			"synced in %.1f s, RSS %.0f MiB (peak %.0f MiB, heap %.0f MiB): pass=%v\n",
+			m.Nodes, m.Pods, m.BoundPods, m.GPUPods, m.PodBytes, m.SyncSeconds, m.RSSMiB, m.PeakRSSMiB, m.HeapMiB, m.Pass)
 	}
 	b, _ := json.MarshalIndent(report, "", "  ")
 	b = append(b, '\n')
@@ -485,6 +569,10 @@ func main() {
 // Report is the file the benchmark writes: one run per client count.
 type Report struct {
 	Runs []Result `json:"runs"`
-	// Pass: every run met both targets.
+	// LockHold is the write-lock hold while a huge gang waits (-runs lockhold).
+	LockHold *LockHold `json:"lock_hold,omitempty"`
+	// Memory is the RSS at -nodes and -rss-pods (-runs memory).
+	Memory *Memory `json:"memory,omitempty"`
+	// Pass: every run met its targets.
 	Pass bool `json:"pass"`
 }

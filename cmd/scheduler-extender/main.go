@@ -77,8 +77,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.APITimeout, "api-timeout", c.APITimeout, "timeout of each API call (patch, binding, get)")
 	fs.DurationVar(&c.Housekeeping, "housekeeping", c.Housekeeping, "period of reservation/plan expiry")
 	fs.DurationVar(&c.InformerResync, "informer-resync", c.InformerResync, "informer resync period (0: none)")
+	fs.DurationVar(&c.MaxCacheStaleness, "max-cache-staleness", c.MaxCacheStaleness, "refuse binds (503, kube-scheduler "+
+		"retries) once the node or pod informer has been out of contact with the API server this long")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "request body limit")
+	fs.Int64Var(&c.LargeBodyBytes, "large-body-bytes", c.LargeBodyBytes, "a request body above this size (or of "+
+		"unknown size) is large: see -max-large-requests")
+	fs.IntVar(&c.MaxLargeRequests, "max-large-requests", c.MaxLargeRequests, "large requests handled at once; more "+
+		"get 429 and kube-scheduler retries them")
 	fs.Int64Var(&c.PodCacheBytes, "pod-cache-bytes", c.PodCacheBytes, "memory bound of the decoded-pod cache (0: no cache)")
+	fs.BoolVar(&c.LockHoldMetric, "lock-hold-metric", c.LockHoldMetric, "export a histogram of the index's write-lock "+
+		"holds (understory_extender_index_lock_hold_seconds)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP read header timeout")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP write timeout (must exceed the gang bind timeout)")

@@ -21,7 +21,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	extender "github.com/understory/understory/scheduler-extender"
@@ -51,6 +53,10 @@ type Options struct {
 	// kube-scheduler does) instead of the control plane's JSON admin client;
 	// PodGroups stay JSON (CRDs have no protobuf).
 	Protobuf bool
+	// RESTConfig, when set, is what the extender's clients (clientset and
+	// dynamic) are built from instead of the control plane's admin clients:
+	// e.g. a fault-injecting proxy in front of the API server.
+	RESTConfig *rest.Config
 }
 
 // Calls counts the extender's filter, prioritize and bind requests.
@@ -112,9 +118,20 @@ func Start(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlane, op
 			tb.Logf("extender log %s, last lines:\n%s", logPath, tail(logPath, 40))
 		}
 	})
-	client := cp.Client()
+	client, dyn := cp.Client(), cp.Dynamic()
+	if opts.RESTConfig != nil {
+		if client, err = kubernetes.NewForConfig(opts.RESTConfig); err != nil {
+			tb.Fatalf("extender: clientset: %v", err)
+		}
+		if dyn, err = dynamic.NewForConfig(opts.RESTConfig); err != nil {
+			tb.Fatalf("extender: dynamic client: %v", err)
+		}
+	}
 	if opts.Protobuf {
 		rc := cp.RESTConfig()
+		if opts.RESTConfig != nil {
+			rc = rest.CopyConfig(opts.RESTConfig)
+		}
 		rc.ContentType = runtime.ContentTypeProtobuf
 		rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 		if client, err = kubernetes.NewForConfig(rc); err != nil {
@@ -124,7 +141,7 @@ func Start(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlane, op
 	e := &Extender{reg: prometheus.NewRegistry(), track: opts.TrackPods, pods: map[string]*PodCalls{}, runErr: make(chan error, 1)}
 	e.srv, err = extender.NewServer(cfg, extender.Deps{
 		Client:   client,
-		Dynamic:  cp.Dynamic(),
+		Dynamic:  dyn,
 		Registry: e.reg,
 		Logger:   slog.New(slog.NewTextHandler(logFile, nil)),
 	})
