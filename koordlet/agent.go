@@ -58,6 +58,9 @@ type Deps struct {
 	Evictions evict.API
 	// GPU is the node's GPUs (gpu.Open: NVML). Nil turns GPU features off.
 	GPU gpu.Source
+	// GPUAlloc is kubelet's PodResources API (podsource.PodResources): whole-GPU
+	// allocations reported in node-metrics version 2. Optional.
+	GPUAlloc gpuAllocReader
 }
 
 // Agent is the node agent: it samples usage every period, computes the batch budget and
@@ -129,6 +132,7 @@ type Agent struct {
 	gpu        *gpu.Manager
 	gpuPods    atomic.Pointer[gpu.PodMap]
 	gpuMetrics *metrics.GPU
+	gpuAlloc   gpuAllocReader
 
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
@@ -202,6 +206,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.Publisher != nil {
 		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory, a.writtenBatch)
 	}
+	a.gpuAlloc = deps.GPUAlloc
 	if err := a.setUpTier(); err != nil {
 		return nil, err
 	}
@@ -211,6 +216,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.rediscover()
 	if err := a.newGPU(context.Background(), deps.GPU); err != nil {
 		return nil, err
+	}
+	if a.publish != nil && a.gpu != nil {
+		a.publish.gpu = a.gpuNodeMetrics
 	}
 	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier}})
 	return a, nil

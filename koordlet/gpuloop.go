@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +14,9 @@ import (
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/duty"
+	"github.com/understory/understory/koordlet/nodestatus"
+	"github.com/understory/understory/koordlet/podsource"
+	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
@@ -20,13 +25,13 @@ const (
 	// GPUModeAuto turns GPU features on when NVML can be used (a cgo build, the
 	// driver's libnvidia-ml.so.1 present) and off otherwise, with one log line.
 	GPUModeAuto = "auto"
-	// GPUModeOff never touches NVML.
-	GPUModeOff = "off"
+	// GPUModeOff never touches NVML. (Not "off": YAML 1.1 reads a bare off as false.)
+	GPUModeOff = "disabled"
 )
 
 // GPUConfig is the GPU part of the agent's configuration.
 type GPUConfig struct {
-	// Mode is auto (default) or off.
+	// Mode is auto (default) or disabled.
 	Mode string `json:"mode,omitempty"`
 	// LoopPeriod is how often the GPUs are scraped and the batch duties decided.
 	LoopPeriod metav1.Duration `json:"loopPeriod,omitempty"`
@@ -39,13 +44,16 @@ type GPUConfig struct {
 	// Devices is how the NRI plugin hands shared GPUs to containers (CDI or
 	// NVIDIA_VISIBLE_DEVICES).
 	Devices devices.Config `json:"devices"`
+	// PodResourcesSocket is kubelet's PodResources API, read for the real whole-GPU
+	// allocation reported in node-metrics version 2; empty disables it.
+	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
 }
 
 // DefaultGPUConfig returns the GPU defaults.
 func DefaultGPUConfig() GPUConfig {
 	return GPUConfig{Mode: GPUModeAuto, LoopPeriod: metav1.Duration{Duration: gpu.DefaultLoopPeriod},
 		Throttle: qos.DefaultGPUThrottlePolicy(), Suspend: duty.DefaultSuspendConfig(),
-		Devices: devices.Config{}.WithDefaults()}
+		Devices: devices.Config{}.WithDefaults(), PodResourcesSocket: podsource.DefaultPodResourcesSocket}
 }
 
 // Validate checks every GPU field, also with GPU features off, so that a bad config
@@ -65,6 +73,9 @@ func (c GPUConfig) Validate() error {
 	}
 	if err := c.Devices.Validate(); err != nil {
 		return fmt.Errorf("gpu.devices: %w", err)
+	}
+	if c.PodResourcesSocket != "" && !strings.HasPrefix(c.PodResourcesSocket, "/") {
+		return fmt.Errorf("gpu.podResourcesSocket: %q must be an absolute path: %w", c.PodResourcesSocket, ErrInvalidConfig)
 	}
 	return nil
 }
@@ -165,6 +176,77 @@ func (a *Agent) GPUs() []devices.GPU {
 	out := make([]devices.GPU, len(inv))
 	for i, d := range inv {
 		out[i] = devices.GPU{Index: d.Index, UUID: d.UUID}
+	}
+	return out
+}
+
+// milliPerGPU is one GPU in understory.io/gpu-milli.
+const milliPerGPU = 1000
+
+// gpuAllocReader reads kubelet's device allocation (podsource.PodResources).
+type gpuAllocReader interface {
+	Devices(ctx context.Context, resource string) (podsource.DeviceAllocation, error)
+}
+
+var _ gpuAllocReader = (*podsource.PodResources)(nil)
+
+// gpuMilliSink is the Node writer's gpu-milli part (nodestatus.Publisher).
+type gpuMilliSink interface {
+	SetGPUMilli(milli int64) (clamped bool)
+}
+
+var _ gpuMilliSink = (*nodestatus.Publisher)(nil)
+
+// gpuNodeMetrics is the GPU section of node-metrics version 2 (publisher goroutine):
+// the GPU loop's window means plus kubelet's whole-GPU allocation. It also hands the
+// Node writer understory.io/gpu-milli: 1000 per healthy GPU.
+func (a *Agent) gpuNodeMetrics(ctx context.Context) *metrics.GPUMetrics {
+	g := a.gpu.NodeGPUs()
+	if s, ok := a.batchSink.(gpuMilliSink); ok {
+		healthy := int64(0)
+		for _, d := range g.Devices {
+			if d.Healthy {
+				healthy++
+			}
+		}
+		s.SetGPUMilli(healthy * milliPerGPU)
+	}
+	if a.gpuAlloc == nil {
+		return g
+	}
+	alloc, err := a.gpuAlloc.Devices(ctx, string(devices.ResourceGPU))
+	if err != nil {
+		a.log.Warn("kubelet's GPU allocation unknown in this window's node metrics", "err", err)
+		return g
+	}
+	g.Alloc = allocation(alloc, a.GPUs(), a.gpuPodView())
+	return g
+}
+
+// allocation maps kubelet's device IDs to GPU indices and its pods (namespace/name) to
+// UIDs the agent knows. IDs no GPU of the inventory matches (MIG devices, another
+// plugin's) are left out; a pod left with none is dropped.
+func allocation(a podsource.DeviceAllocation, inv []devices.GPU, pods gpu.PodView) *metrics.GPUAllocation {
+	uids := map[string]string{}
+	if m, ok := pods.(gpu.PodMap); ok {
+		for uid, p := range m {
+			uids[p.Namespace+"/"+p.Name] = string(uid)
+		}
+	}
+	out := &metrics.GPUAllocation{Pods: []metrics.PodGPUs{}}
+	for _, p := range a.Pods {
+		var idx []int
+		for _, id := range p.IDs {
+			if d, ok := devices.ResolveID(inv, id); ok && !slices.Contains(idx, d.Index) {
+				idx = append(idx, d.Index)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		slices.Sort(idx)
+		out.Pods = append(out.Pods, metrics.PodGPUs{Namespace: p.Namespace, Name: p.Name,
+			UID: uids[p.Namespace+"/"+p.Name], Devices: idx})
 	}
 	return out
 }

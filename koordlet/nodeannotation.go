@@ -12,8 +12,9 @@ import (
 	"github.com/understory/understory/metrics"
 )
 
-// NodeAnnotator publishes node metrics as the understory.io/node-metrics annotation on
-// the agent's own Node, with a merge patch that touches nothing else.
+// NodeAnnotator publishes node metrics on the agent's own Node, with a merge patch that
+// touches nothing else: understory.io/node-metrics (version 1, for readers that know
+// only it) and understory.io/node-metrics-v2 (version 2: also the GPUs).
 type NodeAnnotator struct {
 	nodes    nodePatcher
 	nodeName string
@@ -31,14 +32,14 @@ func NewNodeAnnotator(nodes nodePatcher, nodeName string) *NodeAnnotator {
 	return &NodeAnnotator{nodes: nodes, nodeName: nodeName}
 }
 
-// Publish patches the annotation.
+// Publish patches both annotations in one write.
 func (n *NodeAnnotator) Publish(ctx context.Context, m metrics.NodeMetrics) error {
-	value, err := m.Encode()
+	values, err := m.EncodeAnnotations()
 	if err != nil {
 		return fmt.Errorf("encoding node metrics: %w", err)
 	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{metrics.AnnotationNodeMetrics: string(value)}},
+		"metadata": map[string]any{"annotations": values},
 	})
 	if err != nil {
 		return fmt.Errorf("encoding patch: %w", err)

@@ -31,11 +31,29 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 	if err != nil || got != m {
 		t.Fatalf("annotation decodes to %+v, %v; want %+v", got, err, m)
 	}
+	// Version 2 (for readers that know it) carries the same figures, and a GPU section.
+	m.GPU = &metrics.GPUMetrics{Devices: []metrics.GPUDevice{{Index: 0, UUID: "GPU-a", Healthy: true, Util: 40,
+		LSUtil: 30, MemTotal: 1 << 30, Reclaimable: 0.7}}}
+	m.Version = metrics.NodeMetricsVersion2
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v1, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
+	if err != nil || v1.Version != metrics.NodeMetricsVersion || v1.GPU != nil || v1.CPU != m.CPU {
+		t.Fatalf("v1 annotation decodes to %+v, %v", v1, err)
+	}
+	v2, err := metrics.DecodeNodeAnnotations(n.Annotations)
+	if err != nil || v2.GPU == nil || len(v2.GPU.Devices) != 1 || v2.GPU.Devices[0].Reclaimable != 0.7 {
+		t.Fatalf("v2 annotation decodes to %+v, %v", v2, err)
+	}
 	if n.Annotations["other"] != "kept" || n.Labels["l"] != "v" {
 		t.Fatalf("patch touched other fields: %+v", n.ObjectMeta)
 	}
 	// An invalid value is refused before it reaches the API server.
-	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrUnsupportedVersion) {
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrInvalidNodeMetrics) {
 		t.Fatalf("publishing an invalid value: %v", err)
 	}
 	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "missing").Publish(context.Background(), m); err == nil {

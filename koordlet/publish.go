@@ -25,6 +25,9 @@ type publisher struct {
 	window  time.Duration
 	memory  func() (metrics.MemoryMetrics, error)
 	written func() *metrics.BatchResources
+	// gpu returns the GPU section (nil without GPU features); called off the control
+	// loop, as it may ask kubelet for its allocation.
+	gpu func(ctx context.Context) *metrics.GPUMetrics
 
 	start                         time.Time
 	n                             float64
@@ -83,6 +86,11 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 		defer func() { <-p.busy }()
 		ctx, cancel := context.WithTimeout(ctx, p.window)
 		defer cancel()
+		if p.gpu != nil {
+			if g := p.gpu(ctx); g != nil {
+				nm.Version, nm.GPU = metrics.NodeMetricsVersion2, g
+			}
+		}
 		if err := p.sink.Publish(ctx, nm); err != nil {
 			m.Errors.WithLabelValues(metrics.ErrKindNodePatch).Inc()
 			log.Error("publishing node metrics", "err", err)

@@ -124,6 +124,14 @@ func run() error {
 			log.Info("GPU features off", "reason", err)
 		} else {
 			deps.GPU = src
+			if cfg.StaticPodDir == "" && cfg.GPU.PodResourcesSocket != "" {
+				pr, err := podsource.NewPodResources(cfg.GPU.PodResourcesSocket)
+				if err != nil {
+					return fmt.Errorf("kubelet PodResources client: %w", err)
+				}
+				defer pr.Close()
+				deps.GPUAlloc = pr
+			}
 		}
 	}
 	agent, err := koordlet.New(cfg, deps)
@@ -154,7 +162,10 @@ func run() error {
 		go func() { errc <- runStatus(ctx) }()
 	}
 	if cfg.NRI.Enabled {
-		plugin, err := koordlet.NewNRIPlugin(cfg, log)
+		// Shared-GPU containers get exactly their devices; on a node without GPU
+		// features they are refused ("no GPU inventory on this node"), never given all.
+		plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{
+			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices})
 		if err != nil {
 			return err
 		}

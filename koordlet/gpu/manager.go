@@ -93,6 +93,19 @@ type Manager struct {
 	status atomic.Pointer[Status]
 	mu     sync.Mutex
 	inv    []DeviceID
+	// win accumulates each GPU's figures since the last NodeGPUs call (node-metrics
+	// are means over their window).
+	win map[int]*gpuWindow
+}
+
+// gpuWindow is one GPU's sums over a node-metrics window.
+type gpuWindow struct {
+	dev               DeviceID
+	n                 float64
+	util, lsUtil      float64
+	memUsed, memTotal uint64
+	duty              float64 // the last duty
+	unhealthy         bool    // a query failed in the window
 }
 
 // suspendedProc is a batch process the loop suspended.
@@ -172,7 +185,8 @@ func NewManager(o Options) (*Manager, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{o: o, throttle: qos.NewGPUThrottle(o.Policy, o.Period), log: o.Log,
-		groups: map[string]*cgroups.Group{}, suspended: map[int]suspendedProc{}, evictedAt: map[int]time.Time{}}
+		groups: map[string]*cgroups.Group{}, suspended: map[int]suspendedProc{}, evictedAt: map[int]time.Time{},
+		win: map[int]*gpuWindow{}}
 	m.status.Store(&Status{})
 	return m, nil
 }
@@ -266,6 +280,7 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 		gs.Escalation = m.escalate(ctx, now, v, d)
 		st.GPUs[i] = gs
 	}
+	m.account(views, byGPU)
 	m.forgetGone(ctx, views)
 	m.resumeReleased(ctx, byGPU)
 	st.Suspended = m.suspendedStatus()
@@ -330,4 +345,57 @@ func (m *Manager) forgetGone(_ context.Context, views []deviceView) {
 			_ = m.o.Cycler.Set(ks.Key, nil, 0)
 		}
 	}
+}
+
+// account adds the step's figures to the node-metrics window.
+func (m *Manager) account(views []deviceView, byGPU map[int]qos.GPUThrottleDecision) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, v := range views {
+		w := m.win[v.dev.Index]
+		if w == nil || w.dev.UUID != v.dev.UUID {
+			w = &gpuWindow{}
+			m.win[v.dev.Index] = w
+		}
+		w.dev = DeviceID{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model}
+		w.duty = byGPU[v.dev.Index].Duty
+		if !v.dev.Healthy {
+			w.unhealthy = true
+			continue
+		}
+		w.n++
+		w.util += v.dev.Util
+		w.lsUtil += min(v.lsUtil, 100)
+		w.memUsed, w.memTotal = v.dev.MemUsed, v.dev.MemTotal
+	}
+}
+
+// NodeGPUs returns each GPU's means since the last call (and starts a new window), for
+// node-metrics version 2: utilisation, LS utilisation, memory, and the share reclaimable
+// for batch, (1 − duty) × (1 − LS utilisation). A GPU unreadable at any step of the
+// window is reported unhealthy. Alloc is left to the caller.
+func (m *Manager) NodeGPUs() *metrics.GPUMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	present := map[int]bool{}
+	for _, d := range m.inv {
+		present[d.Index] = true
+	}
+	out := &metrics.GPUMetrics{Devices: []metrics.GPUDevice{}}
+	for idx, w := range m.win {
+		if !present[idx] {
+			delete(m.win, idx)
+			continue
+		}
+		d := metrics.GPUDevice{Index: idx, UUID: w.dev.UUID, Model: w.dev.Model, Healthy: !w.unhealthy && w.n > 0}
+		if d.Healthy {
+			d.Util, d.LSUtil = w.util/w.n, w.lsUtil/w.n
+			d.MemUsed, d.MemTotal = int64(w.memUsed), int64(w.memTotal)
+			d.Reclaimable = (1 - w.duty) * max(0, 1-d.LSUtil/100)
+		}
+		out.Devices = append(out.Devices, d)
+		*w = gpuWindow{dev: w.dev, duty: w.duty}
+	}
+	slices.SortFunc(out.Devices, func(a, b metrics.GPUDevice) int { return a.Index - b.Index })
+	return out
 }
