@@ -35,7 +35,8 @@
 //   - Binds are refused once the node or pod informer is stale beyond
 //     Config.MaxCacheStaleness (apiContact: 0 while a watch is open).
 //   - The informers keep only what the index reads (transform.go): a new field
-//     the index reads must be kept there too.
+//     the index reads must be kept there too. The pod informer stores a
+//     podRecord, not a *corev1.Pod: its handlers (and tombstones) carry records.
 //   - A bound pod's devices annotation is trusted only where the devices are
 //     free: the first pod the index charged keeps a device (chargeBound).
 //   - Filter passes exactly one node and reserves the pod's request on it,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -29,16 +28,16 @@ func newGangBook(cfg Config, now time.Time) gangBook {
 }
 
 // join keeps p's gang membership in line with pod.
-func (b *gangBook) join(p *podEntry, pod *corev1.Pod) {
-	ref, ok := podGang(pod)
-	if p.hasGang && (!ok || ref.key != p.gang.key) {
+func (b *gangBook) join(p *podEntry, pod *podRecord) {
+	ref := pod.gang
+	if p.hasGang && (ref == nil || ref.key != p.gang.key) {
 		b.leave(p)
 	}
 	p.cons = nil
-	if !ok {
+	if ref == nil {
 		return
 	}
-	p.gang, p.hasGang, p.cons = ref, true, constraintsOf(pod)
+	p.gang, p.hasGang, p.cons = *ref, true, pod.cons
 	g := b.byKey[ref.key]
 	if g == nil {
 		g = &gang{key: ref.key, namespace: ref.namespace, name: ref.name, dialect: ref.dialect,

@@ -420,15 +420,21 @@ func (s *State) UpsertPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
 	}
+	s.upsertRecord(podRecordOf(pod))
+}
+
+// upsertRecord records a pod the informer stores as rec (podRecordOf, computed
+// outside the lock).
+func (s *State) upsertRecord(rec *podRecord) {
 	s.lock()
 	defer s.unlock()
-	s.upsertPodLocked(pod, true)
+	s.upsertPodLocked(rec, true)
 }
 
 // upsertPodLocked records pod; fromInformer distinguishes informer truth from a pod
 // seen only in extender arguments.
-func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
+	if pod.phase == corev1.PodSucceeded || pod.phase == corev1.PodFailed {
 		s.deletePodLocked(pod.UID)
 		return nil
 	}
@@ -444,7 +450,7 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	} else {
 		p.seen = s.now()
 	}
-	req, err := PodRequest(pod)
+	req, err := pod.req, pod.reqErr
 	if err != nil && !p.charged {
 		// Keep what it asks of CPU and memory so a bound pod is still accounted.
 		req.NumGPU, req.GPUMilli, req.Models = 0, 0, nil
@@ -457,11 +463,11 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	if fromInformer {
 		p.persisted = nil
 		if p.hasGang {
-			p.persisted = persistedOf(pod)
+			p.persisted = pod.persisted
 		}
 	}
 
-	node := pod.Spec.NodeName
+	node := pod.nodeName
 	if !fromInformer {
 		// A request body is no witness of a binding: kube-scheduler never asks
 		// about a bound pod, and a pod that only a body claims bound would hold
@@ -474,8 +480,8 @@ func (s *State) upsertPodLocked(pod *corev1.Pod, fromInformer bool) *podEntry {
 	// Bound: the API server is the truth.
 	var devs []int
 	fromAnnotation := false
-	if ann, ok := pod.Annotations[AnnotationGPUDevices]; ok && p.req.NumGPU > 0 {
-		if d, err := ParseDevices(ann); err == nil && len(d) == p.req.NumGPU {
+	if pod.hasDevices && p.req.NumGPU > 0 {
+		if d, err := ParseDevices(pod.devices); err == nil && len(d) == p.req.NumGPU {
 			devs, fromAnnotation = d, true
 		}
 	}

@@ -198,7 +198,7 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 	}
 	p := s.pods[pod.UID]
 	if p == nil || !p.informer {
-		p = s.upsertPodLocked(pod, false)
+		p = s.upsertPodLocked(podRecordOf(pod), false)
 	}
 	if p == nil {
 		s.unlock()

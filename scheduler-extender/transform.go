@@ -1,40 +1,40 @@
 package extender
 
 import (
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // The informers keep only what the index reads (cache.TransformFunc): at
 // 100 000 pods the informer's store would otherwise hold every pod's
 // managedFields, env, volumes, probes, status and every annotation
-// (kubectl's last-applied-configuration alone is a copy of the pod). A new
-// field the index reads must be kept here too; TestSlimObjectsKeepWhatTheIndexReads
-// compares what the index makes of a full and a slim object.
-
-// podAnnotationsRead are the pod annotations the index reads.
-var podAnnotationsRead = []string{
-	AnnotationGPUDevices, AnnotationGPUModel, AnnotationGangState,
-	AnnotationVolcanoGroupName, AnnotationVolcanoGroupNameAlt, AnnotationVolcanoMinMember,
-	AnnotationKoordinatorName, AnnotationKoordinatorMinAvailable,
-}
-
-// podLabelsRead are the pod labels the index reads.
-var podLabelsRead = []string{LabelPodGroup}
+// (kubectl's last-applied-configuration alone is a copy of the pod). The pod
+// informer stores a podRecord, not a pod: what the index reads, computed here.
+// A new field the index reads must be kept here too (in podRecord for pods);
+// TestSlimObjectsKeepWhatTheIndexReads compares what the index makes of a full
+// and a slim object.
 
 // nodeAnnotationsRead are the node annotations the index reads (a node's
 // labels are all kept: pods' node selectors and affinities match them).
 var nodeAnnotationsRead = []string{metrics.AnnotationNodeMetrics}
 
-// slimObject is the informers' transform: it returns the part of a pod, node
-// or PodGroup the index reads, and anything else unchanged. Idempotent.
+// slimObject is the informers' transform: it returns a pod's podRecord, the
+// part of a node or PodGroup the index reads, and anything else (a record
+// included) unchanged. Idempotent.
 func slimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return slimPod(o), nil
+		return podRecordOf(o), nil
 	case *corev1.Node:
 		return slimNode(o), nil
 	case *unstructured.Unstructured:
@@ -63,35 +63,110 @@ func slimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav
 		Labels: labels, Annotations: annotations}
 }
 
-// slimPod keeps identity, the gang labels and annotations, devices and model
-// annotations, spec.nodeName, status.phase, every container's name and
-// resources (init containers' restart policy too), overhead, node selector,
-// required node affinity and tolerations: what PodRequest, podGang,
-// constraintsOf, persistedOf and UpsertPod read.
-func slimPod(p *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{
-		ObjectMeta: slimMeta(&p.ObjectMeta, keep(p.Labels, podLabelsRead), keep(p.Annotations, podAnnotationsRead)),
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, NodeSelector: p.Spec.NodeSelector,
-			Tolerations: p.Spec.Tolerations, Overhead: p.Spec.Overhead},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
+// podRecord is what the pod informer stores of a pod: exactly what the index
+// reads (UpsertPod, upsertRecord, upsertPodLocked), computed by the transform outside the
+// index lock. A slimmed *corev1.Pod still cost about 1.5 KB a pod (Pod and
+// Container structs, resource maps); a record of a pod outside any gang is a
+// few hundred bytes. It embeds a trimmed ObjectMeta (name, namespace, uid,
+// resourceVersion, creationTimestamp) so that the informer's store can key it
+// (metav1.Object) and hands it to the event handlers in place of the pod.
+// Records are never modified once made: the index shares their pointers.
+type podRecord struct {
+	metav1.ObjectMeta
+	req       placement.Request
+	reqErr    error           // why PodRequest failed (req then holds what it could read)
+	gang      *gangRef        // nil: no gang
+	cons      *podConstraints // gang members only (constraintsOf)
+	persisted *persistedPlan  // gang members only (persistedOf)
+	nodeName  string
+	phase     corev1.PodPhase
+	devices   string // the AnnotationGPUDevices annotation, when hasDevices
+	// hasDevices: the pod carries AnnotationGPUDevices (possibly empty).
+	hasDevices bool
+}
+
+var (
+	_ metav1.Object  = (*podRecord)(nil)
+	_ runtime.Object = (*podRecord)(nil)
+)
+
+// GetObjectKind: a record has no kind of its own.
+func (r *podRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the record; what it points to is immutable and shared.
+func (r *podRecord) DeepCopyObject() runtime.Object {
+	c := *r
+	r.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
+}
+
+// podRecordOf computes what the index reads of pod: PodRequest, podGang, and
+// for gang members constraintsOf and persistedOf, spec.nodeName, status.phase
+// and the devices annotation. Its strings are copies made now, after the
+// informer decoded its list, so that they lie together instead of pinning, a
+// few bytes each, the memory spans the decoded pods are freed from. A gang member's
+// constraints still share the strings of its selector, affinity and
+// tolerations with the decoded pod; gang members are few.
+func podRecordOf(pod *corev1.Pod) *podRecord {
+	r := &podRecord{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.Clone(pod.Name), Namespace: strings.Clone(pod.Namespace),
+			UID: types.UID(strings.Clone(string(pod.UID))), ResourceVersion: strings.Clone(pod.ResourceVersion),
+			CreationTimestamp: pod.CreationTimestamp},
+		nodeName: strings.Clone(pod.Spec.NodeName), phase: canonicalPhase(pod.Status.Phase),
 	}
-	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+	r.req, r.reqErr = PodRequest(pod)
+	for i, m := range r.req.Models {
+		if i == 0 {
+			r.req.Models = slices.Clone(r.req.Models)
+		}
+		r.req.Models[i] = strings.Clone(m)
+	}
+	if ref, ok := podGang(pod); ok {
+		ref.namespace, ref.name = r.Namespace, strings.Clone(ref.name)
+		r.gang, r.cons, r.persisted = &ref, constraintsOf(constraintsPart(pod)), persistedOf(pod)
+		if r.persisted != nil {
+			r.persisted.node = strings.Clone(r.persisted.node)
+		}
+	}
+	var devices string
+	devices, r.hasDevices = pod.Annotations[AnnotationGPUDevices]
+	r.devices = strings.Clone(devices)
+	return r
+}
+
+// constraintsPart is a deep copy of what constraintsOf reads of pod.
+func constraintsPart(pod *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}}
+	spec := &pod.Spec
+	for k, v := range spec.NodeSelector {
+		if out.Spec.NodeSelector == nil {
+			out.Spec.NodeSelector = make(map[string]string, len(spec.NodeSelector))
+		}
+		out.Spec.NodeSelector[strings.Clone(k)] = strings.Clone(v)
+	}
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy()}}
 	}
-	slim := func(cs []corev1.Container) []corev1.Container {
-		if len(cs) == 0 {
-			return nil
+	if spec.Tolerations != nil {
+		out.Spec.Tolerations = make([]corev1.Toleration, len(spec.Tolerations))
+		for i := range spec.Tolerations {
+			spec.Tolerations[i].DeepCopyInto(&out.Spec.Tolerations[i])
 		}
-		out := make([]corev1.Container, len(cs))
-		for i := range cs {
-			out[i] = corev1.Container{Name: cs[i].Name, Resources: corev1.ResourceRequirements{
-				Requests: cs[i].Resources.Requests, Limits: cs[i].Resources.Limits}, RestartPolicy: cs[i].RestartPolicy}
-		}
-		return out
 	}
-	out.Spec.Containers, out.Spec.InitContainers = slim(p.Spec.Containers), slim(p.Spec.InitContainers)
 	return out
+}
+
+// canonicalPhase returns the package constant for a known phase, so that
+// 100 000 records do not each keep their own copy of "Running".
+func canonicalPhase(p corev1.PodPhase) corev1.PodPhase {
+	for _, c := range []corev1.PodPhase{corev1.PodRunning, corev1.PodPending, corev1.PodSucceeded,
+		corev1.PodFailed, corev1.PodUnknown} {
+		if p == c {
+			return c
+		}
+	}
+	return p
 }
 
 // slimNode keeps identity, labels, the node-metrics annotation, taints and

@@ -6,11 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/understory/understory/metrics"
 )
@@ -70,11 +73,11 @@ func richNode(name string) *corev1.Node {
 }
 
 // TestSlimObjectsKeepWhatTheIndexReads: the informers' transform keeps what
-// the index reads of pods, nodes and PodGroups (an index fed the slim objects
-// equals one fed the full objects), drops the rest, and is idempotent.
+// the index reads of pods (as a podRecord), nodes and PodGroups: an index fed
+// the slim objects equals one fed the full objects, the rest is dropped, and
+// the transform is idempotent.
 func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 	t.Parallel()
-	pod, node := richPod("a", "n"), richNode("n")
 	slim := func(obj any) any {
 		t.Helper()
 		out, err := slimObject(obj)
@@ -83,64 +86,118 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 		}
 		return out
 	}
-	sp, sn := slim(pod).(*corev1.Pod), slim(node).(*corev1.Node)
-
-	full, err := PodRequest(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := PodRequest(sp); err != nil || !reflect.DeepEqual(got, full) {
-		t.Errorf("PodRequest of the slim pod %+v (%v), of the full pod %+v", got, err, full)
-	}
-	if a, _ := podGang(pod); !reflect.DeepEqual(func() gangRef { r, _ := podGang(sp); return r }(), a) {
-		t.Errorf("podGang differs on the slim pod")
-	}
-	if a, b := constraintsOf(pod).cacheKey(), constraintsOf(sp).cacheKey(); a != b || a == "" {
-		t.Errorf("constraints key %q on the slim pod, %q on the full one", b, a)
-	}
-	if a, b := persistedOf(pod), persistedOf(sp); !reflect.DeepEqual(a, b) || a == nil {
-		t.Errorf("persisted plan %+v on the slim pod, %+v on the full one", b, a)
-	}
+	node := richNode("n")
+	sn := slim(node).(*corev1.Node)
 	if !reflect.DeepEqual(nodeFromAPI(sn), nodeFromAPI(node)) || !sameMeta(nodeMeta(sn), nodeMeta(node)) {
 		t.Errorf("node state differs on the slim node")
-	}
-
-	// Indexes fed full and slim objects agree.
-	index := func(n *corev1.Node, p *corev1.Pod) Status {
-		srv := testServer(t, newFakeClock(), Deps{})
-		srv.State().UpsertNode(n)
-		srv.State().UpsertPod(p)
-		st := srv.Status()
-		st.Time = time.Time{}
-		return st
-	}
-	a, b := index(node, pod), index(sn, sp)
-	if ja, jb := mustJSON(t, a), mustJSON(t, b); ja != jb {
-		t.Errorf("index of the slim objects:\n%s\nof the full ones:\n%s", jb, ja)
-	}
-
-	// What is dropped, and how much.
-	if len(sp.ManagedFields) != 0 || sp.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" ||
-		sp.Labels["app"] != "" || sp.Spec.Containers[0].Env != nil || sp.Spec.Volumes != nil ||
-		sp.Status.ContainerStatuses != nil || sp.Spec.Affinity.PodAntiAffinity != nil {
-		t.Errorf("the slim pod keeps what the index never reads: %+v", sp)
 	}
 	if sn.Status.Images != nil || sn.ManagedFields != nil || sn.Status.Capacity != nil || len(sn.Annotations) != 1 {
 		t.Errorf("the slim node keeps what the index never reads: %+v", sn)
 	}
-	if f, s := len(mustJSON(t, pod)), len(mustJSON(t, sp)); s*4 > f {
-		t.Errorf("slim pod %d bytes of JSON, full %d: want under a quarter", s, f)
-	}
-
-	// Idempotent, and other objects pass through.
-	if again := slim(sp); !reflect.DeepEqual(again, sp) {
-		t.Errorf("slim(slim(pod)) differs")
-	}
 	if again := slim(sn); !reflect.DeepEqual(again, sn) {
 		t.Errorf("slim(slim(node)) differs")
 	}
+
+	pending := richPod("p", "")
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	bad := richPod("bad", "n")
+	bad.Annotations[AnnotationGPUModel] = ""
+	bad.Spec.Containers[0].Resources.Limits[ResourceGPUMilli] = resource.MustParse("-3")
+	if _, err := PodRequest(bad); err == nil {
+		t.Fatal("the invalid pod is valid")
+	}
+	done := richPod("done", "n")
+	done.Status.Phase = corev1.PodSucceeded
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{
+		{"gang member", richPod("a", "n")},
+		{"no gang", testPod("ns", "solo", milli(250), onNode("n"), annotate(AnnotationGPUDevices, "3"))},
+		{"no devices annotation", testPod("ns", "bare", gpus(1), onNode("n"))},
+		{"malformed devices", testPod("ns", "mal", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "x"))},
+		{"pending", pending},
+		{"invalid request", bad},
+		{"terminated", done},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := tc.pod
+			rec, ok := slim(pod).(*podRecord)
+			if !ok {
+				t.Fatalf("the pod transform returned %T, want *podRecord", slim(pod))
+			}
+			req, err := PodRequest(pod)
+			if !reflect.DeepEqual(rec.req, req) || !reflect.DeepEqual(rec.reqErr, err) {
+				t.Errorf("record request %+v (%v), PodRequest %+v (%v)", rec.req, rec.reqErr, req, err)
+			}
+			ref, inGang := podGang(pod)
+			if (rec.gang != nil) != inGang || inGang && !reflect.DeepEqual(*rec.gang, ref) {
+				t.Errorf("record gang %+v, podGang %+v %v", rec.gang, ref, inGang)
+			}
+			if inGang {
+				if a, b := constraintsOf(pod).cacheKey(), rec.cons.cacheKey(); a != b {
+					t.Errorf("constraints key %q in the record, %q of the pod", b, a)
+				}
+				if a := persistedOf(pod); !reflect.DeepEqual(rec.persisted, a) {
+					t.Errorf("persisted plan %+v in the record, %+v of the pod", rec.persisted, a)
+				}
+			} else if rec.cons != nil || rec.persisted != nil {
+				t.Errorf("a pod outside any gang keeps constraints or a plan: %+v", rec)
+			}
+			// The informer's store keys the record as it keys the pod.
+			kr, err1 := cache.DeletionHandlingMetaNamespaceKeyFunc(rec)
+			kp, err2 := cache.DeletionHandlingMetaNamespaceKeyFunc(pod)
+			if kr != kp || err1 != nil || err2 != nil {
+				t.Errorf("store key %q (%v) of the record, %q (%v) of the pod", kr, err1, kp, err2)
+			}
+
+			// Indexes fed the full pod and the record agree.
+			index := func(feed func(*State)) string {
+				srv := testServer(t, newFakeClock(), Deps{})
+				srv.State().UpsertNode(node)
+				feed(srv.State())
+				st := srv.Status()
+				st.Time = time.Time{}
+				return mustJSON(t, st)
+			}
+			full := index(func(s *State) { s.UpsertPod(pod) })
+			if got := index(func(s *State) { s.upsertRecord(rec) }); got != full {
+				t.Errorf("index of the record:\n%s\nof the pod:\n%s", got, full)
+			}
+
+			// What is dropped; idempotent; copies are equal and apart.
+			if rec.Labels != nil || rec.Annotations != nil || rec.ManagedFields != nil || rec.OwnerReferences != nil {
+				t.Errorf("the record keeps metadata the index never reads: %+v", rec.ObjectMeta)
+			}
+			if again := slim(rec); again != any(rec) {
+				t.Errorf("slim(record) is not the record")
+			}
+			c := rec.DeepCopyObject().(*podRecord)
+			if !reflect.DeepEqual(c, rec) || c == rec || c.GetObjectKind() != schema.EmptyObjectKind {
+				t.Errorf("DeepCopyObject %+v of %+v", c, rec)
+			}
+		})
+	}
 	if other := slim("x"); other != "x" {
 		t.Errorf("a string came back as %v", other)
+	}
+}
+
+// TestPodRecordSmall: a record of a typical bound pod (the memory benchmark's)
+// is a fraction of the slimmed pod it replaces; the informer store holds one
+// per pod.
+func TestPodRecordSmall(t *testing.T) {
+	t.Parallel()
+	pod := testPod("team-07", "pod-000123", milli(250), onNode("node-0042"), annotate(AnnotationGPUDevices, "1"),
+		created(1))
+	pod.Status.Phase = corev1.PodPhase(strings.Clone(string(corev1.PodRunning))) // as decoded: its own copy
+	rec := podRecordOf(pod)
+	if size := unsafe.Sizeof(*rec); size > 416 {
+		t.Errorf("podRecord is %d bytes, want at most 416 (a size class)", size)
+	}
+	if rec.phase != corev1.PodRunning || unsafe.StringData(string(rec.phase)) != unsafe.StringData(string(corev1.PodRunning)) {
+		t.Errorf("phase %q is not the package constant", rec.phase)
 	}
 }
 
