@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks calls deprecated that it still wraps; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-gpu bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -45,6 +45,13 @@ fuzz:
 
 bench-colo: build
 	$(BIN)/colo bench -out bench/out/colo.json
+
+# GPU throttling (docs/gpu.md): reaction from an LS step on a mock GPU to frozen batch
+# through the real collector, loop, duty cycle and freezer; duty error at 25/50/75 % on
+# the real v1 freezer and v2 cgroup.freeze; the collector's cost per device. Root, cgo,
+# ~2.5 min.
+bench-gpu:
+	CGO_ENABLED=1 $(GO) run ./cmd/gpu-bench -out bench/out/gpu.json
 
 # The FGD paper's openb experiment replayed through the extender's placement code
 # (every workload of the paper's table, 4 policies, seeds 42-51; ~10-20 min on 2 cores).

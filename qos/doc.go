@@ -138,4 +138,8 @@
 //     trigger the next: a stale one still counts the evicted pod's memory.
 //   - Decide says what to do; the agent must still thaw a pod it evicts
 //     (frozen tasks cannot handle SIGTERM) and leave out terminating pods.
+//
+// GPUThrottle (gputhrottle.go) decides, per GPU, the duty: the fraction of each
+// freezer period the batch pods using the GPU stay frozen so LS gets the device.
+// Its rules (cut fast, hold, restore slowly, hysteresis) and traps are on the type.
 package qos

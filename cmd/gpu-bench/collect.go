@@ -153,9 +153,6 @@ func writeProcCgroup(procRoot string, pid uint32, data string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup"), []byte(data), 0o644)
 }
 
-// collectGPUs is the mock's GPU count.
-const collectGPUs = 8
-
 // runCollect times Collector.Collect on the 8-GPU mock, every GPU running
 // cfg.ProcsPerGPU processes, each in its own container of a pod (alternately LS and
 // batch) on a fake hybrid /proc. The mock answers in nanoseconds where a driver takes
@@ -169,7 +166,7 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 	}
 	defer os.RemoveAll(procRoot)
 	node := newMockNode()
-	for g := range collectGPUs {
+	for g := range mockGPUs {
 		var procs []mockProc
 		for j := range cfg.ProcsPerGPU {
 			k := g*cfg.ProcsPerGPU + j
@@ -200,8 +197,8 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 		}
 		// Check the scrape read what the mock runs: a broken attribution must not
 		// pass for a fast collector.
-		if len(s.Devices) != collectGPUs {
-			return 0, fmt.Errorf("collect read %d GPUs, want %d", len(s.Devices), collectGPUs)
+		if len(s.Devices) != mockGPUs {
+			return 0, fmt.Errorf("collect read %d GPUs, want %d", len(s.Devices), mockGPUs)
 		}
 		for _, d := range s.Devices {
 			if !d.Healthy || len(d.Processes) != cfg.ProcsPerGPU {
@@ -233,10 +230,10 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 	}
 	slices.Sort(took)
 	mean := float64(sum) / float64(time.Microsecond) / float64(cfg.Iterations)
-	run := &collectRun{GPUs: collectGPUs, ProcsPerGPU: cfg.ProcsPerGPU, Scrapes: cfg.Iterations,
+	run := &collectRun{GPUs: mockGPUs, ProcsPerGPU: cfg.ProcsPerGPU, Scrapes: cfg.Iterations,
 		ScrapeUSMean: mean, ScrapeUSP50: percentile(took, 0.50), ScrapeUSP99: percentile(took, 0.99),
-		USPerDevice: mean / collectGPUs}
+		USPerDevice: mean / mockGPUs}
 	printf("collect: %.1f µs per scrape of %d GPUs x %d processes (p50 %.1f, p99 %.1f): %.2f µs per device\n",
-		run.ScrapeUSMean, collectGPUs, cfg.ProcsPerGPU, run.ScrapeUSP50, run.ScrapeUSP99, run.USPerDevice)
+		run.ScrapeUSMean, mockGPUs, cfg.ProcsPerGPU, run.ScrapeUSP50, run.ScrapeUSP99, run.USPerDevice)
 	return run, nil
 }

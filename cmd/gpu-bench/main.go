@@ -1,12 +1,20 @@
 // Command gpu-bench measures the node's GPU throttling path and writes
 // bench/out/gpu.json (`make bench-gpu`).
 //
-// Today it measures the freezer duty cycle (duty.go): a CPU burner in a real cgroup,
-// duty-cycled by koordlet/gpu/duty at the agent's period, gets a share of the CPU it gets
-// unfrozen; duty_error_pct is how far the frozen share is from the target, in percentage
-// points, at 25, 50 and 75 %. It needs root and a cgroup filesystem with a freezer (v1
-// freezer or cgroup2 cgroup.freeze). The result has slots for the reaction time
-// (reaction_ms) and the collector's cost (collect_us_per_device), filled by their parts.
+// Its parts (-parts, all by default):
+//
+//   - duty (duty.go): a CPU burner in a real cgroup, duty-cycled by koordlet/gpu/duty at
+//     the agent's period, gets a share of the CPU it gets unfrozen; duty_error_pct is how
+//     far the frozen share is from the target, in percentage points, at 25, 50 and 75 %.
+//   - reaction (reaction.go): reaction_ms, the time from an LS load step on an NVML mock
+//     GPU until the batch pod's real cgroup is frozen, through the agent's whole GPU
+//     pipeline (collector, attribution, throttle, duty cycler, freezer); p50/p99/max
+//     over -trials steps.
+//   - collect (collect.go): collect_us_per_device, the collector's own cost per GPU per
+//     scrape on an 8-GPU mock with -collect-procs processes per GPU.
+//
+// duty and reaction need root and a cgroup filesystem with a freezer (v1 freezer or
+// cgroup2 cgroup.freeze); reaction and collect need a cgo build (NVML).
 package main
 
 import (
@@ -17,10 +25,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/understory/understory/koordlet/gpu"
 )
 
 func main() {
@@ -53,6 +64,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"length of one measured window, a multiple of -period; baseline and cycled windows alternate")
 	freezers := fs.String("freezers", "v1,v2", "freezers to measure: v1 (freezer.state), v2 (cgroup.freeze); "+
 		"the first one available gives duty_error_pct")
+	parts := fs.String("parts", strings.Join(allParts, ","), "parts to run: "+strings.Join(allParts, ", "))
+	fs.IntVar(&cfg.Reaction.Trials, "trials", cfg.Reaction.Trials, "reaction: LS load steps measured")
+	fs.DurationVar(&cfg.Reaction.LoopPeriod, "loop-period", cfg.Reaction.LoopPeriod, "reaction: GPU loop period")
+	fs.IntVar(&cfg.Collect.Iterations, "collect-scrapes", cfg.Collect.Iterations, "collect: timed scrapes")
+	fs.IntVar(&cfg.Collect.ProcsPerGPU, "collect-procs", cfg.Collect.ProcsPerGPU, "collect: processes per GPU")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +86,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := cfg.Duty.validate(); err != nil {
+		return err
+	}
+	if cfg.Parts, err = parseParts(*parts); err != nil {
+		return err
+	}
+	cfg.Reaction.CgroupRoot, cfg.Reaction.Period = cfg.Duty.CgroupRoot, cfg.Duty.Period
+	cfg.Reaction.Policy = benchGPUPolicy(cfg.Duty.Period)
+	if err := cfg.Reaction.validate(); err != nil {
+		return err
+	}
+	if err := cfg.Collect.validate(); err != nil {
 		return err
 	}
 	printf := func(f string, a ...any) { fmt.Fprintf(stdout, f, a...) }
@@ -94,10 +121,36 @@ func parseDuties(s string) ([]float64, error) {
 	return out, nil
 }
 
-// defaultConfig is `make bench-gpu`: 10 s duty-cycled and 10 s unfrozen per point.
+// parseParts reads -parts; the parts run in allParts' order whatever the order given.
+func parseParts(s string) ([]string, error) {
+	var want []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(allParts, p) {
+			return nil, fmt.Errorf("-parts: %q is not one of %s", p, strings.Join(allParts, ", "))
+		}
+		want = append(want, p)
+	}
+	if len(want) == 0 {
+		return nil, errors.New("-parts: no part given")
+	}
+	var out []string
+	for _, p := range allParts {
+		if slices.Contains(want, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// defaultConfig is `make bench-gpu`: 10 s duty-cycled and 10 s unfrozen per duty point,
+// 30 reaction trials at the agent's loop period, 5000 timed scrapes.
 func defaultConfig() config {
 	return config{
-		Out: "bench/out/gpu.json",
+		Out:   "bench/out/gpu.json",
+		Parts: allParts,
 		Duty: dutyConfig{
 			CgroupRoot: "/sys/fs/cgroup",
 			Period:     100 * time.Millisecond,
@@ -106,5 +159,7 @@ func defaultConfig() config {
 			Duties:     []float64{0.25, 0.5, 0.75},
 			Freezers:   []string{freezerV1, freezerV2},
 		},
+		Reaction: reactionConfig{LoopPeriod: gpu.DefaultLoopPeriod, Trials: 30},
+		Collect:  collectConfig{Iterations: 5000, ProcsPerGPU: 4},
 	}
 }

@@ -30,6 +30,12 @@ func TestFlags(t *testing.T) {
 		{[]string{"-freezers", "v1,v1"}, "-freezers: v1 given twice"},
 		{[]string{"-freezers", ","}, "-freezers: none given"},
 		{[]string{"-cgroup-root", ""}, "-cgroup-root: empty"},
+		{[]string{"-parts", "duty,gpu"}, `-parts: "gpu" is not one of duty, reaction, collect`},
+		{[]string{"-parts", ","}, "-parts: no part given"},
+		{[]string{"-trials", "0"}, "-trials 0 not in [1, 10000]"},
+		{[]string{"-loop-period", "0s"}, "-loop-period 0s not in [1ms, 1s]"},
+		{[]string{"-collect-scrapes", "0"}, "-collect-scrapes 0 not in [1, 1000000]"},
+		{[]string{"-collect-procs", "-1"}, "-collect-procs -1 not in [0, 64]"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-nope"}, "flag provided but not defined"},
 	} {
@@ -54,7 +60,7 @@ func TestBenchShort(t *testing.T) {
 	cgroupstest.LockCPU(t)
 	out := filepath.Join(t.TempDir(), "sub", "gpu.json")
 	var stdout bytes.Buffer
-	err := run(context.Background(), []string{"-out", out, "-point", "400ms", "-window", "200ms",
+	err := run(context.Background(), []string{"-out", out, "-parts", "duty", "-point", "400ms", "-window", "200ms",
 		"-duties", "0.25,0.75"}, &stdout, io.Discard)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stdout.String())
@@ -89,6 +95,12 @@ func TestBenchShort(t *testing.T) {
 	if strings.Contains(string(b), "reaction_ms") || strings.Contains(string(b), "collect_us_per_device") {
 		t.Errorf("parts that did not run appear in %s", b)
 	}
+	checkNoLeftovers(t)
+}
+
+// checkNoLeftovers fails t if a bench cgroup is left behind.
+func checkNoLeftovers(t *testing.T) {
+	t.Helper()
 	for _, c := range []string{"freezer", "unified", "cpu", "memory", ""} {
 		dir := filepath.Join("/sys/fs/cgroup", c)
 		entries, _ := os.ReadDir(dir)
@@ -98,4 +110,64 @@ func TestBenchShort(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The reaction and collect parts end to end, briefly: two LS steps through the real
+// pipeline (NVML mock, collector, manager, cycler, this machine's freezer) each freeze
+// the batch cgroup, and the collector's cost is measured. Timing targets are the
+// bench's output, not checked here.
+func TestReactionAndCollectShort(t *testing.T) {
+	if !haveCgo {
+		t.Skip("the reaction and collect parts need NVML, which needs cgo (CGO_ENABLED=1)")
+	}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the bench test must run in CI, as root")
+		}
+		t.Skip("the reaction bench creates a cgroup: needs root")
+	}
+	cgroupstest.LockCPU(t)
+	out := filepath.Join(t.TempDir(), "gpu.json")
+	var stdout bytes.Buffer
+	err := run(context.Background(), []string{"-out", out, "-parts", "collect,reaction", "-trials", "2",
+		"-collect-scrapes", "50"}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout.String())
+	}
+	t.Log(stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	r := res.ReactionMs
+	if r == nil || len(r.Samples) != 2 || r.Trials != 2 || r.Freezer == "" {
+		t.Fatalf("reaction_ms %+v in %s", r, b)
+	}
+	for _, v := range r.Samples {
+		if !(v > 0 && v < 10_000) {
+			t.Errorf("reaction sample %v ms", v)
+		}
+	}
+	if !(r.P50 <= r.P99 && r.P99 <= r.Max) || r.Max != max(r.Samples[0], r.Samples[1]) {
+		t.Errorf("reaction percentiles %+v", r)
+	}
+	c := res.Collect
+	if res.CollectUSPerDevice == nil || c == nil || !(*res.CollectUSPerDevice > 0) || c.GPUs != 8 ||
+		c.Scrapes != 50 || c.ProcsPerGPU != 4 || *res.CollectUSPerDevice != c.USPerDevice {
+		t.Fatalf("collect %+v, collect_us_per_device %v in %s", c, res.CollectUSPerDevice, b)
+	}
+	for _, want := range []string{`"parts": [`, `"reaction",`, `"loop_period_ms": 50`, `"restorePerSecond": 10`,
+		`"hold": "100ms"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s", want)
+		}
+	}
+	if res.DutyErrorPct != nil || res.Duty != nil || strings.Contains(string(b), "duty_error_max_pct") {
+		t.Errorf("the duty part did not run but appears in %s", b)
+	}
+	checkNoLeftovers(t)
 }
