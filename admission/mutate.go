@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/understory/understory/qos"
@@ -450,7 +451,7 @@ func resourcesPatch(path string, old, cur *corev1.Container) []PatchOp {
 		name     string
 		old, cur corev1.ResourceList
 	}{{"requests", old.Resources.Requests, cur.Resources.Requests}, {"limits", old.Resources.Limits, cur.Resources.Limits}} {
-		if equalResources(f.old, f.cur) {
+		if apiequality.Semantic.DeepEqual(f.old, f.cur) { // quantities by value; nil = empty
 			continue
 		}
 		p := path + "/resources/" + f.name
@@ -463,19 +464,6 @@ func resourcesPatch(path string, old, cur *corev1.Container) []PatchOp {
 		ops = append(ops, PatchOp{Op: "add", Path: p, Value: f.cur})
 	}
 	return ops
-}
-
-func equalResources(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || v.Cmp(w) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // escapePointer escapes a JSON Pointer reference token (RFC 6901).

@@ -128,11 +128,13 @@ type Agent struct {
 	nodeWrites, nodeFailures int64
 
 	// gpu is the GPU loop (its own goroutine); nil with GPU features off. gpuPods is the
-	// pod snapshot the control loop hands it.
-	gpu        *gpu.Manager
-	gpuPods    atomic.Pointer[gpu.PodMap]
-	gpuMetrics *metrics.GPU
-	gpuAlloc   gpuAllocReader
+	// pod snapshot the control loop hands it, rebuilt on the next slow period once
+	// gpuPodsStale says the pod table or a pod's cgroup changed.
+	gpu          *gpu.Manager
+	gpuPods      atomic.Pointer[gpu.PodMap]
+	gpuPodsStale bool
+	gpuMetrics   *metrics.GPU
+	gpuAlloc     gpuAllocReader
 
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
@@ -266,9 +268,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopEvictor()
 		<-evictorDone
 	}()
+	// Deferred calls run last first: the GPU loop stops (thawing what its duty cycle
+	// froze, resuming what it suspended) before the control loop's shutdown, and the
+	// evictor after it.
+	defer a.shutdown()
 	if a.gpu != nil {
-		// The GPU loop outlives the control loop's shutdown by nothing: it stops first
-		// (thawing what its duty cycle froze, resuming what it suspended).
 		gpuCtx, stopGPU := context.WithCancel(ctx)
 		gpuDone := make(chan struct{})
 		go func() {
@@ -280,7 +284,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			<-gpuDone
 		}()
 	}
-	defer a.shutdown()
 	period := a.cfg.Period.Duration
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -358,8 +361,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 			inPlace += st.usage
 		}
 	}
-	if slow {
+	if slow && a.gpuPodsStale {
 		a.publishGPUPods()
+		a.gpuPodsStale = false
 	}
 	batch := inPlace
 	if a.tierOK {
@@ -394,7 +398,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	system = math.Max(0, system)
 	cpus := float64(times.CPUs)
-	newMemory := a.ticks%memoryEvery == 0 || !a.mem.ok
+	// In phase with the slow periods (ticks%slowEvery == 1, slowEvery a multiple of
+	// memoryEvery): only a slow memory sample reads the per-pod memory and kubepods' limit.
+	newMemory := a.ticks%memoryEvery == 1 || !a.mem.ok
 	if newMemory {
 		a.readMemory(slow, now)
 	}
@@ -418,7 +424,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	if a.mem.ok {
 		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
 	}
-	a.escalate(b, mu, a.mem.ok, hasBatch, now)
+	a.escalate(b, hasBatch, now)
 	if b.Applied < a.last.Applied {
 		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
 	} else if b.Applied > a.last.Applied && a.ticks > 2 {

@@ -181,6 +181,26 @@ func (r *rig) step(node float64, cores map[string]float64) {
 	r.agent.tick(context.Background(), r.now)
 }
 
+// warmUp takes the rig past its first sample with the usual load (LS 0.3, batch 0.5 in
+// place and 0.6 below the tier, on a node using 1.5) and returns that load.
+func (r *rig) warmUp() map[string]float64 {
+	r.t.Helper()
+	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
+	r.step(0, nil)
+	r.step(1.5, busy)
+	return busy
+}
+
+// checkWithinBudget fails unless the batch pod cgroup cg and the tier both have a
+// bounded quota and the two fit the budget in force together.
+func (r *rig) checkWithinBudget(cg string) {
+	r.t.Helper()
+	budget := r.agent.Status().Budget.Applied
+	if q, tier := r.quota(cg), r.quota(r.tier); q <= 0 || tier <= 0 || q+tier > budget+1e-6 {
+		r.t.Fatalf("pod quota %v + tier %v with budget %v: want both bounded within it", q, tier, budget)
+	}
+}
+
 // changePods hands the agent the rig's pods again, each first changed by change (called
 // with the pod's index in the rig's list: 0 LS, 1 in-place batch, 2 tier batch, 3 the
 // pod with a bad annotation), as a pod source would after updates.
@@ -315,9 +335,7 @@ func TestAgentInvalidAnnotationKeepsDefaultClass(t *testing.T) {
 func TestAgentSurvivesVanishedCgroup(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, cgroupstest.V2, nil)
-	busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
-	r.step(0, nil)
-	r.step(1.5, busy)
+	busy := r.warmUp()
 	cgroupstest.RemoveGroup(t, r.root, r.kind, r.inPlace)
 	delete(busy, r.inPlace)
 	for range slowEvery {
@@ -485,9 +503,7 @@ func TestAgentKeepsTerminatingPodBounded(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, kind, nil)
-			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
-			r.step(0, nil)
-			r.step(1.5, busy)
+			busy := r.warmUp()
 			now := metav1.Now()
 			r.changePods(func(i int, p *corev1.Pod) {
 				if i == 1 {
@@ -496,11 +512,7 @@ func TestAgentKeepsTerminatingPodBounded(t *testing.T) {
 			})
 			for range 20 {
 				r.step(1.5, busy)
-				budget := r.agent.Status().Budget.Applied
-				q, tier := r.quota(r.inPlace), r.quota(r.tier)
-				if q <= 0 || tier <= 0 || q+tier > budget+1e-6 {
-					t.Fatalf("terminating pod quota %v + tier %v with budget %v: want both bounded within it", q, tier, budget)
-				}
+				r.checkWithinBudget(r.inPlace) // the terminating pod
 			}
 		})
 	}

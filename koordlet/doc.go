@@ -51,4 +51,8 @@
 //   - The control loop is single-goroutine; /status reads an atomically
 //     swapped snapshot, node metrics, the Node's batch resources and evictions
 //     are written from their own goroutines.
+//   - With GPUs (Deps.GPU) the GPU loop (koordlet/gpu, every gpu.loopPeriod)
+//     is a goroutine of its own: it sees pods only through the snapshot the
+//     control loop hands it once a second, and stops (thawing what its duty
+//     cycle froze) before the control loop's shutdown.
 package koordlet

@@ -28,11 +28,12 @@ const freezeTimeout = 50 * time.Millisecond
 // escalate runs the graded actions after the period's budget: throttle (the budget
 // itself), freeze batch while LS leaves it nothing for longer than freezeAfter, and
 // evict batch pods (lowest priority, largest memory, newest first) only when node memory
-// crosses the eviction threshold or batch has been starved past starvationTimeout.
-func (a *Agent) escalate(b qos.Budget, mu MemoryUsage, memOK bool, hasBatch bool, now time.Time) {
+// crosses the eviction threshold or batch has been starved past starvationTimeout. Memory
+// is the last sample (a.mem), as old as a.mem.at.
+func (a *Agent) escalate(b qos.Budget, hasBatch bool, now time.Time) {
 	in := qos.EscalationInput{Now: now, Budget: b, HasBatch: hasBatch, MemoryAt: a.mem.at}
-	if memOK {
-		in.MemoryUsed, in.MemoryCapacity = int64(mu.Used), int64(mu.Capacity)
+	if a.mem.ok {
+		in.MemoryUsed, in.MemoryCapacity = int64(a.mem.last.Used), int64(a.mem.last.Capacity)
 	}
 	d := a.escalator.Decide(in)
 	a.lastEscalation = d

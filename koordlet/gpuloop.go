@@ -151,8 +151,9 @@ func (a *Agent) gpuPodView() gpu.PodView {
 	return gpu.PodMap(nil)
 }
 
-// publishGPUPods replaces the GPU loop's pod snapshot (control loop, when pods or their
-// cgroups changed).
+// publishGPUPods replaces the GPU loop's pod snapshot. The control loop calls it on a
+// slow period after the pod table or a pod's cgroup changed (gpuPodsStale); most periods
+// change nothing, and the GPU loop keeps the snapshot it has.
 func (a *Agent) publishGPUPods() {
 	if a.gpu == nil {
 		return

@@ -1,7 +1,12 @@
 package koordlet
 
 import (
+	"github.com/understory/understory/cgroups/cgroupstest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -9,6 +14,7 @@ import (
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
 )
 
 // TestAllocation: kubelet's device IDs become GPU indices, its pods get the UIDs the
@@ -54,5 +60,61 @@ func TestGPUConfigValidate(t *testing.T) {
 	}
 	if _, err := LoadConfig([]byte("gpu:\n  mode: disabled\n  throttle:\n    maxDuty: 0.5\n    activeDuty: 0.2\n")); err != nil {
 		t.Fatalf("loading a GPU config: %v", err)
+	}
+}
+
+// TestPublishGPUPods: the snapshot carries every field the GPU loop reads, for every pod.
+func TestPublishGPUPods(t *testing.T) {
+	t.Parallel()
+	if n := reflect.TypeFor[gpu.PodInfo]().NumField(); n != 9 {
+		t.Fatalf("gpu.PodInfo has %d fields: fill the new ones in publishGPUPods, then fix this count", n)
+	}
+	started := time.Unix(1_700_000_000, 0)
+	a := &Agent{gpu: &gpu.Manager{}, sorted: []*podState{
+		{uid: "u1", namespace: "ml", name: "train", class: qos.ClassBatch, cgroup: "kubepods/pod-u1",
+			terminating: true, spec: podSpec{priority: 5, started: started, containers: map[string]string{"c1": "trainer"}}},
+		{uid: "u2", namespace: "web", name: "infer", class: qos.ClassLS},
+	}}
+	a.publishGPUPods()
+	want := gpu.PodMap{
+		"u1": {UID: "u1", Namespace: "ml", Name: "train", Class: qos.ClassBatch, Cgroup: "kubepods/pod-u1",
+			Containers: map[string]string{"c1": "trainer"}, Priority: 5, StartTime: started, Terminating: true},
+		"u2": {UID: "u2", Namespace: "web", Name: "infer", Class: qos.ClassLS},
+	}
+	if diff := cmp.Diff(want, a.gpuPodView()); diff != "" {
+		t.Fatalf("snapshot (-want +got):\n%s", diff)
+	}
+}
+
+// TestAgentRepublishesGPUPods: the control loop hands the GPU loop a new snapshot on the
+// next slow period after a pod changed (here: one became terminating), and keeps the old
+// one while nothing changed.
+func TestAgentRepublishesGPUPods(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	r.agent.gpu = &gpu.Manager{} // the snapshot is kept only with GPU features on
+	for i := 0; i < 2*slowEvery; i++ {
+		r.step(0.5, nil)
+	}
+	first := r.agent.gpuPods.Load()
+	if first == nil || len(*first) != 4 {
+		t.Fatalf("snapshot %v, want the rig's 4 pods", first)
+	}
+	for i := 0; i < slowEvery; i++ {
+		r.step(0.5, nil)
+	}
+	if r.agent.gpuPods.Load() != first {
+		t.Fatal("snapshot replaced although no pod changed")
+	}
+	r.changePods(func(i int, p *corev1.Pod) {
+		if i == 1 {
+			p.DeletionTimestamp = &metav1.Time{Time: r.now}
+		}
+	})
+	for i := 0; i < slowEvery; i++ {
+		r.step(0.5, nil)
+	}
+	if p, ok := r.agent.gpuPodView().Pod(batchUID1); !ok || !p.Terminating {
+		t.Fatalf("pod after the change %+v (found %t), want terminating", p, ok)
 	}
 }

@@ -192,9 +192,7 @@ func (a *Agent) enforcePodMemory(st *podState, now time.Time) {
 		return
 	}
 	a.writeMemoryLimit(st.group, &st.memory, float64(st.spec.batchMemory), now)
-	if !math.IsNaN(st.memory.bytes) {
-		st.memLimit = int64(st.memory.bytes)
-	}
+	st.wroteMemory = st.wroteMemory || !math.IsNaN(st.memory.bytes)
 }
 
 // writeMemoryLimit writes want (bytes) as g's memory limit when it is a cut, or a raise
@@ -236,8 +234,3 @@ func (a *Agent) writeMemoryLimit(g *cgroups.Group, s *memoryLimitState, want flo
 // memoryDeadband is the smallest raise of a memory limit worth a write: 2 % of it, at
 // least 16 MiB.
 func memoryDeadband(cur float64) float64 { return math.Max(16<<20, 0.02*cur) }
-
-// restoreMemory puts kubelet's memory limit back on a pod that left batch.
-func (a *Agent) restoreMemory(g *cgroups.Group, limit int64) error {
-	return g.SetMemoryLimit(limit, -1)
-}

@@ -160,3 +160,59 @@ func TestAgentMemoryCapacityFromKubepods(t *testing.T) {
 		t.Fatalf("capacity = %v, want kubepods' limit 12Gi", c)
 	}
 }
+
+// Per-pod memory (the in-place batch pods, eviction candidates by size) is read again on
+// later memory samples, not only at the first one: the memory sample must fall on a slow
+// period now and then.
+func TestAgentPodMemoryRefreshed(t *testing.T) {
+	t.Parallel()
+	m := newMemRig(t, cgroupstest.V2, nil)
+	m.setMem(m.inPlace, 1*gib)
+	m.setMem("kubepods/besteffort", 1*gib)
+	m.setMem("kubepods", 1*gib)
+	m.step(0.5, nil) // first sample: no rates yet, no memory
+	m.step(0.5, nil)
+	if b := m.agent.Status().Memory.Batch; b != 1*gib {
+		t.Fatalf("batch memory after the first sample = %v, want 1Gi", b)
+	}
+	m.setMem(m.inPlace, 3*gib)
+	m.setMem("kubepods/besteffort", 3*gib)
+	m.setMem("kubepods", 3*gib)
+	for range 2 * slowEvery {
+		m.step(0.5, nil)
+	}
+	if b := m.agent.Status().Memory.Batch; b != 3*gib {
+		t.Fatalf("batch memory two slow periods later = %v, want the in-place pod's new 3Gi", b)
+	}
+}
+
+// A batch pod the agent gave its batch-memory limit gets kubelet's memory limit back
+// (none for a BestEffort pod) when it leaves batch.
+func TestAgentRestoresMemoryLimitWhenPodLeavesBatch(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.Hybrid} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			m := newMemRig(t, kind, nil)
+			m.changePods(func(i int, p *corev1.Pod) {
+				if i == 1 {
+					p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+						"understory.io/batch-memory": resource.MustParse("1Gi")}
+				}
+			})
+			m.step(0.5, nil)
+			m.step(0.5, nil)
+			if got := m.limit(m.inPlace); got != gib {
+				t.Fatalf("batch pod memory limit = %v, want its batch-memory 1Gi", got)
+			}
+			m.changePods(func(i int, p *corev1.Pod) {
+				if i == 1 {
+					p.Annotations = map[string]string{"understory.io/qos-class": "LS"}
+				}
+			})
+			if got := m.limit(m.inPlace); got != -1 {
+				t.Fatalf("memory limit = %v after the pod left batch, want none (kubelet sets none)", got)
+			}
+		})
+	}
+}

@@ -61,9 +61,10 @@ type podState struct {
 	// pods outside the cgroup their class implies), bytes.
 	memUsage float64
 	// memory is the pod's own memory limit (its understory.io/batch-memory limit) in
-	// force; memLimit is non-zero once the agent has written one.
-	memory   memoryLimitState
-	memLimit int64
+	// force; wroteMemory is set once the agent has written one (kubelet's limit then
+	// goes back when the pod leaves batch).
+	memory      memoryLimitState
+	wroteMemory bool
 	// quota is the per-pod limit in force (cores), -1 when unlimited, NaN when unknown
 	// (never written or the last write failed: rewrite next period).
 	quota float64
@@ -222,7 +223,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 // resort rebuilds the sorted pod list and the LS pods' requests after the pod table
 // changed.
 func (a *Agent) resort() {
-	a.podsChanged = true
+	a.podsChanged, a.gpuPodsStale = true, true
 	a.sorted = a.sorted[:0]
 	a.lsCPURequests, a.lsMemRequests = 0, 0
 	for _, st := range a.pods {
@@ -319,6 +320,7 @@ func (a *Agent) openPod(st *podState) error {
 			return err
 		}
 		st.group, st.reader, st.lastErr = g, r, nil
+		a.gpuPodsStale = a.gpuPodsStale || st.cgroup != cg
 		st.cgroup, st.inTier = cg, st.class == qos.ClassBatch && i == 0
 		st.nextOpen = time.Time{}
 		st.rate, st.demand = collect.Rate{}, demand{}

@@ -48,8 +48,11 @@ func (a *Agent) rediscover() int {
 			if err != nil {
 				continue
 			}
+			// cgroup is known before the pod is read: a pod the synced source lists as
+			// no longer batch gets kubelet's values back (leaveBatch), and a GPU duty
+			// cycle's stale freeze on it is thawed at start.
 			st := &podState{uid: types.UID(uid), name: "(rediscovered " + name + ")",
-				class: qos.ClassBatch, kubeQOS: q, candidates: cands, quota: nan()}
+				class: qos.ClassBatch, kubeQOS: q, candidates: cands, cgroup: cg, quota: nan()}
 			// Bound it at once, like the tier: the first budget needs two samples.
 			if err := a.writeQuota(g, a.cfg.MinPodCPU); err != nil {
 				a.log.Warn("bounding a rediscovered in-place batch pod", "cgroup", cg, "err", err)

@@ -33,7 +33,7 @@ func (a *Agent) leaveBatch(st *podState, spec podSpec) {
 			logAttrsPod(st))
 		return
 	}
-	r := restore{pod: st.key(), cgroup: st.cgroup, to: spec.kubelet, memory: st.memLimit != 0}
+	r := restore{pod: st.key(), cgroup: st.cgroup, to: spec.kubelet, memory: st.wroteMemory}
 	if err := a.applyRestore(r); err != nil {
 		a.log.Error("restoring kubelet's cgroup values of a pod that left batch; retrying", logAttrsPod(st), "err", err)
 		a.restores = append(a.restores, r)
@@ -80,7 +80,7 @@ func (a *Agent) applyRestore(r restore) error {
 		return fmt.Errorf("restoring CFS quota: %w", err)
 	}
 	if r.memory {
-		if err := a.restoreMemory(g, r.to.memoryLimit); err != nil {
+		if err := g.SetMemoryLimit(r.to.memoryLimit, -1); err != nil {
 			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 			return fmt.Errorf("restoring memory limit: %w", err)
 		}

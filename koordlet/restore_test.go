@@ -22,9 +22,7 @@ func TestAgentRestoresKubeletValuesWhenPodLeavesBatch(t *testing.T) {
 			t.Run(kind.String()+"/"+to, func(t *testing.T) {
 				t.Parallel()
 				r := newRig(t, kind, nil)
-				busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
-				r.step(0, nil)
-				r.step(1.5, busy)
+				busy := r.warmUp()
 				if r.file(r.inPlace, "cpu.idle") != "1" || r.quota(r.inPlace) <= 0 {
 					t.Fatalf("in-place batch pod not set up: idle %s quota %v", r.file(r.inPlace, "cpu.idle"), r.quota(r.inPlace))
 				}
@@ -113,9 +111,7 @@ func TestAgentRediscoversInPlaceBatchAtStart(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, kind, nil)
-			busy := map[string]float64{r.lsCg: 0.3, r.inPlace: 0.5, r.inTier: 0.6}
-			r.step(0, nil)
-			r.step(1.5, busy)
+			busy := r.warmUp()
 			// The previous run is gone; it left the pod idle with a generous quota.
 			orphan := "kubepods/besteffort/pod" + string(types.UID("55555555-5555-4555-8555-555555555555"))
 			cgroupstest.AddGroup(t, r.root, kind, orphan)
@@ -146,10 +142,7 @@ func TestAgentRediscoversInPlaceBatchAtStart(t *testing.T) {
 			r.step(1.9, busy) // the first sample: no rate yet
 			for range 10 {
 				r.step(1.9, busy)
-				budget := a.Status().Budget.Applied
-				if q, tier := r.quota(orphan), r.quota(r.tier); q <= 0 || q+tier > budget+1e-6 {
-					t.Fatalf("rediscovered pod quota %v + tier %v exceed budget %v", q, tier, budget)
-				}
+				r.checkWithinBudget(orphan) // the rediscovered pod
 			}
 			if st := a.Status(); st.PodSource.Synced {
 				t.Fatal("status says the pod source synced")
@@ -195,5 +188,38 @@ func TestAgentEnforcesBatchCPULimits(t *testing.T) {
 				t.Fatalf("tier quota %v, want at most its pods' limits (0.4)", q)
 			}
 		})
+	}
+}
+
+// A pod a restarted agent rediscovered as in-place batch (cpu.idle=1 in kubelet's
+// cgroup) that the pod source, synced before the first period, lists as LS gets
+// kubelet's values back: the agent wrote its quota, and nothing else ever would.
+func TestAgentRestoresRediscoveredPodThatIsNoLongerBatch(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	const uid = types.UID("55555555-5555-4555-8555-555555555555")
+	orphan := "kubepods/besteffort/pod" + string(uid)
+	cgroupstest.AddGroup(t, r.root, r.kind, orphan)
+	g, err := r.agent.hier.Load(orphan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetIdle(true); err != nil {
+		t.Fatal(err)
+	}
+	pods := newFakePods(testPod("now-ls", uid, map[string]string{"understory.io/qos-class": "LS"}, ""))
+	a, err := New(r.agent.cfg, Deps{Pods: pods, NodeCPU: r.cpu, Logger: r.agent.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := r.quota(orphan); q <= 0 {
+		t.Fatalf("rediscovered pod not bounded at start: quota %v", q)
+	}
+	a.syncPods(pods.List()) // as Run does before its first period
+	if got := r.file(orphan, "cpu.idle"); got != "0" {
+		t.Fatalf("cpu.idle = %s after the rediscovered pod turned out LS, want 0", got)
+	}
+	if q := r.quota(orphan); q != -1 {
+		t.Fatalf("quota = %v after the rediscovered pod turned out LS, want kubelet's none", q)
 	}
 }

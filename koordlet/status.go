@@ -144,7 +144,8 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 	}
 	// The evictor's and the Node writer's states change rarely and cost a lock and a
 	// copy each: taken with the pods (every second), reused in between.
-	if prev := a.status.Load(); !withPods && prev != nil {
+	prev := a.status.Load()
+	if !withPods && prev != nil {
 		s.Evictions, s.BatchResources.Node = prev.Evictions, prev.BatchResources.Node
 	} else {
 		s.Evictions = a.evictor.Status()
@@ -153,7 +154,7 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 			s.BatchResources.Node = &ns
 		}
 	}
-	if prev := a.status.Load(); !withPods && prev != nil && prev.Pods != nil {
+	if !withPods && prev != nil && prev.Pods != nil {
 		s.Pods = prev.Pods
 		a.status.Store(s)
 		return

@@ -173,13 +173,19 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 		seenIndex[d.Index], seenUUID[d.UUID] = true, true
 		c := d
 		c.UUID, c.Model = validLabel(d.UUID, "GPU UUID", bad), validLabel(d.Model, "GPU model", bad)
-		checkPercent := func(v float64, what string) {
-			if math.IsNaN(v) || v < 0 || v > 100 {
-				bad("GPU %d: %s %v is not a percentage", d.Index, what, v)
+		// pod is "" for the device's own figures; the message is built only when one is
+		// bad (this runs every GPU loop step).
+		checkPercent := func(v float64, pod, what string) {
+			if !(math.IsNaN(v) || v < 0 || v > 100) {
+				return
 			}
+			if pod != "" {
+				what = "pod " + pod + " " + what
+			}
+			bad("GPU %d: %s %v is not a percentage", d.Index, what, v)
 		}
-		checkPercent(d.Util, "utilisation")
-		checkPercent(d.MemUtil, "memory utilisation")
+		checkPercent(d.Util, "", "utilisation")
+		checkPercent(d.MemUtil, "", "memory utilisation")
 		c.Util, c.MemUtil = clampPercent(d.Util), clampPercent(d.MemUtil)
 		if d.Throttle != nil {
 			t := *d.Throttle
@@ -199,8 +205,8 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 				bad("GPU %d: a pod entry without a pod name", d.Index)
 				continue
 			}
-			checkPercent(p.Util, "pod "+p.Pod+" utilisation")
-			checkPercent(p.MemUtil, "pod "+p.Pod+" memory utilisation")
+			checkPercent(p.Util, p.Pod, "utilisation")
+			checkPercent(p.MemUtil, p.Pod, "memory utilisation")
 			p.Namespace = validLabel(p.Namespace, "namespace", bad)
 			p.Pod = validLabel(p.Pod, "pod", bad)
 			p.Container = validLabel(p.Container, "container", bad)

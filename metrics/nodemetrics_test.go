@@ -136,6 +136,8 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	}
 }
 
+// Every version DecodeNodeMetrics accepts round-trips, and a decoded value's two annotations
+// read back as version 2.
 func FuzzDecodeNodeMetrics(f *testing.F) {
 	b, _ := validMetrics().Encode()
 	f.Add(string(b))
@@ -146,6 +148,13 @@ func FuzzDecodeNodeMetrics(f *testing.F) {
 	f.Add(`{"v":1}`)
 	f.Add(`{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"batch":{"cpu":-1}}`)
 	f.Add(`{"v":1,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1,"used":-1}}`)
+	f.Add(goldenV2)
+	f.Add(goldenV1)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[]}}`)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":0,"uuid":"x"}],` +
+		`"alloc":{"pods":[{"ns":"a","name":"b","devs":[0]}]}}}`)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":null}}`)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":-1,"util":NaN}]}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := DecodeNodeMetrics(s)
 		if err != nil {
@@ -161,8 +170,21 @@ func FuzzDecodeNodeMetrics(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding a decoded value: %v", err)
 		}
-		if _, err := DecodeNodeMetrics(string(out)); err != nil {
+		again, err := DecodeNodeMetrics(string(out))
+		if err != nil {
 			t.Fatalf("re-decoding: %v", err)
+		}
+		if !reflect.DeepEqual(again, m) {
+			t.Fatalf("round trip changed the value:\n%+v\n%+v", m, again)
+		}
+		// Both annotations of a decoded value decode, and the pair reads back as version 2.
+		ann, err := m.EncodeAnnotations()
+		if err != nil {
+			t.Fatalf("EncodeAnnotations of a decoded value: %v", err)
+		}
+		got, err := DecodeNodeAnnotations(ann)
+		if err != nil || got.Version != NodeMetricsVersion2 {
+			t.Fatalf("DecodeNodeAnnotations = version %d, %v", got.Version, err)
 		}
 	})
 }

@@ -301,48 +301,6 @@ func TestNodeMetricsV2Size(t *testing.T) {
 	}
 }
 
-func FuzzDecodeNodeMetricsV2(f *testing.F) {
-	f.Add(goldenV2)
-	f.Add(goldenV1)
-	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[]}}`)
-	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":0,"uuid":"x"}],` +
-		`"alloc":{"pods":[{"ns":"a","name":"b","devs":[0]}]}}}`)
-	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":null}}`)
-	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":-1,"util":NaN}]}}`)
-	f.Fuzz(func(t *testing.T, s string) {
-		m, err := DecodeNodeMetrics(s)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidNodeMetrics) && !errors.Is(err, ErrUnsupportedVersion) {
-				t.Fatalf("error %v wraps no sentinel", err)
-			}
-			return
-		}
-		if err := m.Validate(); err != nil {
-			t.Fatalf("decoded value does not validate: %v", err)
-		}
-		out, err := m.Encode()
-		if err != nil {
-			t.Fatalf("re-encoding a decoded value: %v", err)
-		}
-		again, err := DecodeNodeMetrics(string(out))
-		if err != nil {
-			t.Fatalf("re-decoding: %v", err)
-		}
-		if !reflect.DeepEqual(again, m) {
-			t.Fatalf("round trip changed the value:\n%+v\n%+v", m, again)
-		}
-		// Both annotations of a decoded value decode, and the pair reads back as version 2.
-		ann, err := m.EncodeAnnotations()
-		if err != nil {
-			t.Fatalf("EncodeAnnotations of a decoded value: %v", err)
-		}
-		got, err := DecodeNodeAnnotations(ann)
-		if err != nil || got.Version != NodeMetricsVersion2 {
-			t.Fatalf("DecodeNodeAnnotations = version %d, %v", got.Version, err)
-		}
-	})
-}
-
 func FuzzDecodeNodeAnnotations(f *testing.F) {
 	f.Add(goldenV1, goldenV2)
 	f.Add(goldenV1, "")

@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -373,9 +372,7 @@ func TestGangRestartMidGangRebuildsFromAnnotations(t *testing.T) {
 	m2, m3 := gangPod("m2", "g", 4, 2, 2), gangPod("m3", "g", 4, 2, 3)
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), testNode("n1", "A100", 4, 64, 256), m0, m1, m2, m3)
 	s := testServer(t, newFakeClock(), Deps{Client: fc})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = s.Run(ctx) }()
+	runServer(t, s)
 	waitFor(t, func() bool { return s.Status().Synced })
 	if free := gpuFree(s, "n0"); fmt.Sprint(free) != "[0 0 0 0]" {
 		t.Fatalf("n0 should be rebuilt as full from annotations: %v", free)
@@ -450,10 +447,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	clock := newFakeClock()
 	reg := prometheus.NewRegistry()
 	s := testServer(t, clock, Deps{Client: fc, Dynamic: dyn, Registry: reg})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	stop := runServer(t, s)
 	waitFor(t, func() bool {
 		s.state.mu.RLock()
 		defer s.state.mu.RUnlock()
@@ -469,8 +463,7 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	}
 	// Stop the informers first: a watch that opens late would touch the
 	// state at the advanced clock and reset the staleness.
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { // every watch stream has ended (its end is the last contact)

@@ -29,18 +29,9 @@ type podGroupSpec struct {
 // spec.scheduleTimeoutSeconds (optional, > 0) of a PodGroup.
 func parsePodGroup(u *unstructured.Unstructured) podGroupSpec {
 	var spec podGroupSpec
-	m, found, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "minMember")
-	switch {
-	case err != nil || !found:
-		spec.err = fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
+	if spec.minMember, spec.err = parseMinMember(u); spec.err != nil {
 		return spec
 	}
-	v, ok := asInt(m)
-	if !ok || v < 1 || v > MaxGangSize {
-		spec.err = fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
-		return spec
-	}
-	spec.minMember = int(v)
 	if t, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "scheduleTimeoutSeconds"); found && t != nil {
 		sec, ok := asInt(t)
 		if !ok || sec < 1 || sec > int64(maxScheduleTimeout/time.Second) {
@@ -76,9 +67,7 @@ func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
 
 // DeletePodGroup forgets a PodGroup; its members wait until it comes back.
 func (s *State) DeletePodGroup(namespace, name string) {
-	s.lock()
-	defer s.unlock()
-	delete(s.gangs.podGroups, namespace+"/"+name)
+	s.deleteGroup(func(b *gangBook) map[string]podGroupSpec { return b.podGroups }, namespace, name)
 }
 
 // UpsertVolcanoPodGroup records a Volcano PodGroup (scheduling.volcano.sh/v1beta1).
@@ -88,9 +77,13 @@ func (s *State) UpsertVolcanoPodGroup(u *unstructured.Unstructured) {
 
 // DeleteVolcanoPodGroup forgets a Volcano PodGroup.
 func (s *State) DeleteVolcanoPodGroup(namespace, name string) {
+	s.deleteGroup(func(b *gangBook) map[string]podGroupSpec { return b.volcano }, namespace, name)
+}
+
+func (s *State) deleteGroup(which func(*gangBook) map[string]podGroupSpec, namespace, name string) {
 	s.lock()
 	defer s.unlock()
-	delete(s.gangs.volcano, namespace+"/"+name)
+	delete(which(&s.gangs), namespace+"/"+name)
 }
 
 func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *unstructured.Unstructured,
@@ -108,16 +101,20 @@ func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *un
 // Volcano PodGroup; Volcano has no schedule timeout there.
 func parseVolcanoPodGroup(u *unstructured.Unstructured) podGroupSpec {
 	var spec podGroupSpec
+	spec.minMember, spec.err = parseMinMember(u)
+	return spec
+}
+
+// parseMinMember reads spec.minMember (required, 1..MaxGangSize), the same
+// field in both PodGroup dialects.
+func parseMinMember(u *unstructured.Unstructured) (int, error) {
 	m, found, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "minMember")
 	if err != nil || !found {
-		spec.err = fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
-		return spec
+		return 0, fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
 	}
 	v, ok := asInt(m)
 	if !ok || v < 1 || v > MaxGangSize {
-		spec.err = fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
-		return spec
+		return 0, fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
 	}
-	spec.minMember = int(v)
-	return spec
+	return int(v), nil
 }

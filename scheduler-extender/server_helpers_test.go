@@ -2,6 +2,7 @@ package extender
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -230,6 +231,26 @@ func phaseOf(s *Server, uid types.UID) string {
 		return fmt.Sprintf("%s@%s", p.phase, p.node)
 	}
 	return "unknown"
+}
+
+// runServer runs s (its informers) in the background until stop or the end of
+// the test; stop cancels Run, waits for it and returns its error (the cleanup
+// reports it).
+func runServer(t *testing.T, s *Server) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stop = sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return stop
 }
 
 // fedServer is testServer for a test that feeds the index itself (State().Upsert*)

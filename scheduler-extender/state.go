@@ -480,10 +480,8 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 	// Bound: the API server is the truth.
 	var devs []int
 	fromAnnotation := false
-	if pod.hasDevices && p.req.NumGPU > 0 {
-		if d, err := ParseDevices(pod.devices); err == nil && len(d) == p.req.NumGPU {
-			devs, fromAnnotation = d, true
-		}
+	if p.req.NumGPU > 0 && len(pod.devices) == p.req.NumGPU {
+		devs, fromAnnotation = pod.devices, true // shared with the record: never modified
 	}
 	same := p.charged && p.node == node
 	if !fromAnnotation && same {

@@ -198,7 +198,14 @@ func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*c
 	}
 	p := s.pods[pod.UID]
 	if p == nil || !p.informer {
-		p = s.upsertPodLocked(podRecordOf(pod), false)
+		// Known from request bodies only: its record (PodRequest, copies) is
+		// made outside the lock, as the informer's transform makes its own.
+		s.unlock()
+		rec := podRecordOf(pod)
+		s.lock()
+		if p = s.pods[pod.UID]; p == nil || !p.informer {
+			p = s.upsertPodLocked(rec, false)
+		}
 	}
 	if p == nil {
 		s.unlock()

@@ -96,15 +96,10 @@ func (s *Server) startInformers(ctx context.Context) error {
 		AddFunc:    func(obj any) { s.upsertPodObj(obj) },
 		UpdateFunc: func(_, obj any) { s.upsertPodObj(obj) },
 		DeleteFunc: func(obj any) {
-			switch p := tombstone(obj).(type) {
-			case *podRecord:
+			if p, ok := tombstone(obj).(*podRecord); ok {
 				st.DeletePod(p.UID)
-			case *corev1.Pod:
-				st.DeletePod(p.UID)
-			default:
-				return
+				s.flush()
 			}
-			s.flush()
 		},
 	})
 	if err != nil {
@@ -149,18 +144,14 @@ func (s *State) upsertNodeObj(obj any) {
 	}
 }
 
-// upsertPodObj takes what the pod informer stores: a podRecord (its transform's
-// output), or a pod should the transform ever not have run.
+// upsertPodObj takes what the pod informer stores: a podRecord, its
+// transform's output (set above, before the informer runs: it never hands out
+// a *corev1.Pod).
 func (s *Server) upsertPodObj(obj any) {
-	switch p := obj.(type) {
-	case *podRecord:
+	if p, ok := obj.(*podRecord); ok {
 		s.state.upsertRecord(p)
-	case *corev1.Pod:
-		s.state.UpsertPod(p)
-	default:
-		return
+		s.flush()
 	}
-	s.flush()
 }
 
 // startGroupInformer watches one PodGroup resource into the index.

@@ -58,23 +58,14 @@ func TestRunSyncedMeansIndexed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- srv.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
+			runServer(t, srv)
+			deadline := time.Now().Add(time.Minute)
 			var st Status
 			for st = srv.Status(); !st.Synced; st = srv.Status() {
-				select {
-				case <-ctx.Done():
+				if time.Now().After(deadline) {
 					t.Fatal("never synced")
-				case <-time.After(time.Millisecond):
 				}
+				time.Sleep(time.Millisecond)
 			}
 			pods := 0
 			for _, n := range st.Counts {
@@ -139,15 +130,7 @@ func TestNotReadyRefuses(t *testing.T) {
 		t.Fatalf("a refused filter changed the index: %s", got)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runServer(t, srv)
 	deadline := time.Now().Add(30 * time.Second)
 	for get("/readyz") != http.StatusOK {
 		if time.Now().After(deadline) {

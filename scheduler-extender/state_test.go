@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 
@@ -97,6 +98,21 @@ func TestNodeFromAPI(t *testing.T) {
 	}
 }
 
+// nodeWithMetrics is an 8-CPU node whose node-metrics annotation, stamped at
+// stamp, reports 2 of its 8 cores used.
+func nodeWithMetrics(t *testing.T, name string, stamp time.Time) *corev1.Node {
+	t.Helper()
+	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: stamp, WindowMillis: 10000,
+		CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
+	enc, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testNode(name, "", 0, 8, 8)
+	n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
+	return n
+}
+
 func TestNodeMetricsFreshness(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
@@ -105,15 +121,7 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: clock.Now(), WindowMillis: 10000,
-		CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
-	enc, err := m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := testNode("n", "", 0, 8, 8)
-	n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
-	s.UpsertNode(n)
+	s.UpsertNode(nodeWithMetrics(t, "n", clock.Now()))
 	bad := testNode("bad", "", 0, 8, 8)
 	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
 	s.UpsertNode(bad)
@@ -171,15 +179,7 @@ func TestNodeMetricsFromTheFuture(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: clock.Now().Add(tc.ahead),
-				WindowMillis: 10000, CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
-			enc, err := m.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := testNode("n", "", 0, 8, 8)
-			n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
-			s.UpsertNode(n)
+			s.UpsertNode(nodeWithMetrics(t, "n", clock.Now().Add(tc.ahead)))
 			fresh := func() bool {
 				s.mu.RLock()
 				defer s.mu.RUnlock()

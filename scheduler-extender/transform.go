@@ -57,15 +57,9 @@ func keep(m map[string]string, keys []string) map[string]string {
 	return out
 }
 
-func slimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
-		Labels: labels, Annotations: annotations}
-}
-
 // podRecord is what the pod informer stores of a pod: exactly what the index
-// reads (UpsertPod, upsertRecord, upsertPodLocked), computed by the transform outside the
-// index lock. A slimmed *corev1.Pod still cost about 1.5 KB a pod (Pod and
+// reads (UpsertPod, upsertRecord, upsertPodLocked), computed by the transform
+// outside the index lock. A slimmed *corev1.Pod still cost about 1.5 KB a pod (Pod and
 // Container structs, resource maps); a record of a pod outside any gang is a
 // few hundred bytes. It embeds a trimmed ObjectMeta (name, namespace, uid,
 // resourceVersion, creationTimestamp) so that the informer's store can key it
@@ -80,9 +74,7 @@ type podRecord struct {
 	persisted *persistedPlan  // gang members only (persistedOf)
 	nodeName  string
 	phase     corev1.PodPhase
-	devices   string // the AnnotationGPUDevices annotation, when hasDevices
-	// hasDevices: the pod carries AnnotationGPUDevices (possibly empty).
-	hasDevices bool
+	devices   []int // the AnnotationGPUDevices annotation, parsed; nil when missing or malformed
 }
 
 var (
@@ -102,11 +94,12 @@ func (r *podRecord) DeepCopyObject() runtime.Object {
 
 // podRecordOf computes what the index reads of pod: PodRequest, podGang, and
 // for gang members constraintsOf and persistedOf, spec.nodeName, status.phase
-// and the devices annotation. Its strings are copies made now, after the
-// informer decoded its list, so that they lie together instead of pinning, a
-// few bytes each, the memory spans the decoded pods are freed from. A gang member's
-// constraints still share the strings of its selector, affinity and
-// tolerations with the decoded pod; gang members are few.
+// and the devices annotation (parsed here, outside the index lock). Its
+// strings are copies made now, after the informer decoded its list, so that
+// they lie together instead of pinning, a few bytes each, the memory spans the
+// decoded pods are freed from. A gang member's constraints still share the
+// strings of its selector, affinity and tolerations with the decoded pod; gang
+// members are few.
 func podRecordOf(pod *corev1.Pod) *podRecord {
 	r := &podRecord{
 		ObjectMeta: metav1.ObjectMeta{Name: strings.Clone(pod.Name), Namespace: strings.Clone(pod.Namespace),
@@ -128,9 +121,9 @@ func podRecordOf(pod *corev1.Pod) *podRecord {
 			r.persisted.node = strings.Clone(r.persisted.node)
 		}
 	}
-	var devices string
-	devices, r.hasDevices = pod.Annotations[AnnotationGPUDevices]
-	r.devices = strings.Clone(devices)
+	if v, ok := pod.Annotations[AnnotationGPUDevices]; ok {
+		r.devices, _ = ParseDevices(v) // malformed: nil, and the index infers devices
+	}
 	return r
 }
 
@@ -172,10 +165,13 @@ func canonicalPhase(p corev1.PodPhase) corev1.PodPhase {
 // slimNode keeps identity, labels, the node-metrics annotation, taints and
 // allocatable: what nodeFromAPI, nodeMeta and the metrics decoding read.
 func slimNode(n *corev1.Node) *corev1.Node {
+	m := &n.ObjectMeta
 	return &corev1.Node{
-		ObjectMeta: slimMeta(&n.ObjectMeta, n.Labels, keep(n.Annotations, nodeAnnotationsRead)),
-		Spec:       corev1.NodeSpec{Taints: n.Spec.Taints},
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable},
+		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID,
+			ResourceVersion: m.ResourceVersion, CreationTimestamp: m.CreationTimestamp,
+			DeletionTimestamp: m.DeletionTimestamp, Labels: m.Labels, Annotations: keep(m.Annotations, nodeAnnotationsRead)},
+		Spec:   corev1.NodeSpec{Taints: n.Spec.Taints},
+		Status: corev1.NodeStatus{Allocatable: n.Status.Allocatable},
 	}
 }
 

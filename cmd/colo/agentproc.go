@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,12 +41,11 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 		cfg.CFSPeriod.Duration = s.cfg.cfsPeriod
 		cfg.MinPodCPU = max(cfg.MinPodCPU, float64(time.Millisecond)/float64(s.cfg.cfsPeriod))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	cfg.ListenAddress = ln.Addr().String()
-	_ = ln.Close()
+	cfg.ListenAddress = addr
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -98,8 +98,9 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 		}
 	}
 	if dc.memory {
-		printf("memory pressure: LS alone, batch without and with the agent on a 2 GiB node\n")
-		mr, err := runMemory(ctx, sc, defaultMemoryConfig(), printf)
+		mc := defaultMemoryConfig()
+		printf("memory pressure: LS alone, batch without and with the agent on a %d MiB node\n", mc.Node/mib)
+		mr, err := runMemory(ctx, sc, mc, printf)
 		if err != nil {
 			return err
 		}

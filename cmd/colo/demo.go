@@ -129,13 +129,13 @@ func runDemo(ctx context.Context, sc scenarioConfig, dc demoConfig, printf func(
 	}
 	for _, r := range rs[2:] {
 		printf("%-28s the agent published batch-cpu %.2f cores, batch-memory %.0f MiB for the scheduler\n",
-			r.Name+":", r.PublishedBatchCPU, r.PublishedBatchMemory/(1<<20))
+			r.Name+":", r.PublishedBatchCPU, r.PublishedBatchMemory/mib)
 	}
 	if dc.memory {
 		s.close() // the memory scenario lays out the same fake node anew
 		printf("\nMemory: the same LS service pattern with a working set (anonymous memory and a file it reads)\n")
-		printf("on a 2 GiB node, and batch jobs that grow until the node is short.\n")
 		mc := defaultMemoryConfig()
+		printf("on a %d MiB node, and batch jobs that grow until the node is short.\n", mc.Node/mib)
 		mc.Phase = dc.phase
 		if _, err := runMemory(ctx, sc, mc, printf); err != nil {
 			return err

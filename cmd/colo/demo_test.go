@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,10 +18,10 @@ import (
 	"github.com/understory/understory/koordlet"
 )
 
-// TestMain lets the test binary play the LS server and the batch workers, which the
-// scenario starts by re-executing itself.
+// TestMain lets the test binary play the LS server, the batch workers and the memory
+// scenario's pods, which the scenarios start by re-executing themselves.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "ls-server" || os.Args[1] == "burner") {
+	if len(os.Args) > 1 && slices.Contains([]string{"ls-server", "burner", memLSCmd, memBatchCmd}, os.Args[1]) {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		err := run(ctx, os.Args[1:])
 		stop()
@@ -36,26 +37,8 @@ func TestMain(m *testing.M) {
 // TestDemoEndToEnd runs `make demo`'s scenario with short phases on this machine and
 // checks it prints every phase and leaves nothing behind.
 func TestDemoEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the demo test must run in CI, as root")
-		}
-		t.Skip("the demo creates cgroups: needs root")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	cgroupstest.LockCPU(t)
-	bin := filepath.Join(t.TempDir(), "koordlet")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
-		t.Fatalf("building koordlet: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, batchPods: 2, threads: 1,
-		rounds: 100, rate: 200, workers: 16, lsCPU: "1", tierParent: koordlet.TierParentKubepods}
+	sc := realScenarioConfig(t, "the demo")
+	sc.batchPods, sc.threads, sc.rounds, sc.rate, sc.workers = 2, 1, 100, 200, 16
 	dc := demoConfig{phase: time.Second, warmup: 300 * time.Millisecond, threshold: 0.9, period: 100 * time.Millisecond}
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), sc, dc, func(f string, a ...any) { fmt.Fprintf(&out, f, a...) }); err != nil {
@@ -72,6 +55,34 @@ func TestDemoEndToEnd(t *testing.T) {
 			t.Errorf("the demo left /sys/fs/cgroup/%s/%s behind", c, base)
 		}
 	}
+}
+
+// realScenarioConfig is the configuration of a scenario that runs on this machine's
+// cgroups, as root, with a freshly built koordlet and this test binary as its pods
+// (see TestMain); what names the test in messages. It skips with -short, and without
+// root outside CI.
+func realScenarioConfig(t *testing.T, what string) scenarioConfig {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s test must run in CI, as root", what)
+		}
+		t.Skipf("%s creates cgroups: needs root", what)
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	cgroupstest.LockCPU(t)
+	bin := filepath.Join(t.TempDir(), "koordlet")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
+		t.Fatalf("building koordlet: %v\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, lsCPU: "1",
+		tierParent: koordlet.TierParentKubepods}
 }
 
 func TestDemoRefusesWithoutCgroupfs(t *testing.T) {

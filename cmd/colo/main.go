@@ -70,7 +70,9 @@ func run(ctx context.Context, args []string) error {
 		fs.BoolVar(&sc.agentPprof, "agent-pprof", false, "start the agent with -pprof (profiling)")
 		fs.StringVar(&sc.tierParent, "tier-parent", koordlet.TierParentKubepods, "where the agent creates its batch tier: kubepods or besteffort")
 		fs.DurationVar(&dc.phase, "phase", 8*time.Second, "length of each measured phase")
-		fs.BoolVar(&dc.memory, "memory", true, "also run the memory-pressure phases (a 2 GiB node: LS alone, batch without and with the agent)")
+		fs.BoolVar(&dc.memory, "memory", true, fmt.Sprintf(
+			"also run the memory-pressure phases (a %d MiB node: LS alone, batch without and with the agent)",
+			defaultMemoryConfig().Node/mib))
 		fs.DurationVar(&dc.warmup, "warmup", time.Second, "agent warm-up before measuring")
 		fs.Float64Var(&dc.threshold, "threshold", qos.DefaultThreshold, "policy threshold for the agent phases")
 		fs.DurationVar(&dc.period, "period", 100*time.Millisecond, "agent control period")

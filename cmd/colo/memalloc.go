@@ -93,6 +93,20 @@ func (p *podFlags) enter() error {
 	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(p.oomScoreAdj)), 0)
 }
 
+// openData opens a pod's data file and returns its size.
+func openData(path string) (*os.File, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
 // touchPages writes one byte per page so that the memory is resident (and charged).
 func touchPages(b []byte) {
 	for i := 0; i < len(b); i += pageSize {
@@ -129,22 +143,18 @@ func runMemLS(ctx context.Context, args []string) error {
 	if err := pf.enter(); err != nil {
 		return err
 	}
-	f, err := os.Open(*data)
+	f, size, err := openData(*data)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if st.Size() < pageSize {
+	if size < pageSize {
 		return fmt.Errorf("mem-ls: data file %s is smaller than one block", *data)
 	}
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
 		return fmt.Errorf("mem-ls: fadvise: %w", err)
 	}
-	s := &memLS{index: make([]byte, *anon), data: f, blocks: st.Size() / pageSize,
+	s := &memLS{index: make([]byte, *anon), data: f, blocks: size / pageSize,
 		reads: *reads, touches: *touches, rounds: *rounds}
 	touchPages(s.index)
 	if err := s.warm(); err != nil {
@@ -261,16 +271,12 @@ func runMemBatch(ctx context.Context, args []string) error {
 		return err
 	}
 	heap := int64(float64(sees) * *heapShare)
-	f, err := os.Open(*data)
+	f, size, err := openData(*data)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	b := &memBatch{data: f, dataSize: st.Size(), buf: make([]byte, 1<<20)}
+	b := &memBatch{data: f, dataSize: size, buf: make([]byte, 1<<20)}
 	fmt.Println(memReady, heap)
 	const tick = 20 * time.Millisecond
 	t := time.NewTicker(tick)

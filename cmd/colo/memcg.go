@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/collect"
 )
 
 // memHier is what the memory scenario needs of the memory controller beyond package
@@ -160,20 +162,11 @@ func (m memHier) visibleLimit(rel string, procRoot string) (int64, error) {
 	if lim >= 0 {
 		return lim, nil
 	}
-	b, err := os.ReadFile(filepath.Join(procRoot, "meminfo"))
+	mi, err := collect.ReadMemInfo(procRoot)
 	if err != nil {
 		return 0, err
 	}
-	for line := range bytes.Lines(b) {
-		if f := strings.Fields(string(line)); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil || kb <= 0 || kb > 1<<50 {
-				return 0, fmt.Errorf("%s/meminfo: MemTotal %q", procRoot, f[1])
-			}
-			return kb * 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("%s/meminfo: no MemTotal", procRoot)
+	return int64(min(mi.Total, math.MaxInt64)), nil
 }
 
 // usage is the memory charged to rel and its descendants, page cache included (v1

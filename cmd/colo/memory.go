@@ -89,10 +89,6 @@ type memoryConfig struct {
 	RestartDelay time.Duration // before an exited pod is started again
 	Period       time.Duration // agent control period
 	InTier       bool          // agent phase: batch below the agent's tier (NRI), else in place
-
-	// child is the command line prefix that runs this binary's subcommands (default
-	// the scenario's own binary; tests re-execute the test binary).
-	child []string
 }
 
 // defaultMemoryConfig is a 2 GiB node with an LS service of about 800 MiB and two
@@ -290,9 +286,6 @@ func (s *scenario) memoryBench(ctx context.Context, cfg memoryConfig, logf func(
 	if s.ls != nil || len(s.batch) > 0 {
 		return res, errors.New("memoryBench needs a bare scenario (newMemoryScenario), not one with the CPU pods")
 	}
-	if len(cfg.child) == 0 {
-		cfg.child = []string{s.cfg.self}
-	}
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -427,15 +420,8 @@ func (m *memRun) setUp(ctx context.Context) error {
 	if err := kg.SetMemoryLimit(cfg.Node, cgroups.UnlimitedMemory); err != nil {
 		return err
 	}
-	lg, err := s.hier.Load(s.cg("loadgen"))
-	if err != nil {
+	if err := s.enterLoadgen(); err != nil {
 		return err
-	}
-	if err := lg.AddProc(os.Getpid()); err != nil {
-		return fmt.Errorf("moving the load generator into its cgroup: %w", err)
-	}
-	if err := setSlice(loadgenSlice); err != nil {
-		m.logf("warning: no short scheduler slice for the load generator: %v", err)
 	}
 
 	m.dataDir = filepath.Join(s.dir, "data")
@@ -486,12 +472,12 @@ func (m *memRun) setUp(ctx context.Context) error {
 		return err
 	}
 	m.ls = &memPod{name: "ls-kv", cgroup: m.lsCg, restartDelay: cfg.RestartDelay, logf: m.logf,
-		argv: append(append([]string{}, cfg.child...), memLSCmd, "-listen", m.lsAddr,
+		argv: []string{s.cfg.self, memLSCmd, "-listen", m.lsAddr,
 			"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", m.lsCg,
 			"-oom-score-adj", strconv.Itoa(burstableOOMScoreAdj(cfg.LSRequest, cfg.Node)),
 			"-anon", strconv.FormatInt(cfg.LSAnon, 10), "-data", m.lsData,
 			"-reads", strconv.Itoa(cfg.LSReads), "-touches", strconv.Itoa(cfg.LSTouches),
-			"-rounds", strconv.Itoa(cfg.LSRounds))}
+			"-rounds", strconv.Itoa(cfg.LSRounds)}}
 	return m.ls.start(ctx)
 }
 
@@ -600,10 +586,10 @@ func (m *memRun) batchPhase(ctx context.Context, name string, agent bool) (memor
 	}
 	for i, rel := range cgs {
 		p := &memPod{name: fmt.Sprintf("batch-mem-%d", i+1), cgroup: rel, restartDelay: cfg.RestartDelay, logf: m.logf,
-			argv: append(append([]string{}, cfg.child...), memBatchCmd,
+			argv: []string{s.cfg.self, memBatchCmd,
 				"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", rel, "-oom-score-adj", strconv.Itoa(bestEffortOOMScoreAdj),
 				"-heap-share", strconv.FormatFloat(cfg.HeapShare, 'f', -1, 64), "-grow", strconv.FormatInt(cfg.GrowRate, 10),
-				"-data", m.batchDat[i], "-read", strconv.FormatInt(cfg.ReadRate, 10))}
+				"-data", m.batchDat[i], "-read", strconv.FormatInt(cfg.ReadRate, 10)}}
 		m.batch = append(m.batch, p)
 		if err := p.start(ctx); err != nil {
 			return memoryPhase{}, err

@@ -6,70 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
-	"github.com/understory/understory/koordlet"
 )
-
-// TestMemoryHelperProcess is not a test: the memory scenario re-executes the test
-// binary with -test.run=^TestMemoryHelperProcess$ -- mem-ls|mem-batch ... to play its
-// pods (TestMain only knows the CPU scenario's). Run normally it does nothing.
-func TestMemoryHelperProcess(t *testing.T) {
-	i := slices.Index(os.Args, "--")
-	if i < 0 {
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	handled, err := memoryChild(ctx, os.Args[i+1:])
-	stop()
-	if !handled {
-		err = fmt.Errorf("unknown memory child %q", os.Args[i+1:])
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
 
 // TestMemoryEndToEnd runs the memory scenario with a tiny node and short phases on this
 // machine: the phase without the agent must show LS harm, and nothing may be left.
 func TestMemoryEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the memory scenario test must run in CI, as root")
-		}
-		t.Skip("the memory scenario creates cgroups: needs root")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	cgroupstest.LockCPU(t)
-	bin := filepath.Join(t.TempDir(), "koordlet")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/understory/understory/cmd/koordlet").CombinedOutput(); err != nil {
-		t.Fatalf("building koordlet: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, lsCPU: "1",
-		tierParent: koordlet.TierParentKubepods}
+	sc := realScenarioConfig(t, "the memory scenario")
 	mc := defaultMemoryConfig()
 	mc.Node, mc.LSAnon, mc.LSFile, mc.LSRequest = 384*mib, 32*mib, 128*mib, 176*mib
 	mc.BatchData, mc.ReadRate, mc.GrowRate = 160*mib, 128*mib, 128*mib
 	mc.Rate, mc.Conns = 200, 16
 	mc.Phase, mc.Ramp, mc.Warmup = 3*time.Second, 3*time.Second, 500*time.Millisecond
-	mc.child = []string{self, "-test.run=^TestMemoryHelperProcess$", "--"}
 	var out bytes.Buffer
 	res, err := runMemory(context.Background(), sc, mc, func(f string, a ...any) { fmt.Fprintf(&out, f, a...) })
 	t.Log("\n" + out.String())
@@ -107,6 +61,21 @@ func TestMemoryEndToEnd(t *testing.T) {
 	if vanilla.KubepodsMiB < 0.9*float64(mc.Node)/mib && vanilla.BatchOOM+vanilla.LSOOMKills == 0 {
 		t.Errorf("without the agent batch used %.0f MiB and kubepods %.0f MiB of %d, no OOM kill: the node was not short",
 			vanilla.BatchMiB, vanilla.KubepodsMiB, mc.Node/mib)
+	}
+	// With the agent each batch pod had its batch-memory as its memory limit, under the
+	// tier's limit, and the jobs sized their heaps to it, not to the node.
+	agent := res.Phases[2]
+	if want := float64(res.Config.BatchPods) * float64(res.Config.BatchMemoryMiB); agent.BatchLimMiB < want ||
+		agent.BatchLimMiB > want+float64(res.Config.BatchPods) {
+		t.Errorf("agent phase: batch pod memory limits %.1f MiB in all, want %d × %d MiB (the pods' batch-memory)",
+			agent.BatchLimMiB, res.Config.BatchPods, res.Config.BatchMemoryMiB)
+	}
+	if agent.TierLimitMiB <= 0 || agent.TierLimitMiB > float64(mc.Node)/mib {
+		t.Errorf("agent phase: tier memory limit %.1f MiB, want one within the node's %d MiB", agent.TierLimitMiB, mc.Node/mib)
+	}
+	if !(agent.BatchHeapMiB > 0) || agent.BatchHeapMiB >= vanilla.BatchHeapMiB {
+		t.Errorf("batch heap %.0f MiB with the agent, %.0f MiB without: the jobs did not see their limits",
+			agent.BatchHeapMiB, vanilla.BatchHeapMiB)
 	}
 	base := fmt.Sprintf("understory-demo-%d", os.Getpid())
 	for _, c := range []string{"cpu", "cpuacct", "freezer", "memory", "unified"} {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -210,7 +209,15 @@ func (s *scenario) setUp() error {
 			return err
 		}
 	}
-	// The load generator (this process) leaves the root cgroup for its own.
+	if err := s.enterLoadgen(); err != nil {
+		return err
+	}
+	return s.startLS(s.cg(lsCg))
+}
+
+// enterLoadgen moves the load generator (this process) from the root cgroup into its
+// own, "loadgen", and gives it the shortest scheduler slice.
+func (s *scenario) enterLoadgen() error {
 	lg, err := s.hier.Load(s.cg("loadgen"))
 	if err != nil {
 		return err
@@ -221,7 +228,7 @@ func (s *scenario) setUp() error {
 	if err := setSlice(loadgenSlice); err != nil && s.cfg.logf != nil {
 		s.cfg.logf("warning: no short scheduler slice for the load generator (its own wake-ups may add to the LS tail): %v", err)
 	}
-	return s.startLS(s.cg(lsCg))
+	return nil
 }
 
 func pod(name string, uid types.UID, ann map[string]string, req corev1.ResourceList) *corev1.Pod {
@@ -244,12 +251,11 @@ func writeManifest(dir string, p *corev1.Pod) error {
 
 // startLS starts the LS service in its pod cgroup and waits until it answers.
 func (s *scenario) startLS(cgroup string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	s.lsAddr = ln.Addr().String()
-	_ = ln.Close()
+	s.lsAddr = addr
 	cmd := exec.Command(s.cfg.self, "ls-server", "-listen", s.lsAddr, "-rounds", strconv.Itoa(s.cfg.rounds),
 		"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", cgroup)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -395,20 +401,24 @@ func (s *scenario) batchPIDs() []int {
 	return pids
 }
 
-// close stops every process and removes every cgroup the scenario created.
+// close stops every process and removes every cgroup the scenario created. It may be
+// called again (runDemo closes before the memory scenario, then defers it): what it
+// stopped is forgotten, so no reaped pid (perhaps reused) is signalled twice.
 func (s *scenario) close() {
-	if s.agent != nil {
-		_ = s.agent.stop()
-	}
+	_ = s.stopAgent()
 	procs := []*exec.Cmd{s.ls}
 	for _, p := range s.batch {
 		procs = append(procs, p.cmd)
 	}
+	s.ls = nil
 	for _, c := range procs {
 		if c != nil && c.Process != nil {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 			_ = c.Wait()
 		}
+	}
+	for _, p := range s.batch {
+		p.cmd = nil
 	}
 	// Move this process back to the root cgroup before removing its own.
 	if root, err := s.hier.LoadRoot(); err == nil {

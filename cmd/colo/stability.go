@@ -267,8 +267,8 @@ func saturatedWithin(trace []traceSample, thr float64, window time.Duration) []b
 	step := traceStepOf(trace)
 	var sat time.Duration // saturated time of the samples lo..i
 	lo := 0
+	full := func(s traceSample) bool { return s.LS+s.BE+s.Syst >= s.Capacity*thr }
 	for i, s := range trace {
-		full := func(s traceSample) bool { return s.LS+s.BE+s.Syst >= s.Capacity*thr }
 		if full(s) {
 			sat += step
 		}

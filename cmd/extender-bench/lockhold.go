@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"math/rand"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -96,19 +93,13 @@ func runLockHold(ctx context.Context, o options) (LockHold, error) {
 			mu.Unlock()
 		}
 	})
-	cfg := extender.DefaultConfig()
-	cfg.Policy, cfg.Seed = o.policy, o.seed
+	cfg := benchConfig(o)
 	cfg.MaxGangMembers = max(cfg.MaxGangMembers, o.gangMembers)
-	srv, err := extender.NewServer(cfg, extender.Deps{Logger: slog.New(slog.DiscardHandler), LockHold: obs})
+	c, err := newCluster(o, cfg, extender.Deps{LockHold: obs})
 	if err != nil {
 		return LockHold{}, err
 	}
-	rng := rand.New(rand.NewSource(o.seed))
-	st := srv.State()
-	names, _, _ := populate(st, o.nodes, rng)
-	if err := st.RefreshWorkload(); err != nil {
-		return LockHold{}, err
-	}
+	srv, rng, names, st := c.srv, c.rng, c.names, c.srv.State()
 	for i := range o.gangMembers {
 		st.UpsertPod(gangMember(i, o.gangMembers))
 	}
@@ -245,8 +236,7 @@ func runLockHold(ctx context.Context, o options) (LockHold, error) {
 		MaxMs: quantileMs(h, 1), GangFilters: gangFilters.Load(), GangPlans: gangPlans.Load(), GangReason: lastReason,
 		PlainFilters: len(plainLat), PlainFilterP99Ms: quantileMs(plainLat, 0.99), InformerEvents: events.Load(),
 		TargetP99Ms: float64(o.targetLockP99.Microseconds()) / 1000,
-		Machine: Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(),
-			OS: runtime.GOOS + "/" + runtime.GOARCH}}
+		Machine:     thisMachine()}
 	res.Pass = res.Holds > 0 && res.P99Ms <= res.TargetP99Ms && res.GangPlans > 0
 	return res, nil
 }

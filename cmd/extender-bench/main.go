@@ -268,19 +268,58 @@ func cpuModel() string {
 }
 
 func run(ctx context.Context, o options) (Result, error) {
-	cfg := extender.DefaultConfig()
-	cfg.Policy, cfg.Seed = o.policy, o.seed
-	srv, err := extender.NewServer(cfg, extender.Deps{Logger: slog.New(slog.DiscardHandler)})
+	cfg := benchConfig(o)
+	c, err := newCluster(o, cfg, extender.Deps{})
 	if err != nil {
 		return Result{}, err
 	}
-	rng := rand.New(rand.NewSource(o.seed))
-	st := srv.State()
-	names, gpus, used := populate(st, o.nodes, rng)
-	if err := st.RefreshWorkload(); err != nil {
-		return Result{}, err
+	return measure(ctx, o, c.srv, cfg, c.rng, c.names, c.gpus, c.used)
+}
+
+// benchConfig is the extender's default configuration with -policy and -seed.
+func benchConfig(o options) extender.Config {
+	cfg := extender.DefaultConfig()
+	cfg.Policy, cfg.Seed = o.policy, o.seed
+	return cfg
+}
+
+// cluster is an in-process extender loaded with the synthetic cluster.
+type cluster struct {
+	srv        *extender.Server
+	rng        *rand.Rand // seeded with -seed, past the cluster's draws
+	names      []string   // the nodes
+	gpus, used int        // GPUs, GPUs bound
+}
+
+// newCluster starts an extender with cfg and deps (logging discarded), loads
+// -nodes nodes of the openb mix into it (populate) and builds its workload.
+func newCluster(o options, cfg extender.Config, deps extender.Deps) (cluster, error) {
+	deps.Logger = slog.New(slog.DiscardHandler)
+	srv, err := extender.NewServer(cfg, deps)
+	if err != nil {
+		return cluster{}, err
 	}
-	return measure(ctx, o, srv, cfg, rng, names, gpus, used)
+	c := cluster{srv: srv, rng: newRand(o.seed)}
+	c.names, c.gpus, c.used = populate(srv.State(), o.nodes, c.rng)
+	return c, srv.State().RefreshWorkload()
+}
+
+// pickNodeType draws a line of openbMix by its share.
+func pickNodeType(rng *rand.Rand) nodeType {
+	x := rng.Float64()
+	for _, m := range openbMix {
+		if x < m.share {
+			return m
+		}
+		x -= m.share
+	}
+	return openbMix[len(openbMix)-1]
+}
+
+// thisMachine describes the machine the benchmark runs on.
+func thisMachine() Machine {
+	return Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH}
 }
 
 // populate loads n nodes of the openb mix into st, about 40 % of each GPU
@@ -289,14 +328,7 @@ func run(ctx context.Context, o options) (Result, error) {
 func populate(st *extender.State, n int, rng *rand.Rand) (names []string, gpus, used int) {
 	names = make([]string, n)
 	for i := range n {
-		x, t := rng.Float64(), openbMix[len(openbMix)-1]
-		for _, m := range openbMix {
-			if x < m.share {
-				t = m
-				break
-			}
-			x -= m.share
-		}
+		t := pickNodeType(rng)
 		n := mkNode(i, t)
 		st.UpsertNode(n)
 		names[i] = n.Name
@@ -464,7 +496,7 @@ func measure(ctx context.Context, o options, srv *extender.Server, cfg extender.
 		Filter: summarise(filterLat), Prioritize: summarise(prioLat), All: summarise(all),
 		Errors: errs.Load(), FilterPass: passes.Load(),
 		TargetP99Ms: float64(o.targetP99.Microseconds()) / 1000, TargetRate: o.targetRate,
-		Machine: Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+		Machine: thisMachine(),
 	}
 	if n := len(all); n > 0 {
 		res.CPUMsPerCall = cpuUsed * 1000 / float64(n)

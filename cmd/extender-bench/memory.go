@@ -173,14 +173,7 @@ func memNodes(n int, seed int64) ([]*corev1.Node, []gpuDevice) {
 	nodes := make([]*corev1.Node, n)
 	var devs []gpuDevice
 	for i := range n {
-		x, t := rng.Float64(), openbMix[len(openbMix)-1]
-		for _, m := range openbMix {
-			if x < m.share {
-				t = m
-				break
-			}
-			x -= m.share
-		}
+		t := pickNodeType(rng)
 		node := mkNode(i, t)
 		node.TypeMeta = metav1.TypeMeta{Kind: "Node", APIVersion: "v1"}
 		node.ResourceVersion = "1"
@@ -204,7 +197,7 @@ func memNodes(n int, seed int64) ([]*corev1.Node, []gpuDevice) {
 func runMemory(ctx context.Context, o options) (Memory, error) {
 	nodes, devs := memNodes(o.nodes, o.seed)
 	res := Memory{Date: time.Now().UTC(), Nodes: o.nodes, Pods: o.rssPods, TargetMiB: o.targetRSSMiB,
-		Machine: Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}}
+		Machine: thisMachine()}
 	for i := range o.rssPods {
 		_, bound, gpu := memPod(i, o.rssPods, nodes, devs)
 		if bound {
@@ -214,10 +207,12 @@ func runMemory(ctx context.Context, o options) (Memory, error) {
 			res.GPUPods++
 		}
 	}
-	if p, _, _ := memPod(0, o.rssPods, nodes, devs); p != nil {
-		b, _ := json.Marshal(p)
-		res.PodBytes = len(b)
+	p, _, _ := memPod(0, o.rssPods, nodes, devs)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return res, err
 	}
+	res.PodBytes = len(b)
 	api := httptest.NewServer(fakeAPI(nodes, o.rssPods, devs))
 	defer api.Close()
 	self, err := os.Executable()

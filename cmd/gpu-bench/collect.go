@@ -111,7 +111,7 @@ func (n *mockNode) collector(procRoot string) (*gpu.Collector, error) {
 }
 
 // hybridProcCgroup is /proc/<pid>/cgroup of a process in cgroup path on a hybrid host,
-// as long as the kernel writes it (the collector reads one per process per scrape).
+// as long as the kernel writes it (the collector reads it once per process).
 func hybridProcCgroup(path string) string {
 	return strings.NewReplacer("%s", path).Replace(`12:hugetlb:%s
 11:pids:%s
@@ -144,21 +144,28 @@ func batchCgroup(uid, ctr string) string {
 		strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + ctr + ".scope"
 }
 
-// writeProcCgroup writes <procRoot>/<pid>/cgroup.
-func writeProcCgroup(procRoot string, pid uint32, data string) error {
+// writeProc writes <procRoot>/<pid>/cgroup and <procRoot>/<pid>/stat (a python3
+// process started at pid's tick; the collector reads the stat line every scrape).
+func writeProc(procRoot string, pid uint32, cgroup string) error {
 	dir := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "cgroup"), []byte(data), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
+		return err
+	}
+	stat := fmt.Sprintf("%d (python3) S 1 %d %d 0 -1 4194560 52021 0 12 0 9121 1412 0 0 20 0 64 0 %d "+
+		"21474836480 1048576 18446744073709551615 1 1 0 0 0 0 0 16781312 17642 0 0 0 17 3 0 0 0 0 0\n",
+		pid, pid, pid, pid)
+	return os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644)
 }
 
 // runCollect times Collector.Collect on the 8-GPU mock, every GPU running
 // cfg.ProcsPerGPU processes, each in its own container of a pod (alternately LS and
 // batch) on a fake hybrid /proc. The mock answers in nanoseconds where a driver takes
 // microseconds per query, so this is the collector's own cost: NVML calls through
-// go-nvml's mock, attribution (one /proc/<pid>/cgroup read and parse per process) and
-// the merge.
+// go-nvml's mock, attribution (one /proc/<pid>/stat read per process, its
+// /proc/<pid>/cgroup read once, in the warm-up) and the merge.
 func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...any)) (*collectRun, error) {
 	procRoot, err := os.MkdirTemp("", "understory-gpu-bench-proc-")
 	if err != nil {
@@ -175,7 +182,7 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 			if j%2 == 1 {
 				path = batchCgroup(podUID(k), containerID(k))
 			}
-			if err := writeProcCgroup(procRoot, pid, hybridProcCgroup(path)); err != nil {
+			if err := writeProc(procRoot, pid, hybridProcCgroup(path)); err != nil {
 				return nil, err
 			}
 			procs = append(procs, mockProc{pid: pid, smUtil: uint32(10 + j), memUtl: 5, memUsed: 1 << 30})

@@ -195,17 +195,14 @@ func freezerGroup(root, f string) (g *cgroups.Group, hroot string, thawDirs []st
 	}
 }
 
-// measureFreezer runs the burner in a new group of freezer f, duty-cycles it at each
-// duty, and removes everything it made, also on error or interrupt.
-func measureFreezer(ctx context.Context, cfg dutyConfig, f string, printf func(string, ...any)) (run dutyRun, err error) {
-	g, hroot, thawDirs, err := freezerGroup(cfg.CgroupRoot, f)
-	if err != nil {
-		return dutyRun{}, err
-	}
+// startBurner starts the CPU burner in g (a new group of freezerGroup, with its freezer
+// directories thawDirs). cleanup thaws the group, kills the burner and removes the group;
+// on error startBurner has done that itself.
+func startBurner(g *cgroups.Group, thawDirs []string) (pid int, cleanup func() error, err error) {
 	burner := exec.Command("/bin/sh", "-c", burnerScript)
 	burner.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := false
-	defer func() {
+	cleanup = func() error {
 		// A frozen v1 task does not die: thaw first, then kill, then remove.
 		for _, d := range thawDirs {
 			_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0)
@@ -218,22 +215,38 @@ func measureFreezer(ctx context.Context, cfg dutyConfig, f string, printf func(s
 		var derr error
 		for range 100 {
 			if derr = g.Delete(); derr == nil {
-				break
+				return nil
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if derr != nil && err == nil {
-			err = fmt.Errorf("removing the bench cgroup %s: %w", g.Path(), derr)
-		}
-	}()
+		return fmt.Errorf("removing the bench cgroup %s: %w", g.Path(), derr)
+	}
 	if err := burner.Start(); err != nil {
-		return dutyRun{}, fmt.Errorf("starting the burner: %w", err)
+		return 0, nil, errors.Join(fmt.Errorf("starting the burner: %w", err), cleanup())
 	}
 	started = true
-	pid := burner.Process.Pid
-	if err := g.AddProc(pid); err != nil {
+	if err := g.AddProc(burner.Process.Pid); err != nil {
+		return 0, nil, errors.Join(err, cleanup())
+	}
+	return burner.Process.Pid, cleanup, nil
+}
+
+// measureFreezer runs the burner in a new group of freezer f, duty-cycles it at each
+// duty, and removes everything it made, also on error or interrupt.
+func measureFreezer(ctx context.Context, cfg dutyConfig, f string, printf func(string, ...any)) (run dutyRun, err error) {
+	g, hroot, thawDirs, err := freezerGroup(cfg.CgroupRoot, f)
+	if err != nil {
 		return dutyRun{}, err
 	}
+	pid, cleanup, err := startBurner(g, thawDirs)
+	if err != nil {
+		return dutyRun{}, err
+	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 
 	c, err := duty.New(cfg.Period, nil)
 	if err != nil {

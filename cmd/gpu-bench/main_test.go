@@ -58,22 +58,8 @@ func TestBenchShort(t *testing.T) {
 		t.Skip("the duty bench creates cgroups: needs root")
 	}
 	cgroupstest.LockCPU(t)
-	out := filepath.Join(t.TempDir(), "sub", "gpu.json")
-	var stdout bytes.Buffer
-	err := run(context.Background(), []string{"-out", out, "-parts", "duty", "-point", "400ms", "-window", "200ms",
-		"-duties", "0.25,0.75"}, &stdout, io.Discard)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, stdout.String())
-	}
-	t.Log(stdout.String())
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res result
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
+	res, b := runShort(t, filepath.Join(t.TempDir(), "sub", "gpu.json"), "-parts", "duty", "-point", "400ms",
+		"-window", "200ms", "-duties", "0.25,0.75")
 	if len(res.Duty) == 0 || len(res.DutyErrorPct) != 2 {
 		t.Fatalf("result %s", b)
 	}
@@ -96,6 +82,25 @@ func TestBenchShort(t *testing.T) {
 		t.Errorf("parts that did not run appear in %s", b)
 	}
 	checkNoLeftovers(t)
+}
+
+// runShort runs the bench with args, writing out, and returns the result and its JSON.
+func runShort(t *testing.T, out string, args ...string) (result, []byte) {
+	t.Helper()
+	var stdout bytes.Buffer
+	if err := run(context.Background(), append([]string{"-out", out}, args...), &stdout, io.Discard); err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout.String())
+	}
+	t.Log(stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return res, b
 }
 
 // checkNoLeftovers fails t if a bench cgroup is left behind.
@@ -127,22 +132,8 @@ func TestReactionAndCollectShort(t *testing.T) {
 		t.Skip("the reaction bench creates a cgroup: needs root")
 	}
 	cgroupstest.LockCPU(t)
-	out := filepath.Join(t.TempDir(), "gpu.json")
-	var stdout bytes.Buffer
-	err := run(context.Background(), []string{"-out", out, "-parts", "collect,reaction", "-trials", "2",
-		"-collect-scrapes", "50"}, &stdout, io.Discard)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, stdout.String())
-	}
-	t.Log(stdout.String())
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res result
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
+	res, b := runShort(t, filepath.Join(t.TempDir(), "gpu.json"), "-parts", "collect,reaction", "-trials", "2",
+		"-collect-scrapes", "50")
 	r := res.ReactionMs
 	if r == nil || len(r.Samples) != 2 || r.Trials != 2 || r.Freezer == "" {
 		t.Fatalf("reaction_ms %+v in %s", r, b)

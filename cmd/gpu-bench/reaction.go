@@ -9,9 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -64,37 +62,15 @@ func runReaction(ctx context.Context, cfg reactionConfig, printf func(string, ..
 	if err != nil {
 		return nil, err
 	}
-	burner := exec.Command("/bin/sh", "-c", burnerScript)
-	burner.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := false
-	defer func() {
-		// A frozen v1 task does not die: thaw first, then kill, then remove.
-		for _, d := range thawDirs {
-			_ = os.WriteFile(d+"/freezer.state", []byte("THAWED"), 0)
-			_ = os.WriteFile(d+"/cgroup.freeze", []byte("0"), 0)
-		}
-		if started {
-			_ = burner.Process.Kill()
-			_ = burner.Wait()
-		}
-		var derr error
-		for range 100 {
-			if derr = g.Delete(); derr == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if derr != nil && err == nil {
-			err = fmt.Errorf("removing the bench cgroup %s: %w", g.Path(), derr)
-		}
-	}()
-	if err := burner.Start(); err != nil {
-		return nil, fmt.Errorf("starting the burner: %w", err)
-	}
-	started = true
-	if err := g.AddProc(burner.Process.Pid); err != nil {
+	_, cleanup, err := startBurner(g, thawDirs)
+	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	h, err := cgroups.Open(hroot)
 	if err != nil {
 		return nil, err
@@ -105,11 +81,11 @@ func runReaction(ctx context.Context, cfg reactionConfig, printf func(string, ..
 		return nil, err
 	}
 	defer os.RemoveAll(procRoot)
-	if err := writeProcCgroup(procRoot, reactionPIDLS,
+	if err := writeProc(procRoot, reactionPIDLS,
 		hybridProcCgroup(lsCgroup(string(reactionLSPod.UID), reactionLSPod.ContainerID))); err != nil {
 		return nil, err
 	}
-	if err := writeProcCgroup(procRoot, reactionPIDBatch,
+	if err := writeProc(procRoot, reactionPIDBatch,
 		hybridProcCgroup(batchCgroup(string(reactionBatchPod.UID), reactionBatchPod.ContainerID))); err != nil {
 		return nil, err
 	}

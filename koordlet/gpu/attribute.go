@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,7 +27,97 @@ var (
 	// ErrProcessGone: no /proc/<pid> (the process exited, or lives in a PID namespace
 	// the proc root does not show). It wraps fs.ErrNotExist.
 	ErrProcessGone = fmt.Errorf("process has no /proc entry: %w", fs.ErrNotExist)
+	// errMalformedStat: /proc/<pid>/stat did not have the kernel's format.
+	errMalformedStat = errors.New("malformed /proc/<pid>/stat")
 )
+
+// statStartField is the index of starttime (field 22 of proc(5)) among the fields after
+// the command name's closing parenthesis (the first of them, state, is field 3).
+const statStartField = 22 - 3
+
+// statBufSize is a buffer that holds /proc/<pid>/stat up to its starttime field:
+// pid, comm (16 bytes, but a ')' in it is not escaped) and 20 numbers of at most 20
+// digits.
+const statBufSize = 1024
+
+// processStart returns the start time of process pid (clock ticks since boot, field 22
+// of <procRoot>/<pid>/stat): with the PID, it names one process, as a PID is reused only
+// after its process exited. buf (statBufSize bytes or more) is scratch space, so that a
+// scrape reads every process without allocating a buffer each. A process without a
+// /proc entry yields ErrProcessGone.
+func processStart(procRoot string, pid uint32, buf []byte) (uint64, error) {
+	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat")
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return 0, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		}
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	n, err := io.ReadFull(f, buf)
+	switch {
+	case errors.Is(err, syscall.ESRCH):
+		return 0, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	start, err := parseStatStart(buf[:n])
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return start, nil
+}
+
+// parseStatStart returns the starttime field of a /proc/<pid>/stat line (or of its
+// beginning, through that field). The command name may hold spaces and ')': fields are
+// counted from the last ')'.
+func parseStatStart(data []byte) (uint64, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no ')' after the command name: %w", errMalformedStat)
+	}
+	rest := data[i+1:]
+	for k := 0; ; k++ {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		field := rest[:end]
+		if len(field) == 0 {
+			return 0, fmt.Errorf("%d fields after the command name, want %d: %w", k, statStartField+1,
+				errMalformedStat)
+		}
+		if k == statStartField {
+			v, ok := parseUint(field)
+			if !ok {
+				return 0, fmt.Errorf("starttime %q: %w", clip(string(field)), errMalformedStat)
+			}
+			return v, nil
+		}
+		rest = rest[end:]
+	}
+}
+
+// parseUint parses decimal digits without allocating (strconv wants a string).
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
 
 // maxProcCgroup bounds the read of /proc/<pid>/cgroup: about a dozen v1
 // hierarchies plus the unified one, each path at most PATH_MAX (4096) bytes.

@@ -1,8 +1,10 @@
 package gpu
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -277,6 +279,114 @@ func FuzzParseProcCgroup(f *testing.F) {
 		}
 		if c := got.ContainerID; c != "" && (containerID(c) != c || !strings.Contains(string(b), c)) {
 			t.Fatalf("accepted container ID %q", c)
+		}
+	})
+}
+
+// statLine is a /proc/<pid>/stat line of process pid, named comm, started at start.
+func statLine(pid uint32, comm string, start uint64) string {
+	return strconv.FormatUint(uint64(pid), 10) + " (" + comm + ") S 1 1234 1234 0 -1 4194560 1234 0 0 0 " +
+		"10 5 0 0 20 0 8 0 " + strconv.FormatUint(start, 10) + " 1000000 200 18446744073709551615 1 1 0 0 0\n"
+}
+
+// writeStat writes <root>/<pid>/stat.
+func writeStat(t testing.TB, root string, pid uint32, start uint64) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.FormatUint(uint64(pid), 10))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(statLine(pid, "python3", start)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseStatStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"plain", statLine(42, "python3", 123456), 123456, true},
+		{"spaces and parentheses in the name", statLine(42, "a) (b c) S 9", 77), 77, true},
+		{"cut after starttime", "42 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99", 99, true},
+		{"largest", statLine(42, "x", math.MaxUint64), math.MaxUint64, true},
+		{"overflow", strings.Replace(statLine(42, "x", 1), " 0 1 1000000", " 0 18446744073709551616 1000000", 1), 0, false},
+		{"too few fields", "42 (x) S 1 1 1 0 -1 0 0 0\n", 0, false},
+		{"no name", "42 x S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99\n", 0, false},
+		{"not a number", "42 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 9x9 1\n", 0, false},
+		{"negative", "42 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 -9 1\n", 0, false},
+		{"empty", "", 0, false},
+	} {
+		got, err := parseStatStart([]byte(tc.in))
+		if tc.ok != (err == nil) || got != tc.want {
+			t.Errorf("%s: parseStatStart = %d, %v; want %d, ok %t", tc.name, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, errMalformedStat) {
+			t.Errorf("%s: error wraps no sentinel: %v", tc.name, err)
+		}
+	}
+}
+
+func TestProcessStart(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeStat(t, root, 7, 4242)
+	buf := make([]byte, statBufSize)
+	if got, err := processStart(root, 7, buf); err != nil || got != 4242 {
+		t.Fatalf("processStart = %d, %v; want 4242", got, err)
+	}
+	if _, err := processStart(root, 8, buf); !errors.Is(err, ErrProcessGone) {
+		t.Fatalf("no /proc entry: %v, want ErrProcessGone", err)
+	}
+	// The real /proc: this process's start time, as the kernel writes it.
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	want, err := strconv.ParseUint(fields[statStartField], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := processStart("/proc", uint32(os.Getpid()), buf); err != nil || got != want {
+		t.Fatalf("processStart of this process = %d, %v; want %d", got, err, want)
+	}
+}
+
+func FuzzParseStatStart(f *testing.F) {
+	for _, s := range []string{
+		statLine(42, "python3", 123456),
+		statLine(42, "a) (b", 1),
+		"42 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99",
+		"42 (x) S\n",
+		")",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := parseStatStart(b)
+		if err != nil {
+			if !errors.Is(err, errMalformedStat) {
+				t.Fatalf("error wraps no sentinel: %v", err)
+			}
+			if got != 0 {
+				t.Fatalf("an error came with a start time %d", got)
+			}
+			return
+		}
+		// Whatever parsed is field 22, counted from the last ')' between spaces and
+		// newlines as the kernel writes them, in decimal.
+		fields := strings.FieldsFunc(string(b[bytes.LastIndexByte(b, ')')+1:]),
+			func(r rune) bool { return r == ' ' || r == '\n' })
+		if len(fields) <= statStartField {
+			t.Fatalf("parsed %d from %q, which has no field 22", got, b)
+		}
+		if want, err := strconv.ParseUint(fields[statStartField], 10, 64); err != nil || want != got {
+			t.Fatalf("parsed %d from %q; field 22 is %q", got, b, fields[statStartField])
 		}
 	})
 }

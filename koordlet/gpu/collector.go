@@ -44,6 +44,23 @@ type Collector struct {
 	// unhealthy is, per device index, whether the last scrape found the device
 	// unhealthy: health changes are logged once, not every scrape.
 	unhealthy map[int]bool
+	// attr is each GPU process's pod, kept while the process is on a GPU: a scrape
+	// reads the short /proc/<pid>/stat of a process it attributed before, and reads and
+	// parses /proc/<pid>/cgroup again only when the start time differs (the PID was
+	// reused). Entries of PIDs a scrape did not list are dropped.
+	attr    map[uint32]attribution
+	scrapes uint64 // Collect count, stamps attribution.seen
+	statBuf []byte
+}
+
+// attribution is the cached pod of one process.
+type attribution struct {
+	start uint64 // the process's start time
+	ref   PodRef // zero: not a pod's, or unreadable
+	seen  uint64 // the last scrape that listed the PID
+	// kept: the entry holds for later scrapes while start matches; else for its
+	// scrape only.
+	kept bool
 }
 
 var _ Source = (*Collector)(nil)
@@ -98,6 +115,8 @@ func NewCollector(lib nvml.Interface, procRoot string) (*Collector, error) {
 		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		lastSeen:  make(map[string]uint64),
 		unhealthy: make(map[int]bool),
+		attr:      make(map[uint32]attribution),
+		statBuf:   make([]byte, statBufSize),
 	}, nil
 }
 
@@ -122,14 +141,13 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) 
 		return Sample{}, fmt.Errorf("NVML counts %d GPUs, want 0..%d", n, maxDevices)
 	}
 	s := Sample{Time: now, Devices: make([]Device, 0, n)}
-	// A process using several GPUs is attributed once per scrape.
-	pods := make(map[uint32]PodRef)
+	c.scrapes++
 	seen := make(map[string]bool, n)
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return Sample{}, err
 		}
-		d := c.device(i, now, pods)
+		d := c.device(i, now)
 		if d.UUID != "" {
 			seen[d.UUID] = true
 		}
@@ -146,12 +164,17 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) 
 			delete(c.unhealthy, i)
 		}
 	}
+	for pid, a := range c.attr {
+		if a.seen != c.scrapes {
+			delete(c.attr, pid) // off every GPU: its PID may be reused before it is back
+		}
+	}
 	return s, nil
 }
 
 // device reads device i. At the first failing query it stops (a lost GPU fails
 // every query, and each can take long) and returns what it had, unhealthy.
-func (c *Collector) device(i int, now time.Time, pods map[uint32]PodRef) Device {
+func (c *Collector) device(i int, now time.Time) Device {
 	d := Device{Index: i, Healthy: true}
 	fail := func(query string, ret nvml.Return) Device {
 		d.Healthy = false
@@ -197,7 +220,7 @@ func (c *Collector) device(i int, now time.Time, pods map[uint32]PodRef) Device 
 	default:
 		return fail("reading process utilisation", ret)
 	}
-	d.Processes = c.processes(running, samples, pods)
+	d.Processes = c.processes(running, samples)
 	return d
 }
 
@@ -240,8 +263,7 @@ func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time) (m
 // processes merges the running compute processes (memory) with the utilisation
 // samples (a process the driver sampled may have stopped computing, or exited,
 // since) into one entry per PID, sorted by PID, each attributed to its pod.
-func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvml.ProcessUtilizationSample,
-	pods map[uint32]PodRef) []Process {
+func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvml.ProcessUtilizationSample) []Process {
 	if len(running) == 0 && len(samples) == 0 {
 		return nil
 	}
@@ -271,22 +293,41 @@ func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvm
 	}
 	out := make([]Process, 0, len(byPID))
 	for pid, p := range byPID {
-		ref, ok := pods[pid]
-		if !ok {
-			var err error
-			ref, err = PodOfPID(c.procRoot, pid)
-			if err != nil {
-				// Exited, another PID namespace, not a pod: counted, unattributed.
-				c.log.Debug("GPU process not attributed to a pod", "pid", pid, "err", err)
-				ref = PodRef{}
-			}
-			pods[pid] = ref
-		}
-		p.Pod = ref
+		p.Pod = c.attribute(pid)
 		out = append(out, *p)
 	}
 	slices.SortFunc(out, func(a, b Process) int { return cmp.Compare(a.PID, b.PID) })
 	return out
+}
+
+// attribute returns the pod of process pid: the cached one while the process (its PID
+// and start time) is the same, else read from its cgroup. A process using several GPUs
+// is read once per scrape.
+func (c *Collector) attribute(pid uint32) PodRef {
+	a, cached := c.attr[pid]
+	if cached && a.seen == c.scrapes {
+		return a.ref // another GPU of this scrape listed it
+	}
+	start, serr := processStart(c.procRoot, pid, c.statBuf)
+	if serr == nil && cached && a.kept && a.start == start {
+		a.seen = c.scrapes
+		c.attr[pid] = a
+		return a.ref
+	}
+	ref, err := PodOfPID(c.procRoot, pid)
+	if err != nil {
+		// Exited, another PID namespace, not a pod: counted, unattributed.
+		c.log.Debug("GPU process not attributed to a pod", "pid", pid, "err", err)
+		ref = PodRef{}
+	}
+	// A process never moves to another pod: its pod (or none) holds for its life,
+	// unless the read failed otherwise, or there is no start time to tell the process
+	// by (it exited): then the entry serves only this scrape. Read after the start
+	// time, a PID reused in between is misattributed for this scrape only: the next
+	// one sees another start time.
+	kept := serr == nil && (err == nil || errors.Is(err, ErrNotPod))
+	c.attr[pid] = attribution{start: start, ref: ref, seen: c.scrapes, kept: kept}
+	return ref
 }
 
 // noteHealth logs a device's health changes.

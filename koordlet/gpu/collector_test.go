@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +175,9 @@ func fakeProc(t testing.TB) string {
 		strings.ReplaceAll(batchUID, "-", "_")+".slice/cri-containerd-"+batchCtr+".scope\n")
 	writeCgroup(t, root, pidSystem, "0::/system.slice/nvidia-persistenced.service\n")
 	writeCgroup(t, root, pidLS2, v1File("/kubepods/burstable/pod"+lsUID+"/"+lsCtr2)+"0::/\n")
+	for _, pid := range []uint32{pidLS, pidBatch, pidSystem, pidLS2} {
+		writeStat(t, root, pid, uint64(pid)*1000)
+	}
 	return root
 }
 
@@ -366,6 +372,72 @@ func TestCollectTraces(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCollectAttributionCache: a process's pod is read from its cgroup once and kept
+// while the process (PID and start time) stays on a GPU; a reused PID, an exited
+// process, or a PID that left every GPU is read again.
+func TestCollectAttributionCache(t *testing.T) {
+	t.Parallel()
+	const pid = 606
+	f := newFakeNode()
+	root := fakeProc(t)
+	c, err := NewCollector(f.srv, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lsPath := "0::/kubepods/burstable/pod" + lsUID + "/" + lsCtr + "\n"
+	batchPath := "0::/kubepods/besteffort/pod" + batchUID + "/" + batchCtr + "\n"
+	on := map[int]gpuStep{0: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}},
+		3: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}}}
+	// The process exited; the driver still has a sample of it.
+	sampledOnly := map[int]gpuStep{0: {samples: []nvml.ProcessUtilizationSample{{Pid: pid, TimeStamp: us(3), SmUtil: 7}}}}
+	steps := []struct {
+		name  string
+		setup func()
+		gpus  map[int]gpuStep
+		want  PodRef
+	}{
+		{"first sight reads the cgroup", func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 500) },
+			on, lsPod},
+		{"same process: cached, the cgroup is not read", func() { writeCgroup(t, root, pid, batchPath) }, on, lsPod},
+		{"PID reused: another start time, read again", func() { writeStat(t, root, pid, 900) }, on, batchPod},
+		{"exited: unattributed", func() { _ = os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))) }, sampledOnly,
+			PodRef{}},
+		{"back with an entry", func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 900) }, on,
+			lsPod},
+		{"off every GPU", func() {}, map[int]gpuStep{}, PodRef{}},
+		{"back with the same start time: read again", func() { writeCgroup(t, root, pid, batchPath) }, on,
+			batchPod},
+	}
+	for k, st := range steps {
+		st.setup()
+		f.set(st.gpus)
+		s, err := c.Collect(context.Background(), at(k))
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		listed := 0
+		for _, d := range s.Devices {
+			for _, p := range d.Processes {
+				if p.PID != pid {
+					continue
+				}
+				listed++
+				if p.Pod != st.want {
+					t.Fatalf("%s: GPU %d attributes pid %d to %+v, want %+v", st.name, d.Index, pid, p.Pod, st.want)
+				}
+			}
+		}
+		if listed != len(st.gpus) {
+			t.Fatalf("%s: pid %d on %d GPUs, want %d", st.name, pid, listed, len(st.gpus))
+		}
+		if _, kept := c.attr[pid]; kept != (len(st.gpus) > 0) {
+			t.Fatalf("%s: cache entry kept %t, want %t (kept while the PID is on a GPU)", st.name, kept,
+				len(st.gpus) > 0)
+		}
 	}
 }
 

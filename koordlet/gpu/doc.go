@@ -10,7 +10,8 @@
 //     (GetComputeRunningProcesses).
 //   - open_nocgo.go: Open for the pure-Go build, always ErrNoNVML.
 //   - attribute.go (pure Go): ParseProcCgroup and PodOfPID, PID → pod UID and
-//     container ID for both cgroup drivers, v1, v2 and hybrid, and the agent's tier.
+//     container ID for both cgroup drivers, v1, v2 and hybrid, and the agent's tier;
+//     a process's start time (/proc/<pid>/stat), which keys the collector's cache.
 //
 // Traps:
 //   - NVML needs cgo. Files that import go-nvml build only with cgo; without it
@@ -24,8 +25,11 @@
 //     run in the host PID namespace (the DaemonSet sets hostPID): in a private one
 //     the numbers name other processes, or none. A PID without a /proc entry (it
 //     exited between NVML's listing and the read, or lives in a PID namespace the
-//     proc root does not show) is kept, unattributed. A PID reused in between is
-//     misattributed for that one scrape; attribution is redone every scrape.
+//     proc root does not show) is kept, unattributed. The collector keeps each
+//     process's pod while the PID stays on a GPU and its start time (/proc/<pid>/stat
+//     field 22) is unchanged: a process never moves to another pod, and a reused PID
+//     has another start time. A PID reused between the stat and the cgroup reads is
+//     misattributed for that one scrape; a PID that leaves every GPU is forgotten.
 //   - An agent in a private cgroup namespace reads other processes' cgroups as
 //     "/../../besteffort/pod<uid>/...": ParseProcCgroup accepts that, but it cannot
 //     then see the kubepods ancestor, so run the agent in the host cgroup namespace.

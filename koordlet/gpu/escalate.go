@@ -74,8 +74,8 @@ func (m *Manager) suspend(ctx context.Context, now time.Time, v deviceView) bool
 		if p.Terminating {
 			continue
 		}
-		if g := m.groups[p.Cgroup]; g != nil {
-			if err := m.o.Cycler.Release(ctx, g); err != nil {
+		if h := m.groups[p.Cgroup]; h != nil {
+			if err := m.o.Cycler.Release(ctx, h.g); err != nil {
 				m.log.Warn("cannot thaw batch pod before suspending it", "pod", p.Namespace+"/"+p.Name, "err", err)
 				continue
 			}
@@ -114,9 +114,9 @@ func (m *Manager) podSuspended(uid types.UID) bool {
 
 // resumeReleased resumes the suspended processes of GPUs that LS has left: the
 // throttle's target is 0 and its hold has passed (or the GPU is gone).
-func (m *Manager) resumeReleased(ctx context.Context, byGPU map[int]qos.GPUThrottleDecision) {
+func (m *Manager) resumeReleased(ctx context.Context, decisions []qos.GPUThrottleDecision) {
 	for pid, s := range m.suspended {
-		d, ok := byGPU[s.gpu]
+		d, ok := decisionFor(decisions, s.gpu)
 		if ok && (d.Target > 0 || d.Duty > 0 || d.Reason == qos.GPUReasonUnknown) {
 			continue
 		}

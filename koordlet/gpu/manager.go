@@ -86,13 +86,21 @@ type Manager struct {
 	log      *slog.Logger
 
 	// Run goroutine's state.
-	groups    map[string]*cgroups.Group // cgroup path → handle
-	suspended map[int]suspendedProc     // pid → what was suspended
-	evictedAt map[int]time.Time         // gpu → last eviction request
+	groups    map[string]*heldGroup // cgroup path → handle
+	keyed     map[int]bool          // GPUs whose cycler key the loop has set (and not removed)
+	suspended map[int]suspendedProc // pid → what was suspended
+	evictedAt map[int]time.Time     // gpu → last eviction request
+	steps     uint64                // Step count, stamps heldGroup.seen
+	in        []qos.GPUThrottleInput
+	scratch   []*cgroups.Group // apply's groups of one GPU (Set keeps no reference)
 
-	status atomic.Pointer[Status]
+	// status is the last step; Status builds the /status view of it when asked (the
+	// loop runs every 50 ms, /status is read far less often).
+	status atomic.Pointer[stepState]
 	mu     sync.Mutex
-	inv    []DeviceID
+	// inv is written by Step (under mu) and read by Step without mu: it is the Run
+	// goroutine's own.
+	inv []DeviceID
 	// win accumulates each GPU's figures since the last NodeGPUs call (node-metrics
 	// are means over their window).
 	win map[int]*gpuWindow
@@ -106,6 +114,24 @@ type gpuWindow struct {
 	memUsed, memTotal uint64
 	duty              float64 // the last duty
 	unhealthy         bool    // a query failed in the window
+}
+
+// heldGroup is a batch pod's cgroup handle, seen in the scrape of step seen.
+type heldGroup struct {
+	g    *cgroups.Group
+	seen uint64
+}
+
+// stepState is what one step leaves for Status; it is never written after it is stored.
+type stepState struct {
+	time      time.Time
+	available bool
+	err       string
+	views     []deviceView
+	decisions []qos.GPUThrottleDecision // sorted by GPU
+	// escalations are the views' GPUStatus.Escalation, by view.
+	escalations []string
+	suspended   []SuspendedStatus
 }
 
 // suspendedProc is a batch process the loop suspended.
@@ -185,17 +211,37 @@ func NewManager(o Options) (*Manager, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{o: o, throttle: qos.NewGPUThrottle(o.Policy, o.Period), log: o.Log,
-		groups: map[string]*cgroups.Group{}, suspended: map[int]suspendedProc{}, evictedAt: map[int]time.Time{},
-		win: map[int]*gpuWindow{}}
-	m.status.Store(&Status{})
+		groups: map[string]*heldGroup{}, keyed: map[int]bool{}, suspended: map[int]suspendedProc{},
+		evictedAt: map[int]time.Time{}, win: map[int]*gpuWindow{}}
+	m.status.Store(&stepState{})
 	return m, nil
 }
 
 // Status returns the last step's state.
 func (m *Manager) Status() Status {
-	s := *m.status.Load()
-	s.Cycler = m.o.Cycler.Status()
+	r := m.status.Load()
+	s := Status{Time: r.time, Available: r.available, Error: r.err, Suspended: r.suspended,
+		Cycler: m.o.Cycler.Status()}
+	if !r.available {
+		return s
+	}
+	s.GPUs = make([]GPUStatus, len(r.views))
+	for i, v := range r.views {
+		d, _ := decisionFor(r.decisions, v.dev.Index)
+		s.GPUs[i] = GPUStatus{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model, Healthy: v.dev.Healthy,
+			Error: v.dev.Err, Util: v.dev.Util, MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal,
+			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i]}
+	}
 	return s
+}
+
+// decisionFor returns gpu's decision in ds (sorted by GPU, as GPUThrottle.Step returns them).
+func decisionFor(ds []qos.GPUThrottleDecision, gpu int) (qos.GPUThrottleDecision, bool) {
+	i, ok := slices.BinarySearchFunc(ds, gpu, func(d qos.GPUThrottleDecision, gpu int) int { return d.GPU - gpu })
+	if !ok {
+		return qos.GPUThrottleDecision{}, false
+	}
+	return ds[i], true
 }
 
 // Inventory returns the GPUs of the last successful scrape (healthy or not), by index.
@@ -235,61 +281,68 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // Step is one loop period (exported for tests and benchmarks that drive the clock).
 func (m *Manager) Step(ctx context.Context, now time.Time) {
+	m.steps++
 	start := time.Now()
 	s, err := m.o.Source.Collect(ctx, now)
 	took := time.Since(start)
-	pods := m.o.Pods()
-	st := &Status{Time: now, Available: err == nil}
 	if err != nil {
-		st.Error = err.Error()
 		// Hold every known GPU's duty: a failed scrape is no evidence either way.
-		in := make([]qos.GPUThrottleInput, 0, len(m.inv))
-		for _, d := range m.Inventory() {
-			in = append(in, qos.GPUThrottleInput{Index: d.Index, Unknown: true})
+		m.in = m.in[:0]
+		for _, d := range m.inv {
+			m.in = append(m.in, qos.GPUThrottleInput{Index: d.Index, Unknown: true})
 		}
-		m.throttle.Step(now, in)
-		m.status.Store(st)
+		m.throttle.Step(now, m.in)
+		m.status.Store(&stepState{time: now, err: err.Error()})
 		if m.o.Metrics != nil {
 			_ = m.o.Metrics.Update(metrics.GPUSnapshot{Available: false})
 		}
 		return
 	}
+	pods := m.o.Pods()
 	views := make([]deviceView, len(s.Devices))
-	in := make([]qos.GPUThrottleInput, len(s.Devices))
-	inv := make([]DeviceID, len(s.Devices))
+	m.in = m.in[:0]
 	for i, d := range s.Devices {
 		views[i] = viewDevice(d, pods)
-		in[i] = views[i].input()
+		m.in = append(m.in, views[i].input())
+	}
+	m.noteInventory(s.Devices)
+	decisions := m.throttle.Step(now, m.in)
+	st := &stepState{time: now, available: true, views: views, decisions: decisions,
+		escalations: make([]string, len(views))}
+	for i, v := range views {
+		d, _ := decisionFor(decisions, v.dev.Index)
+		m.apply(v, d)
+		st.escalations[i] = m.escalate(ctx, now, v, d)
+	}
+	m.account(views, decisions)
+	m.forgetGone(views)
+	m.resumeReleased(ctx, decisions)
+	if len(m.suspended) > 0 {
+		st.suspended = m.suspendedStatus()
+	}
+	m.status.Store(st)
+	if m.o.Metrics != nil {
+		if err := m.o.Metrics.Update(snapshot(views, decisions, took)); err != nil {
+			m.log.Debug("GPU metrics snapshot repaired", "err", err)
+		}
+	}
+}
+
+// noteInventory replaces the inventory when the scrape's GPUs differ from it (they
+// rarely do: most steps allocate nothing here).
+func (m *Manager) noteInventory(devs []Device) {
+	if slices.EqualFunc(m.inv, devs, func(id DeviceID, d Device) bool {
+		return id == DeviceID{Index: d.Index, UUID: d.UUID, Model: d.Model}
+	}) {
+		return
+	}
+	inv := make([]DeviceID, len(devs))
+	for i, d := range devs {
 		inv[i] = DeviceID{Index: d.Index, UUID: d.UUID, Model: d.Model}
 	}
 	m.mu.Lock()
 	m.inv = inv
 	m.mu.Unlock()
-	decisions := m.throttle.Step(now, in)
-	byGPU := make(map[int]qos.GPUThrottleDecision, len(decisions))
-	for _, d := range decisions {
-		byGPU[d.GPU] = d
-	}
-	st.GPUs = make([]GPUStatus, len(views))
-	for i, v := range views {
-		d := byGPU[v.dev.Index]
-		gs := GPUStatus{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model, Healthy: v.dev.Healthy,
-			Error: v.dev.Err, Util: v.dev.Util, MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal,
-			LSPods: v.lsNames, BatchPods: v.batchNames(), Decision: d}
-		m.apply(ctx, v, d)
-		gs.Escalation = m.escalate(ctx, now, v, d)
-		st.GPUs[i] = gs
-	}
-	m.account(views, byGPU)
-	m.forgetGone(ctx, views)
-	m.resumeReleased(ctx, byGPU)
-	st.Suspended = m.suspendedStatus()
-	m.status.Store(st)
-	if m.o.Metrics != nil {
-		if err := m.o.Metrics.Update(snapshot(views, byGPU, took)); err != nil {
-			m.log.Debug("GPU metrics snapshot repaired", "err", err)
-		}
-	}
 }
 
 // cyclerKey is the cycler's key of one GPU.
@@ -298,57 +351,62 @@ func cyclerKey(gpu int) string { return "gpu" + strconv.Itoa(gpu) }
 // apply hands one GPU's duty and its batch pods' cgroups to the cycler. Terminating
 // pods and pods whose cgroup is unknown are left out; a GPU the throttle could not read
 // keeps its last groups (Set is not called).
-func (m *Manager) apply(_ context.Context, v deviceView, d qos.GPUThrottleDecision) {
+func (m *Manager) apply(v deviceView, d qos.GPUThrottleDecision) {
 	if !v.dev.Healthy && d.Reason == qos.GPUReasonUnknown {
 		return
 	}
-	var groups []*cgroups.Group
+	groups := m.scratch[:0]
 	for _, p := range v.batch {
 		if p.Terminating || p.Cgroup == "" || m.podSuspended(p.UID) {
 			continue
 		}
-		g := m.groups[p.Cgroup]
-		if g == nil {
-			var err error
-			if g, err = m.o.Groups.Load(p.Cgroup); err != nil {
+		h := m.groups[p.Cgroup]
+		if h == nil {
+			// Loaded once per pod cgroup and kept while a GPU shows the pod.
+			g, err := m.o.Groups.Load(p.Cgroup)
+			if err != nil {
 				m.log.Debug("batch pod cgroup not loadable; not duty-cycled", "pod", p.Namespace+"/"+p.Name,
 					"cgroup", p.Cgroup, "err", err)
 				continue
 			}
-			m.groups[p.Cgroup] = g
+			h = &heldGroup{g: g}
+			m.groups[p.Cgroup] = h
 		}
-		groups = append(groups, g)
+		groups = append(groups, h.g)
 	}
+	m.scratch = groups
 	if err := m.o.Cycler.Set(cyclerKey(v.dev.Index), groups, d.Duty); err != nil {
 		m.log.Error("setting GPU duty", "gpu", v.dev.Index, "duty", d.Duty, "err", err)
 	}
+	m.keyed[v.dev.Index] = true
+	clear(groups) // no handle outlives its heldGroup through the scratch slice
 }
 
 // forgetGone drops cgroup handles no GPU uses any more (the cycler thawed them when
 // they left their keys) and the keys of GPUs that vanished from the scrape.
-func (m *Manager) forgetGone(_ context.Context, views []deviceView) {
-	used := map[string]bool{}
-	present := map[string]bool{}
+func (m *Manager) forgetGone(views []deviceView) {
 	for _, v := range views {
-		present[cyclerKey(v.dev.Index)] = true
 		for _, p := range v.batch {
-			used[p.Cgroup] = true
+			if h := m.groups[p.Cgroup]; h != nil {
+				h.seen = m.steps
+			}
 		}
 	}
-	for path := range m.groups {
-		if !used[path] {
+	for path, h := range m.groups {
+		if h.seen != m.steps {
 			delete(m.groups, path)
 		}
 	}
-	for _, ks := range m.o.Cycler.Status() {
-		if ks.Key != duty.ReleasedKey && !present[ks.Key] {
-			_ = m.o.Cycler.Set(ks.Key, nil, 0)
+	for gpu := range m.keyed {
+		if !slices.ContainsFunc(views, func(v deviceView) bool { return v.dev.Index == gpu }) {
+			_ = m.o.Cycler.Set(cyclerKey(gpu), nil, 0)
+			delete(m.keyed, gpu)
 		}
 	}
 }
 
 // account adds the step's figures to the node-metrics window.
-func (m *Manager) account(views []deviceView, byGPU map[int]qos.GPUThrottleDecision) {
+func (m *Manager) account(views []deviceView, decisions []qos.GPUThrottleDecision) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, v := range views {
@@ -358,7 +416,8 @@ func (m *Manager) account(views []deviceView, byGPU map[int]qos.GPUThrottleDecis
 			m.win[v.dev.Index] = w
 		}
 		w.dev = DeviceID{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model}
-		w.duty = byGPU[v.dev.Index].Duty
+		d, _ := decisionFor(decisions, v.dev.Index)
+		w.duty = d.Duty
 		if !v.dev.Healthy {
 			w.unhealthy = true
 			continue

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -335,5 +336,65 @@ func TestNewManagerRejects(t *testing.T) {
 		if _, err := NewManager(o); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// TestManagerForgetsGone: a GPU that leaves the scrape loses its cycler key, and a batch
+// cgroup no GPU shows any more is dropped (and loaded again when it comes back).
+func TestManagerForgetsGone(t *testing.T) {
+	t.Parallel()
+	gpu1 := func(procs ...Process) Device {
+		d := device(procs...)
+		d.Index, d.UUID = 1, "GPU-1"
+		return d
+	}
+	both := sample(device(lsProc(80), batchProc), gpu1(lsProc(80), batchProc))
+	only0 := sample(device(lsProc(80), batchProc))
+	noBatch := sample(device(lsProc(80)))
+	src := &scriptSource{steps: []func() (Sample, error){both, only0, noBatch, only0}}
+	r := newRig(t, src, false)
+	now := time.Unix(1_700_000_000, 0)
+	step := func() {
+		r.m.Step(context.Background(), now)
+		now = now.Add(50 * time.Millisecond)
+	}
+
+	step()
+	for _, key := range []string{"gpu0", "gpu1"} {
+		if d, groups := r.cyc.get(key); d == 0 || len(groups) != 1 || groups[0] != batchCg {
+			t.Fatalf("%s: duty %v groups %v, want the batch pod cut", key, d, groups)
+		}
+	}
+	st := r.m.Status()
+	if len(st.GPUs) != 2 || !slices.Equal(st.GPUs[1].LSPods, []string{"web/infer"}) ||
+		!slices.Equal(st.GPUs[1].BatchPods, []string{"ml/train"}) {
+		t.Fatalf("status GPUs %+v, want web/infer and ml/train on both", st.GPUs)
+	}
+	if got := r.m.Inventory(); len(got) != 2 || got[1] != (DeviceID{Index: 1, UUID: "GPU-1", Model: "NVIDIA A100"}) {
+		t.Fatalf("inventory %+v", got)
+	}
+
+	step() // GPU 1 vanished
+	if d, groups := r.cyc.get("gpu1"); d != 0 || groups != nil {
+		t.Fatalf("gpu1 gone: duty %v groups %v, want its key removed", d, groups)
+	}
+	if d, _ := r.cyc.get("gpu0"); d == 0 {
+		t.Fatal("gpu0 lost its cut with gpu1")
+	}
+	if _, held := r.m.groups[batchCg]; !held || len(r.m.Inventory()) != 1 {
+		t.Fatalf("handles %v inventory %v: gpu0 still shows the batch pod", r.m.groups, r.m.Inventory())
+	}
+
+	step() // the batch pod left every GPU
+	if len(r.m.groups) != 0 {
+		t.Fatalf("handles %v kept after the batch pod left every GPU", r.m.groups)
+	}
+	if st := r.m.Status(); len(st.GPUs) != 1 || st.GPUs[0].BatchPods != nil {
+		t.Fatalf("status %+v, want no batch pod", st.GPUs)
+	}
+
+	step() // and came back
+	if d, groups := r.cyc.get("gpu0"); d == 0 || len(groups) != 1 || groups[0] != batchCg {
+		t.Fatalf("batch pod back: duty %v groups %v", d, groups)
 	}
 }

@@ -19,9 +19,10 @@ type deviceView struct {
 	// lsUtil is the non-batch processes' utilisation, plus that of processes no pod
 	// could be attributed to (the safe side: they may be LS); batchUtil the batch pods'.
 	lsUtil, batchUtil float64
-	lsNames           []string
+	// ls are the non-batch pods with processes on the GPU, in order of first process.
+	ls []PodInfo
 	// batch are the batch pods with processes on the GPU, in order of first process;
-	// batchPIDs their processes.
+	// batchPIDs their processes (nil without batch).
 	batch     []PodInfo
 	batchPIDs map[types.UID][]int
 	pods      []metrics.GPUPodUsage
@@ -29,7 +30,7 @@ type deviceView struct {
 
 // viewDevice classifies d's processes by the pod they run in.
 func viewDevice(d Device, pods PodView) deviceView {
-	v := deviceView{dev: d, batchPIDs: map[types.UID][]int{}}
+	v := deviceView{dev: d}
 	for _, p := range d.Processes {
 		if !p.Pod.Attributed() {
 			v.lsUtil += p.SMUtil
@@ -46,13 +47,16 @@ func viewDevice(d Device, pods PodView) deviceView {
 		if info.Class != qos.ClassBatch {
 			v.lsActive = true
 			v.lsUtil += p.SMUtil
-			if name := info.Namespace + "/" + info.Name; !slices.Contains(v.lsNames, name) {
-				v.lsNames = append(v.lsNames, name)
+			if !slices.ContainsFunc(v.ls, func(q PodInfo) bool { return q.UID == info.UID }) {
+				v.ls = append(v.ls, info)
 			}
 			continue
 		}
 		v.batchUtil += p.SMUtil
 		if _, seen := v.batchPIDs[info.UID]; !seen {
+			if v.batchPIDs == nil {
+				v.batchPIDs = map[types.UID][]int{}
+			}
 			v.batch = append(v.batch, info)
 		}
 		v.batchPIDs[info.UID] = append(v.batchPIDs[info.UID], int(p.PID))
@@ -75,23 +79,27 @@ func (v deviceView) input() qos.GPUThrottleInput {
 	return in
 }
 
-func (v deviceView) batchNames() []string {
-	out := make([]string, 0, len(v.batch))
-	for _, p := range v.batch {
-		out = append(out, p.Namespace+"/"+p.Name)
+// podNames returns "namespace/name" of each pod (nil for none, left out of /status).
+func podNames(pods []PodInfo) []string {
+	if len(pods) == 0 {
+		return nil
+	}
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Namespace + "/" + p.Name
 	}
 	return out
 }
 
-// snapshot is the metrics' view of one scrape.
-func snapshot(views []deviceView, decisions map[int]qos.GPUThrottleDecision, took time.Duration) metrics.GPUSnapshot {
+// snapshot is the metrics' view of one scrape; decisions are sorted by GPU.
+func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, took time.Duration) metrics.GPUSnapshot {
 	s := metrics.GPUSnapshot{Available: true, CollectSeconds: took.Seconds(),
 		Devices: make([]metrics.GPUDeviceUsage, len(views))}
 	for i, v := range views {
 		s.Devices[i] = metrics.GPUDeviceUsage{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model,
 			Util: v.dev.Util, MemUtil: v.dev.MemUtil, UtilUnknown: v.dev.UtilUnsupported,
 			MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal, Healthy: v.dev.Healthy, Pods: v.pods}
-		if d, ok := decisions[v.dev.Index]; ok {
+		if d, ok := decisionFor(decisions, v.dev.Index); ok {
 			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: v.lsUtil, Reason: d.Reason}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,7 +252,7 @@ func TestPublishes(t *testing.T) {
 			if tc.patched {
 				wantPatches = []string{mustPatch(want)}
 			}
-			if got := patches(c); !slicesEqual(got, wantPatches) {
+			if got := patches(c); !slices.Equal(got, wantPatches) {
 				t.Fatalf("patches %q, want %q", got, wantPatches)
 			}
 			if got := testutil.ToFloat64(writes); got != float64(len(wantPatches)) || s.Writes != int64(len(wantPatches)) {
@@ -280,18 +281,6 @@ func TestPublishes(t *testing.T) {
 			checkPublished(t, getNode(t, c), next)
 		})
 	}
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRetries: conflicts, 5xx, 429, timeouts and transport errors are retried (with a
@@ -395,7 +384,7 @@ func TestLatestWinsDuringBackoff(t *testing.T) {
 		t.Fatalf("status during back-off %+v", s)
 	}
 	waitFor(t, "synced", func() bool { return p.Status().Synced })
-	if got, want := patches(c), []string{mustPatch(a), mustPatch(last)}; !slicesEqual(got, want) {
+	if got, want := patches(c), []string{mustPatch(a), mustPatch(last)}; !slices.Equal(got, want) {
 		t.Fatalf("patches %q, want %q (the superseded value never written)", got, want)
 	}
 	checkPublished(t, getNode(t, c), last)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -131,25 +131,12 @@ func (w *webhookServer) stop() {
 // from manifests/admission. It is skipped when the binaries are missing, unless
 // CI=true (see package controlplane).
 func TestAdmissionEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real control plane; skipped in -short mode")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	cp := controlplane.Start(ctx, t, controlplane.Options{})
+	ctx, cp := startControlPlane(t, 3*time.Minute)
 	c := cp.Client()
 
 	// The shipped profiles and their PriorityClass, plus a globalDefault class: the
 	// Priority plugin writes its name into every pod before the webhook runs.
-	var cm corev1.ConfigMap
-	manifestObject(t, "configmap.yaml", "ConfigMap", &cm)
-	profiles, err := admission.ParseProfiles([]byte(cm.Data["profiles.yaml"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pc schedulingv1.PriorityClass
-	manifestObject(t, "configmap.yaml", "PriorityClass", &pc)
+	profiles, pc := shippedProfiles(t)
 	defaultPC := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-default"}, Value: 10, GlobalDefault: true}
 	for _, p := range []*schedulingv1.PriorityClass{&pc, defaultPC} {
 		if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -157,7 +144,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		}
 	}
 
-	wh, _ := registerWebhook(t, ctx, cp, profiles)
+	wh := registerWebhook(t, ctx, cp, profiles)
 	var vap admissionregv1.ValidatingAdmissionPolicy
 	manifestObject(t, "validatingadmissionpolicy.yaml", "ValidatingAdmissionPolicy", &vap)
 	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &vap, metav1.CreateOptions{}); err != nil {
@@ -191,7 +178,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	waitAdmissionActive(t, ctx, c)
+	waitAdmissionActive(t, ctx, c, "adm-batch", true)
 
 	create := func(p *corev1.Pod) (*corev1.Pod, error) {
 		return c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
@@ -316,28 +303,31 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	})
 }
 
-// waitAdmissionActive waits until the API server calls the webhook and enforces the
-// policy (both are picked up asynchronously after creation), probing with dry-run pods.
-func waitAdmissionActive(t *testing.T, ctx context.Context, c kubernetes.Interface) {
+// waitAdmissionActive waits until the API server calls the webhook for pods in ns and,
+// when policy is set, enforces the ValidatingAdmissionPolicy (both are picked up
+// asynchronously after creation), probing with dry-run pods.
+func waitAdmissionActive(t *testing.T, ctx context.Context, c kubernetes.Interface, ns string, policy bool) {
 	t.Helper()
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; ; i++ {
-		probe := controlplane.NewPod("adm-batch", fmt.Sprintf("probe-%d", i),
-			corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
-		probe.Annotations = map[string]string{qos.AnnotationQOSClass: "batch"}
-		got, err := c.CoreV1().Pods("adm-batch").Create(ctx, probe, dry)
-		mutated := err == nil && got.Annotations[qos.AnnotationOriginalResources] != ""
-		probe.Annotations[qos.AnnotationQOSClass] = "nope"
-		_, err = c.CoreV1().Pods("adm-batch").Create(ctx, probe, dry)
-		enforced := err != nil && strings.Contains(err.Error(), admission.RuleQOSClassValue)
-		if mutated && enforced {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admission not active after 60s: webhook mutating %v, policy enforced %v (%v)", mutated, enforced, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var mutated, enforced bool
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			probe := controlplane.NewPod(ns, "probe", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
+			probe.Annotations = map[string]string{qos.AnnotationQOSClass: "batch"}
+			got, err := c.CoreV1().Pods(ns).Create(ctx, probe, dry)
+			mutated = err == nil && got.Annotations[qos.AnnotationOriginalResources] != ""
+			if !policy {
+				return mutated, nil
+			}
+			probe.Annotations[qos.AnnotationQOSClass] = "nope"
+			_, lastErr = c.CoreV1().Pods(ns).Create(ctx, probe, dry)
+			enforced = lastErr != nil && strings.Contains(lastErr.Error(), admission.RuleQOSClassValue)
+			return mutated && enforced, nil
+		})
+	if err != nil {
+		t.Fatalf("admission not active after 60s: webhook mutating %v, policy enforced %v (want %v; %v): %v",
+			mutated, enforced, policy, lastErr, err)
 	}
 }
 
@@ -376,10 +366,25 @@ func wantRejected(t *testing.T, err error, rule string) {
 	}
 }
 
+// shippedProfiles returns the admission profiles and the PriorityClass that
+// manifests/admission ships in configmap.yaml.
+func shippedProfiles(t *testing.T) (admission.Profiles, schedulingv1.PriorityClass) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	manifestObject(t, "configmap.yaml", "ConfigMap", &cm)
+	profiles, err := admission.ParseProfiles([]byte(cm.Data["profiles.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc schedulingv1.PriorityClass
+	manifestObject(t, "configmap.yaml", "PriorityClass", &pc)
+	return profiles, pc
+}
+
 // registerWebhook starts the admission webhook in-process over real TLS and registers
 // the shipped MutatingWebhookConfiguration with the API server, pointed at it.
 func registerWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
-	profiles admission.Profiles) (*webhookServer, *controlplane.WebhookCerts) {
+	profiles admission.Profiles) *webhookServer {
 	t.Helper()
 	certs, err := controlplane.NewWebhookCerts()
 	if err != nil {
@@ -397,5 +402,5 @@ func registerWebhook(t *testing.T, ctx context.Context, cp *controlplane.Control
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return wh, certs
+	return wh
 }

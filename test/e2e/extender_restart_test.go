@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -169,18 +167,7 @@ type deviceWatch struct {
 
 func watchDevices(t *testing.T, c *cluster, ns string, gpus map[string]int) *deviceWatch {
 	t.Helper()
-	pods := c.cp.Client().CoreV1().Pods(ns)
-	list, err := pods.List(c.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		return pods.Watch(ctx, o)
-	}}
-	rw, err := watchtools.NewRetryWatcherWithContext(c.ctx, list.ResourceVersion, lw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rw := watchPodsFromNow(t, c, ns)
 	w := &deviceWatch{live: map[types.UID]*corev1.Pod{}, seen: map[types.UID]bool{}}
 	done := make(chan struct{})
 	go func() {

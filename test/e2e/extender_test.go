@@ -606,13 +606,9 @@ func (c *cluster) waitEvent(t *testing.T, ns, reason, want string) {
 	}
 }
 
-// watchBinds watches namespace ns from now on and returns a function giving,
-// per pod name, when spec.nodeName was first seen set (pods bound before the
-// call are reported at their next change, if any: use it for new pods). It
-// also fails the test if any event shows a GPU pod bound without a valid
-// understory.io/gpu-devices annotation: the extender's Binding carries the
-// annotation, so the pod must never be observable bound without it.
-func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time {
+// watchPodsFromNow watches the pods of namespace ns from their current
+// resourceVersion on, resuming across watch expiries; it stops with c.ctx.
+func watchPodsFromNow(t *testing.T, c *cluster, ns string) *watchtools.RetryWatcher {
 	t.Helper()
 	pods := c.cp.Client().CoreV1().Pods(ns)
 	list, err := pods.List(c.ctx, metav1.ListOptions{})
@@ -626,6 +622,18 @@ func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rw
+}
+
+// watchBinds watches namespace ns from now on and returns a function giving,
+// per pod name, when spec.nodeName was first seen set (pods bound before the
+// call are reported at their next change, if any: use it for new pods). It
+// also fails the test if any event shows a GPU pod bound without a valid
+// understory.io/gpu-devices annotation: the extender's Binding carries the
+// annotation, so the pod must never be observable bound without it.
+func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time {
+	t.Helper()
+	rw := watchPodsFromNow(t, c, ns)
 	var mu sync.Mutex
 	seen := map[string]time.Time{}
 	var bare []string // GPU pods seen bound without their devices

@@ -21,10 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/understory/understory/admission"
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/qos"
@@ -61,42 +61,30 @@ const (
 )
 
 // TestLoopHelperProcess is not a test: TestLoop re-executes the test binary with
-// helperEnv set to run a pod's "container" (a CPU burner or a memory user) in the
-// cgroup TestLoop moved it into. It waits for a line on stdin, so that it only
-// allocates once it is in its memory cgroup, prints "ready" when its memory is
-// touched, and runs until killed.
+// helperEnv=cpu:N to run a pod's "container", N CPU-burning goroutines, in the cgroup
+// TestLoop moved it into (memory users are a shell, see startHelper). It waits for a
+// line on stdin, so that it only starts once it is in its cgroup, prints "ready" and
+// runs until killed.
 func TestLoopHelperProcess(t *testing.T) {
 	job := os.Getenv(helperEnv)
 	if job == "" {
 		return // run only as TestLoop's helper process
 	}
-	kind, arg, _ := strings.Cut(job, ":")
+	arg, ok := strings.CutPrefix(job, "cpu:")
 	n, err := strconv.Atoi(arg)
-	if err != nil || n <= 0 {
+	if !ok || err != nil || n <= 0 {
 		fmt.Fprintf(os.Stderr, "bad %s=%q\n", helperEnv, job)
 		os.Exit(2)
 	}
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		os.Exit(3)
 	}
-	var mem []byte
-	switch kind {
-	case "cpu":
-		for range n {
-			go func() {
-				for x := 0; ; x++ {
-					_ = x
-				}
-			}()
-		}
-	case "mem":
-		mem = make([]byte, n<<20)
-		for i := 0; i < len(mem); i += 4096 {
-			mem[i] = 1 // fault every page in, so the cgroup is charged for all of it
-		}
-	default:
-		fmt.Fprintf(os.Stderr, "bad %s=%q\n", helperEnv, job)
-		os.Exit(2)
+	for range n {
+		go func() {
+			for x := 0; ; x++ {
+				_ = x
+			}
+		}()
 	}
 	fmt.Println("ready")
 	select {} // until killed
@@ -146,14 +134,7 @@ func TestLoop(t *testing.T) {
 	}
 
 	// 1. Admission webhook over real TLS, from the shipped manifests.
-	var cm corev1.ConfigMap
-	manifestObject(t, "configmap.yaml", "ConfigMap", &cm)
-	profiles, err := admission.ParseProfiles([]byte(cm.Data["profiles.yaml"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pc schedulingv1.PriorityClass
-	manifestObject(t, "configmap.yaml", "PriorityClass", &pc)
+	profiles, pc := shippedProfiles(t)
 	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +167,7 @@ func TestLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := startLoopAgent(t, node, agentBin, cp.Kubeconfig())
-	waitAdmissionActiveIn(t, ctx, c, loopNS)
+	waitAdmissionActive(t, ctx, c, loopNS, false)
 	t.Logf("control plane, webhook, extender, scheduler, controller manager and agent up in %v",
 		time.Since(began).Round(time.Millisecond))
 
@@ -364,22 +345,6 @@ func buildKoordlet(ctx context.Context, out string) error {
 		return fmt.Errorf("building koordlet: %w\n%s", err, b)
 	}
 	return nil
-}
-
-// waitAdmissionActiveIn waits until the API server calls the webhook for ns
-// (configurations are picked up asynchronously), probing with dry-run pods.
-func waitAdmissionActiveIn(t *testing.T, ctx context.Context, c kubernetes.Interface, ns string) {
-	t.Helper()
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true,
-		func(ctx context.Context) (bool, error) {
-			probe := batchUserPod("probe", "10m", "16Mi", nil)
-			got, err := c.CoreV1().Pods(ns).Create(ctx, probe, dry)
-			return err == nil && got.Annotations[qos.AnnotationOriginalResources] != "", nil
-		})
-	if err != nil {
-		t.Fatalf("admission webhook not called within 60s: %v", err)
-	}
 }
 
 // batchUserPod is a batch pod as a user writes it: plain cpu/memory requests and the
@@ -608,20 +573,25 @@ func waitEvictionMetrics(t *testing.T, ctx context.Context, a *loopAgent) float6
 	return blocked
 }
 
-// sumMetric adds the samples of metric whose labels contain label, from the text format.
+// sumMetric adds the samples of counter metric that carry label (name="value"), from
+// the Prometheus text format; 0 when the body does not parse.
 func sumMetric(body, metric, label string) float64 {
+	name, quoted, _ := strings.Cut(label, "=")
+	value, err := strconv.Unquote(quoted)
+	if err != nil {
+		return 0
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
 	var sum float64
-	for _, line := range strings.Split(body, "\n") {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || name != metric {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || !strings.Contains(labels, label) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-			sum += v
+	for _, m := range fams[metric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name && l.GetValue() == value {
+				sum += m.GetCounter().GetValue()
+			}
 		}
 	}
 	return sum
@@ -794,8 +764,7 @@ func (n *loopKubelet) startHelper(t *testing.T, p *corev1.Pod, job string) *exec
 	if err != nil {
 		t.Fatalf("creating pod cgroup %s: %v", rel, err)
 	}
-	cmd := exec.Command(n.self, "-test.run=^TestLoopHelperProcess$", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), helperEnv+"="+job)
+	var cmd *exec.Cmd
 	if mib, ok := strings.CutPrefix(job, "mem:"); ok {
 		// Memory is held in a tmpfs file, charged to the pod's memory cgroup like
 		// anonymous memory (no swap), by a shell: the test binary itself may be built
@@ -806,6 +775,9 @@ func (n *loopKubelet) startHelper(t *testing.T, p *corev1.Pod, job string) *exec
 		n.mu.Unlock()
 		cmd = exec.Command("sh", "-c", `read go && head -c "$1"M /dev/zero > "$2" && echo ready && exec sleep 100000`,
 			"mem-helper", mib, file)
+	} else {
+		cmd = exec.Command(n.self, "-test.run=^TestLoopHelperProcess$", "-test.timeout=0")
+		cmd.Env = append(os.Environ(), helperEnv+"="+job)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

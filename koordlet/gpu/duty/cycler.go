@@ -150,14 +150,8 @@ func (c *Cycler) Set(key string, groups []*cgroups.Group, duty float64) error {
 		}
 		delete(c.keys, key)
 	} else {
-		ks := &keyState{duty: duty}
-		for _, g := range groups {
-			if p := g.Path(); !slices.Contains(ks.paths, p) {
-				ks.paths = append(ks.paths, p)
-			}
-		}
 		old := c.keys[key]
-		same := old != nil && old.duty == duty && slices.Equal(old.paths, ks.paths)
+		same := old != nil && old.duty == duty && samePaths(old.paths, groups)
 		for _, g := range groups {
 			gs := c.groups[g.Path()]
 			if gs == nil {
@@ -168,14 +162,38 @@ func (c *Cycler) Set(key string, groups []*cgroups.Group, duty float64) error {
 			gs.g = g // the newest handle wins
 		}
 		if same {
-			// The agent re-sends every GPU's duty each step; nothing changed.
+			// The agent re-sends every GPU's duty each step; nothing changed (and
+			// nothing is allocated).
 			return nil
+		}
+		ks := &keyState{duty: duty}
+		for _, g := range groups {
+			if p := g.Path(); !slices.Contains(ks.paths, p) {
+				ks.paths = append(ks.paths, p)
+			}
 		}
 		c.keys[key] = ks
 	}
 	c.recompute(time.Now())
 	c.poke()
 	return nil
+}
+
+// samePaths reports whether paths (a key's groups, deduplicated in order of first
+// appearance) are the paths of groups.
+func samePaths(paths []string, groups []*cgroups.Group) bool {
+	n := 0
+	for _, g := range groups {
+		p := g.Path()
+		if slices.Contains(paths[:n], p) {
+			continue // a repeat, deduplicated in paths
+		}
+		if n == len(paths) || paths[n] != p {
+			return false
+		}
+		n++
+	}
+	return n == len(paths)
 }
 
 // recompute sets every group's duty from its keys; c.mu is held.

@@ -424,3 +424,35 @@ func TestThawStaleFake(t *testing.T) {
 		t.Fatalf("ThawStale on an unwritable group = %v, want ErrThaw", err)
 	}
 }
+
+// TestSamePaths: Set's "nothing changed" check matches the deduplicated paths it stores.
+func TestSamePaths(t *testing.T) {
+	t.Parallel()
+	f := newFakeRoot(t)
+	a, b := f.group("a"), f.group("b")
+	g := func(gs ...*cgroups.Group) []*cgroups.Group { return gs }
+	tests := []struct {
+		paths  []string
+		groups []*cgroups.Group
+		want   bool
+	}{
+		{nil, nil, true},
+		{[]string{"a"}, g(a), true},
+		{[]string{"a", "b"}, g(a, b), true},
+		{[]string{"a", "b"}, g(a, a, b, a), true},
+		{[]string{"a", "b"}, g(b, a), false},
+		{[]string{"a", "b"}, g(a), false},
+		{[]string{"a"}, g(a, b), false},
+		{nil, g(a), false},
+		{[]string{"a"}, nil, false},
+	}
+	for _, tt := range tests {
+		if got := samePaths(tt.paths, tt.groups); got != tt.want {
+			var ps []string
+			for _, x := range tt.groups {
+				ps = append(ps, x.Path())
+			}
+			t.Errorf("samePaths(%q, %q) = %t, want %t", tt.paths, ps, got, tt.want)
+		}
+	}
+}

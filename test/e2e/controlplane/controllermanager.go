@@ -10,10 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // controllerManagerBin is the optional binary StartControllerManager runs; the
@@ -119,25 +115,6 @@ func (cp *ControlPlane) StartControllerManager(t testing.TB,
 		},
 	})
 	return m
-}
-
-// writeClientKubeconfig writes a kubeconfig for user (a client certificate
-// from the harness's CA) to file.
-func (cp *ControlPlane) writeClientKubeconfig(file, user string, orgs ...string) error {
-	cert, key, err := cp.pki.issue(certRequest{commonName: user, orgs: orgs})
-	if err != nil {
-		return err
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.apiURL, CertificateAuthorityData: cp.pki.certPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user,
-		Namespace: metav1.NamespaceDefault}
-	cfg.CurrentContext = "e2e"
-	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
-		return fmt.Errorf("writing kubeconfig %s: %w", filepath.Base(file), err)
-	}
-	return nil
 }
 
 // locateOptional returns the path of optional binary name in the bin dir, or

@@ -381,21 +381,31 @@ func (cp *ControlPlane) writeKubeconfigs() error {
 		{adminConfig, adminUser, []string{"system:masters"}},
 		{schedConfig, schedulerUser, nil},
 	} {
-		cert, key, err := cp.pki.issue(certRequest{commonName: u.user, orgs: u.orgs})
-		if err != nil {
+		if err := cp.writeClientKubeconfig(cp.path(u.file), u.user, u.orgs...); err != nil {
 			return err
-		}
-		cfg := clientcmdapi.NewConfig()
-		cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.apiURL, CertificateAuthorityData: cp.pki.certPEM}
-		cfg.AuthInfos[u.user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-		cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: u.user, Namespace: metav1.NamespaceDefault}
-		cfg.CurrentContext = "e2e"
-		if err := clientcmd.WriteToFile(*cfg, cp.path(u.file)); err != nil {
-			return fmt.Errorf("writing kubeconfig %s: %w", u.file, err)
 		}
 	}
 	cp.kubeconfig = cp.path(adminConfig)
 	cp.schedulerKubeconfig = cp.path(schedConfig)
+	return nil
+}
+
+// writeClientKubeconfig writes a kubeconfig for user (a client certificate
+// from the harness's CA) to file.
+func (cp *ControlPlane) writeClientKubeconfig(file, user string, orgs ...string) error {
+	cert, key, err := cp.pki.issue(certRequest{commonName: user, orgs: orgs})
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.apiURL, CertificateAuthorityData: cp.pki.certPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user,
+		Namespace: metav1.NamespaceDefault}
+	cfg.CurrentContext = "e2e"
+	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", filepath.Base(file), err)
+	}
 	return nil
 }
 
