@@ -54,6 +54,9 @@ type Extender struct {
 	// DeviceConflicts counts bound pods whose devices annotation named devices
 	// that pods accounted before them already held (the first holder keeps them).
 	DeviceConflicts prometheus.Counter
+	// GPUReconciled counts whole-GPU pods whose devices the extender moved to the
+	// ones kubelet really allocated (node-metrics version 2).
+	GPUReconciled prometheus.Counter
 }
 
 // NewExtender registers the extender's metrics on reg. src feeds the gauges at scrape time.
@@ -89,9 +92,14 @@ func NewExtender(reg prometheus.Registerer, src ExtenderSource) (*Extender, erro
 			Namespace: ExtenderNamespace, Name: "device_conflicts_total",
 			Help: "Bound pods whose devices annotation named devices other pods already held (the first holder keeps them).",
 		}),
+		GPUReconciled: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ExtenderNamespace, Name: "gpu_ledger_reconciled_total",
+			Help: "Whole-GPU pods whose devices in the extender's ledger were moved to the ones kubelet allocated " +
+				"(reported by the node agent in node-metrics version 2).",
+		}),
 	}
 	cs := []prometheus.Collector{m.Requests, m.Latency, m.FilterNodes, m.Binds, m.ReservationsExpired,
-		m.GangTransitions, m.DeviceConflicts, newExtenderCollector(src)}
+		m.GangTransitions, m.DeviceConflicts, m.GPUReconciled, newExtenderCollector(src)}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering extender metrics: %w", err)

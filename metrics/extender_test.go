@@ -45,6 +45,9 @@ understory_extender_gang_transitions_total{event="planned"} 1
 # HELP understory_extender_gangs Gangs by state.
 # TYPE understory_extender_gangs gauge
 understory_extender_gangs{state="waiting"} 2
+# HELP understory_extender_gpu_ledger_reconciled_total Whole-GPU pods whose devices in the extender's ledger were moved to the ones kubelet allocated (reported by the node agent in node-metrics version 2).
+# TYPE understory_extender_gpu_ledger_reconciled_total counter
+understory_extender_gpu_ledger_reconciled_total 0
 # HELP understory_extender_gpu_milli_allocated Sum of allocated (bound, assumed or reserved) milli-GPU.
 # TYPE understory_extender_gpu_milli_allocated gauge
 understory_extender_gpu_milli_allocated 2500

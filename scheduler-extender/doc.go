@@ -63,6 +63,9 @@
 //     moves with the node set and each node's capacity, labels and taints.
 //   - A node-metrics annotation that is stale, missing or undecodable makes
 //     Node.Usage nil, which means unknown, never idle.
+//   - Whole-GPU devices are kubelet's (the device plugin's) choice: once the
+//     agent's node-metrics v2 reports them, the ledger follows (gpualloc.go),
+//     whatever the pod's devices annotation says; shares keep the annotation.
 //   - Node names in a filter's verdicts alias the request body and per-request
 //     scratch is pooled: nothing may keep them past the request.
 //   - The placement core is package placement (Policy and its implementations,

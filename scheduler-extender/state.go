@@ -83,6 +83,9 @@ type nodeEntry struct {
 	metrics    *metrics.NodeMetrics
 	usage      *placement.Usage
 	metricsErr string
+	// alloc is kubelet's allocation of whole GPUs from the last decodable
+	// metrics (version 2; nil when unreported): gpualloc.go.
+	alloc *kubeletAlloc
 	pods       map[types.UID]*podEntry            // pods charged here
 	learned    bool                               // known only from extender args (nodeCacheCapable false)
 	seen       time.Time                          // last time extender args carried it (learned nodes)
@@ -299,18 +302,19 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 			e.learned = false
 		}
 	}
-	e.metrics, e.usage, e.metricsErr = nil, nil, ""
-	if v, ok := obj.Annotations[metrics.AnnotationNodeMetrics]; ok {
-		m, err := metrics.DecodeNodeMetrics(v)
-		if err != nil {
-			e.metricsErr = err.Error()
-		} else {
-			e.metrics, e.usage = &m, usageOf(&m)
-		}
-	} else {
+	e.metrics, e.usage, e.metricsErr, e.alloc = nil, nil, "", nil
+	// Version 2 (GPU figures, kubelet's allocation) where the agent writes it,
+	// else version 1.
+	switch m, err := metrics.DecodeNodeAnnotations(obj.Annotations); {
+	case errors.Is(err, metrics.ErrNoNodeMetrics):
 		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
+	case err != nil:
+		e.metricsErr = err.Error()
+	default:
+		e.metrics, e.usage, e.alloc = &m, usageOf(&m), allocOf(&m)
 	}
 	s.refreshUsage(e, s.now())
+	s.reconcileGPUs(e)
 	s.bump(e)
 	return e
 }
@@ -337,8 +341,18 @@ func metricsFresh(m *metrics.NodeMetrics, now time.Time, maxAge, maxSkew time.Du
 
 // usageOf is the part of the node agent's metrics placement scores on.
 func usageOf(m *metrics.NodeMetrics) *placement.Usage {
-	return &placement.Usage{CPUCapacity: m.CPU.Capacity, CPUUsed: m.CPU.Used, CPULS: m.CPU.LS,
+	u := &placement.Usage{CPUCapacity: m.CPU.Capacity, CPUUsed: m.CPU.Used, CPULS: m.CPU.LS,
 		MemoryCapacity: m.Memory.Capacity, MemoryUsed: m.Memory.Used}
+	if m.GPU != nil && len(m.GPU.Devices) > 0 {
+		// Devices are in increasing Index order (validated), indices below
+		// MaxGPUsPerNode; a gap is a device the agent did not report: unknown.
+		u.GPUs = make([]placement.GPUUsage, m.GPU.Devices[len(m.GPU.Devices)-1].Index+1)
+		for _, d := range m.GPU.Devices {
+			u.GPUs[d.Index] = placement.GPUUsage{Known: d.Healthy, Util: d.Util, LSUtil: d.LSUtil,
+				Reclaimable: d.Reclaimable}
+		}
+	}
+	return u
 }
 
 func sameCapacity(a, b *placement.Node) bool {
@@ -488,6 +502,12 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		devs = p.devices
 	}
 	e, known := s.nodes[node]
+	var kdevs []int // what kubelet allocated: the truth for whole GPUs
+	if known {
+		if kdevs = kubeletDevices(e, p); kdevs != nil {
+			devs, fromAnnotation = kdevs, true
+		}
+	}
 	if same && slices.Equal(devs, p.devices) {
 		if fromAnnotation {
 			p.inferred = false
@@ -506,7 +526,14 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		s.addOrphan(p)
 		return p
 	}
-	s.chargeBound(p, e, devs, phaseBound)
+	if kdevs != nil {
+		// kubelet's word: held as reported, then the node's other whole-GPU pods
+		// are moved around it (and what still over-commits is reported).
+		s.hold(p, e, kdevs, phaseBound)
+		s.reconcileGPUs(e)
+	} else {
+		s.chargeBound(p, e, devs, phaseBound)
+	}
 	s.gangs.confirm(p)
 	return p
 }

@@ -26,7 +26,7 @@ import (
 
 // nodeAnnotationsRead are the node annotations the index reads (a node's
 // labels are all kept: pods' node selectors and affinities match them).
-var nodeAnnotationsRead = []string{metrics.AnnotationNodeMetrics}
+var nodeAnnotationsRead = []string{metrics.AnnotationNodeMetrics, metrics.AnnotationNodeMetricsV2}
 
 // slimObject is the informers' transform: it returns a pod's podRecord, the
 // part of a node or PodGroup the index reads, and anything else (a record
@@ -162,7 +162,7 @@ func canonicalPhase(p corev1.PodPhase) corev1.PodPhase {
 	return p
 }
 
-// slimNode keeps identity, labels, the node-metrics annotation, taints and
+// slimNode keeps identity, labels, the node-metrics annotations, taints and
 // allocatable: what nodeFromAPI, nodeMeta and the metrics decoding read.
 func slimNode(n *corev1.Node) *corev1.Node {
 	m := &n.ObjectMeta

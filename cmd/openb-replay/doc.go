@@ -11,7 +11,7 @@
 //
 //	openb-replay -workloads all -policy random,bestfit,fgd,understory -seeds 42-51 -out bench/out/openb.json
 //
-// -understory-params "key=value,..." (quant, blend, reserve, usage, coverage)
+// -understory-params "key=value,..." (quant, blend, reserve, usage, gpuusage, coverage)
 // overrides the understory policy's weights and target coverage for ablations
 // (openb.Ablation; see docs/scoring.md). -lookahead K,H,FROM makes every replay the
 // clairvoyant upper-bound probe (openb.Lookahead: from arrival FROM on, the

@@ -20,7 +20,7 @@ type Ablation struct {
 }
 
 // ParseAblation overrides understory's default weights with "key=value,..."
-// (keys: quant, blend, reserve, usage, coverage). Errors wrap ErrBadConfig.
+// (keys: quant, blend, reserve, usage, gpuusage, coverage). Errors wrap ErrBadConfig.
 func ParseAblation(s string) (Ablation, error) {
 	a := Ablation{Params: placement.DefaultUnderstoryParams()}
 	if strings.TrimSpace(s) == "" {
@@ -44,6 +44,8 @@ func ParseAblation(s string) (Ablation, error) {
 			a.Params.Reserve = f
 		case "usage":
 			a.Params.Usage = f
+		case "gpuusage":
+			a.Params.GPUUsage = f
 		case "coverage":
 			if f < 0 || f > 1 {
 				return a, fmt.Errorf("understory param coverage=%v not in [0,1]: %w", f, ErrBadConfig)

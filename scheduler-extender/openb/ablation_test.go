@@ -16,8 +16,8 @@ func TestParseAblation(t *testing.T) {
 		err  bool
 	}{
 		{"", Ablation{Params: def}, false},
-		{"quant=50, blend=0", Ablation{Params: placement.UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1}}, false},
-		{"reserve=0,usage=0", Ablation{Params: placement.UnderstoryParams{Quant: 100, Blend: 0.3}}, false},
+		{"quant=50, blend=0", Ablation{Params: placement.UnderstoryParams{Quant: 50, Blend: 0, Reserve: 1, Usage: 1, GPUUsage: 1}}, false},
+		{"reserve=0,usage=0,gpuusage=0", Ablation{Params: placement.UnderstoryParams{Quant: 100, Blend: 0.3}}, false},
 		{"coverage=0.99", Ablation{Params: def, Coverage: 0.99}, false},
 		{"coverage=1.5", Ablation{}, true},
 		{"blend=2", Ablation{}, true},

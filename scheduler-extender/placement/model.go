@@ -88,6 +88,35 @@ func (r Request) AcceptsModel(model string) bool {
 type Usage struct {
 	CPUCapacity, CPUUsed, CPULS int64
 	MemoryCapacity, MemoryUsed  int64
+	// GPUs is what the agent saw each GPU do, indexed by device index (as GPUFree);
+	// nil when the agent reports no GPU figures (node-metrics version 1, no NVML).
+	// A device beyond its length, or not Known, is unknown: never idle.
+	GPUs []GPUUsage
+}
+
+// GPUUsage is one GPU over the agent's averaging window.
+type GPUUsage struct {
+	// Known is false for a device the agent did not report or reported unhealthy.
+	Known bool
+	// Util and LSUtil are the device's utilisation, whole and by latency-sensitive
+	// pods, in percent (0..100).
+	Util, LSUtil float64
+	// Reclaimable is the share of the device (0..1) the agent lets batch use now.
+	Reclaimable float64
+}
+
+// gpuIdle is how idle device d of u is now, in [-0.5, +0.5]: +0.5 for a device
+// the agent reports wholly reclaimable and unused, -0.5 for one that latency-
+// sensitive work fills. Unknown devices (and a nil u) score 0: between busy and
+// idle, never as idle.
+func (u *Usage) gpuIdle(d int) float64 {
+	if u == nil || d < 0 || d >= len(u.GPUs) || !u.GPUs[d].Known {
+		return 0
+	}
+	g := u.GPUs[d]
+	idle := min(1, max(0, g.Reclaimable))
+	idle = min(idle, 1-min(1, max(0, g.Util/100)))
+	return idle - 0.5
 }
 
 // Node is the schedulable state of one node: capacity and its ledger of what is

@@ -166,6 +166,62 @@ func TestUnderstoryUsage(t *testing.T) {
 	}
 }
 
+// TestUnderstoryGPUUsage: GPU pods go to devices the agent reports idle now, not
+// only unallocated; unknown and unhealthy devices never count as idle.
+func TestUnderstoryGPUUsage(t *testing.T) {
+	t.Parallel()
+	idle := GPUUsage{Known: true, Reclaimable: 1}
+	lsBusy := GPUUsage{Known: true, Util: 80, LSUtil: 80, Reclaimable: 0.2}
+	batchBusy := GPUUsage{Known: true, Util: 90, LSUtil: 0, Reclaimable: 1} // reclaimable, but not idle now
+	unhealthy := GPUUsage{Known: false, Util: 0, Reclaimable: 1}
+	gpuNode := func(name string, gpus ...GPUUsage) *Node {
+		n := placeNode(name, "T4", 8000, len(gpus))
+		n.Usage = &Usage{CPUCapacity: 8000, CPUUsed: 1000, MemoryCapacity: 100, MemoryUsed: 10, GPUs: gpus}
+		return n
+	}
+	share := Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500}
+	whole := Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}
+	tests := []struct {
+		name     string
+		nodes    []*Node
+		req      Request
+		wantNode string
+		wantDev  int
+	}{
+		{"share: the idle device of one node", []*Node{gpuNode("a", lsBusy, idle)}, share, "a", 1},
+		{"share: idle beats batch-busy", []*Node{gpuNode("a", batchBusy, idle, batchBusy)}, share, "a", 1},
+		{"share: unhealthy is not idle", []*Node{gpuNode("a", unhealthy, idle)}, share, "a", 1},
+		{"share: unhealthy beats LS-busy", []*Node{gpuNode("a", lsBusy, unhealthy)}, share, "a", 1},
+		{"share: idle node over LS-busy node", []*Node{gpuNode("busy", lsBusy), gpuNode("idle", idle)}, share, "idle", 0},
+		{"whole: idle node over LS-busy node", []*Node{gpuNode("busy", lsBusy), gpuNode("idle", idle)}, whole, "idle", 0},
+		{"whole: unknown node over LS-busy", []*Node{gpuNode("busy", lsBusy), gpuNode("unknown", unhealthy)}, whole,
+			"unknown", 0},
+	}
+	p, _ := NewPolicy(PolicyUnderstory, shareWorkload(), nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, nodes := range [][]*Node{tc.nodes, reversed(tc.nodes)} {
+				best, devs, err := Select(p, nodes, tc.req, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if best.Name != tc.wantNode || !slices.Equal(devs, []int{tc.wantDev}) {
+					t.Fatalf("chose %s %v, want %s [%d]", best.Name, devs, tc.wantNode, tc.wantDev)
+				}
+			}
+		})
+	}
+	// Fragmentation still comes first: a half-used device is filled before an
+	// idle empty one is broken, whatever the live figures say.
+	n := gpuNode("a", lsBusy, idle)
+	n.GPUFree[0] = 500
+	_, devs, err := Select(p, []*Node{n}, share, nil)
+	if err != nil || !slices.Equal(devs, []int{0}) {
+		t.Fatalf("devices %v (err %v), want the half-used device 0", devs, err)
+	}
+}
+
 func reversed(ns []*Node) []*Node {
 	out := slices.Clone(ns)
 	slices.Reverse(out)

@@ -17,6 +17,10 @@ type UnderstoryParams struct {
 	Reserve float64
 	// Usage weighs the live-utilisation term, in Quant steps.
 	Usage float64
+	// GPUUsage weighs the live GPU term (how idle the chosen devices are now, per
+	// the node agent), in Quant steps. It also picks a share's device among those
+	// of equal fragmentation.
+	GPUUsage float64
 }
 
 // DefaultUnderstoryCoverage is the share of pods understory's target workload
@@ -27,7 +31,7 @@ const DefaultUnderstoryCoverage = 0.995
 
 // DefaultUnderstoryParams are the weights the extender serves (tuned on openb seed 42).
 func DefaultUnderstoryParams() UnderstoryParams {
-	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1}
+	return UnderstoryParams{Quant: 100, Blend: 0.3, Reserve: 1, Usage: 1, GPUUsage: 1}
 }
 
 // NewUnderstoryPolicy returns the understory policy with explicit weights.
@@ -122,13 +126,29 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	}
 	var best float64
 	var devs deviceSet
+	var level [MaxGPUsPerNode]float64 // a share's fragmentation level per device (live figures only)
 	if r.Sharing() {
 		dev := -1
+		live := p.p.GPUUsage != 0 && n.Usage != nil && len(n.Usage.GPUs) > 0
 		for i, f := range n.GPUFree {
-			if f < r.GPUMilli || seenBefore(n.GPUFree, i) {
+			if f < r.GPUMilli {
 				continue
 			}
-			s := p.level(f0 - after(1<<uint(i)) - reserve)
+			var s float64
+			if j := firstSame(n.GPUFree, i); j < i {
+				// Devices with equal free milli leave equal fragmentation; without
+				// live figures the first of them stands for all.
+				if !live {
+					continue
+				}
+				s = level[j]
+			} else {
+				s = p.level(f0 - after(1<<uint(i)) - reserve)
+			}
+			if live {
+				level[i] = s
+				s += p.p.GPUUsage * n.Usage.gpuIdle(i)
+			}
 			if dev < 0 || s > best {
 				best, dev = s, i
 			}
@@ -137,11 +157,45 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	} else {
 		devs = lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU)
 		best = p.level(f0 - after(devs) - reserve)
+		if p.p.GPUUsage != 0 && r.NumGPU > 0 {
+			// Which whole devices the pod gets is the device plugin's choice; the
+			// node is ranked by how idle its free devices are on average.
+			best += p.p.GPUUsage * meanIdle(n, r.GPUMilli)
+		}
 	}
 	if p.p.Usage != 0 {
 		best += p.p.Usage * usageTerm(n.Usage)
 	}
 	return best, devs, true
+}
+
+// firstSame is the first index j ≤ i with free[j] == free[i].
+func firstSame(free []int, i int) int {
+	for j := 0; j < i; j++ {
+		if free[j] == free[i] {
+			return j
+		}
+	}
+	return i
+}
+
+// meanIdle is the mean gpuIdle of n's devices with at least milli free.
+func meanIdle(n *Node, milli int) float64 {
+	if n.Usage == nil || len(n.Usage.GPUs) == 0 {
+		return 0
+	}
+	var sum float64
+	k := 0
+	for i, f := range n.GPUFree {
+		if f >= milli {
+			sum += n.Usage.gpuIdle(i)
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	return sum / float64(k)
 }
 
 // usageTerm ranks a node by what the node agent saw it use: +0.5 for an idle
