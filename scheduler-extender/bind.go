@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/metrics"
 )
 
 // ErrNoClient means the extender runs without an API client (tests, benchmarks) and cannot bind.
@@ -116,199 +118,39 @@ func memberOf(p *podEntry) bindMember {
 		devices: slices.Clone(p.devices), gpu: p.req.NumGPU > 0}
 }
 
-// beginBind moves a pod to phaseBinding on args.Node: from its reservation, from
-// its gang plan, or by placing it now if it has neither (e.g. after a restart).
-func (s *State) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error) {
-	s.lock()
-	defer s.unlock()
-	var job bindJob
-	p := s.pods[args.PodUID]
-	if p == nil {
-		return job, fmt.Errorf("pod %s/%s (uid %s): %w", args.PodNamespace, args.PodName, args.PodUID, ErrUnknownPod)
-	}
-	if p.namespace != args.PodNamespace || p.name != args.PodName {
-		return job, fmt.Errorf("uid %s belongs to %s, not %s/%s: %w", args.PodUID, p.key(), args.PodNamespace, args.PodName, ErrUnknownPod)
-	}
-	if p.reqErr != nil {
-		return job, fmt.Errorf("pod %s: %w", p.key(), p.reqErr)
-	}
-	switch p.phase {
-	case phaseAssumed, phaseBound:
-		if p.node == args.Node {
-			job.done = true
-			return job, nil
-		}
-		return job, fmt.Errorf("pod %s is already bound to %s", p.key(), p.node)
-	case phaseBinding:
-		if p.hasGang {
-			break
-		}
-		return job, fmt.Errorf("pod %s: a bind is already in progress", p.key())
-	}
-	if p.hasGang {
-		if g := s.gangs.byKey[p.gang.key]; g != nil && g.plan != nil && g.plan.has(p) {
-			return s.beginGangBind(g, p, args.Node)
-		} else if g != nil && (g.min == 0 || g.bound() < g.min) {
-			return job, fmt.Errorf("gang %s: no plan holds pod %s; it must pass filter again: %w", p.gang.key, p.key(), errGangBind)
-		}
-	}
-	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) {
-		e := s.nodes[args.Node]
-		if e == nil {
-			return job, fmt.Errorf("node %s unknown to the extender", args.Node)
-		}
-		s.release(p)
-		if err := e.n.Fit(p.req); err != nil {
-			return job, fmt.Errorf("pod %s does not fit now: %w", p.key(), err)
-		}
-		_, devs, ok := s.policy.Score(e.n, p.req)
-		if !ok {
-			return job, fmt.Errorf("pod %s: no device placement on node %s", p.key(), args.Node)
-		}
-		if err := s.reserve(p, e, devs, phaseBinding); err != nil {
-			return job, fmt.Errorf("pod %s: %w", p.key(), err)
-		}
-	}
-	p.phase, p.unconfirmed = phaseBinding, false
-	job.member = memberOf(p)
-	return job, nil
-}
-
-func (s *State) beginGangBind(g *gang, p *podEntry, node string) (bindJob, error) {
-	job := bindJob{g: g, plan: g.plan}
-	if p.node != node {
-		return job, fmt.Errorf("gang %s: member %s is planned on %s, not %s: %w", g.key, p.key(), p.node, node, errGangBind)
-	}
-	if !g.plan.members[p.uid] {
-		g.plan.members[p.uid] = true
-		g.plan.arrived++
-	}
-	p.phase = phaseBinding
-	job.member = memberOf(p)
-	if g.plan.arrived == len(g.plan.members) && !g.plan.committing {
-		g.plan.committing, g.state = true, GangBinding
-		for uid := range g.plan.members {
-			if m := s.pods[uid]; m != nil {
-				job.all = append(job.all, memberOf(m))
-			}
-		}
-		slices.SortFunc(job.all, func(a, b bindMember) int { return strings.Compare(a.name, b.name) })
-		job.commit = true
-	}
-	return job, nil
-}
-
-// finishBind records the outcome of a single pod's bind.
-func (s *State) finishBind(m bindMember, err error) {
-	s.lock()
-	defer s.unlock()
-	p := s.pods[m.uid]
-	if p == nil || p.phase != phaseBinding {
-		return // deleted, or the informer already showed it bound
-	}
-	switch {
-	case errors.Is(err, ErrBindUnconfirmed):
-		holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
-	case err != nil:
-		s.release(p)
-	default:
-		p.phase = phaseAssumed
-	}
-}
-
-// finishGang records the outcome of a gang commit (each member's Binding
-// error) and wakes every waiting member.
-func (s *State) finishGang(g *gang, plan *gangPlan, results map[types.UID]error) {
-	s.lock()
-	defer s.unlock()
-	bound, failed := 0, 0
-	var any *podEntry
-	for uid := range plan.members {
-		p := s.pods[uid]
-		err, tried := results[uid]
-		if !tried {
-			// Gone from the index before the commit: no Binding was attempted.
-			err = fmt.Errorf("gang %s: member %s left before the commit: %w", g.key, uid, errGangBind)
-			results[uid] = err
-		}
-		if err != nil {
-			failed++
-		} else {
-			bound++
-		}
-		if p == nil {
-			continue
-		}
-		any = p
-		if p.phase != phaseBinding {
-			continue
-		}
-		switch {
-		case errors.Is(err, ErrBindUnconfirmed):
-			holdUnconfirmed(p, s.now().Add(s.cfg.AssumedTTL))
-		case err != nil:
-			s.release(p)
-		default:
-			p.phase = phaseAssumed
-		}
-	}
-	plan.results = results
-	if g.plan == plan {
-		g.plan = nil
-	}
-	s.gangs.finish(plan.id, plan.expires)
-	if failed == 0 {
-		g.state, g.reason = GangAdmitted, ""
-		s.count("bound")
-		if any != nil {
-			s.emit(any, false, "GangBound", fmt.Sprintf("gang %s: %d members bound", g.key, bound))
-		}
-	} else {
-		reason := fmt.Sprintf("gang %s: %d members bound, %d failed", g.key, bound, failed)
-		g.state, g.reason = GangWaiting, reason
-		s.count("bind_failed")
-		if any != nil {
-			s.emit(any, true, "GangBindFailed", reason)
-		}
-	}
-	close(plan.done)
-}
-
-// gangBindTimeout fails plan if it is still waiting for members at bind.
-func (s *State) gangBindTimeout(g *gang, plan *gangPlan) {
-	s.lock()
-	defer s.unlock()
-	if g.plan == plan && !plan.committing {
-		s.failPlan(g, fmt.Sprintf("bind timeout with %d/%d members at bind", plan.arrived, len(plan.members)), "bind_timeout")
-	}
-}
-
-// planResult is a member's outcome once plan.done is closed.
-func (s *State) planResult(plan *gangPlan, uid types.UID) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if plan.err != nil {
-		return plan.err
-	}
-	return plan.results[uid]
-}
-
 // maxParallelAPI bounds concurrent API calls of one gang commit.
 const maxParallelAPI = 8
+
+// binder binds pods: it asks the reservations (and through them the gangs)
+// to move a pod to binding, creates the Bindings (apply), reads a pod back
+// when a Binding's answer may have been lost (confirmBinding) and records the
+// outcome. It refuses binds while the node or pod informer is stale. It takes
+// no lock of its own: the reservations and the gangs take the index's.
+type binder struct {
+	cfg     Config
+	api     podAPI
+	contact *apiContact
+	ix      *State // a pod unknown to the index is fetched and recorded (UpsertPod)
+	res     *reservations
+	gangs   *Gangs
+	out     *outbox
+	met     *metrics.Extender
+	log     *slog.Logger
+}
 
 // Bind places a pod on args.Node with one API write: a Binding whose metadata
 // carries the pod's devices annotation, which kube-apiserver copies onto the
 // pod in the same update that sets spec.nodeName (see clientAPI.BindPod). A
 // gang member waits (up to GangBindTimeout) until every member of its plan has
 // reached bind; the last one to arrive binds them all.
-func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
-	if err := s.state.staleForBind(); err != nil {
+func (b *binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	if err := b.contact.staleForBind(b.cfg.MaxCacheStaleness); err != nil {
 		return err
 	}
-	job, err := s.state.beginBind(&args)
+	job, err := b.res.beginBind(&args)
 	if errors.Is(err, ErrUnknownPod) {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
-		pod, gerr := s.api.GetPod(actx, args.PodNamespace, args.PodName)
+		actx, cancel := context.WithTimeout(ctx, b.cfg.APITimeout)
+		pod, gerr := b.api.GetPod(actx, args.PodNamespace, args.PodName)
 		cancel()
 		if gerr != nil {
 			return fmt.Errorf("pod unknown and fetching it failed: %w", errors.Join(err, gerr))
@@ -316,10 +158,10 @@ func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		if pod.UID != args.PodUID {
 			return fmt.Errorf("pod %s/%s now has uid %s, not %s: %w", args.PodNamespace, args.PodName, pod.UID, args.PodUID, ErrUnknownPod)
 		}
-		s.state.UpsertPod(pod)
-		job, err = s.state.beginBind(&args)
+		b.ix.UpsertPod(pod)
+		job, err = b.res.beginBind(&args)
 	}
-	defer s.flush()
+	defer b.out.flush()
 	if err != nil {
 		return err
 	}
@@ -327,25 +169,25 @@ func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		return nil
 	}
 	if job.plan == nil {
-		err := s.apply(ctx, []bindMember{job.member})[job.member.uid]
-		s.state.finishBind(job.member, err)
+		err := b.apply(ctx, []bindMember{job.member})[job.member.uid]
+		b.res.finishBind(job.member, err)
 		return err
 	}
 	if job.commit {
-		s.state.finishGang(job.g, job.plan, s.apply(ctx, job.all))
+		b.gangs.finishBind(job.g, job.plan, b.apply(ctx, job.all))
 	}
-	timer := time.NewTimer(s.cfg.GangBindTimeout)
+	timer := time.NewTimer(b.cfg.GangBindTimeout)
 	defer timer.Stop()
 	select {
 	case <-job.plan.done:
 	case <-timer.C:
-		s.state.gangBindTimeout(job.g, job.plan)
+		b.gangs.bindTimeout(job.g, job.plan)
 		<-job.plan.done
 	case <-ctx.Done():
-		s.state.gangBindTimeout(job.g, job.plan)
+		b.gangs.bindTimeout(job.g, job.plan)
 		<-job.plan.done
 	}
-	return s.state.planResult(job.plan, job.member.uid)
+	return b.gangs.planResult(job.plan, job.member.uid)
 }
 
 // bindAnnotations is what a member's Binding writes onto the pod.
@@ -372,7 +214,7 @@ func bindAnnotations(m bindMember) map[string]string {
 //
 // API calls outlive a cancelled request (a half-done gang commit is worse than
 // a late one) but each is bounded by APITimeout.
-func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error {
+func (b *binder) apply(ctx context.Context, ms []bindMember) map[types.UID]error {
 	ctx = context.WithoutCancel(ctx)
 	per := make(map[types.UID]error, len(ms))
 	var mu sync.Mutex
@@ -384,11 +226,11 @@ func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
+			actx, cancel := context.WithTimeout(ctx, b.cfg.APITimeout)
 			defer cancel()
-			err := s.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
+			err := b.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
 			if err != nil {
-				err = s.confirmBinding(ctx, m, err)
+				err = b.confirmBinding(ctx, m, err)
 			}
 			mu.Lock()
 			per[m.uid] = err
@@ -402,7 +244,7 @@ func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 			ok++
 		}
 	}
-	s.countBinds(ok, len(ms)-ok)
+	b.countBinds(ok, len(ms)-ok)
 	return per
 }
 
@@ -411,33 +253,22 @@ func (s *Server) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 // connection), and freeing its devices then would book them twice. nil: the
 // pod is bound to m.node after all. The Binding's error: it is not (or it is
 // another pod now). ErrBindUnconfirmed: the pod could not be read either.
-func (s *Server) confirmBinding(ctx context.Context, m bindMember, bindErr error) error {
-	actx, cancel := context.WithTimeout(ctx, s.cfg.APITimeout)
+func (b *binder) confirmBinding(ctx context.Context, m bindMember, bindErr error) error {
+	actx, cancel := context.WithTimeout(ctx, b.cfg.APITimeout)
 	defer cancel()
-	pod, err := s.api.GetPod(actx, m.namespace, m.name)
+	pod, err := b.api.GetPod(actx, m.namespace, m.name)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %w (reading the pod back: %w)", ErrBindUnconfirmed, bindErr, err)
 	case pod.UID == m.uid && pod.Spec.NodeName == m.node:
-		s.log.Warn("binding failed but the pod is bound: its answer was lost",
+		b.log.Warn("binding failed but the pod is bound: its answer was lost",
 			"pod", m.namespace+"/"+m.name, "node", m.node, "err", bindErr)
 		return nil
 	}
 	return bindErr
 }
 
-// holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
-// as a reservation until expires (now + AssumedTTL), so it ends when the
-// informer shows the pod bound (then it is bound) or not (then it expires).
-// A filter of the pod meanwhile (kube-scheduler retries a failed bind) keeps
-// the hold and passes its node only: releasing it could hand devices the
-// API server has already given the pod to another pod. Call with the index
-// lock held.
-func holdUnconfirmed(p *podEntry, expires time.Time) {
-	p.phase, p.expires, p.unconfirmed = phaseReserved, expires, true
-}
-
-func (s *Server) countBinds(ok, failed int) {
-	s.met.Binds.WithLabelValues("bound").Add(float64(ok))
-	s.met.Binds.WithLabelValues("error").Add(float64(failed))
+func (b *binder) countBinds(ok, failed int) {
+	b.met.Binds.WithLabelValues("bound").Add(float64(ok))
+	b.met.Binds.WithLabelValues("error").Add(float64(failed))
 }

@@ -3,6 +3,7 @@ package extender
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -19,7 +20,14 @@ type schedulerConfig struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Extenders  []struct {
-		URLPrefix        string `json:"urlPrefix"`
+		URLPrefix   string `json:"urlPrefix"`
+		EnableHTTPS bool   `json:"enableHTTPS"`
+		TLSConfig   *struct {
+			ServerName string `json:"serverName"`
+			CAFile     string `json:"caFile"`
+			CertFile   string `json:"certFile"`
+			KeyFile    string `json:"keyFile"`
+		} `json:"tlsConfig"`
 		FilterVerb       string `json:"filterVerb"`
 		PrioritizeVerb   string `json:"prioritizeVerb"`
 		BindVerb         string `json:"bindVerb"`
@@ -53,6 +61,15 @@ func TestSchedulerConfigManifest(t *testing.T) {
 		t.Fatalf("want one extender, got %d", len(cfg.Extenders))
 	}
 	e := cfg.Extenders[0]
+	// HTTPS with a client certificate: the extender's -tls-client-ca-file refuses
+	// filter, prioritize and bind from callers without one.
+	u, err := url.Parse(e.URLPrefix)
+	if err != nil || u.Scheme != "https" || !e.EnableHTTPS {
+		t.Errorf("urlPrefix %q enableHTTPS %v, want https (%v)", e.URLPrefix, e.EnableHTTPS, err)
+	}
+	if tc := e.TLSConfig; tc == nil || tc.ServerName != u.Hostname() || tc.CAFile == "" || tc.CertFile == "" || tc.KeyFile == "" {
+		t.Errorf("tlsConfig %+v, want serverName %q (the certificate's name), caFile, certFile and keyFile", tc, u.Hostname())
+	}
 	if !e.NodeCacheCapable || e.Weight <= 0 || e.Ignorable {
 		t.Errorf("nodeCacheCapable %v weight %d ignorable %v", e.NodeCacheCapable, e.Weight, e.Ignorable)
 	}
@@ -86,7 +103,8 @@ func TestSchedulerConfigManifest(t *testing.T) {
 }
 
 // TestDeploymentProbes keeps manifests/scheduler/scheduler-extender.yaml's probes
-// on paths the server serves: readiness on /readyz (sync), liveness on /healthz.
+// on paths the server serves: readiness on /readyz (sync), liveness on /healthz
+// (both open to callers without a client certificate, see cmd/scheduler-extender).
 func TestDeploymentProbes(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../manifests/scheduler/scheduler-extender.yaml")

@@ -196,11 +196,12 @@ func (c *apiContact) staleBeyond(limit time.Duration) (string, time.Duration, bo
 }
 
 // staleForBind is ErrCacheStale (with the informer and its staleness) when
-// binds must be refused, nil otherwise.
-func (s *State) staleForBind() error {
-	if name, d, stale := s.contact.staleBeyond(s.cfg.MaxCacheStaleness); stale {
+// binds must be refused (an informer binds depend on is stale beyond limit,
+// Config.MaxCacheStaleness), nil otherwise.
+func (c *apiContact) staleForBind(limit time.Duration) error {
+	if name, d, stale := c.staleBeyond(limit); stale {
 		return fmt.Errorf("the %s informer has not heard from the API server for %s (limit %s, -max-cache-staleness); "+
-			"retry later: %w", name, d.Round(time.Second), s.cfg.MaxCacheStaleness, ErrCacheStale)
+			"retry later: %w", name, d.Round(time.Second), limit, ErrCacheStale)
 	}
 	return nil
 }

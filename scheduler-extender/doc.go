@@ -6,22 +6,41 @@
 // Koordinator annotations) all-or-nothing. It also serves /healthz, /metrics
 // and /status.
 //
-// Types and their one job: Server serves HTTP (server*.go: decoding, the
-// decoded-pod cache, encoding) and binds (bind.go); State is the cluster
-// index and its reservations; gangBook the gang registry (membership,
-// PodGroups, plan ids); shapeTable and resolvedLists
-// (verdicts.go) key and resolve what filters score; gangJob plans a gang
-// outside the lock; outbox queues the Events and nudges the index decides;
-// apiContact measures cache staleness; placement (its own package) decides.
+// Types and their one job (docs/extender.md has the map with files and
+// method counts):
+//   - Server (server*.go) serves HTTP: decodes (the decoded-pod cache),
+//     calls the type below whose job it is, encodes; it wires them (NewServer)
+//     and runs informers and housekeeping (Run, Housekeep).
+//   - State (state*.go, gpualloc.go) is the cluster index: nodes, pods,
+//     orphans and the device ledgers (placement.Node), their only owner; it
+//     takes the informers' upserts and deletes, follows node metrics and
+//     kubelet's GPU allocation, and scores requests (verdicts cached per node).
+//   - reservations (reserve.go) holds a pod's capacity from its filter to its
+//     binding: reserve on filter, binding and assumed on bind, unconfirmed
+//     holds after a lost Binding answer, expiry.
+//   - Gangs (gangs.go, gang_plan.go, gang_bind.go, gang_resume.go) admits
+//     gangs: gangBook (gangbook.go, podgroup.go) registers members, PodGroups
+//     and plan ids; a member's filter plans the gang outside the lock
+//     (gangJob, placeAll in gang.go), commits, fails, expires and resumes plans,
+//     and binds a plan's members together. It reaches the index only through
+//     gangIndex, which it owns; the index tells it what happens to pods
+//     through podObserver, which the index owns.
+//   - binder (bind.go) binds: Bindings, the read back of a lost answer, and
+//     the refusal while informers are stale (apiContact, contact.go).
+//   - informers (informers.go) feed the index and the gangs; outbox
+//     (outbox.go) sends the Events and nudges decided under the lock after
+//     it; shapeTable and resolvedLists (verdicts.go) key and resolve what
+//     filters score; placement (its own package) decides.
 //
-// State is the one in-memory index: nodes, the pods charged on them, the
-// extender's own reservations and gangs, behind a single sync.RWMutex. The
-// node, pod and PodGroup informers feed it; scoring runs under the read lock,
-// every change under the write lock, and a filter that scored optimistically
-// re-checks the node's generation before it commits. Gang planning runs on
-// copies without the lock (gangJob) and commits under it. Nothing does I/O under
-// the lock: Events and gang nudges are queued and flushed afterwards, and a
-// gang member's bind waits on a channel with no lock held.
+// One lock: State's sync.RWMutex guards the index, the reservations' phases
+// and the gangs; reservations and Gangs take it through the index (lock,
+// rlock) and call each other's lower-case methods with it held, each keeping
+// its own fields. Scoring runs under the read lock, every change under the
+// write lock, and a filter that scored optimistically re-checks the node's
+// generation before it commits. Gang planning runs on copies without the lock
+// (gangJob) and commits under it. Nothing does I/O under the lock: Events and
+// gang nudges are queued (outbox) and flushed afterwards, and a gang member's
+// bind waits on a channel with no lock held.
 //
 // Traps:
 //   - Until the informers have synced (Server.Ready) filter, prioritize and

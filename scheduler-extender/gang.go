@@ -154,17 +154,6 @@ type gangPlan struct {
 	err        error // whole-plan failure
 }
 
-// emit queues an Event on p.
-func (s *State) emit(p *podEntry, warning bool, reason, msg string) {
-	s.out.event(event{p.namespace, p.name, p.uid, warning, reason, msg})
-}
-
-func (s *State) count(ev string) {
-	if s.met != nil {
-		s.met.GangTransitions.WithLabelValues(ev).Inc()
-	}
-}
-
 // planSlot is one member's place in a plan.
 type planSlot struct {
 	p    *podEntry
@@ -261,25 +250,12 @@ func (g *gang) everCached(capGen uint64, minMember int, p *podEntry) (int, bool)
 	return 0, false
 }
 
-// newEverJob copies what everJob.run needs from the index's nodes (at
-// capacity generation capGen). Call with the index lock held.
-func newEverJob(nodes map[string]*nodeEntry, capGen uint64, g *gang, minMember int, p *podEntry) *everJob {
-	entries := make([]*nodeEntry, 0, len(nodes))
-	for _, e := range nodes {
-		entries = append(entries, e)
-	}
-	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
-	j := &everJob{capGen: capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey(),
-		nodes: make([]*placement.Node, len(entries)), meta: make([]*corev1.Node, len(entries)),
-		idx: make(map[string]int, len(entries))}
-	for i, e := range entries {
-		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
-			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
-		for d := range n.GPUFree {
-			n.GPUFree[d] = placement.MilliPerGPU
-		}
-		j.nodes[i], j.meta[i], j.idx[n.Name] = n, e.meta, i
-	}
+// newEverJob copies what everJob.run needs from the index (the whole
+// cluster, emptied). Call with the index lock held.
+func newEverJob(ix gangIndex, g *gang, minMember int, p *podEntry) *everJob {
+	_, capGen := ix.generations()
+	j := &everJob{capGen: capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey()}
+	j.nodes, j.meta, j.idx = ix.emptyNodes()
 	members := make([]*podEntry, 0, minMember)
 	for _, m := range sortedMembers(g, p) {
 		if m.reqErr == nil && len(members) < minMember {
@@ -317,81 +293,6 @@ func sortedMembers(g *gang, first *podEntry) []*podEntry {
 		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.name, b.name))
 	})
 	return append([]*podEntry{first}, out...)
-}
-
-// gangFilterLocked is Filter for a gang member. done=false means the gang is
-// already admitted and p is placed like any pod. A non-nil job means the gang
-// must be planned: the caller runs job.run without the lock and then
-// gangFinishLocked with it. Call with mu held for writing.
-func (s *State) gangFilterLocked(p *podEntry, names [][]byte, out filterOutcome) (filterOutcome, bool, *gangJob) {
-	g := s.gangs.byKey[p.gang.key]
-	minMember, ttl, err, retry := s.gangs.minMember(g, p)
-	if err == nil && minMember > s.cfg.MaxGangMembers {
-		err = fmt.Errorf("gang %s: minMember %d exceeds this extender's limit of %d (-max-gang-members): %w",
-			g.key, minMember, s.cfg.MaxGangMembers, ErrInvalidGang)
-	}
-	if err != nil {
-		if !retry {
-			g.state = GangInvalid
-		}
-		g.reason = err.Error()
-		out.failAll(names, err.Error(), !retry)
-		return out, true, nil
-	}
-	g.min = minMember
-	bound := g.bound()
-	if bound >= minMember && g.plan == nil {
-		g.state, g.reason = GangAdmitted, ""
-		return out, false, nil
-	}
-	if g.plan != nil {
-		if !g.plan.has(p) {
-			out.failAll(names, fmt.Sprintf("gang %s: a plan holds %d other members; waiting for them to bind", g.key, len(g.plan.members)), false)
-			return out, true, nil
-		}
-		s.filterPlannedLocked(g, p, names, &out)
-		return out, true, nil
-	}
-	if g.planning {
-		out.failAll(names, fmt.Sprintf("gang %s: another member is planning the gang; retry", g.key), false)
-		return out, true, nil
-	}
-	if s.resumePlanLocked(g, p, minMember) && p.phase == phasePlanned {
-		// The plan recorded before a restart holds again: follow it.
-		s.filterPlannedLocked(g, p, names, &out)
-		return out, true, nil
-	}
-
-	need := minMember - bound
-	pending := make([]*podEntry, 0, need)
-	for _, m := range sortedMembers(g, p) {
-		if !m.phase.holds() && m.reqErr == nil && len(pending) < need {
-			pending = append(pending, m)
-		}
-	}
-	key := planCacheKey{gen: s.gen, capGen: s.capGen, version: g.version, names: hashNames(s.seed, names), min: minMember, bound: bound,
-		trigger: p.uid}
-	if key == g.noFit {
-		// Nothing the last plan read has changed: it still does not fit.
-		return s.gangWaitLocked(g, p, names, out, bound+g.noFitN, minMember, nil), true, nil
-	}
-	job := &gangJob{g: g, trigger: p, key: key, minMember: minMember, bound: bound, need: need, ttl: ttl,
-		policy: s.policy, members: planMembersOf(pending)}
-	job.idx = make(map[string]int, len(names))
-	for _, b := range names {
-		if e, ok := s.nodes[string(b)]; ok {
-			if _, dup := job.idx[e.n.Name]; !dup {
-				job.idx[e.n.Name] = len(job.nodes)
-				job.nodes = append(job.nodes, e.n.Clone())
-				job.meta = append(job.meta, e.meta)
-			}
-		}
-	}
-	if _, ok := g.everCached(s.capGen, minMember, p); !ok {
-		job.ever = newEverJob(s.nodes, s.capGen, g, minMember, p)
-	}
-	g.planning = true
-	return out, true, job
 }
 
 // planCacheKey is what a gang plan read: the index generation (every node
@@ -439,186 +340,5 @@ func (j *gangJob) run() {
 	j.slots = placeAll(j.policy, j.nodes, j.meta, j.idx, j.members, true)
 	if len(j.slots) < j.need && j.ever != nil {
 		j.ever.run(j.policy)
-	}
-}
-
-// gangFinishLocked commits a planned gang if everything it planned still holds
-// (Node.Place re-checks each slot), or records why the gang waits. Call with mu
-// held for writing.
-func (s *State) gangFinishLocked(j *gangJob, names [][]byte, out filterOutcome) filterOutcome {
-	g, p := j.g, j.trigger
-	g.planning = false
-	out.reset()
-	s.gangs.forgetIfEmpty(g) // its last member may have left while it was planned
-	if s.gangs.byKey[g.key] != g || s.pods[p.uid] != p || g.plan != nil {
-		out.failAll(names, fmt.Sprintf("gang %s changed while it was planned; retry", g.key), false)
-		return out
-	}
-	if len(j.members) == j.need && len(j.slots) == j.need {
-		for _, sl := range j.slots {
-			if s.pods[sl.p.uid] != sl.p || sl.p.phase.holds() {
-				out.failAll(names, fmt.Sprintf("gang %s: a member changed while the gang was planned; retry", g.key), false)
-				return out
-			}
-		}
-		if err := s.commitPlan(g, p, j.slots, j.ttl); err != nil {
-			out.failAll(names, reasonChangedRetry, false)
-			return out
-		}
-		out.passed = append(out.passed[:0], p.node)
-		out.failOthers(names, p.node, fmt.Sprintf("gang %s: member planned on node %s", g.key, p.node))
-		return out
-	}
-	g.noFit, g.noFitN = j.key, len(j.slots)
-	return s.gangWaitLocked(g, p, names, out, j.bound+len(j.slots), j.minMember, j.ever)
-}
-
-// gangWaitLocked refuses every node for a gang that does not fit now: as never
-// fitting (unresolvable) when minMember members cannot fit the empty cluster,
-// otherwise as waiting. ever is the check run for this verdict, nil when a cached
-// one exists. Call with mu held for writing.
-func (s *State) gangWaitLocked(g *gang, p *podEntry, names [][]byte, out filterOutcome, fits, minMember int, ever *everJob) filterOutcome {
-	reason := fmt.Sprintf("gang %s: %d/%d members fit", g.key, fits, minMember)
-	if len(g.members) < minMember {
-		reason += fmt.Sprintf(" (%d of %d members exist)", len(g.members), minMember)
-	}
-	everFits, ok := g.everCached(s.capGen, minMember, p)
-	if !ok && ever != nil {
-		g.everStore(s.capGen, ever)
-		everFits, ok = ever.fits, true
-	}
-	if ok && everFits < minMember {
-		reason = fmt.Sprintf("gang %s: minMember %d can never fit the cluster (at most %d fit on empty nodes)", g.key, minMember, everFits)
-		if g.state != GangUnschedulable {
-			s.emit(p, true, "GangUnschedulable", reason)
-			s.count("unschedulable")
-		}
-		g.state, g.reason = GangUnschedulable, reason
-		out.failAll(names, reason, true)
-		return out
-	}
-	if g.reason != reason {
-		s.emit(p, false, "GangWaiting", reason)
-	}
-	g.state, g.reason = GangWaiting, reason
-	out.failAll(names, reason, false)
-	return out
-}
-
-// filterPlannedLocked passes a planned member's node only, or releases the
-// plan when that node is no longer a candidate for it.
-func (s *State) filterPlannedLocked(g *gang, p *podEntry, names [][]byte, out *filterOutcome) {
-	node := p.node
-	for _, b := range names {
-		if string(b) == node {
-			out.passed = append(out.passed[:0], node)
-		}
-	}
-	if len(out.passed) == 0 {
-		reason := fmt.Sprintf("gang %s: planned node %s is not feasible for member %s; plan released", g.key, node, p.key())
-		s.failPlan(g, reason, "plan_broken")
-		out.failAll(names, reason, false)
-		return
-	}
-	out.failOthers(names, node, fmt.Sprintf("gang %s: member planned on node %s", g.key, node))
-}
-
-func (pl *gangPlan) has(p *podEntry) bool {
-	_, ok := pl.members[p.uid]
-	return ok
-}
-
-// commitPlan reserves every slot for the gang for ttl and records the plan on
-// every member (which nudges the others).
-func (s *State) commitPlan(g *gang, trigger *podEntry, slots []planSlot, ttl time.Duration) error {
-	return s.commitPlanAs(g, trigger, slots, s.gangs.nextPlanID(), s.now().Add(ttl), false)
-}
-
-// commitPlanAs reserves every slot as plan id until expires; resumed plans
-// (recorded before a restart) are not recorded again.
-func (s *State) commitPlanAs(g *gang, trigger *podEntry, slots []planSlot, id uint64, expires time.Time, resumed bool) error {
-	plan := &gangPlan{id: id, members: map[types.UID]bool{}, expires: expires,
-		done: make(chan struct{}), results: map[types.UID]error{}}
-	for i, sl := range slots {
-		e := s.nodes[sl.node]
-		var err error
-		if e == nil {
-			err = fmt.Errorf("node %s vanished", sl.node)
-		} else {
-			err = s.reserve(sl.p, e, sl.devs, phasePlanned)
-		}
-		if err != nil {
-			for _, done := range slots[:i] {
-				s.release(done.p)
-			}
-			return fmt.Errorf("reserving gang %s plan: %w", g.key, err)
-		}
-		plan.members[sl.p.uid] = false
-	}
-	g.plan, g.state, g.reason = plan, GangPlanned, ""
-	var where []string
-	for _, sl := range slots {
-		where = append(where, sl.p.name+"→"+sl.node)
-		if !resumed {
-			s.out.nudge(nudge{sl.p.namespace, sl.p.name, sl.p.uid, formatPlanState(plan.id, sl, plan.expires)})
-		}
-	}
-	verb := "reserves"
-	if resumed {
-		verb = "resumed after a restart, reserves"
-	}
-	s.emit(trigger, false, "GangPlanned", fmt.Sprintf("gang %s: plan %d %s %d members until %s: %s",
-		g.key, plan.id, verb, len(slots), plan.expires.UTC().Format(time.RFC3339), strings.Join(where, ", ")))
-	if !resumed {
-		s.count("planned")
-	}
-	return nil
-}
-
-// failPlan releases g's plan: every member that has not been bound is made
-// pending and every member waiting at bind is woken with reason.
-func (s *State) failPlan(g *gang, reason, metric string) {
-	plan := g.plan
-	if plan == nil || plan.committing {
-		return
-	}
-	g.plan = nil
-	s.gangs.finish(plan.id, plan.expires)
-	var any *podEntry
-	for uid := range plan.members {
-		if m := s.pods[uid]; m != nil {
-			any = m
-			if m.phase == phasePlanned || m.phase == phaseBinding {
-				s.release(m)
-			}
-		}
-	}
-	plan.err = fmt.Errorf("gang %s: %s: %w", g.key, reason, errGangBind)
-	close(plan.done)
-	g.state, g.reason = GangWaiting, reason
-	if any != nil {
-		s.emit(any, true, "GangPlanReleased", fmt.Sprintf("gang %s: plan %d released: %s", g.key, plan.id, reason))
-	}
-	s.count(metric)
-}
-
-// releasePlanOf fails the plan p is part of, if any.
-func (s *State) releasePlanOf(p *podEntry, reason string) {
-	if !p.hasGang {
-		return
-	}
-	if g := s.gangs.byKey[p.gang.key]; g != nil && g.plan != nil {
-		if _, ok := g.plan.members[p.uid]; ok {
-			s.failPlan(g, reason, "plan_broken")
-		}
-	}
-}
-
-// expirePlans fails plans whose TTL passed before every member reached bind.
-func (s *State) expirePlans(now time.Time) {
-	for _, g := range s.gangs.byKey {
-		if pl := g.plan; pl != nil && !pl.committing && now.After(pl.expires) {
-			s.failPlan(g, fmt.Sprintf("plan expired with %d/%d members at bind", pl.arrived, len(pl.members)), "plan_expired")
-		}
 	}
 }

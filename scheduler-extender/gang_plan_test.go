@@ -193,7 +193,7 @@ func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
 			twoNodes(t, s)
 			url := startHTTP(t, s)
 			if tc.group != nil {
-				s.State().UpsertVolcanoPodGroup(tc.group)
+				s.Gangs().UpsertVolcanoPodGroup(tc.group)
 			}
 			pods := make([]*corev1.Pod, 2)
 			for i := range pods {

@@ -68,14 +68,14 @@ func persistedOf(pod *corev1.Pod) *persistedPlan {
 // resumePlanLocked reserves g's recorded plan again if it still applies: no
 // plan now, trigger's recorded plan unexpired, and exactly the members the gang
 // still needs pending with that plan, each slot fitting its node (Node.Place).
-// Call with mu held for writing.
-func (s *State) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool {
+// Call with the index lock held for writing.
+func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool {
 	pp := trigger.persisted
-	now := s.now()
+	now := gs.now()
 	if g.plan != nil || g.planning || pp == nil || !now.Before(pp.expires) || trigger.phase.holds() {
 		return false
 	}
-	if s.gangs.finished(pp.id) {
+	if gs.book.finished(pp.id) {
 		return false // released or committed by this process: its annotations are history
 	}
 	need := minMember - g.bound()
@@ -90,19 +90,19 @@ func (s *State) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool
 		return false
 	}
 	slices.SortFunc(slots, func(a, b planSlot) int { return strings.Compare(a.p.name, b.p.name) })
-	if err := s.commitPlanAs(g, trigger, slots, pp.id, pp.expires, true); err != nil {
+	if err := gs.commitPlanAs(g, trigger, slots, pp.id, pp.expires, true); err != nil {
 		return false
 	}
-	s.count("resumed")
+	gs.count("resumed")
 	return true
 }
 
 // resumePlans resumes every gang's recorded plan that applies (housekeeping,
 // after the informers synced) and forgets finished plans once expired. Call
-// with mu held for writing.
-func (s *State) resumePlans() {
-	s.gangs.prune(s.now())
-	for _, g := range s.gangs.byKey {
+// with the index lock held for writing.
+func (gs *Gangs) resumePlans() {
+	gs.book.prune(gs.now())
+	for _, g := range gs.book.byKey {
 		if g.plan != nil || g.planning {
 			continue
 		}
@@ -111,8 +111,8 @@ func (s *State) resumePlans() {
 				continue
 			}
 			// Every member records the same plan: one try per gang and pass.
-			if minMember, _, err, _ := s.gangs.minMember(g, m); err == nil && minMember <= s.cfg.MaxGangMembers {
-				s.resumePlanLocked(g, m, minMember)
+			if minMember, _, err, _ := gs.book.minMember(g, m); err == nil && minMember <= gs.cfg.MaxGangMembers {
+				gs.resumePlanLocked(g, m, minMember)
 			}
 			break
 		}

@@ -451,8 +451,8 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	waitFor(t, func() bool {
 		s.state.mu.RLock()
 		defer s.state.mu.RUnlock()
-		_, ok := s.state.gangs.podGroups["ns/pg"]
-		return ok && s.synced.Load()
+		_, ok := s.gangs.book.podGroups["ns/pg"]
+		return ok && s.Ready()
 	})
 	url := startHTTP(t, s)
 	passedOne(t, filter(t, url, a, "n0"))

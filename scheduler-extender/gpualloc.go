@@ -135,7 +135,7 @@ func (s *State) reportOvercommit(e *nodeEntry, moved []*podEntry) {
 			}
 		}
 		slices.Sort(holders)
-		s.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("kubelet allocated devices %s of node %s to %s, but %s "+
+		s.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("kubelet allocated devices %s of node %s to %s, but %s "+
 			"also hold them: the devices are over-committed until one of them leaves", FormatDevices(over),
 			e.n.Name, p.key(), strings.Join(holders, ", ")))
 		if s.met != nil {

@@ -1,9 +1,14 @@
 package extender
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -25,17 +30,37 @@ type nudge struct {
 	value           string
 }
 
-// outbox queues what the index decides under its lock but must not do there
-// (API writes): Events and gang nudges, emitted by Server.flush. It has its own
-// small lock, so draining it never waits for the index.
+// outbox queues what the index and the gangs decide under the index lock but
+// must not do there (API writes): Events and gang nudges. flush sends them,
+// with no index lock held. The queue has its own small lock, so draining it
+// never waits for the index.
 type outbox struct {
 	mu      sync.Mutex
 	events  []event
 	nudges  []nudge
 	pending atomic.Bool // something is queued: drain is cheap when not
+
+	// Where flush sends, set by setSink before the outbox is shared: nil
+	// recorder drops Events; nudge false drops nudges (no API client).
+	recorder   eventRecorder
+	api        podAPI
+	nudge      bool
+	apiTimeout time.Duration
+	log        *slog.Logger
+	nudgeWG    sync.WaitGroup // nudges in flight (wait)
 }
 
-func (o *outbox) event(e event) {
+// setSink says where flush sends. Call before the outbox is shared.
+func (o *outbox) setSink(recorder eventRecorder, api podAPI, nudge bool, apiTimeout time.Duration, log *slog.Logger) {
+	o.recorder, o.api, o.nudge, o.apiTimeout, o.log = recorder, api, nudge, apiTimeout, log
+}
+
+// emit queues an Event on p.
+func (o *outbox) emit(p *podEntry, warning bool, reason, msg string) {
+	o.queueEvent(event{p.namespace, p.name, p.uid, warning, reason, msg})
+}
+
+func (o *outbox) queueEvent(e event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.events) < maxQueuedEvents {
@@ -44,7 +69,8 @@ func (o *outbox) event(e event) {
 	}
 }
 
-func (o *outbox) nudge(n nudge) {
+// queueNudge queues an AnnotationGangState write on a pod.
+func (o *outbox) queueNudge(n nudge) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.nudges = append(o.nudges, n)
@@ -63,3 +89,38 @@ func (o *outbox) drain() ([]event, []nudge) {
 	o.pending.Store(false)
 	return evs, ns
 }
+
+// flush emits the queued events and starts the queued nudges (in the
+// background, each API call bounded by apiTimeout). Call with no index lock held.
+func (o *outbox) flush() {
+	evs, nudges := o.drain()
+	for _, e := range evs {
+		if o.recorder == nil {
+			continue
+		}
+		kind := corev1.EventTypeNormal
+		if e.warning {
+			kind = corev1.EventTypeWarning
+		}
+		ref := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name, UID: e.uid}}
+		o.recorder.Eventf(ref, kind, e.reason, "%s", e.msg)
+	}
+	if len(nudges) == 0 || !o.nudge {
+		return
+	}
+	o.nudgeWG.Add(1)
+	go func() {
+		defer o.nudgeWG.Done()
+		for _, n := range nudges {
+			ctx, cancel := context.WithTimeout(context.Background(), o.apiTimeout)
+			if err := o.api.PatchPodAnnotation(ctx, n.namespace, n.name, n.uid, AnnotationGangState, n.value); err != nil {
+				o.log.Warn("nudging gang member", "pod", n.namespace+"/"+n.name, "err", err)
+			}
+			cancel()
+		}
+	}()
+}
+
+// wait waits for the nudges in flight.
+func (o *outbox) wait() { o.nudgeWG.Wait() }

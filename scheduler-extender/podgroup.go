@@ -60,43 +60,6 @@ func asInt(v any) (int64, bool) {
 	return 0, false
 }
 
-// UpsertPodGroup records a PodGroup (scheduling.x-k8s.io/v1alpha1).
-func (s *State) UpsertPodGroup(u *unstructured.Unstructured) {
-	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.podGroups }, u, parsePodGroup)
-}
-
-// DeletePodGroup forgets a PodGroup; its members wait until it comes back.
-func (s *State) DeletePodGroup(namespace, name string) {
-	s.deleteGroup(func(b *gangBook) map[string]podGroupSpec { return b.podGroups }, namespace, name)
-}
-
-// UpsertVolcanoPodGroup records a Volcano PodGroup (scheduling.volcano.sh/v1beta1).
-func (s *State) UpsertVolcanoPodGroup(u *unstructured.Unstructured) {
-	s.upsertGroup(func(b *gangBook) map[string]podGroupSpec { return b.volcano }, u, parseVolcanoPodGroup)
-}
-
-// DeleteVolcanoPodGroup forgets a Volcano PodGroup.
-func (s *State) DeleteVolcanoPodGroup(namespace, name string) {
-	s.deleteGroup(func(b *gangBook) map[string]podGroupSpec { return b.volcano }, namespace, name)
-}
-
-func (s *State) deleteGroup(which func(*gangBook) map[string]podGroupSpec, namespace, name string) {
-	s.lock()
-	defer s.unlock()
-	delete(which(&s.gangs), namespace+"/"+name)
-}
-
-func (s *State) upsertGroup(which func(*gangBook) map[string]podGroupSpec, u *unstructured.Unstructured,
-	parse func(*unstructured.Unstructured) podGroupSpec) {
-	if u == nil {
-		return
-	}
-	spec := parse(u)
-	s.lock()
-	defer s.unlock()
-	s.gangs.setGroup(which(&s.gangs), u.GetNamespace()+"/"+u.GetName(), spec)
-}
-
 // parseVolcanoPodGroup reads spec.minMember (required, 1..MaxGangSize) of a
 // Volcano PodGroup; Volcano has no schedule timeout there.
 func parseVolcanoPodGroup(u *unstructured.Unstructured) podGroupSpec {

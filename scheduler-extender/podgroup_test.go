@@ -48,10 +48,11 @@ func FuzzPodGroupDecoders(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	st, err := NewState(DefaultConfig(), nil)
+	srv, err := NewServer(DefaultConfig(), Deps{})
 	if err != nil {
 		f.Fatal(err)
 	}
+	st := srv.Gangs()
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(doc); err != nil {

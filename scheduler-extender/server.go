@@ -11,13 +11,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -48,8 +46,8 @@ type Deps struct {
 	Client kubernetes.Interface
 	// Dynamic watches scheduling.x-k8s.io PodGroups and (Config.VolcanoPodGroups)
 	// Volcano's. Nil: PodGroup gangs wait with "PodGroup not found" unless fed
-	// through State().UpsertPodGroup, and Volcano gangs use their members'
-	// annotation unless fed through State().UpsertVolcanoPodGroup.
+	// through Gangs().UpsertPodGroup, and Volcano gangs use their members'
+	// annotation unless fed through Gangs().UpsertVolcanoPodGroup.
 	Dynamic dynamic.Interface
 	// Recorder receives Events. Nil: built on Client (or none without a Client).
 	Recorder eventRecorder
@@ -64,14 +62,20 @@ type Deps struct {
 	LockHold prometheus.Observer
 }
 
-// Server is the kube-scheduler HTTP extender.
+// Server is the kube-scheduler HTTP extender. It serves HTTP: it decodes a
+// request (server_decode.go, the decoded-pod cache), calls the type whose job
+// it is and encodes the answer (server_encode.go); it wires those types
+// together (NewServer) and runs the informers and housekeeping (Run).
 type Server struct {
 	cfg         Config
-	state       *State
-	api         podAPI
+	state       *State        // the cluster index (Prioritize)
+	gangs       *Gangs        // gang registry and planner
+	res         *reservations // Filter
+	binder      *binder       // Bind
+	feed        *informers    // nil without a Client
+	contact     *apiContact
+	out         *outbox
 	client      kubernetes.Interface
-	dynamic     dynamic.Interface
-	recorder    eventRecorder
 	broadcaster record.EventBroadcaster
 	registry    *prometheus.Registry
 	met         *metrics.Extender
@@ -83,9 +87,6 @@ type Server struct {
 	outs        sync.Pool     // *[]byte responses
 	scratches   sync.Pool     // *scratch
 	large       chan struct{} // a slot per large request in flight (Config.MaxLargeRequests)
-	nudgeWG     sync.WaitGroup
-	informerWG  sync.WaitGroup // Run waits for its informers to stop
-	synced      atomic.Bool
 }
 
 // NewServer builds an extender; it serves HTTP through Handler at once and
@@ -94,8 +95,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: deps.Client, dynamic: deps.Dynamic, recorder: deps.Recorder,
-		registry: deps.Registry, log: deps.Logger, now: deps.Now, pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList}, api: noAPI{},
+	s := &Server{cfg: cfg, client: deps.Client, registry: deps.Registry, log: deps.Logger, now: deps.Now,
+		pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList},
 		large: make(chan struct{}, cfg.MaxLargeRequests)}
 	if s.now == nil {
 		s.now = time.Now
@@ -106,25 +107,34 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if s.registry == nil {
 		s.registry = prometheus.NewRegistry()
 	}
-	if s.client == nil {
-		s.synced.Store(true) // nothing to sync with: the index is fed directly
-	} else {
-		s.api = clientAPI{c: s.client}
-		if s.recorder == nil {
+	var api podAPI = noAPI{}
+	recorder := deps.Recorder
+	if s.client != nil {
+		api = clientAPI{c: s.client}
+		if recorder == nil {
 			s.broadcaster = record.NewBroadcaster()
-			s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent})
+			recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent})
 		}
 	}
 	st, err := NewState(cfg, s.now)
 	if err != nil {
 		return nil, err
 	}
-	s.state = st
-	s.met, err = metrics.NewExtender(s.registry, stateSource{st})
+	s.state, s.out, s.contact = st, st.out, newAPIContact(s.now)
+	s.out.setSink(recorder, api, s.client != nil, cfg.APITimeout, s.log)
+	s.gangs = newGangs(cfg, st, s.now)
+	s.res = &reservations{cfg: cfg, now: s.now, ix: st, gangs: s.gangs}
+	if s.client != nil {
+		s.feed = &informers{cfg: cfg, client: s.client, dynamic: deps.Dynamic, ix: st, gangs: s.gangs,
+			contact: s.contact, out: s.out, log: s.log}
+	}
+	s.met, err = metrics.NewExtender(s.registry, stateSource{s})
 	if err != nil {
 		return nil, err
 	}
-	st.met = s.met
+	st.met, s.gangs.met = s.met, s.met
+	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, gangs: s.gangs, out: s.out,
+		met: s.met, log: s.log}
 	var holds []prometheus.Observer
 	if deps.LockHold != nil {
 		holds = append(holds, deps.LockHold)
@@ -150,12 +160,22 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
-type stateSource struct{ s *State }
+type stateSource struct{ s *Server }
 
 func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return snapshotMetrics(w.s) }
 
-// State is the server's index, for feeding it directly (tests, benchmarks).
+// State is the server's cluster index, for feeding it nodes and pods directly
+// (tests, benchmarks).
 func (s *Server) State() *State { return s.state }
+
+// Gangs is the server's gang registry and planner, for feeding it PodGroups
+// directly (tests).
+func (s *Server) Gangs() *Gangs { return s.gangs }
+
+// Bind binds a pod (binder.Bind).
+func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	return s.binder.Bind(ctx, args)
+}
 
 // Run follows the cluster (informers for nodes, pods and PodGroups) and runs the
 // housekeeping loop until ctx is done. Without a Client it only runs housekeeping.
@@ -164,9 +184,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 		defer s.broadcaster.Shutdown()
 	}
-	if s.client != nil {
-		defer s.informerWG.Wait()
-		if err := s.startInformers(ctx); err != nil {
+	if s.feed != nil {
+		defer s.feed.wg.Wait()
+		if err := s.feed.start(ctx); err != nil {
 			return err
 		}
 	}
@@ -176,7 +196,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			s.nudgeWG.Wait()
+			s.out.wait()
 			return nil
 		case <-tick.C:
 			s.Housekeep()
@@ -190,56 +210,24 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// housekeep expires reservations and plans and re-applies the metrics max age;
-// it returns how many reservations expired.
-func (s *State) housekeep() int {
-	s.lock()
-	defer s.unlock()
-	now := s.now()
-	n := s.expireReservations(now)
-	s.expirePlans(now)
-	s.resumePlans()
-	s.refreshAllUsage(now)
-	return n
-}
-
-// Housekeep runs one housekeeping pass (Run calls it every Config.Housekeeping).
+// Housekeep runs one housekeeping pass (Run calls it every
+// Config.Housekeeping), under the index's write lock: reservations older than
+// AssumedTTL expire, what only request bodies showed is forgotten, expired
+// gang plans are released and recorded ones resumed, node metrics are aged.
 func (s *Server) Housekeep() {
-	if n := s.state.housekeep(); n > 0 {
+	ix := s.state
+	ix.lock()
+	now := s.now()
+	n := s.res.expire(now)
+	ix.forgetArgsOnly(now)
+	s.gangs.expirePlans(now)
+	s.gangs.resumePlans()
+	ix.refreshAllUsage(now)
+	ix.unlock()
+	if n > 0 {
 		s.met.ReservationsExpired.Add(float64(n))
 	}
-	s.flush()
-}
-
-// flush emits queued events and starts queued nudges.
-func (s *Server) flush() {
-	evs, nudges := s.state.out.drain()
-	for _, e := range evs {
-		if s.recorder == nil {
-			continue
-		}
-		kind := corev1.EventTypeNormal
-		if e.warning {
-			kind = corev1.EventTypeWarning
-		}
-		ref := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name, UID: e.uid}}
-		s.recorder.Eventf(ref, kind, e.reason, "%s", e.msg)
-	}
-	if len(nudges) == 0 || s.client == nil {
-		return
-	}
-	s.nudgeWG.Add(1)
-	go func() {
-		defer s.nudgeWG.Done()
-		for _, n := range nudges {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.APITimeout)
-			if err := s.api.PatchPodAnnotation(ctx, n.namespace, n.name, n.uid, AnnotationGangState, n.value); err != nil {
-				s.log.Warn("nudging gang member", "pod", n.namespace+"/"+n.name, "err", err)
-			}
-			cancel()
-		}
-	}()
+	s.out.flush()
 }
 
 // NewHTTPServer wraps h in an http.Server with cfg's timeouts.
@@ -290,7 +278,7 @@ func (s *Server) Handler() http.Handler {
 
 // Ready reports whether the index is synced with the API server (always true
 // without a Client): the extender answers filter, prioritize and bind only then.
-func (s *Server) Ready() bool { return s.synced.Load() }
+func (s *Server) Ready() bool { return s.feed == nil || s.feed.synced.Load() }
 
 // ErrTooManyLarge means Config.MaxLargeRequests large requests are in flight.
 var ErrTooManyLarge = errors.New("too many large requests in flight")
@@ -438,7 +426,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			learned[i] = &args.nodes.Items[i]
 		}
 	}
-	out := s.state.Filter(args.pod, args.names, args.namesRaw, learned, sc.out)
+	out := s.res.Filter(args.pod, args.names, args.namesRaw, learned, sc.out)
 	sc.out = out
 	s.met.FilterNodes.WithLabelValues("passed").Add(float64(len(out.passed)))
 	s.met.FilterNodes.WithLabelValues("failed").Add(float64(len(out.failed)))
@@ -465,7 +453,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, *bp)
 		s.putOut(bp)
 	}
-	s.flush()
+	s.out.flush()
 }
 
 func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {

@@ -60,7 +60,7 @@ func BenchmarkFilter5000(b *testing.B) {
 	start := cpuNow()
 	for i := 0; i < b.N; i++ {
 		a := args[i%len(args)]
-		out = s.state.Filter(a.pod, a.names, a.namesRaw, nil, out)
+		out = s.res.Filter(a.pod, a.names, a.namesRaw, nil, out)
 	}
 	reportCPU(b, start)
 }

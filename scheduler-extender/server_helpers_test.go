@@ -259,6 +259,8 @@ func runServer(t *testing.T, s *Server) (stop func() error) {
 func fedServer(t *testing.T, clock *fakeClock, deps Deps, mut ...func(*Config)) *Server {
 	t.Helper()
 	s := testServer(t, clock, deps, mut...)
-	s.synced.Store(true)
+	if s.feed != nil {
+		s.feed.synced.Store(true)
+	}
 	return s
 }

@@ -1,15 +1,11 @@
 package extender
 
 import (
-	"cmp"
 	"encoding/json"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/understory/understory/metrics"
-	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // Status is the JSON served at /status.
@@ -78,78 +74,17 @@ type GangStatus struct {
 	PlanExpiry *time.Time `json:"planExpires,omitempty"`
 }
 
-// Status snapshots the index.
+// Status snapshots the index, the gangs and the informers' contact.
 func (s *Server) Status() Status {
 	st := s.state
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	out := Status{Time: s.now(), Policy: st.policy.Name(), Synced: s.synced.Load(),
-		WorkloadClasses: st.workload.Len(),
-		Informers:       st.contact.status(), Counts: map[string]int{},
-		Nodes: make([]NodeStatus, 0, len(st.nodes)), AssumedPods: []PodStatus{}, Gangs: []GangStatus{}}
-	if err := st.staleForBind(); err != nil {
+	out := Status{Time: s.now(), Synced: s.Ready(), Informers: s.contact.status()}
+	if err := s.contact.staleForBind(s.cfg.MaxCacheStaleness); err != nil {
 		out.BindsRefused = err.Error()
 	}
-	for _, e := range st.nodes {
-		n := e.n
-		ns := NodeStatus{Name: n.Name, Model: n.Model, CPUMilli: n.CPUMilli, UsedCPUMilli: n.UsedCPUMilli,
-			MemoryMiB: n.MemoryMiB, UsedMemoryMiB: n.UsedMemoryMiB, Pods: n.Pods,
-			MetricsFresh: n.Usage != nil, MetricsProblem: e.metricsErr, Learned: e.learned}
-		if n.Usage == nil && ns.MetricsProblem == "" {
-			ns.MetricsProblem = "older than the metrics max age"
-			if e.metrics != nil && e.metrics.Timestamp.After(out.Time) {
-				ns.MetricsProblem = "stamped in the future beyond the metrics max skew"
-			}
-		}
-		for i, f := range n.GPUFree {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})
-		}
-		for _, p := range e.pods {
-			for _, d := range p.devices {
-				if d >= 0 && d < len(ns.GPUs) {
-					ns.GPUs[d].Pods = append(ns.GPUs[d].Pods, p.key())
-				}
-			}
-		}
-		for i := range ns.GPUs {
-			slices.Sort(ns.GPUs[i].Pods)
-		}
-		out.Nodes = append(out.Nodes, ns)
-	}
-	slices.SortFunc(out.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.Name, b.Name) })
-	for _, p := range st.pods {
-		out.Counts[p.phase.String()]++
-		if p.phase == phasePending || p.phase == phaseBound {
-			continue
-		}
-		ps := PodStatus{Pod: p.key(), Phase: p.phase.String(), Node: p.node, Devices: p.devices, Inferred: p.inferred}
-		if p.phase == phaseReserved {
-			t := p.expires
-			ps.Expires = &t
-		}
-		if p.hasGang {
-			ps.Gang = p.gang.key
-		}
-		out.AssumedPods = append(out.AssumedPods, ps)
-	}
-	slices.SortFunc(out.AssumedPods, func(a, b PodStatus) int { return strings.Compare(a.Pod, b.Pod) })
-	for _, g := range st.gangs.byKey {
-		gs := GangStatus{Gang: g.key, Dialect: g.dialect, State: g.state, MinMember: g.min,
-			Members: len(g.members), Bound: g.bound(), Reason: g.reason}
-		if pl := g.plan; pl != nil {
-			for uid := range pl.members {
-				if m := st.pods[uid]; m != nil {
-					gs.Plan = append(gs.Plan, m.name+"→"+m.node)
-				}
-			}
-			slices.Sort(gs.Plan)
-			gs.AtBind = pl.arrived
-			t := pl.expires
-			gs.PlanExpiry = &t
-		}
-		out.Gangs = append(out.Gangs, gs)
-	}
-	slices.SortFunc(out.Gangs, func(a, b GangStatus) int { return cmp.Compare(a.Gang, b.Gang) })
+	st.rlock()
+	defer st.runlock()
+	st.status(&out)
+	out.Gangs = s.gangs.status()
 	return out
 }
 
@@ -162,27 +97,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// snapshotMetrics is the index's metrics.ExtenderSnapshot (gauges at scrape time).
-func snapshotMetrics(s *State) metrics.ExtenderSnapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}, Gangs: map[string]int{},
-		CacheStaleness: s.contact.Staleness()}
-	for _, e := range s.nodes {
-		out.GPUs += len(e.n.GPUFree)
-		for _, f := range e.n.GPUFree {
-			out.GPUMilliCapacity += placement.MilliPerGPU
-			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
-		}
-		if e.n.Usage == nil {
-			out.StaleNodeMetrics++
-		}
-	}
-	for _, p := range s.pods {
-		out.Pods[p.phase.String()]++
-	}
-	for _, g := range s.gangs.byKey {
-		out.Gangs[g.state]++
-	}
+// snapshotMetrics is the server's metrics.ExtenderSnapshot (gauges at scrape time).
+func snapshotMetrics(s *Server) metrics.ExtenderSnapshot {
+	st := s.state
+	st.rlock()
+	defer st.runlock()
+	out := st.snapshot()
+	out.Gangs = map[string]int{}
+	s.gangs.countStates(out.Gangs)
+	out.CacheStaleness = s.contact.Staleness()
 	return out
 }

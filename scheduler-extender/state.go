@@ -85,17 +85,28 @@ type nodeEntry struct {
 	metricsErr string
 	// alloc is kubelet's allocation of whole GPUs from the last decodable
 	// metrics (version 2; nil when unreported): gpualloc.go.
-	alloc *kubeletAlloc
-	pods       map[types.UID]*podEntry            // pods charged here
-	learned    bool                               // known only from extender args (nodeCacheCapable false)
-	seen       time.Time                          // last time extender args carried it (learned nodes)
-	cache      [scoreSlots]atomic.Pointer[scored] // verdicts by request shape, round robin
-	nextSlot   atomic.Uint32
+	alloc    *kubeletAlloc
+	pods     map[types.UID]*podEntry            // pods charged here
+	learned  bool                               // known only from extender args (nodeCacheCapable false)
+	seen     time.Time                          // last time extender args carried it (learned nodes)
+	cache    [scoreSlots]atomic.Pointer[scored] // verdicts by request shape, round robin
+	nextSlot atomic.Uint32
 }
 
-// State is the extender's in-memory index: nodes, the pods placed on them, pods
-// the extender reserved or assumed, and gangs. One RWMutex guards it all; scoring
-// runs under the read lock, every change under the write lock.
+// State is the cluster index: the nodes, the pods the informers (or request
+// bodies) show and the device ledgers (placement.Node) they are charged on. It
+// is the only owner of those ledgers: it charges, holds and releases (hold,
+// place, release), takes the informers' upserts and deletes, keeps pods bound to
+// unknown nodes as orphans, follows node metrics (usage, kubelet's GPU
+// allocation: gpualloc.go) and scores requests with the serving policy, its
+// verdicts cached per node (judge, evaluate, Prioritize: state_score.go).
+//
+// Its RWMutex (lock, rlock) is the one lock of the extender's decisions: the
+// reservations coordinator (reserve.go) and the gang planner (Gangs) take it
+// and call the index's lower-case methods with it held; each keeps its own
+// fields. Scoring runs under the read lock, every change under the write lock.
+// The index never calls them: what it does to pods it tells its podObserver
+// (the gangs), under the lock.
 type State struct {
 	cfg Config
 	now func() time.Time
@@ -104,7 +115,6 @@ type State struct {
 	nodes     map[string]*nodeEntry
 	pods      map[types.UID]*podEntry
 	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
-	gangs     gangBook                           // gangs, their PodGroups and plan ids
 	gen       uint64                             // source of nodeEntry.gen
 	podSeq    uint64                             // source of podEntry.seq
 	capGen    uint64                             // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
@@ -112,12 +122,11 @@ type State struct {
 	workload  *placement.Workload // the policy's target workload (nil: none yet)
 	epoch     uint64              // bumped when policy changes
 	cacheable bool                // the policy is deterministic: verdicts may be cached
-	seed      maphash.Seed
-	shapes    shapeTable    // request shapes: verdict cache keys
-	lists     resolvedLists // NodeNames lists resolved to entries
-	out       outbox        // Events and nudges to send once the lock is released
+	shapes    shapeTable          // request shapes: verdict cache keys
+	lists     resolvedLists       // NodeNames lists resolved to entries
+	out       *outbox             // Events to send once the lock is released
 	met       *metrics.Extender
-	contact   *apiContact
+	obs       podObserver // told what happens to pods (the gangs); never nil
 
 	// lockHold observes every hold of the write lock in seconds (nil: not
 	// measured, and lock/unlock cost one nil check more than mu's own).
@@ -142,7 +151,36 @@ func (s *State) unlock() {
 	s.mu.Unlock()
 }
 
-// NewState returns an empty index serving cfg.Policy.
+// rlock and runlock take and release the read lock.
+func (s *State) rlock()   { s.mu.RLock() }
+func (s *State) runlock() { s.mu.RUnlock() }
+
+// podObserver is told, under the index's write lock, what the index does to
+// pods: the gang registry keeps memberships and plans in line with it. Owned
+// by the index, implemented by Gangs; the index calls nothing else of theirs.
+type podObserver interface {
+	// podUpdated: p was (re)recorded from rec (fromInformer: the informer's
+	// truth, else a request body); gang membership follows rec.
+	podUpdated(p *podEntry, rec *podRecord, fromInformer bool)
+	// podBound: the informer shows p bound (phaseBound).
+	podBound(p *podEntry)
+	// podReleasing: the index is about to drop what p holds (p deleted, bound
+	// elsewhere, its node deleted): a plan holding p is broken, for reason.
+	podReleasing(p *podEntry, reason string)
+	// podDeleted: p leaves the index.
+	podDeleted(p *podEntry)
+}
+
+// noObserver is the observer of an index without gangs (NewState alone).
+type noObserver struct{}
+
+func (noObserver) podUpdated(*podEntry, *podRecord, bool) {}
+func (noObserver) podBound(*podEntry)                     {}
+func (noObserver) podReleasing(*podEntry, string)         {}
+func (noObserver) podDeleted(*podEntry)                   {}
+
+// NewState returns an empty index serving cfg.Policy, without gangs (NewServer
+// wires its Gangs as the index's observer) and with an outbox of its own.
 func NewState(cfg Config, now func() time.Time) (*State, error) {
 	if now == nil {
 		now = time.Now
@@ -150,8 +188,8 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	s := &State{
 		cfg: cfg, now: now,
 		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
-		orphans: map[string]map[types.UID]*podEntry{}, gangs: newGangBook(cfg, now()),
-		seed: maphash.MakeSeed(), contact: newAPIContact(now), lists: resolvedLists{seed: maphash.MakeSeed()},
+		orphans: map[string]map[types.UID]*podEntry{}, out: &outbox{}, obs: noObserver{},
+		lists: resolvedLists{seed: maphash.MakeSeed()},
 	}
 	if err := s.setPolicy(nil); err != nil {
 		return nil, err
@@ -227,8 +265,10 @@ func (s *State) hold(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
 	s.bump(e)
 }
 
-// reserve places p on e if it fits there with devs (Node.Place checks both).
-func (s *State) reserve(p *podEntry, e *nodeEntry, devs []int, phase podPhase) error {
+// place places p on e in phase if it fits there with devs (Node.Place checks
+// both): the reservations' and the gang plans' way to hold capacity. Call with
+// mu held for writing.
+func (s *State) place(p *podEntry, e *nodeEntry, devs []int, phase podPhase) error {
 	if p.charged {
 		s.release(p)
 	}
@@ -414,7 +454,7 @@ func (s *State) deleteNodeLocked(name string) {
 			s.addOrphan(p)
 		default:
 			p.charged = false
-			s.releasePlanOf(p, fmt.Sprintf("node %s deleted", name))
+			s.obs.podReleasing(p, fmt.Sprintf("node %s deleted", name))
 			s.release(p)
 		}
 	}
@@ -473,13 +513,7 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		p.req = req
 	}
 	p.reqErr = err
-	s.gangs.join(p, pod)
-	if fromInformer {
-		p.persisted = nil
-		if p.hasGang {
-			p.persisted = pod.persisted
-		}
-	}
+	s.obs.podUpdated(p, pod, fromInformer)
 
 	node := pod.nodeName
 	if !fromInformer {
@@ -514,11 +548,11 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		}
 		if p.phase != phaseBound {
 			p.phase, p.unconfirmed = phaseBound, false
-			s.gangs.confirm(p)
+			s.obs.podBound(p)
 		}
 		return p
 	}
-	s.releasePlanOf(p, "pod bound elsewhere")
+	s.obs.podReleasing(p, "pod bound elsewhere")
 	s.release(p)
 	p.node, p.phase = node, phaseBound
 	if !known {
@@ -534,7 +568,7 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 	} else {
 		s.chargeBound(p, e, devs, phaseBound)
 	}
-	s.gangs.confirm(p)
+	s.obs.podBound(p)
 	return p
 }
 
@@ -583,7 +617,7 @@ func (s *State) deviceConflict(p *podEntry, e *nodeEntry, claimed, devs []int) {
 		}
 	}
 	slices.Sort(holders)
-	s.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
+	s.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
 		"the first holder keeps them; %s is accounted on devices %s instead", AnnotationGPUDevices,
 		FormatDevices(claimed), e.n.Name, strings.Join(holders, ", "), p.key(), FormatDevices(devs)))
 	if s.met != nil {
@@ -603,9 +637,9 @@ func (s *State) deletePodLocked(uid types.UID) {
 	if !ok {
 		return
 	}
-	s.releasePlanOf(p, fmt.Sprintf("member %s deleted", p.key()))
+	s.obs.podReleasing(p, fmt.Sprintf("member %s deleted", p.key()))
 	s.release(p)
-	s.gangs.leave(p)
+	s.obs.podDeleted(p)
 	delete(s.pods, uid)
 }
 
@@ -613,19 +647,14 @@ func (s *State) deletePodLocked(uid types.UID) {
 // args (never from an informer) is kept after it was last seen.
 const argsLifetime = 10
 
-// expireReservations releases filter reservations older than AssumedTTL and
-// returns how many; it also forgets what only extender args ever showed and
-// that has not been seen for argsLifetime AssumedTTLs: pods (deleted before the
+// forgetArgsOnly forgets what only extender args ever showed and that has
+// not been seen for argsLifetime AssumedTTLs: pods (deleted before the
 // informer saw them, or an extender without informers), whatever they hold
 // unless a bind is in flight, and learned nodes (nodeCacheCapable false).
-func (s *State) expireReservations(now time.Time) int {
-	n := 0
+// Call with mu held for writing.
+func (s *State) forgetArgsOnly(now time.Time) {
 	life := argsLifetime * s.cfg.AssumedTTL
 	for uid, p := range s.pods {
-		if p.phase == phaseReserved && now.After(p.expires) {
-			s.release(p)
-			n++
-		}
 		if !p.informer && p.phase != phaseBinding && now.Sub(p.seen) > life {
 			s.deletePodLocked(uid)
 		}
@@ -635,7 +664,6 @@ func (s *State) expireReservations(now time.Time) int {
 			s.deleteNodeLocked(name)
 		}
 	}
-	return n
 }
 
 // refreshAllUsage re-applies the metrics max age to every node.
@@ -646,3 +674,105 @@ func (s *State) refreshAllUsage(now time.Time) {
 		}
 	}
 }
+
+// pod is the tracked pod uid (nil when none). Call with mu held.
+func (s *State) pod(uid types.UID) *podEntry { return s.pods[uid] }
+
+// forEachPod calls f on every tracked pod (f may release or delete it). Call
+// with mu held for writing.
+func (s *State) forEachPod(f func(*podEntry)) {
+	for _, p := range s.pods {
+		f(p)
+	}
+}
+
+// generations is the index generation (every ledger change moves it) and the
+// capacity generation (node set, capacity, labels, taints). Call with mu held.
+func (s *State) generations() (gen, capGen uint64) { return s.gen, s.capGen }
+
+// servingPolicy is the policy filters score with. Call with mu held.
+func (s *State) servingPolicy() placement.Policy { return s.policy }
+
+// candidates copies the known nodes of names (each once, in order) for planning
+// without the lock: clones of their ledgers, their names, labels and taints,
+// and each name's index. Call with mu held.
+func (s *State) candidates(names [][]byte) ([]*placement.Node, []*corev1.Node, map[string]int) {
+	idx := make(map[string]int, len(names))
+	var nodes []*placement.Node
+	var meta []*corev1.Node
+	for _, b := range names {
+		if e, ok := s.nodes[string(b)]; ok {
+			if _, dup := idx[e.n.Name]; !dup {
+				idx[e.n.Name] = len(nodes)
+				nodes = append(nodes, e.n.Clone())
+				meta = append(meta, e.meta)
+			}
+		}
+	}
+	return nodes, meta, idx
+}
+
+// emptyNodes copies every node, sorted by name, emptied of every pod (full
+// capacity, no usage), with its name, labels and taints: the cluster a gang
+// "can it ever fit" check plans on. Call with mu held.
+func (s *State) emptyNodes() ([]*placement.Node, []*corev1.Node, map[string]int) {
+	entries := make([]*nodeEntry, 0, len(s.nodes))
+	for _, e := range s.nodes {
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
+	nodes, meta := make([]*placement.Node, len(entries)), make([]*corev1.Node, len(entries))
+	idx := make(map[string]int, len(entries))
+	for i, e := range entries {
+		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
+			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
+		for d := range n.GPUFree {
+			n.GPUFree[d] = placement.MilliPerGPU
+		}
+		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
+	}
+	return nodes, meta, idx
+}
+
+// placeOn places p on the node named node (place); an error when the node is
+// unknown or p does not fit there with devs. Call with mu held for writing.
+func (s *State) placeOn(p *podEntry, node string, devs []int, phase podPhase) error {
+	e := s.nodes[node]
+	if e == nil {
+		return fmt.Errorf("node %s vanished", node)
+	}
+	return s.place(p, e, devs, phase)
+}
+
+// learnNodes records nodes a nodeCacheCapable=false request body carried that
+// the informer does not know (they expire: forgetArgsOnly). Call with mu held
+// for writing.
+func (s *State) learnNodes(learned []*corev1.Node) {
+	now := s.now()
+	for _, n := range learned {
+		if e, ok := s.nodes[n.Name]; !ok || e.learned {
+			s.upsertNodeLocked(n, true).seen = now
+		}
+	}
+}
+
+// podFromArgs is the entry of a pod a request body carries: the informer's when
+// it has one, else recorded from the body (upsertPodLocked, not a witness of a
+// binding). nil: the pod has terminated. Call with mu held for writing; it
+// drops the lock while it makes the pod's record (PodRequest, copies), as the
+// informer's transform makes its own outside the lock.
+func (s *State) podFromArgs(pod *corev1.Pod) *podEntry {
+	p := s.pods[pod.UID]
+	if p == nil || !p.informer {
+		s.unlock()
+		rec := podRecordOf(pod)
+		s.lock()
+		if p = s.pods[pod.UID]; p == nil || !p.informer {
+			p = s.upsertPodLocked(rec, false)
+		}
+	}
+	return p
+}
+
+// node is the node named name (nil when unknown). Call with mu held.
+func (s *State) node(name string) *nodeEntry { return s.nodes[name] }

@@ -117,10 +117,8 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	cfg := DefaultConfig()
-	s, err := NewState(cfg, clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := testServer(t, clock, Deps{})
+	s := srv.State()
 	s.UpsertNode(nodeWithMetrics(t, "n", clock.Now()))
 	bad := testNode("bad", "", 0, 8, 8)
 	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
@@ -136,15 +134,15 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	if usage("bad") != nil {
 		t.Fatal("undecodable metrics must read as unknown")
 	}
-	if snapshotMetrics(s).StaleNodeMetrics != 1 {
+	if snapshotMetrics(srv).StaleNodeMetrics != 1 {
 		t.Fatal("one node should count as stale")
 	}
 	clock.Advance(cfg.MetricsMaxAge + time.Second)
-	s.housekeep()
+	srv.Housekeep()
 	if usage("n") != nil {
 		t.Fatal("metrics older than the max age must read as unknown, never idle")
 	}
-	st := (&Server{state: s, now: clock.Now}).Status()
+	st := srv.Status()
 	for _, ns := range st.Nodes {
 		if ns.MetricsFresh || ns.MetricsProblem == "" {
 			t.Fatalf("node status %+v", ns)
@@ -175,10 +173,8 @@ func TestNodeMetricsFromTheFuture(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			s, err := NewState(cfg, clock.Now)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := testServer(t, clock, Deps{})
+			s := srv.State()
 			s.UpsertNode(nodeWithMetrics(t, "n", clock.Now().Add(tc.ahead)))
 			fresh := func() bool {
 				s.mu.RLock()
@@ -193,11 +189,11 @@ func TestNodeMetricsFromTheFuture(t *testing.T) {
 			}
 			// A far-future stamp must not turn fresh by waiting a max age.
 			clock.Advance(cfg.MetricsMaxAge)
-			s.housekeep()
+			srv.Housekeep()
 			if fresh() {
 				t.Fatal("a far-future stamp turned fresh")
 			}
-			st := (&Server{state: s, now: clock.Now}).Status()
+			st := srv.Status()
 			if p := st.Nodes[0].MetricsProblem; !strings.Contains(p, "future") {
 				t.Fatalf("status problem %q", p)
 			}

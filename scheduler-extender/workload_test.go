@@ -3,7 +3,6 @@ package extender
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/understory/understory/scheduler-extender/placement"
 )
@@ -29,10 +28,8 @@ func TestPolicyCoverage(t *testing.T) {
 			t.Parallel()
 			cfg := DefaultConfig()
 			cfg.Policy, cfg.WorkloadCoverage = tc.policy, tc.coverage
-			s, err := NewState(cfg, newFakeClock().Now)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := testServer(t, newFakeClock(), Deps{}, func(c *Config) { *c = cfg })
+			s := srv.State()
 			for i := range 99 {
 				s.UpsertPod(testPod("ns", fmt.Sprintf("whole%d", i), gpus(1)))
 			}
@@ -40,7 +37,7 @@ func TestPolicyCoverage(t *testing.T) {
 			if err := s.RefreshWorkload(); err != nil {
 				t.Fatal(err)
 			}
-			got := (&Server{state: s, now: time.Now}).Status().WorkloadClasses
+			got := srv.Status().WorkloadClasses
 			if got != tc.want {
 				t.Fatalf("%s sees %d classes, want %d", tc.policy, got, tc.want)
 			}

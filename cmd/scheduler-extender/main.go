@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,7 +47,11 @@ type options struct {
 	qps        float64
 	burst      int
 	noPodGroup bool
-	cfg        extender.Config
+	// TLS: serving pair (HTTPS when set) and the CA of accepted client certificates.
+	certFile     string
+	keyFile      string
+	clientCAFile string
+	cfg          extender.Config
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
@@ -54,7 +59,13 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.cfg
-	fs.StringVar(&o.listen, "listen", ":8888", "HTTP listen address (filter, prioritize, bind, healthz, readyz, metrics, status)")
+	fs.StringVar(&o.listen, "listen", ":8888", "listen address (filter, prioritize, bind, healthz, readyz, metrics, status)")
+	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM): serve HTTPS, re-read when it changes; "+
+		"empty: plain HTTP")
+	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM), with -tls-cert-file")
+	fs.StringVar(&o.clientCAFile, "tls-client-ca-file", "", "CA bundle (PEM) of client certificates: callers of "+
+		"every path but GET /healthz, /readyz and /metrics must present one it signed (kube-scheduler's "+
+		"extender tlsConfig certFile/keyFile); re-read when it changes. Needs -tls-cert-file")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
 	fs.Float64Var(&o.qps, "kube-api-qps", defaultQPS, "client-side QPS limit to the API server; one bound pod is one "+
@@ -96,6 +107,13 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if (o.certFile == "") != (o.keyFile == "") {
+		return o, fmt.Errorf("-tls-cert-file and -tls-private-key-file go together: %w", errBadFlag)
+	}
+	if o.clientCAFile != "" && o.certFile == "" {
+		return o, fmt.Errorf("-tls-client-ca-file needs -tls-cert-file (client certificates exist only over TLS): %w",
+			errBadFlag)
 	}
 	if !(o.qps > 0) || o.burst < 1 {
 		return o, fmt.Errorf("-kube-api-qps %v must be > 0 and -kube-api-burst %d >= 1: %w", o.qps, o.burst, errBadFlag)
@@ -141,21 +159,21 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tlsConfig, err := serverTLS(o, log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	hs := extender.NewHTTPServer(o.listen, srv.Handler(), o.cfg)
+	hs := newHTTPServer(o, srv.Handler(), tlsConfig, log)
 	errc := make(chan error, 2)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { errc <- srv.Run(runCtx) }()
-	go func() {
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("serving: %w", err)
-		}
-	}()
-	log.Info("scheduler extender serving", "addr", ln.Addr().String(), "policy", o.cfg.Policy)
+	go func() { errc <- serve(hs, ln) }()
+	logServing(log, o, ln.Addr().String())
 	var first error
 	select {
 	case <-ctx.Done():
@@ -169,6 +187,46 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	stop()
 	return first
+}
+
+// newHTTPServer wraps h for o: over TLS when tlsConfig is set, and behind the
+// client-certificate check when a client CA is.
+func newHTTPServer(o options, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) *http.Server {
+	if o.clientCAFile != "" {
+		h = requireClientCert(h)
+	}
+	hs := extender.NewHTTPServer(o.listen, h, o.cfg)
+	hs.TLSConfig = tlsConfig
+	// Handshake failures (a caller that does not trust our CA, a client
+	// certificate that does not verify) are logged as warnings, not to stderr raw.
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	return hs
+}
+
+// serve runs hs on ln until it is shut down (nil then).
+func serve(hs *http.Server, ln net.Listener) error {
+	var err error
+	if hs.TLSConfig != nil {
+		err = hs.ServeTLS(ln, "", "")
+	} else {
+		err = hs.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serving: %w", err)
+}
+
+// logServing says how the extender serves; plain HTTP is a warning: whoever
+// reaches the port may call bind.
+func logServing(log *slog.Logger, o options, addr string) {
+	if o.certFile == "" {
+		log.Warn("scheduler extender serving plain HTTP: no -tls-cert-file, so callers are not authenticated "+
+			"and traffic is not encrypted; use it only on loopback", "addr", addr, "policy", o.cfg.Policy)
+		return
+	}
+	log.Info("scheduler extender serving HTTPS", "addr", addr, "policy", o.cfg.Policy, "cert", o.certFile,
+		"clientCertificates", o.clientCAFile != "")
 }
 
 func main() {

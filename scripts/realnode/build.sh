@@ -6,7 +6,8 @@
 #   - kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl v1.34.4
 #     (scripts/k8s-binaries.sh) and Debian's etcd
 #   - Debian's CNI plugins (loopback) and busybox-static
-#   - two OCI image-layout tars: a pause image (a static Go program that waits for
+#   - two image tarballs, made by the repo's cmd/mkimage (go-containerregistry, the
+#     same build as `make images`): a pause image (a static Go program that waits for
 #     SIGTERM and reaps children) and a busybox-static image
 # Every Go build runs in a throwaway module in the cache dir, under `nice`.
 # Warm (everything present at the right version): about a second.
@@ -31,6 +32,7 @@ debian_deps() {
 	[ -x $CNI_BIN_DIR/loopback ] || need+=(containernetworking-plugins)
 	[ -x /bin/busybox ] && file_static /bin/busybox || need+=(busybox-static)
 	pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)
+	# scripts/k8s-binaries.sh reads `go mod download -json` with jq (the images do not).
 	command -v jq >/dev/null || need+=(jq)
 	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 }
@@ -175,74 +177,41 @@ EOF
 	touch "$src/.ready"
 }
 
-# sha FILE: hex sha256 of FILE.
-sha() { sha256sum "$1" | cut -d' ' -f1; }
-
-# oci_image NAME ROOTFS OUT CONFIG_JSON: write an OCI image layout tar of one gzip
-# layer holding ROOTFS, with the given image config ("config" object) to OUT.
-oci_image() {
-	local name=$1 rootfs=$2 out=$3 cfg=$4
-	local d
-	d=$(mktemp -d "$IMG_DIR/oci.XXXXXX")
-	mkdir -p "$d/blobs/sha256"
-	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$rootfs" -cf "$d/layer.tar" .
-	local diff_id
-	diff_id=$(sha "$d/layer.tar")
-	gzip -n -9 "$d/layer.tar"
-	local layer
-	layer=$(sha "$d/layer.tar.gz")
-	local layer_size
-	layer_size=$(stat -c %s "$d/layer.tar.gz")
-	mv "$d/layer.tar.gz" "$d/blobs/sha256/$layer"
-	jq -cn --argjson c "$cfg" --arg diff "sha256:$diff_id" \
-		'{architecture:"amd64",os:"linux",config:$c,rootfs:{type:"layers",diff_ids:[$diff]},history:[{created_by:"understory scripts/realnode/build.sh"}]}' >"$d/config.json"
-	local config config_size
-	config=$(sha "$d/config.json")
-	config_size=$(stat -c %s "$d/config.json")
-	mv "$d/config.json" "$d/blobs/sha256/$config"
-	jq -cn --arg c "sha256:$config" --argjson cs "$config_size" --arg l "sha256:$layer" --argjson ls "$layer_size" \
-		'{schemaVersion:2,mediaType:"application/vnd.oci.image.manifest.v1+json",
-		  config:{mediaType:"application/vnd.oci.image.config.v1+json",digest:$c,size:$cs},
-		  layers:[{mediaType:"application/vnd.oci.image.layer.v1.tar+gzip",digest:$l,size:$ls}]}' >"$d/manifest.json"
-	local manifest manifest_size
-	manifest=$(sha "$d/manifest.json")
-	manifest_size=$(stat -c %s "$d/manifest.json")
-	mv "$d/manifest.json" "$d/blobs/sha256/$manifest"
-	jq -cn --arg m "sha256:$manifest" --argjson ms "$manifest_size" --arg n "$name" \
-		'{schemaVersion:2,manifests:[{mediaType:"application/vnd.oci.image.manifest.v1+json",digest:$m,size:$ms,
-		  annotations:{"io.containerd.image.name":$n,"org.opencontainers.image.ref.name":($n|split(":")|last)}}]}' >"$d/index.json"
-	echo '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
-	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$d" -cf "$out.tmp" oci-layout index.json blobs
-	mv -f "$out.tmp" "$out"
-	rm -rf "$d"
+# mkimage: the repo's image builder (cmd/mkimage, package images), rebuilt every run
+# (the Go build cache makes that quick) so the images always come from the current code.
+build_mkimage() {
+	(cd "$REPO_ROOT" && CGO_ENABLED=0 nice -n 10 go build -trimpath -o "$IMG_DIR/mkimage.tmp" ./cmd/mkimage)
+	mv -f "$IMG_DIR/mkimage.tmp" "$IMG_DIR/mkimage"
 }
 
+# The pause and busybox images, as `docker save`-style tarballs that up.sh imports
+# with `ctr images import`. mkimage's output is reproducible (fixed mtimes, numeric
+# owners), so writing them again on every run changes nothing but costs ~0.5 s.
 build_images() {
 	mkdir -p "$IMG_DIR"
 	build_pause
-	local stamp=v2 # bump when the image contents change
-	if [ ! -f "$IMG_DIR/pause.tar" ] || [ "$(cat "$IMG_DIR/.images" 2>/dev/null)" != $stamp ]; then
-		local r
-		r=$(mktemp -d "$IMG_DIR/rootfs.XXXXXX")
-		cp "$IMG_DIR/pause" "$r/pause"
-		oci_image "$PAUSE_IMAGE" "$r" "$IMG_DIR/pause.tar" '{"Entrypoint":["/pause"],"User":"0"}'
-		rm -rf "$r"
+	build_mkimage
+	local r
+	r=$(mktemp -d "$IMG_DIR/rootfs.XXXXXX")
+	cp "$IMG_DIR/pause" "$r/pause"
+	"$IMG_DIR/mkimage" dir -ref "$PAUSE_IMAGE" -rootfs "$r" -out "$IMG_DIR/pause.tar" \
+		-entrypoint /pause -user 0 >/dev/null || { rm -rf "$r"; return 1; }
+	rm -rf "$r"
 
-		r=$(mktemp -d "$IMG_DIR/rootfs.XXXXXX")
-		mkdir -p "$r/bin" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/etc"
-		chmod 1777 "$r/tmp"
-		cp /bin/busybox "$r/bin/busybox"
-		local app
-		for app in $(/bin/busybox --list); do
-			[ "$app" = busybox ] || ln -sf busybox "$r/bin/$app"
-		done
-		echo 'root:x:0:0:root:/:/bin/sh' >"$r/etc/passwd"
-		echo 'root:x:0:' >"$r/etc/group"
-		oci_image "$BUSYBOX_IMAGE" "$r" "$IMG_DIR/busybox.tar" '{"Cmd":["sh"],"Env":["PATH=/bin"],"User":"0"}'
-		rm -rf "$r"
-		echo $stamp >"$IMG_DIR/.images"
-		log "images written to $IMG_DIR (pause.tar, busybox.tar)"
-	fi
+	r=$(mktemp -d "$IMG_DIR/rootfs.XXXXXX")
+	mkdir -p "$r/bin" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/etc"
+	chmod 1777 "$r/tmp"
+	cp /bin/busybox "$r/bin/busybox"
+	local app
+	for app in $(/bin/busybox --list); do
+		[ "$app" = busybox ] || ln -sf busybox "$r/bin/$app"
+	done
+	echo 'root:x:0:0:root:/:/bin/sh' >"$r/etc/passwd"
+	echo 'root:x:0:' >"$r/etc/group"
+	"$IMG_DIR/mkimage" dir -ref "$BUSYBOX_IMAGE" -rootfs "$r" -out "$IMG_DIR/busybox.tar" \
+		-cmd sh -env PATH=/bin -user 0 >/dev/null || { rm -rf "$r"; return 1; }
+	rm -rf "$r"
+	rm -f "$IMG_DIR/.images" # the stamp of the hand-made images, before mkimage
 }
 
 mkdir -p "$CACHE_ROOT"

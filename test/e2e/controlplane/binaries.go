@@ -100,13 +100,28 @@ func findBinaries(t testing.TB) binaries {
 	if !s.build {
 		t.Skipf("control-plane binaries not found (%v); build them once with `%s` (kube-apiserver %s from the Go module proxy, ~6-10 min cold on 2 cores), or set UNDERSTORY_BUILD_K8S=1 to build from the test", err, buildScript, K8sVersion)
 	}
+	s.runBuild(t, err)
+	if b, err = s.locate(); err != nil {
+		t.Fatalf("%s ran but binaries are still missing: %v", buildScript, err)
+	}
+	return b
+}
+
+// runBuild runs the build script (with --with extra, if given) because of
+// missing, and fails the test when it fails.
+func (s settings) runBuild(t testing.TB, missing error, extra ...string) {
+	t.Helper()
 	script, serr := findScript()
 	if serr != nil {
-		t.Fatalf("control-plane binaries not found (%v) and cannot build them: %v", err, serr)
+		t.Fatalf("control-plane binaries not found (%v) and cannot build them: %v", missing, serr)
 	}
-	t.Logf("control-plane binaries not found (%v); running %s (slow when cold)", err, script)
+	t.Logf("control-plane binaries not found (%v); running %s (slow when cold)", missing, script)
 	var out bytes.Buffer
-	cmd := exec.Command("bash", script)
+	args := []string{script}
+	if len(extra) > 0 {
+		args = append(args, "--with", strings.Join(extra, ","))
+	}
+	cmd := exec.Command("bash", args...)
 	cmd.Env = append(os.Environ(), "UNDERSTORY_K8S_BIN="+s.binDir)
 	// Progress goes to the test's stderr as it happens; the tail goes to
 	// the failure message.
@@ -115,10 +130,29 @@ func findBinaries(t testing.TB) binaries {
 	if rerr := cmd.Run(); rerr != nil {
 		t.Fatalf("%s failed: %v\n%s", script, rerr, tailString(out.String(), 40))
 	}
-	if b, err = s.locate(); err != nil {
-		t.Fatalf("%s ran but binaries are still missing: %v", script, err)
+}
+
+// FindKubectl returns kubectl K8sVersion from the same cache as the control
+// plane's binaries (`scripts/k8s-binaries.sh --with kubectl` builds it), for
+// tests that apply manifests the way users do. Like Start it builds it when
+// CI=true or UNDERSTORY_BUILD_K8S=1 and skips the test otherwise.
+func FindKubectl(t testing.TB) string {
+	t.Helper()
+	s := settingsFromEnv()
+	p := filepath.Join(s.binDir, "kubectl")
+	if isExecutable(p) {
+		return p
 	}
-	return b
+	missing := fmt.Errorf("%s: %w", p, errMissing)
+	if !s.build {
+		t.Skipf("kubectl not found (%v); build it once with `%s --with kubectl` (~1 min after the control-plane "+
+			"binaries), or set UNDERSTORY_BUILD_K8S=1 to build from the test", missing, buildScript)
+	}
+	s.runBuild(t, missing, "kubectl")
+	if !isExecutable(p) {
+		t.Fatalf("%s --with kubectl ran but %s is still missing", buildScript, p)
+	}
+	return p
 }
 
 // findScript walks up from the working directory (a package dir under

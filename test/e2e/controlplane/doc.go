@@ -16,7 +16,9 @@
 // etcd-server (3.4) from PATH or UNDERSTORY_ETCD. When they are missing, Start
 // runs the script if CI=true or UNDERSTORY_BUILD_K8S=1, otherwise it skips the
 // test with the command to run. Under CI=true it never skips: a missing or
-// failing build fails the test.
+// failing build fails the test. FindKubectl finds (or, on the same terms,
+// builds with `--with kubectl`) kubectl from the same cache, for tests that
+// apply manifests as users do.
 //
 // Every process runs in its own process group with its output in a log file
 // under t.TempDir(); t.Cleanup kills the group and waits for it, and prints

@@ -9,7 +9,8 @@
 // on a loopback httptest server behind a spy that counts the calls per verb
 // (and, with Options.TrackPods, per pod). SchedulerConfig reads the example
 // KubeSchedulerConfiguration from manifests/scheduler/kube-scheduler-config.yaml
-// and substitutes only the extender's urlPrefix: the tests prove that this
+// and substitutes only the extender's urlPrefix (and, for the harness's plain
+// http URL, drops its tlsConfig): the tests prove that this
 // manifest works. (controlplane.StartScheduler then substitutes
 // clientConnection.kubeconfig and turns leader election off.)
 //

@@ -31,6 +31,7 @@ func TestSchedulerConfig(t *testing.T) {
 	}{
 		{name: "repository manifest", manifest: string(repo)},
 		{name: "minimal", manifest: "extenders:\n- urlPrefix: http://x\n  filterVerb: filter\n"},
+		{name: "tls dropped", manifest: "extenders:\n- urlPrefix: https://x\n  enableHTTPS: true\n  tlsConfig: {caFile: /nope}\n"},
 		{name: "no extenders", manifest: "kind: KubeSchedulerConfiguration\n", wantErr: true},
 		{name: "two extenders", manifest: "extenders:\n- urlPrefix: http://a\n- urlPrefix: http://b\n", wantErr: true},
 		{name: "extender not a mapping", manifest: "extenders:\n- http://a\n", wantErr: true},
@@ -61,8 +62,14 @@ func TestSchedulerConfig(t *testing.T) {
 			if ext["urlPrefix"] != testURL {
 				t.Errorf("urlPrefix = %v, want %s", ext["urlPrefix"], testURL)
 			}
-			// Only the URL changes.
-			before["extenders"].([]any)[0].(map[string]any)["urlPrefix"] = testURL
+			// Only the URL changes, and the TLS settings go with a plain http URL.
+			if _, ok := ext["tlsConfig"]; ok {
+				t.Errorf("tlsConfig kept for the plain http URL %s", testURL)
+			}
+			be := before["extenders"].([]any)[0].(map[string]any)
+			be["urlPrefix"] = testURL
+			delete(be, "tlsConfig")
+			delete(be, "enableHTTPS")
 			b1, _ := json.Marshal(before)
 			b2, _ := json.Marshal(after)
 			if string(b1) != string(b2) {

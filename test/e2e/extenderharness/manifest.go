@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -43,7 +44,10 @@ func ReadManifest() ([]byte, error) {
 // SchedulerConfig returns manifest (a KubeSchedulerConfiguration with
 // exactly one extender) with that extender's urlPrefix replaced by url.
 // Everything else is kept as written; controlplane.StartScheduler then
-// substitutes clientConnection.kubeconfig.
+// substitutes clientConnection.kubeconfig. A plain http url (the harness's
+// loopback extender) also drops the entry's enableHTTPS and tlsConfig: the
+// shipped ones name certificate files on a control-plane host, which
+// kube-scheduler would fail to read here.
 func SchedulerConfig(manifest []byte, url string) (string, error) {
 	cfg := map[string]any{}
 	if err := yaml.Unmarshal(manifest, &cfg); err != nil {
@@ -54,6 +58,10 @@ func SchedulerConfig(manifest []byte, url string) (string, error) {
 		return "", err
 	}
 	ext["urlPrefix"] = url
+	if strings.HasPrefix(url, "http://") {
+		delete(ext, "tlsConfig")
+		delete(ext, "enableHTTPS")
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return "", fmt.Errorf("encoding scheduler configuration: %w", err)

@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"fmt"
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,133 +173,6 @@ func (s *State) evaluate(sh *shape, names [][]byte, entries []*nodeEntry, out *f
 	return best, found
 }
 
-// maxCommitRetries bounds optimistic commits before a filter evaluates under the write lock.
-const maxCommitRetries = 3
-
-// Filter decides which of names pod may go to and reserves the best one for it.
-// For a pod the extender places (every pod it is asked about), the verdict passes
-// exactly one node: the one it reserved, so two quick filters can never book the
-// same capacity. Gang members follow the gang's plan (see gang.go). learned holds
-// full Node objects from a nodeCacheCapable=false call; unless
-// Config.NodeCacheCapable is set they teach the index nodes it does not know
-// (and such nodes expire when calls stop carrying them). raw is the NodeNames JSON (nil if unknown), a cache key.
-// out's slices are reused (truncated) and the filled outcome is returned.
-func (s *State) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learned []*corev1.Node, out filterOutcome) filterOutcome {
-	out.reset()
-	s.lock()
-	if !s.cfg.NodeCacheCapable {
-		now := s.now()
-		for _, n := range learned {
-			if e, ok := s.nodes[n.Name]; !ok || e.learned {
-				s.upsertNodeLocked(n, true).seen = now
-			}
-		}
-	}
-	p := s.pods[pod.UID]
-	if p == nil || !p.informer {
-		// Known from request bodies only: its record (PodRequest, copies) is
-		// made outside the lock, as the informer's transform makes its own.
-		s.unlock()
-		rec := podRecordOf(pod)
-		s.lock()
-		if p = s.pods[pod.UID]; p == nil || !p.informer {
-			p = s.upsertPodLocked(rec, false)
-		}
-	}
-	if p == nil {
-		s.unlock()
-		out.failAll(names, "pod has terminated", true)
-		return out
-	}
-	if p.reqErr != nil {
-		s.unlock()
-		out.failAll(names, fmt.Sprintf("pod %s: %v", p.key(), p.reqErr), true)
-		return out
-	}
-	if p.hasGang {
-		var done bool
-		var job *gangJob
-		out, done, job = s.gangFilterLocked(p, names, out)
-		if job != nil {
-			// Planning a gang costs minMember Selects over the candidates: it
-			// runs on copies, without the lock, and commits only what still holds.
-			s.unlock()
-			job.run()
-			s.lock()
-			out = s.gangFinishLocked(job, names, out)
-		}
-		if done {
-			s.unlock()
-			return out
-		}
-	}
-	switch {
-	case p.phase == phaseReserved && !p.unconfirmed:
-		s.release(p)
-	case p.phase == phasePending:
-	default:
-		node, reason := p.node, fmt.Sprintf("pod is %s on node %s", p.phase, p.node)
-		s.unlock()
-		for _, b := range names {
-			if string(b) == node {
-				out.passed = append(out.passed, node)
-			} else {
-				out.fail(b, reason, false)
-			}
-		}
-		return out
-	}
-	sh := s.shapes.of(p.req)
-	s.unlock()
-
-	for attempt := 0; ; attempt++ {
-		last := attempt >= maxCommitRetries
-		out.reset()
-		var best candidate
-		var found bool
-		if last {
-			s.lock()
-			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
-		} else {
-			s.mu.RLock()
-			best, found = s.evaluate(&sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), &out)
-			s.mu.RUnlock()
-			s.lock()
-		}
-		if !found {
-			s.unlock()
-			return out
-		}
-		if s.pods[p.uid] != p {
-			s.unlock()
-			out.reset()
-			out.failAll(names, "pod was deleted", false)
-			return out
-		}
-		e, ok := s.nodes[best.e.n.Name]
-		ok = ok && e == best.e
-		devs := best.devs
-		if ok && e.gen != best.gen {
-			c := s.judge(e, &sh)
-			ok, devs = c.reason == "" && c.ok, c.devs
-		}
-		if ok {
-			if err := s.reserve(p, e, devs, phaseReserved); err == nil {
-				p.expires = s.now().Add(s.cfg.AssumedTTL)
-				s.unlock()
-				out.passed = append(out.passed[:0], e.n.Name)
-				return out
-			}
-		}
-		s.unlock()
-		if last {
-			out.reset()
-			out.failAll(names, reasonChangedRetry, false)
-			return out
-		}
-	}
-}
-
 // Prioritize scores names for pod in [MinExtenderPriority, MaxExtenderPriority]: the
 // node holding the pod's reservation or plan gets the maximum, others the
 // policy's score mapped linearly from [min, max] over the nodes that fit.
@@ -360,4 +232,29 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 		scores = append(scores, sc)
 	}
 	return scores, raws
+}
+
+// evaluateNames is evaluate over the candidate list names (raw: its JSON, a
+// cache key, nil if unknown) resolved to the index's nodes. Call with mu held.
+func (s *State) evaluateNames(sh *shape, names [][]byte, raw []byte, out *filterOutcome) (candidate, bool) {
+	return s.evaluate(sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), out)
+}
+
+// recheck returns c's node and devices if the node is still the index's and,
+// when it changed since c was scored (its generation moved), sh still fits it
+// with a device placement (scored again). Call with mu held for writing.
+func (s *State) recheck(c candidate, sh *shape) (*nodeEntry, []int, bool) {
+	e, ok := s.nodes[c.e.n.Name]
+	if !ok || e != c.e {
+		return nil, nil, false
+	}
+	devs := c.devs
+	if e.gen != c.gen {
+		v := s.judge(e, sh)
+		if v.reason != "" || !v.ok {
+			return nil, nil, false
+		}
+		devs = v.devs
+	}
+	return e, devs, true
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -43,6 +48,24 @@ func touchingListWatch(ic *informerContact,
 	}
 }
 
+// informers follow the cluster: node and pod informers feed the index
+// (State), PodGroup informers (scheduler-plugins, Volcano) the gangs, each
+// reporting its contact with the API server (apiContact); synced says when
+// the node and pod handlers have fed their initial lists. Events and nudges
+// the index queued while handling an event are flushed after it.
+type informers struct {
+	cfg     Config
+	client  kubernetes.Interface
+	dynamic dynamic.Interface // nil: no PodGroup informers
+	ix      *State
+	gangs   *Gangs
+	contact *apiContact
+	out     *outbox
+	log     *slog.Logger
+	synced  atomic.Bool
+	wg      sync.WaitGroup // start's informers, until they stop
+}
+
 // tombstone unwraps a DeletedFinalStateUnknown.
 func tombstone(obj any) any {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -51,21 +74,21 @@ func tombstone(obj any) any {
 	return obj
 }
 
-// startInformers starts the node, pod and PodGroup (scheduler-plugins, Volcano)
+// start starts the node, pod and PodGroup (scheduler-plugins, Volcano)
 // informers and waits for the node and pod caches. The PodGroup informers are
 // not waited for: without their CRD they never sync, and such gangs then wait
 // with a clear reason.
-func (s *Server) startInformers(ctx context.Context) error {
+func (s *informers) start(ctx context.Context) error {
 	c := s.client
-	st := s.state
-	nodes := cache.NewSharedIndexInformer(touchingListWatch(st.contact.informer(InformerNodes),
+	st := s.ix
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerNodes),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
-	pods := cache.NewSharedIndexInformer(touchingListWatch(st.contact.informer(InformerPods),
+	pods := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerPods),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -81,8 +104,8 @@ func (s *Server) startInformers(ctx context.Context) error {
 	// informer has synced once its store holds the initial list, possibly
 	// before its handlers have fed that list into the index.
 	nodeReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { st.upsertNodeObj(obj) },
-		UpdateFunc: func(_, obj any) { st.upsertNodeObj(obj) },
+		AddFunc:    func(obj any) { s.upsertNodeObj(obj) },
+		UpdateFunc: func(_, obj any) { s.upsertNodeObj(obj) },
 		DeleteFunc: func(obj any) {
 			if n, ok := tombstone(obj).(*corev1.Node); ok {
 				st.DeleteNode(n.Name)
@@ -98,24 +121,24 @@ func (s *Server) startInformers(ctx context.Context) error {
 		DeleteFunc: func(obj any) {
 			if p, ok := tombstone(obj).(*podRecord); ok {
 				st.DeletePod(p.UID)
-				s.flush()
+				s.out.flush()
 			}
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("adding pod handler: %w", err)
 	}
-	s.informerWG.Go(func() { nodes.RunWithContext(ctx) })
-	s.informerWG.Go(func() { pods.RunWithContext(ctx) })
+	s.wg.Go(func() { nodes.RunWithContext(ctx) })
+	s.wg.Go(func() { pods.RunWithContext(ctx) })
 	if s.dynamic != nil {
 		// Not waited for: without its CRD a PodGroup informer never syncs, and
 		// such gangs then wait with a clear reason.
-		if err := s.startGroupInformer(ctx, InformerPodGroups, PodGroupGVR, st.UpsertPodGroup, st.DeletePodGroup); err != nil {
+		if err := s.startGroupInformer(ctx, InformerPodGroups, PodGroupGVR, s.gangs.UpsertPodGroup, s.gangs.DeletePodGroup); err != nil {
 			return err
 		}
 		if s.cfg.VolcanoPodGroups {
-			if err := s.startGroupInformer(ctx, InformerVolcanoPodGroups, VolcanoPodGroupGVR, st.UpsertVolcanoPodGroup,
-				st.DeleteVolcanoPodGroup); err != nil {
+			if err := s.startGroupInformer(ctx, InformerVolcanoPodGroups, VolcanoPodGroupGVR, s.gangs.UpsertVolcanoPodGroup,
+				s.gangs.DeleteVolcanoPodGroup); err != nil {
 				return err
 			}
 		}
@@ -138,27 +161,27 @@ func (s *Server) startInformers(ctx context.Context) error {
 	return nil
 }
 
-func (s *State) upsertNodeObj(obj any) {
+func (s *informers) upsertNodeObj(obj any) {
 	if n, ok := obj.(*corev1.Node); ok {
-		s.UpsertNode(n)
+		s.ix.UpsertNode(n)
 	}
 }
 
 // upsertPodObj takes what the pod informer stores: a podRecord, its
 // transform's output (set above, before the informer runs: it never hands out
 // a *corev1.Pod).
-func (s *Server) upsertPodObj(obj any) {
+func (s *informers) upsertPodObj(obj any) {
 	if p, ok := obj.(*podRecord); ok {
-		s.state.upsertRecord(p)
-		s.flush()
+		s.ix.upsertRecord(p)
+		s.out.flush()
 	}
 }
 
 // startGroupInformer watches one PodGroup resource into the index.
-func (s *Server) startGroupInformer(ctx context.Context, name string, gvr schema.GroupVersionResource,
+func (s *informers) startGroupInformer(ctx context.Context, name string, gvr schema.GroupVersionResource,
 	upsert func(*unstructured.Unstructured), del func(namespace, name string)) error {
 	ri := s.dynamic.Resource(gvr).Namespace(metav1.NamespaceAll)
-	inf := cache.NewSharedIndexInformer(touchingListWatch(s.state.contact.informer(name),
+	inf := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(name),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 	), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})
@@ -181,6 +204,6 @@ func (s *Server) startGroupInformer(ctx context.Context, name string, gvr schema
 	}); err != nil {
 		return fmt.Errorf("adding %s handler: %w", gvr.GroupResource(), err)
 	}
-	s.informerWG.Go(func() { inf.RunWithContext(ctx) })
+	s.wg.Go(func() { inf.RunWithContext(ctx) })
 	return nil
 }

@@ -1,0 +1,86 @@
+package extender
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/placement"
+)
+
+// status fills out's policy, nodes, held pods and pod counts. Call with mu held
+// (read suffices).
+func (s *State) status(out *Status) {
+	out.Policy, out.WorkloadClasses = s.policy.Name(), s.workload.Len()
+	out.Counts = map[string]int{}
+	out.Nodes, out.AssumedPods = make([]NodeStatus, 0, len(s.nodes)), []PodStatus{}
+	for _, e := range s.nodes {
+		out.Nodes = append(out.Nodes, e.status(out.Time))
+	}
+	slices.SortFunc(out.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range s.pods {
+		out.Counts[p.phase.String()]++
+		if p.phase == phasePending || p.phase == phaseBound {
+			continue
+		}
+		ps := PodStatus{Pod: p.key(), Phase: p.phase.String(), Node: p.node, Devices: p.devices, Inferred: p.inferred}
+		if p.phase == phaseReserved {
+			t := p.expires
+			ps.Expires = &t
+		}
+		if p.hasGang {
+			ps.Gang = p.gang.key
+		}
+		out.AssumedPods = append(out.AssumedPods, ps)
+	}
+	slices.SortFunc(out.AssumedPods, func(a, b PodStatus) int { return strings.Compare(a.Pod, b.Pod) })
+}
+
+// status is the node's /status entry at now.
+func (e *nodeEntry) status(now time.Time) NodeStatus {
+	n := e.n
+	ns := NodeStatus{Name: n.Name, Model: n.Model, CPUMilli: n.CPUMilli, UsedCPUMilli: n.UsedCPUMilli,
+		MemoryMiB: n.MemoryMiB, UsedMemoryMiB: n.UsedMemoryMiB, Pods: n.Pods,
+		MetricsFresh: n.Usage != nil, MetricsProblem: e.metricsErr, Learned: e.learned}
+	if n.Usage == nil && ns.MetricsProblem == "" {
+		ns.MetricsProblem = "older than the metrics max age"
+		if e.metrics != nil && e.metrics.Timestamp.After(now) {
+			ns.MetricsProblem = "stamped in the future beyond the metrics max skew"
+		}
+	}
+	for i, f := range n.GPUFree {
+		ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})
+	}
+	for _, p := range e.pods {
+		for _, d := range p.devices {
+			if d >= 0 && d < len(ns.GPUs) {
+				ns.GPUs[d].Pods = append(ns.GPUs[d].Pods, p.key())
+			}
+		}
+	}
+	for i := range ns.GPUs {
+		slices.Sort(ns.GPUs[i].Pods)
+	}
+	return ns
+}
+
+// snapshot is the index's part of the scrape-time gauges (nodes, GPUs, pods
+// by phase, nodes with stale metrics). Call with mu held (read suffices).
+func (s *State) snapshot() metrics.ExtenderSnapshot {
+	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}}
+	for _, e := range s.nodes {
+		out.GPUs += len(e.n.GPUFree)
+		for _, f := range e.n.GPUFree {
+			out.GPUMilliCapacity += placement.MilliPerGPU
+			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
+		}
+		if e.n.Usage == nil {
+			out.StaleNodeMetrics++
+		}
+	}
+	for _, p := range s.pods {
+		out.Pods[p.phase.String()]++
+	}
+	return out
+}

@@ -1,0 +1,407 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+// The names the manifests give the pieces other tools (the real-node e2e,
+// docs) rely on.
+const (
+	nsSystem         = "understory-system"
+	extenderName     = "understory-scheduler-extender"
+	extenderSA       = "system:serviceaccount:understory-system:understory-scheduler-extender"
+	koordletName     = "understory-koordlet"
+	admissionName    = "understory-admission"
+	schedulerConfig  = "understory-scheduler-config"
+	schedulerConfKey = "kube-scheduler-config.yaml"
+)
+
+// composition writes a kustomization under root/test-<name> made of base and
+// the given components (paths relative to root), for variants no shipped
+// kustomization builds, and returns its directory.
+func composition(t *testing.T, root, name string, components ...string) string {
+	t.Helper()
+	dir := filepath.Join(root, "test-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\ncomponents:\n")
+	for _, c := range components {
+		fmt.Fprintf(&b, "  - ../%s\n", c)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// podTemplate returns the pod template of a Deployment or DaemonSet.
+func podTemplate(t *testing.T, o *unstructured.Unstructured) corev1.PodTemplateSpec {
+	t.Helper()
+	switch o.GetKind() {
+	case "Deployment":
+		var d appsv1.Deployment
+		fromUnstructured(t, o, &d)
+		return d.Spec.Template
+	case "DaemonSet":
+		var d appsv1.DaemonSet
+		fromUnstructured(t, o, &d)
+		return d.Spec.Template
+	}
+	t.Fatalf("%s %s has no pod template", o.GetKind(), o.GetName())
+	return corev1.PodTemplateSpec{}
+}
+
+func fromUnstructured(t *testing.T, o *unstructured.Unstructured, out any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true); err != nil {
+		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+	}
+}
+
+// workloadImages returns every container's image and pull policy of the
+// objects with pod templates (Deployment, DaemonSet, Job).
+func workloadImages(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, o := range objs {
+		var spec corev1.PodSpec
+		switch o.GetKind() {
+		case "Deployment", "DaemonSet":
+			spec = podTemplate(t, o).Spec
+		default:
+			continue
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			out[o.GetKind()+"/"+o.GetName()+"/"+c.Name] = c.Image + " " + string(c.ImagePullPolicy)
+		}
+	}
+	return out
+}
+
+// schedulerConfigOf returns the KubeSchedulerConfiguration shipped in the build.
+func schedulerConfigOf(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	cm := mustFind(t, objs, "ConfigMap", schedulerConfig)
+	raw, _, _ := unstructured.NestedString(cm.Object, "data", schedulerConfKey)
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatalf("%s: %v", schedulerConfKey, err)
+	}
+	return cfg
+}
+
+// extenderEntry is the one extender of cfg.
+func extenderEntry(t *testing.T, cfg map[string]any) map[string]any {
+	t.Helper()
+	exts, _ := cfg["extenders"].([]any)
+	if len(exts) != 1 {
+		t.Fatalf("extenders: %v", cfg["extenders"])
+	}
+	e, _ := exts[0].(map[string]any)
+	return e
+}
+
+// secretData returns key of the Secret name in objs, decoded.
+func secretData(t *testing.T, objs []*unstructured.Unstructured, name, key string) []byte {
+	t.Helper()
+	s := mustFind(t, objs, "Secret", name)
+	v, _, _ := unstructured.NestedString(s.Object, "data", key)
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("Secret %s key %s: %v", name, key, err)
+	}
+	return b
+}
+
+func parseCert(t *testing.T, pemData []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(pemData)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestManifestsBuild builds every shipped kustomization with kubectl's
+// kustomize (v1.34.4) and checks what they promise without a cluster: one tag
+// for every image and never :latest, the least-privilege settings of each
+// workload, certificates that match the Services, the scheduler configuration
+// that matches the extender's Service and certificate, and overlays that change
+// only what they say.
+func TestManifestsBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kubectl; skipped in -short mode")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	k := newKubectl(t, "")
+	root := copyManifests(t)
+	objs := k.build(t, ctx, root)
+
+	t.Run("images", func(t *testing.T) {
+		variants := map[string][]*unstructured.Unstructured{
+			"root": objs, "gpu": k.build(t, ctx, filepath.Join(root, "overlays", "gpu")),
+			"systemd": k.build(t, ctx, filepath.Join(root, "overlays", "systemd")),
+		}
+		tags := map[string]bool{}
+		for variant, vobjs := range variants {
+			images := workloadImages(t, vobjs)
+			if len(images) == 0 {
+				t.Fatalf("%s: no workloads", variant)
+			}
+			for where, img := range images {
+				ref, policy, _ := strings.Cut(img, " ")
+				name, tag, ok := strings.Cut(ref, ":")
+				if !ok || tag == "" || tag == "latest" || !strings.HasPrefix(name, "understory/") {
+					t.Errorf("%s %s: image %q, want understory/<name>:<release tag>", variant, where, ref)
+				}
+				if policy != string(corev1.PullIfNotPresent) {
+					t.Errorf("%s %s: imagePullPolicy %q, want IfNotPresent", variant, where, policy)
+				}
+				tags[tag] = true
+			}
+		}
+		if len(tags) != 1 {
+			t.Errorf("images carry tags %v, want one release tag (base/kustomization.yaml)", tags)
+		}
+	})
+
+	t.Run("one pass order", func(t *testing.T) {
+		// kubectl applies in the order of the build: the namespace and the CRD
+		// before anything else, the webhook configuration after its Service.
+		idx := map[string]int{}
+		for i, o := range objs {
+			idx[o.GetKind()+"/"+o.GetName()] = i
+		}
+		if objs[0].GetKind() != "Namespace" || objs[0].GetName() != nsSystem {
+			t.Errorf("first object %s %s, want Namespace %s", objs[0].GetKind(), objs[0].GetName(), nsSystem)
+		}
+		crd, ok := idx["CustomResourceDefinition/podgroups.scheduling.x-k8s.io"]
+		if !ok || crd > idx["ServiceAccount/"+koordletName] {
+			t.Errorf("PodGroup CRD at %d (present %v), want before the service accounts", crd, ok)
+		}
+		if idx["MutatingWebhookConfiguration/"+admissionName] < idx["Service/"+admissionName] {
+			t.Error("the webhook configuration comes before its Service")
+		}
+		for _, o := range objs {
+			if o.GetAPIVersion() == "scheduling.x-k8s.io/v1alpha1" {
+				t.Errorf("%s %s is in the install: a CRD's objects cannot be applied with it", o.GetKind(), o.GetName())
+			}
+		}
+		for _, want := range []string{"ServiceAccount/" + extenderName, "ClusterRole/" + extenderName,
+			"DaemonSet/" + koordletName, "Deployment/" + extenderName, "Service/" + extenderName,
+			"Deployment/" + admissionName, "ConfigMap/" + schedulerConfig, "ConfigMap/understory-prometheus-scrape",
+			"ValidatingAdmissionPolicy/understory-koordlet-node", "ValidatingAdmissionPolicyBinding/understory-koordlet-node",
+			"ValidatingAdmissionPolicy/understory-scheduler-extender-pods", "FlowSchema/" + extenderName,
+			"NetworkPolicy/understory-default-deny-ingress", "Secret/understory-admission-tls",
+			"Secret/understory-scheduler-extender-tls"} {
+			if _, ok := idx[want]; !ok {
+				t.Errorf("the install has no %s", want)
+			}
+		}
+	})
+
+	t.Run("agent pod least privilege", func(t *testing.T) {
+		pod := podTemplate(t, mustFind(t, objs, "DaemonSet", koordletName)).Spec
+		if pod.HostPID || pod.HostNetwork || pod.HostIPC {
+			t.Errorf("hostPID %v hostNetwork %v hostIPC %v, want none", pod.HostPID, pod.HostNetwork, pod.HostIPC)
+		}
+		if pod.SecurityContext == nil || pod.SecurityContext.SeccompProfile == nil ||
+			pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("seccomp %+v, want RuntimeDefault", pod.SecurityContext)
+		}
+		c := pod.Containers[0]
+		sc := c.SecurityContext
+		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil ||
+			*sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+			len(sc.Capabilities.Add) != 0 {
+			t.Errorf("container security context %+v, want unprivileged, no escalation, read-only root, all "+
+				"capabilities dropped", sc)
+		}
+		for _, v := range pod.Volumes {
+			if v.HostPath != nil && !slices.Contains([]string{"/sys/fs/cgroup", "/var/run/nri"}, v.HostPath.Path) {
+				t.Errorf("host path %s mounted; the agent needs only cgroupfs and the NRI socket", v.HostPath.Path)
+			}
+		}
+	})
+
+	t.Run("gpu overlay", func(t *testing.T) {
+		gobjs := k.build(t, ctx, filepath.Join(root, "overlays", "gpu"))
+		base := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName)).Spec
+		gpu := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName+"-gpu")).Spec
+		selector := func(s corev1.PodSpec) string {
+			if s.Affinity == nil || s.Affinity.NodeAffinity == nil ||
+				s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+				return ""
+			}
+			r := s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+			return r.Key + " " + string(r.Operator) + " " + strings.Join(r.Values, ",")
+		}
+		if got := selector(base); got != "nvidia.com/gpu.present NotIn true" {
+			t.Errorf("pure-Go agent's node affinity %q, want it off GPU nodes", got)
+		}
+		if got := selector(gpu); got != "nvidia.com/gpu.present In true" {
+			t.Errorf("GPU agent's node affinity %q, want GPU nodes", got)
+		}
+		if !gpu.HostPID || base.HostPID {
+			t.Errorf("hostPID: GPU agent %v, pure-Go agent %v; want only the GPU agent", gpu.HostPID, base.HostPID)
+		}
+		if sc := gpu.Containers[0].SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged {
+			t.Errorf("GPU agent privileged: %+v", sc)
+		}
+		baseImg, gpuImg := base.Containers[0].Image, gpu.Containers[0].Image
+		baseName, baseTag, _ := strings.Cut(baseImg, ":")
+		if baseName != "understory/koordlet-nogpu" || gpuImg != "understory/koordlet:"+baseTag {
+			t.Errorf("agent images %q and %q, want the pure-Go one and the cgo one (understory/koordlet) with "+
+				"the same release tag", baseImg, gpuImg)
+		}
+		// A user's overlay retags every workload, the GPU agent's too.
+		dir := filepath.Join(root, "test-retag")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var kust strings.Builder
+		kust.WriteString("resources: [../overlays/gpu]\nimages:\n")
+		for _, n := range []string{"koordlet", "koordlet-nogpu", "scheduler-extender", "admission"} {
+			fmt.Fprintf(&kust, "  - {name: understory/%s, newName: registry.example:5000/understory/%s, newTag: v9}\n", n, n)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for where, img := range workloadImages(t, k.build(t, ctx, dir)) {
+			if ref, _, _ := strings.Cut(img, " "); !strings.HasPrefix(ref, "registry.example:5000/understory/") ||
+				!strings.HasSuffix(ref, ":v9") {
+				t.Errorf("retagged overlay: %s runs %q", where, ref)
+			}
+		}
+		ds := mustFind(t, gobjs, "DaemonSet", koordletName+"-gpu")
+		sel, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
+		bsel, _, _ := unstructured.NestedStringMap(mustFind(t, gobjs, "DaemonSet", koordletName).Object,
+			"spec", "selector", "matchLabels")
+		if fmt.Sprint(sel) == fmt.Sprint(bsel) {
+			t.Errorf("both agents select pods with %v", sel)
+		}
+	})
+
+	t.Run("systemd overlay changes only the cgroup driver", func(t *testing.T) {
+		sobjs := k.build(t, ctx, filepath.Join(root, "overlays", "systemd"))
+		cfg := func(objs []*unstructured.Unstructured) string {
+			s, _, _ := unstructured.NestedString(mustFind(t, objs, "ConfigMap", koordletName).Object, "data", "config.yaml")
+			return s
+		}
+		base, sd := cfg(objs), cfg(sobjs)
+		want := strings.Replace(base, "cgroupDriver: cgroupfs       #", "cgroupDriver: systemd        #", 1)
+		if want == base || sd != want {
+			t.Errorf("systemd config differs from the base config by more than cgroupDriver:\n%s", sd)
+		}
+		if len(sobjs) != len(objs) {
+			t.Errorf("systemd overlay has %d objects, the base %d", len(sobjs), len(objs))
+		}
+	})
+
+	t.Run("certificates and the scheduler configuration agree", func(t *testing.T) {
+		ext := extenderEntry(t, schedulerConfigOf(t, objs))
+		svc := mustFind(t, objs, "Service", extenderName)
+		ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		port := fmt.Sprint(ports[0].(map[string]any)["port"]) // a JSON number
+		host := extenderName + "." + nsSystem + ".svc"
+		if ext["urlPrefix"] != "https://"+host+":"+port || ext["enableHTTPS"] != true {
+			t.Errorf("urlPrefix %v enableHTTPS %v, want https://%s:%s", ext["urlPrefix"], ext["enableHTTPS"], host, port)
+		}
+		tlsCfg, _ := ext["tlsConfig"].(map[string]any)
+		if tlsCfg["serverName"] != host || tlsCfg["caFile"] == nil || tlsCfg["certFile"] == nil || tlsCfg["keyFile"] == nil {
+			t.Errorf("tlsConfig %v, want serverName %s and the CA and client certificate files", tlsCfg, host)
+		}
+		for _, c := range []struct{ secret, dns string }{
+			{"understory-scheduler-extender-tls", host}, {"understory-admission-tls", admissionName + "." + nsSystem + ".svc"},
+		} {
+			ca := x509.NewCertPool()
+			if !ca.AppendCertsFromPEM(secretData(t, objs, c.secret, "ca.crt")) {
+				t.Fatalf("%s: ca.crt holds no certificate", c.secret)
+			}
+			cert := parseCert(t, secretData(t, objs, c.secret, "tls.crt"))
+			if _, err := cert.Verify(x509.VerifyOptions{DNSName: c.dns, Roots: ca}); err != nil {
+				t.Errorf("%s: tls.crt does not verify for %s: %v", c.secret, c.dns, err)
+			}
+		}
+		mwc := mustFind(t, objs, "MutatingWebhookConfiguration", admissionName)
+		hooks, _, _ := unstructured.NestedSlice(mwc.Object, "webhooks")
+		wantCA := secretData(t, objs, "understory-admission-tls", "ca.crt")
+		for _, h := range hooks {
+			b64, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+			got, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(b64, "\n", ""))
+			if err != nil || !bytes.Equal(got, wantCA) {
+				t.Errorf("webhook caBundle is not the CA of understory-admission-tls (%v)", err)
+			}
+		}
+		// The Deployment mounts the Secret the certificates component makes, and
+		// serves TLS with client certificates from it.
+		d := podTemplate(t, mustFind(t, objs, "Deployment", extenderName)).Spec
+		if d.HostNetwork {
+			t.Error("the extender runs on the host network")
+		}
+		args := strings.Join(d.Containers[0].Args, " ")
+		for _, flag := range []string{"-tls-cert-file=", "-tls-private-key-file=", "-tls-client-ca-file=", "-listen=:"} {
+			if !strings.Contains(args, flag) {
+				t.Errorf("extender args %q lack %s", args, flag)
+			}
+		}
+		if d.Volumes[0].Secret == nil || d.Volumes[0].Secret.SecretName != "understory-scheduler-extender-tls" {
+			t.Errorf("extender volumes %+v", d.Volumes)
+		}
+	})
+
+	t.Run("optional components build", func(t *testing.T) {
+		cm := k.build(t, ctx, composition(t, root, "cert-manager", "components/cert-manager"))
+		if find(cm, "Secret", "understory-admission-tls") != nil {
+			t.Error("cert-manager install also carries the self-signed Secrets")
+		}
+		mwc := mustFind(t, cm, "MutatingWebhookConfiguration", admissionName)
+		if mwc.GetAnnotations()["cert-manager.io/inject-ca-from"] != nsSystem+"/understory-admission" {
+			t.Errorf("annotations %v, want cert-manager's CA injection", mwc.GetAnnotations())
+		}
+		for _, name := range []string{"understory-admission", "understory-scheduler-extender", "understory-scheduler-client"} {
+			mustFind(t, cm, "Certificate", name)
+		}
+		sm := k.build(t, ctx, composition(t, root, "servicemonitor", "certs", "components/servicemonitor"))
+		for _, name := range []string{koordletName, extenderName, admissionName} {
+			mon := mustFind(t, sm, "ServiceMonitor", name)
+			eps, _, _ := unstructured.NestedSlice(mon.Object, "spec", "endpoints")
+			port, _, _ := unstructured.NestedString(eps[0].(map[string]any), "port")
+			svcPorts, _, _ := unstructured.NestedSlice(mustFind(t, sm, "Service", name).Object, "spec", "ports")
+			if n, _, _ := unstructured.NestedString(svcPorts[0].(map[string]any), "name"); n != port {
+				t.Errorf("ServiceMonitor %s scrapes port %q, the Service names %q", name, port, n)
+			}
+		}
+		ex := k.build(t, ctx, filepath.Join(root, "examples"))
+		mustFind(t, ex, "PodGroup", "train")
+		job := mustFind(t, ex, "Job", "batch-crunch")
+		ann, _, _ := unstructured.NestedStringMap(job.Object, "spec", "template", "metadata", "annotations")
+		if ann["understory.io/qos-class"] != "batch" {
+			t.Errorf("batch example annotations %v", ann)
+		}
+	})
+}
