@@ -33,8 +33,15 @@ const (
 type GPUConfig struct {
 	// Mode is auto (default) or disabled.
 	Mode string `json:"mode,omitempty"`
-	// LoopPeriod is how often the GPUs are scraped and the batch duties decided.
+	// LoopPeriod is how often the GPU loop reads the GPUs and decides the batch duties:
+	// GPUs that batch pods share with other processes are read in full every period,
+	// the others only probed (their process lists).
 	LoopPeriod metav1.Duration `json:"loopPeriod,omitempty"`
+	// FullScrapePeriod is how often a GPU that needs no fast reaction (no batch pod
+	// shares it with another process) is read in full: its metrics, node-metrics and
+	// /status figures are this old at most. Equal to LoopPeriod, every GPU is read in
+	// full every period.
+	FullScrapePeriod metav1.Duration `json:"fullScrapePeriod,omitempty"`
 	// Throttle is GPU-aware batch throttling: when LS pods use a GPU, the batch pods
 	// on it are frozen for a duty fraction of every throttle.period.
 	Throttle qos.GPUThrottlePolicy `json:"throttle"`
@@ -51,9 +58,15 @@ type GPUConfig struct {
 
 // DefaultGPUConfig returns the GPU defaults.
 func DefaultGPUConfig() GPUConfig {
-	return GPUConfig{Mode: GPUModeAuto, LoopPeriod: metav1.Duration{Duration: gpu.DefaultLoopPeriod},
-		Throttle: qos.DefaultGPUThrottlePolicy(), Suspend: duty.DefaultSuspendConfig(),
-		Devices: devices.Config{}.WithDefaults(), PodResourcesSocket: podsource.DefaultPodResourcesSocket}
+	return GPUConfig{
+		Mode:               GPUModeAuto,
+		LoopPeriod:         metav1.Duration{Duration: gpu.DefaultLoopPeriod},
+		FullScrapePeriod:   metav1.Duration{Duration: gpu.DefaultFullScrapePeriod},
+		Throttle:           qos.DefaultGPUThrottlePolicy(),
+		Suspend:            duty.DefaultSuspendConfig(),
+		Devices:            devices.Config{}.WithDefaults(),
+		PodResourcesSocket: podsource.DefaultPodResourcesSocket,
+	}
 }
 
 // Validate checks every GPU field, also with GPU features off, so that a bad config
@@ -64,6 +77,11 @@ func (c GPUConfig) Validate() error {
 	}
 	if p := c.LoopPeriod.Duration; p < 10*time.Millisecond || p > 10*time.Second {
 		return fmt.Errorf("gpu.loopPeriod: %v must be within [10ms, 10s]: %w", p, ErrInvalidConfig)
+	}
+	// node-metrics, /metrics and /status show a GPU's figures this old.
+	if f, p := c.FullScrapePeriod.Duration, c.LoopPeriod.Duration; f < p || f > 10*time.Second {
+		return fmt.Errorf("gpu.fullScrapePeriod: %v must be within [gpu.loopPeriod (%v), 10s]: %w", f, p,
+			ErrInvalidConfig)
 	}
 	if err := c.Throttle.Validate(); err != nil {
 		return fmt.Errorf("gpu.throttle: %w", err)
@@ -89,8 +107,10 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	if err != nil {
 		return fmt.Errorf("gpu duty cycle: %w", err)
 	}
+	a.pinFreezer(c)
 	o := gpu.Options{Source: src, Pods: a.gpuPodView, Groups: a.hier, Cycler: c, Policy: a.cfg.GPU.Throttle,
-		Period: a.cfg.GPU.LoopPeriod.Duration, Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
+		Period: a.cfg.GPU.LoopPeriod.Duration, FullScrapePeriod: a.cfg.GPU.FullScrapePeriod.Duration,
+		Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
 		ProcRoot: a.cfg.ProcRoot, Evict: a.evictor}
 	if a.cfg.GPU.Suspend.Enabled {
 		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
@@ -113,6 +133,27 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	return nil
 }
 
+// freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods
+// (duty.Cycler.SetPin), below kubelet's cgroup root. It is left in place, empty and
+// thawed, when the agent stops.
+const freezerPin = "understory-freezer-pin"
+
+// pinFreezer gives the duty cycle its pin on v1 and hybrid nodes (a v1 freezer turns a
+// kernel static key on and off at the first freeze and the last thaw; cgroup v2 does
+// not). Without it the duty cycle works, at more CPU.
+func (a *Agent) pinFreezer(c *duty.Cycler) {
+	if a.hier.Layout() == cgroups.LayoutV2 {
+		return
+	}
+	rel := a.layout.join(freezerPin)
+	g, err := a.hier.Create(rel)
+	if err != nil {
+		a.log.Warn("no freezer pin; the GPU duty cycle costs more CPU", "cgroup", rel, "err", err)
+		return
+	}
+	c.SetPin(g)
+}
+
 // thawStaleGPU thaws the batch pods' cgroups a previous run's duty cycle may have left
 // frozen.
 func (a *Agent) thawStaleGPU(ctx context.Context) {
@@ -127,6 +168,7 @@ func (a *Agent) thawStaleGPU(ctx context.Context) {
 			paths[st.cgroup] = true
 		}
 	}
+	paths[a.layout.join(freezerPin)] = true // empty, but it keeps the kernel's key on
 	var groups []*cgroups.Group
 	for p := range paths {
 		if g, err := a.hier.Load(p); err == nil {

@@ -44,10 +44,15 @@ func TestGPUConfigValidate(t *testing.T) {
 	for name, mutate := range map[string]func(*GPUConfig){
 		"mode":       func(c *GPUConfig) { c.Mode = "on" },
 		"loopPeriod": func(c *GPUConfig) { c.LoopPeriod.Duration = 0 },
-		"throttle":   func(c *GPUConfig) { c.Throttle.MaxDuty = 2 },
-		"suspend":    func(c *GPUConfig) { c.Suspend.Path = "" },
-		"devices":    func(c *GPUConfig) { c.Devices.Mode = "magic" },
-		"socket":     func(c *GPUConfig) { c.PodResourcesSocket = "relative.sock" },
+		"fullScrapePeriod below loopPeriod": func(c *GPUConfig) {
+			c.LoopPeriod.Duration, c.FullScrapePeriod.Duration = 100*time.Millisecond, 50*time.Millisecond
+		},
+		"fullScrapePeriod zero":     func(c *GPUConfig) { c.FullScrapePeriod.Duration = 0 },
+		"fullScrapePeriod too long": func(c *GPUConfig) { c.FullScrapePeriod.Duration = 11 * time.Second },
+		"throttle":                  func(c *GPUConfig) { c.Throttle.MaxDuty = 2 },
+		"suspend":                   func(c *GPUConfig) { c.Suspend.Path = "" },
+		"devices":                   func(c *GPUConfig) { c.Devices.Mode = "magic" },
+		"socket":                    func(c *GPUConfig) { c.PodResourcesSocket = "relative.sock" },
 	} {
 		c := DefaultGPUConfig()
 		mutate(&c)
@@ -60,6 +65,18 @@ func TestGPUConfigValidate(t *testing.T) {
 	}
 	if _, err := LoadConfig([]byte("gpu:\n  mode: disabled\n  throttle:\n    maxDuty: 0.5\n    activeDuty: 0.2\n")); err != nil {
 		t.Fatalf("loading a GPU config: %v", err)
+	}
+	for yaml, want := range map[string]time.Duration{
+		"gpu:\n  fullScrapePeriod: 2s\n":                         2 * time.Second,
+		"gpu:\n  loopPeriod: 100ms\n  fullScrapePeriod: 100ms\n": 100 * time.Millisecond,
+	} {
+		cfg, err := LoadConfig([]byte(yaml))
+		if err != nil || cfg.GPU.FullScrapePeriod.Duration != want {
+			t.Errorf("%q: full-scrape period %v, %v; want %v", yaml, cfg.GPU.FullScrapePeriod.Duration, err, want)
+		}
+	}
+	if _, err := LoadConfig([]byte("gpu:\n  loopPeriod: 2s\n")); err == nil {
+		t.Error("a loop period above the default full-scrape period (1s) was accepted")
 	}
 }
 

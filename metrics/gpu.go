@@ -20,7 +20,7 @@ type GPUSnapshot struct {
 	// Available is false when NVML cannot be used (built without cgo, no driver or
 	// library, init failed): only understory_gpu_available 0 is published then.
 	Available bool
-	// CollectSeconds is how long the scrape of every GPU took.
+	// CollectSeconds is how long the GPU loop's last read took (full reads and probes).
 	CollectSeconds float64
 	// Devices are the node's GPUs.
 	Devices []GPUDeviceUsage
@@ -105,7 +105,7 @@ func NewGPU(reg prometheus.Registerer) (*GPU, error) {
 	g := &GPU{
 		available: d("available", "1 when the agent can read the node's GPUs through NVML, else 0 "+
 			"(built without cgo, no NVIDIA driver or library, NVML init failed).", nil),
-		duration: d("collect_duration_seconds", "Time the last scrape of every GPU through NVML took.", nil),
+		duration: d("collect_duration_seconds", "Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).", nil),
 		healthy: d("healthy", "1 when every NVML query of the GPU succeeded in the last scrape, "+
 			"else 0 (its other series are then left out).", gpuLabels),
 		util: d("utilization_ratio", "GPU (SM) utilisation over the driver's last sample period, 0..1 "+

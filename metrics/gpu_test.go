@@ -47,7 +47,7 @@ func TestGPUMetricsGolden(t *testing.T) {
 		{name: "no NVML", update: &GPUSnapshot{Available: false, CollectSeconds: 1,
 			Devices: twoGPUs().Devices}, want: gpuHelp + "understory_gpu_available 0\n"},
 		{name: "two GPUs, one lost", update: ptr(twoGPUs()), want: gpuHelp + `understory_gpu_available 1
-# HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
+# HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
 # TYPE understory_gpu_collect_duration_seconds gauge
 understory_gpu_collect_duration_seconds 0.0125
 # HELP understory_gpu_healthy 1 when every NVML query of the GPU succeeded in the last scrape, else 0 (its other series are then left out).
@@ -80,7 +80,7 @@ understory_gpu_pod_utilization_ratio{UUID="GPU-aaaa",container="trainer",gpu="0"
 understory_gpu_utilization_ratio{UUID="GPU-aaaa",gpu="0",modelName="NVIDIA A100-SXM4-40GB"} 0.75
 `},
 		{name: "MIG: utilisation unknown, left out", update: &mig, want: gpuHelp + `understory_gpu_available 1
-# HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
+# HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
 # TYPE understory_gpu_collect_duration_seconds gauge
 understory_gpu_collect_duration_seconds 0.002
 # HELP understory_gpu_healthy 1 when every NVML query of the GPU succeeded in the last scrape, else 0 (its other series are then left out).
@@ -107,7 +107,7 @@ understory_gpu_pod_memory_used_bytes{UUID="GPU-cccc",container="c",gpu="0",model
 # TYPE understory_gpu_batch_duty_ratio gauge
 understory_gpu_batch_duty_ratio{UUID="GPU-a",gpu="0",modelName="m",reason="ls-util-above-threshold"} 0.9
 understory_gpu_batch_duty_ratio{UUID="GPU-b",gpu="1",modelName="m",reason="unknown"} 0.3
-# HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
+# HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
 # TYPE understory_gpu_collect_duration_seconds gauge
 understory_gpu_collect_duration_seconds 0.001
 # HELP understory_gpu_healthy 1 when every NVML query of the GPU succeeded in the last scrape, else 0 (its other series are then left out).
@@ -131,7 +131,7 @@ understory_gpu_memory_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
 understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.8
 `},
 		{name: "available, no GPUs", update: &GPUSnapshot{Available: true}, want: gpuHelp + `understory_gpu_available 1
-# HELP understory_gpu_collect_duration_seconds Time the last scrape of every GPU through NVML took.
+# HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
 # TYPE understory_gpu_collect_duration_seconds gauge
 understory_gpu_collect_duration_seconds 0
 `},

@@ -162,10 +162,12 @@ func writeProc(procRoot string, pid uint32, cgroup string) error {
 
 // runCollect times Collector.Collect on the 8-GPU mock, every GPU running
 // cfg.ProcsPerGPU processes, each in its own container of a pod (alternately LS and
-// batch) on a fake hybrid /proc. The mock answers in nanoseconds where a driver takes
-// microseconds per query, so this is the collector's own cost: NVML calls through
-// go-nvml's mock, attribution (one /proc/<pid>/stat read per process, its
-// /proc/<pid>/cgroup read once, in the warm-up) and the merge.
+// batch) on a fake hybrid /proc: full reads of every GPU (the scrapes one after the
+// other, as fast as they go), then probes of every GPU (process lists unchanged). The
+// mock answers in nanoseconds where a driver takes microseconds per query, so this is
+// the collector's own cost: NVML calls through go-nvml's mock, attribution (a process's
+// /proc/<pid>/cgroup read once, in the warm-up; its /proc/<pid>/stat at most once a
+// second) and the merge.
 func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...any)) (*collectRun, error) {
 	procRoot, err := os.MkdirTemp("", "understory-gpu-bench-proc-")
 	if err != nil {
@@ -195,9 +197,13 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 	}
 	defer c.Close()
 
-	scrape := func() (time.Duration, error) {
+	probe := make([]gpu.Scrape, mockGPUs)
+	for i := range probe {
+		probe[i] = gpu.ScrapeProbe
+	}
+	scrapeAs := func(plan []gpu.Scrape) (time.Duration, error) {
 		start := time.Now()
-		s, err := c.Collect(ctx, start)
+		s, err := c.Collect(ctx, start, plan)
 		took := time.Since(start)
 		if err != nil {
 			return 0, err
@@ -208,6 +214,9 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 			return 0, fmt.Errorf("collect read %d GPUs, want %d", len(s.Devices), mockGPUs)
 		}
 		for _, d := range s.Devices {
+			if d.Probed != (plan != nil) {
+				return 0, fmt.Errorf("GPU %d: probed %t, plan %v", d.Index, d.Probed, plan)
+			}
 			if !d.Healthy || len(d.Processes) != cfg.ProcsPerGPU {
 				return 0, fmt.Errorf("GPU %d: healthy %t (%s), %d processes, want %d", d.Index, d.Healthy, d.Err,
 					len(d.Processes), cfg.ProcsPerGPU)
@@ -220,6 +229,7 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 		}
 		return took, nil
 	}
+	scrape := func() (time.Duration, error) { return scrapeAs(nil) }
 	for range min(cfg.Iterations/10+1, 100) { // warm the caches, and the mock's lastSeen
 		if _, err := scrape(); err != nil {
 			return nil, err
@@ -240,7 +250,18 @@ func runCollect(ctx context.Context, cfg collectConfig, printf func(string, ...a
 	run := &collectRun{GPUs: mockGPUs, ProcsPerGPU: cfg.ProcsPerGPU, Scrapes: cfg.Iterations,
 		ScrapeUSMean: mean, ScrapeUSP50: percentile(took, 0.50), ScrapeUSP99: percentile(took, 0.99),
 		USPerDevice: mean / mockGPUs}
-	printf("collect: %.1f µs per scrape of %d GPUs x %d processes (p50 %.1f, p99 %.1f): %.2f µs per device\n",
-		run.ScrapeUSMean, mockGPUs, cfg.ProcsPerGPU, run.ScrapeUSP50, run.ScrapeUSP99, run.USPerDevice)
+	var probeSum time.Duration
+	for range cfg.Iterations {
+		d, err := scrapeAs(probe)
+		if err != nil {
+			return nil, err
+		}
+		probeSum += d
+	}
+	run.ProbeUSMean = float64(probeSum) / float64(time.Microsecond) / float64(cfg.Iterations)
+	run.ProbeUSPerDevice = run.ProbeUSMean / mockGPUs
+	printf("collect: %.1f µs per scrape of %d GPUs x %d processes (p50 %.1f, p99 %.1f): %.2f µs per device; "+
+		"a probe of every GPU %.1f µs (%.2f per device)\n", run.ScrapeUSMean, mockGPUs, cfg.ProcsPerGPU,
+		run.ScrapeUSP50, run.ScrapeUSP99, run.USPerDevice, run.ProbeUSMean, run.ProbeUSPerDevice)
 	return run, nil
 }

@@ -11,10 +11,16 @@
 //     pipeline (collector, attribution, throttle, duty cycler, freezer); p50/p99/max
 //     over -trials steps.
 //   - collect (collect.go): collect_us_per_device, the collector's own cost per GPU per
-//     scrape on an 8-GPU mock with -collect-procs processes per GPU.
+//     full scrape on an 8-GPU mock with -collect-procs processes per GPU, and the cost of
+//     a probe (process list only) of every GPU.
+//   - agent_cpu (agentcpu.go): agent_cpu_pct_of_core, the CPU of the whole koordlet agent
+//     (its own process: this binary re-executed as "agent-node") with 8 mock GPUs and
+//     110 pods on real cgroups, over -agent-duration after -agent-warmup; then the same
+//     with GPU features off (-agent-gpu-off), for the GPU loop's share.
 //
-// duty and reaction need root and a cgroup filesystem with a freezer (v1 freezer or
-// cgroup2 cgroup.freeze); reaction and collect need a cgo build (NVML).
+// duty, reaction and agent_cpu need root and a cgroup filesystem with a freezer (v1
+// freezer or cgroup2 cgroup.freeze); reaction, collect and agent_cpu need a cgo build
+// (NVML).
 package main
 
 import (
@@ -48,9 +54,16 @@ func main() {
 	}
 }
 
+// agentNodeCmd is the hidden subcommand the agent_cpu part re-executes this binary with:
+// the agent under test, in its own process, over the node the part set up.
+const agentNodeCmd = "agent-node"
+
 // run parses the flags and runs the bench; progress goes to stdout, flag errors and usage
 // to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == agentNodeCmd {
+		return runChild(ctx, args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("gpu-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := defaultConfig()
@@ -69,6 +82,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Reaction.LoopPeriod, "loop-period", cfg.Reaction.LoopPeriod, "reaction: GPU loop period")
 	fs.IntVar(&cfg.Collect.Iterations, "collect-scrapes", cfg.Collect.Iterations, "collect: timed scrapes")
 	fs.IntVar(&cfg.Collect.ProcsPerGPU, "collect-procs", cfg.Collect.ProcsPerGPU, "collect: processes per GPU")
+	fs.DurationVar(&cfg.AgentCPU.Duration, "agent-duration", cfg.AgentCPU.Duration,
+		"agent_cpu: measured window of each run")
+	fs.DurationVar(&cfg.AgentCPU.Warmup, "agent-warmup", cfg.AgentCPU.Warmup,
+		"agent_cpu: time between the agent tracking the node and the window")
+	fs.IntVar(&cfg.AgentCPU.ProcsPerPod, "agent-procs", cfg.AgentCPU.ProcsPerPod, "agent_cpu: processes per GPU pod")
+	fs.DurationVar(&cfg.AgentCPU.FullScrapePeriod, "agent-full-scrape-period", cfg.AgentCPU.FullScrapePeriod,
+		"agent_cpu: the agent's gpu.fullScrapePeriod (-loop-period reads every GPU in full every period)")
+	roles := fs.String("agent-gpus", strings.Join(defaultGPURoles, ","), "agent_cpu: what runs on each of the 8 "+
+		"mock GPUs: shared (an LS and a batch pod), ls, batch or idle")
+	fs.BoolVar(&cfg.AgentCPU.GPUOff, "agent-gpu-off", cfg.AgentCPU.GPUOff,
+		"agent_cpu: also measure the agent with GPU features off")
+	fs.StringVar(&cfg.AgentCPU.CPUProfile, "agent-cpuprofile", "",
+		"agent_cpu: write the agent's CPU profile (GPU features on, start to stop) to this file; "+
+			"profiling adds CPU of its own")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,6 +124,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := cfg.Collect.validate(); err != nil {
+		return err
+	}
+	cfg.AgentCPU.CgroupRoot, cfg.AgentCPU.LoopPeriod = cfg.Duty.CgroupRoot, cfg.Reaction.LoopPeriod
+	cfg.AgentCPU.Roles = nil
+	for _, r := range strings.Split(*roles, ",") {
+		cfg.AgentCPU.Roles = append(cfg.AgentCPU.Roles, strings.TrimSpace(r))
+	}
+	if err := cfg.AgentCPU.validate(); err != nil {
 		return err
 	}
 	printf := func(f string, a ...any) { fmt.Fprintf(stdout, f, a...) }
@@ -145,8 +180,23 @@ func parseParts(s string) ([]string, error) {
 	return out, nil
 }
 
+// runChild is the agent_cpu part's agent process: agent-node -spec FILE.
+func runChild(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-bench "+agentNodeCmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	spec := fs.String("spec", "", "the node, as the agent_cpu part wrote it (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *spec == "" || fs.NArg() > 0 {
+		return fmt.Errorf("usage: gpu-bench %s -spec FILE", agentNodeCmd)
+	}
+	return runAgentNode(ctx, *spec, stderr)
+}
+
 // defaultConfig is `make bench-gpu`: 10 s duty-cycled and 10 s unfrozen per duty point,
-// 30 reaction trials at the agent's loop period, 5000 timed scrapes.
+// 30 reaction trials at the agent's loop period, 5000 timed scrapes, and the agent's CPU
+// over 60 s with GPU features on and 60 s off, at the agent's GPU defaults.
 func defaultConfig() config {
 	return config{
 		Out:   "bench/out/gpu.json",
@@ -161,5 +211,7 @@ func defaultConfig() config {
 		},
 		Reaction: reactionConfig{LoopPeriod: gpu.DefaultLoopPeriod, Trials: 30},
 		Collect:  collectConfig{Iterations: 5000, ProcsPerGPU: 4},
+		AgentCPU: agentCPUConfig{Duration: time.Minute, Warmup: 5 * time.Second, ProcsPerPod: 2,
+			FullScrapePeriod: gpu.DefaultFullScrapePeriod, Roles: defaultGPURoles, GPUOff: true},
 	}
 }

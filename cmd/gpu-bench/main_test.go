@@ -4,15 +4,34 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 )
+
+// TestMain runs the agent_cpu part's agent process when the part re-executes the test
+// binary as "agent-node", as it does the bench binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == agentNodeCmd {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent-node:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 func TestFlags(t *testing.T) {
 	t.Parallel()
@@ -30,12 +49,19 @@ func TestFlags(t *testing.T) {
 		{[]string{"-freezers", "v1,v1"}, "-freezers: v1 given twice"},
 		{[]string{"-freezers", ","}, "-freezers: none given"},
 		{[]string{"-cgroup-root", ""}, "-cgroup-root: empty"},
-		{[]string{"-parts", "duty,gpu"}, `-parts: "gpu" is not one of duty, reaction, collect`},
+		{[]string{"-parts", "duty,gpu"}, `-parts: "gpu" is not one of duty, reaction, collect, agent_cpu`},
 		{[]string{"-parts", ","}, "-parts: no part given"},
 		{[]string{"-trials", "0"}, "-trials 0 not in [1, 10000]"},
 		{[]string{"-loop-period", "0s"}, "-loop-period 0s not in [1ms, 1s]"},
 		{[]string{"-collect-scrapes", "0"}, "-collect-scrapes 0 not in [1, 1000000]"},
 		{[]string{"-collect-procs", "-1"}, "-collect-procs -1 not in [0, 64]"},
+		{[]string{"-agent-duration", "500ms"}, "-agent-duration 500ms not in [1s, 1h0m0s]"},
+		{[]string{"-agent-warmup", "-1s"}, "-agent-warmup -1s not in [0s, 1h0m0s]"},
+		{[]string{"-agent-procs", "0"}, "-agent-procs 0 not in [1, 16]"},
+		{[]string{"-agent-gpus", "ls,ls"}, "-agent-gpus: 2 roles, want one for each of the mock's 8 GPUs"},
+		{[]string{"-agent-gpus", "ls,ls,ls,ls,ls,ls,ls,train"}, `-agent-gpus: "train" is not one of shared`},
+		{[]string{"-agent-full-scrape-period", "10ms"}, "-agent-full-scrape-period 10ms not in [-loop-period (50ms), 10s]"},
+		{[]string{agentNodeCmd}, "usage: gpu-bench agent-node -spec FILE"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-nope"}, "flag provided but not defined"},
 	} {
@@ -159,6 +185,49 @@ func TestReactionAndCollectShort(t *testing.T) {
 	}
 	if res.DutyErrorPct != nil || res.Duty != nil || strings.Contains(string(b), "duty_error_max_pct") {
 		t.Errorf("the duty part did not run but appears in %s", b)
+	}
+	checkNoLeftovers(t)
+}
+
+// The agent_cpu part end to end, briefly: the agent runs in its own process (this test
+// binary, re-executed) over 110 pods on real cgroups and the 8-GPU mock, with GPU
+// features on and off; the JSON has both figures and what the agent saw of each GPU. The
+// 1 % target is the bench's output, not checked here.
+func TestAgentCPUShort(t *testing.T) {
+	if !haveCgo {
+		t.Skip("the agent_cpu part needs NVML, which needs cgo (CGO_ENABLED=1)")
+	}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the bench test must run in CI, as root")
+		}
+		t.Skip("the agent_cpu bench creates cgroups and runs the agent: needs root")
+	}
+	cgroupstest.LockCPU(t)
+	res, b := runShort(t, filepath.Join(t.TempDir(), "gpu.json"), "-parts", "agent_cpu", "-agent-duration", "1s",
+		"-agent-warmup", "0s", "-agent-procs", "1")
+	a := res.AgentCPU
+	if a == nil || res.AgentCPUPctOfCore == nil || res.AgentRSSMiB == nil || a.GPUOff == nil ||
+		a.GPUShareOfCorePct == nil {
+		t.Fatalf("agent_cpu missing in %s", b)
+	}
+	if !(*res.AgentCPUPctOfCore > 0 && *res.AgentCPUPctOfCore < 100) || !(a.RSSMiB > 1) || !(a.GPUOff.RSSMiB > 1) ||
+		a.Pods != 110 || a.GPUs != 8 || a.GPUProcesses != 8 || a.Included == "" {
+		t.Fatalf("agent_cpu %+v in %s", a, b)
+	}
+	want := map[string]string{roleShared: "fast", roleLS: "probe", roleBatch: "probe", roleIdle: "probe"}
+	if len(a.GPUsSeen) != 8 {
+		t.Fatalf("GPU status %+v", a.GPUsSeen)
+	}
+	for _, g := range a.GPUsSeen {
+		if g.Cadence != want[g.Role] {
+			t.Errorf("GPU %d (%s): cadence %q, want %q", g.Index, g.Role, g.Cadence, want[g.Role])
+		}
+	}
+	for _, s := range []string{`"agent_cpu_pct_of_core"`, `"full_scrape_period_ms": 1000`, `"gpu_off"`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("JSON lacks %s", s)
+		}
 	}
 	checkNoLeftovers(t)
 }

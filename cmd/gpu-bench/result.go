@@ -23,10 +23,11 @@ const (
 	partDuty     = "duty"
 	partReaction = "reaction"
 	partCollect  = "collect"
+	partAgentCPU = "agent_cpu"
 )
 
 // allParts are the parts in the order they run; the default run has every one.
-var allParts = []string{partDuty, partReaction, partCollect}
+var allParts = []string{partDuty, partReaction, partCollect, partAgentCPU}
 
 // config sizes a run.
 type config struct {
@@ -35,6 +36,86 @@ type config struct {
 	Duty     dutyConfig     `json:"duty"`
 	Reaction reactionConfig `json:"reaction"`
 	Collect  collectConfig  `json:"collect"`
+	AgentCPU agentCPUConfig `json:"agent_cpu"`
+}
+
+// agentCPUConfig sizes the agent_cpu part. CgroupRoot is the duty part's (-cgroup-root),
+// LoopPeriod the reaction part's (-loop-period).
+type agentCPUConfig struct {
+	CgroupRoot string
+	// Duration is the measured window of each run, after Warmup.
+	Duration, Warmup time.Duration
+	// ProcsPerPod is the number of processes of each GPU pod.
+	ProcsPerPod int
+	// LoopPeriod and FullScrapePeriod are the agent's gpu.loopPeriod and
+	// gpu.fullScrapePeriod.
+	LoopPeriod, FullScrapePeriod time.Duration
+	// Roles is what runs on each mock GPU, by index (roleShared, roleLS, roleBatch,
+	// roleIdle).
+	Roles []string
+	// GPUOff also measures the agent with GPU features off, over the same node.
+	GPUOff bool
+	// CPUProfile, when set, is where the agent of the run with GPU features on writes its
+	// CPU profile (profiling costs CPU too: not for the figure of record).
+	CPUProfile string
+}
+
+// MarshalJSON writes durations in readable units.
+func (c agentCPUConfig) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		CgroupRoot         string   `json:"cgroup_root"`
+		DurationS          float64  `json:"duration_s"`
+		WarmupS            float64  `json:"warmup_s"`
+		ProcsPerPod        int      `json:"procs_per_pod"`
+		LoopPeriodMs       float64  `json:"loop_period_ms"`
+		FullScrapePeriodMs float64  `json:"full_scrape_period_ms"`
+		GPURoles           []string `json:"gpu_roles"`
+		GPUOff             bool     `json:"gpu_off"`
+	}{c.CgroupRoot, c.Duration.Seconds(), c.Warmup.Seconds(), c.ProcsPerPod, ms(c.LoopPeriod),
+		ms(c.FullScrapePeriod), c.Roles, c.GPUOff})
+}
+
+// GPU roles of the agent_cpu node (-agent-gpus).
+const (
+	roleShared = "shared" // an LS pod and a batch pod: the throttle duty-cycles batch
+	roleLS     = "ls"     // an LS pod alone
+	roleBatch  = "batch"  // a batch pod alone
+	roleIdle   = "idle"   // no process
+)
+
+// defaultGPURoles is every case the GPU loop tells apart, two GPUs each.
+var defaultGPURoles = []string{roleShared, roleShared, roleLS, roleLS, roleBatch, roleBatch, roleIdle, roleIdle}
+
+// Bounds of the agent_cpu flags.
+const (
+	maxAgentDuration = time.Hour
+	maxProcsPerPod   = 16
+)
+
+func (c agentCPUConfig) validate() error {
+	if c.Duration < time.Second || c.Duration > maxAgentDuration {
+		return fmt.Errorf("-agent-duration %v not in [1s, %v]", c.Duration, maxAgentDuration)
+	}
+	if c.Warmup < 0 || c.Warmup > maxAgentDuration {
+		return fmt.Errorf("-agent-warmup %v not in [0s, %v]", c.Warmup, maxAgentDuration)
+	}
+	if len(c.Roles) != mockGPUs {
+		return fmt.Errorf("-agent-gpus: %d roles, want one for each of the mock's %d GPUs", len(c.Roles), mockGPUs)
+	}
+	for _, r := range c.Roles {
+		if !slices.Contains([]string{roleShared, roleLS, roleBatch, roleIdle}, r) {
+			return fmt.Errorf("-agent-gpus: %q is not one of %s, %s, %s, %s", r, roleShared, roleLS, roleBatch, roleIdle)
+		}
+	}
+	if c.ProcsPerPod < 1 || c.ProcsPerPod > maxProcsPerPod {
+		return fmt.Errorf("-agent-procs %d not in [1, %d]", c.ProcsPerPod, maxProcsPerPod)
+	}
+	// The agent's own bounds (koordlet.GPUConfig.Validate) apply too, in the child.
+	if c.FullScrapePeriod < c.LoopPeriod || c.FullScrapePeriod > 10*time.Second {
+		return fmt.Errorf("-agent-full-scrape-period %v not in [-loop-period (%v), 10s]", c.FullScrapePeriod,
+			c.LoopPeriod)
+	}
+	return nil
 }
 
 // reactionConfig sizes the reaction part. CgroupRoot and Period are the duty part's
@@ -139,6 +220,58 @@ type result struct {
 	CollectUSPerDevice *float64 `json:"collect_us_per_device,omitempty"`
 	// Collect is the collector part's detail.
 	Collect *collectRun `json:"collect,omitempty"`
+
+	// AgentCPUPctOfCore is the koordlet agent's CPU, percent of one core, with 8 mock GPUs
+	// and 110 pods (AgentCPU.Included says what it counts); target <= 1. AgentRSSMiB is
+	// its resident memory at the end of the window. Filled by the agent_cpu part.
+	AgentCPUPctOfCore *float64 `json:"agent_cpu_pct_of_core,omitempty"`
+	AgentRSSMiB       *float64 `json:"agent_rss_mib,omitempty"`
+	// AgentCPU is the agent_cpu part's detail.
+	AgentCPU *agentCPURun `json:"agent_cpu,omitempty"`
+}
+
+// agentCPURun is the agent_cpu part's measurement.
+type agentCPURun struct {
+	// Included says what the CPU figure counts, and what it leaves out.
+	Included     string  `json:"included"`
+	Pods         int     `json:"pods"`
+	GPUs         int     `json:"gpus"`
+	GPUProcesses int     `json:"gpu_processes"`
+	ProcsPerPod  int     `json:"procs_per_pod"`
+	DurationS    float64 `json:"duration_s"`
+	LoopPeriodMs float64 `json:"loop_period_ms"`
+	// FullScrapePeriodMs is the agent's gpu.fullScrapePeriod.
+	FullScrapePeriodMs float64 `json:"full_scrape_period_ms"`
+	CPUPctOfCore       float64 `json:"cpu_pct_of_core"`
+	RSSMiB             float64 `json:"rss_mib"`
+	PeakRSSMiB         float64 `json:"peak_rss_mib"`
+	// GPUOff is the same agent over the same node with GPU features off;
+	// GPUShareOfCorePct the difference, the GPU loop's share (with the run-to-run noise
+	// of both figures).
+	GPUOff            *agentSample `json:"gpu_off,omitempty"`
+	GPUShareOfCorePct *float64     `json:"gpu_share_pct_of_core,omitempty"`
+	// GPUsSeen is each GPU as the agent's /status showed it at the end of the window.
+	GPUsSeen []agentGPU `json:"gpu_status"`
+}
+
+// agentSample is one run's CPU and memory.
+type agentSample struct {
+	CPUPctOfCore float64 `json:"cpu_pct_of_core"`
+	RSSMiB       float64 `json:"rss_mib"`
+	PeakRSSMiB   float64 `json:"peak_rss_mib"`
+}
+
+// agentGPU is one GPU of the agent_cpu node.
+type agentGPU struct {
+	Index int `json:"index"`
+	// Role is what runs on it: shared (an LS and a batch pod), ls, batch, idle.
+	Role string `json:"role"`
+	// Cadence is how the GPU loop reads it (gpu.CadenceFast or gpu.CadenceProbe).
+	Cadence   string  `json:"cadence"`
+	Duty      float64 `json:"duty"`
+	Reason    string  `json:"reason"`
+	LSPods    int     `json:"ls_pods"`
+	BatchPods int     `json:"batch_pods"`
 }
 
 // reactionResult is the reaction part's measurement, milliseconds. p99 is the
@@ -167,6 +300,10 @@ type collectRun struct {
 	ScrapeUSP99  float64 `json:"scrape_us_p99"`
 	// USPerDevice is ScrapeUSMean / GPUs: collect_us_per_device.
 	USPerDevice float64 `json:"us_per_device"`
+	// ProbeUSMean is a Collect that only probes every GPU (process lists unchanged, so
+	// each GPU's last full read is returned), as Scrapes times; ProbeUSPerDevice per GPU.
+	ProbeUSMean      float64 `json:"probe_us_mean"`
+	ProbeUSPerDevice float64 `json:"probe_us_per_device"`
 }
 
 // percentile is the nearest-rank percentile q (0..1) of sorted, which must not be empty.
@@ -209,6 +346,14 @@ func runBench(ctx context.Context, cfg config, printf func(string, ...any)) erro
 		}
 		res.Collect = c
 		res.CollectUSPerDevice = &c.USPerDevice
+	}
+	if slices.Contains(cfg.Parts, partAgentCPU) {
+		a, err := runAgentCPU(ctx, cfg.AgentCPU, printf)
+		if err != nil {
+			return fmt.Errorf("agent_cpu: %w", err)
+		}
+		res.AgentCPU = a
+		res.AgentCPUPctOfCore, res.AgentRSSMiB = &a.CPUPctOfCore, &a.RSSMiB
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {
 		return err

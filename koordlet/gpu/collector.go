@@ -51,13 +51,26 @@ type Collector struct {
 	attr    map[uint32]attribution
 	scrapes uint64 // Collect count, stamps attribution.seen
 	statBuf []byte
+	// full is, per device index, the device's last full scrape and the sorted PIDs of
+	// its compute processes then: a probe compares the device's current list with them.
+	full   map[int]fullScrape
+	pidBuf []uint32
+}
+
+// fullScrape is one device's last full scrape.
+type fullScrape struct {
+	dev  Device
+	pids []uint32 // sorted, without duplicates
 }
 
 // attribution is the cached pod of one process.
 type attribution struct {
 	start uint64 // the process's start time
-	ref   PodRef // zero: not a pod's, or unreadable
-	seen  uint64 // the last scrape that listed the PID
+	// checked is the scrape time start was last read at; it is read again once
+	// attrRecheck has passed.
+	checked time.Time
+	ref     PodRef // zero: not a pod's, or unreadable
+	seen    uint64 // the last scrape that listed the PID
 	// kept: the entry holds for later scrapes while start matches; else for its
 	// scrape only.
 	kept bool
@@ -117,14 +130,15 @@ func NewCollector(lib nvml.Interface, procRoot string) (*Collector, error) {
 		unhealthy: make(map[int]bool),
 		attr:      make(map[uint32]attribution),
 		statBuf:   make([]byte, statBufSize),
+		full:      make(map[int]fullScrape),
 	}, nil
 }
 
-// Collect scrapes every GPU once. A device whose queries fail is reported
-// unhealthy (Err, Fault) and the others are still read; the error is only for a
-// scrape that yields nothing: the device count failed, the collector is closed, or
-// ctx ended.
-func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) {
+// Collect scrapes every GPU once, each as plan says (see Scrape; nil: every GPU in
+// full). A device whose queries fail is reported unhealthy (Err, Fault) and the others
+// are still read; the error is only for a scrape that yields nothing: the device count
+// failed, the collector is closed, or ctx ended.
+func (c *Collector) Collect(ctx context.Context, now time.Time, plan []Scrape) (Sample, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -147,7 +161,11 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) 
 		if err := ctx.Err(); err != nil {
 			return Sample{}, err
 		}
-		d := c.device(i, now)
+		kind := ScrapeFull
+		if i < len(plan) {
+			kind = plan[i]
+		}
+		d := c.scrape(i, now, kind)
 		if d.UUID != "" {
 			seen[d.UUID] = true
 		}
@@ -164,6 +182,24 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) 
 			delete(c.unhealthy, i)
 		}
 	}
+	for i := range c.full {
+		if i >= n {
+			delete(c.full, i)
+		}
+	}
+	// The processes of a probed device are still on it: keep their pods (a process a
+	// full scrape listed was attributed, and stamped, above).
+	for _, d := range s.Devices {
+		if !d.Probed {
+			continue
+		}
+		for _, p := range d.Processes {
+			if a, ok := c.attr[p.PID]; ok {
+				a.seen = c.scrapes
+				c.attr[p.PID] = a
+			}
+		}
+	}
 	for pid, a := range c.attr {
 		if a.seen != c.scrapes {
 			delete(c.attr, pid) // off every GPU: its PID may be reused before it is back
@@ -172,19 +208,74 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (Sample, error) 
 	return s, nil
 }
 
-// device reads device i. At the first failing query it stops (a lost GPU fails
-// every query, and each can take long) and returns what it had, unhealthy.
-func (c *Collector) device(i int, now time.Time) Device {
-	d := Device{Index: i, Healthy: true}
-	fail := func(query string, ret nvml.Return) Device {
-		d.Healthy = false
-		d.Fault = fmt.Errorf("GPU %d: %s: %w", i, query, nvmlErr(ret))
-		d.Err = d.Fault.Error()
-		return d
+// scrape reads device i as kind says. A probe that finds the PIDs of the device's last
+// healthy full scrape returns that scrape again, Probed; anything else (another list, a
+// failing or unsupported listing, no full scrape yet) reads the device in full.
+func (c *Collector) scrape(i int, now time.Time, kind Scrape) Device {
+	last, ok := c.full[i]
+	if kind != ScrapeProbe || !ok || !last.dev.Healthy {
+		return c.device(i, now, nil, nil, false)
 	}
 	h, ret := c.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
-		return fail("getting the handle", ret)
+		return c.device(i, now, nil, nil, false) // reports the failure
+	}
+	running, ret := h.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return c.device(i, now, h, nil, false) // not supported, or failing: reported there
+	}
+	c.pidBuf = sortedPIDs(c.pidBuf[:0], running)
+	if slices.Equal(c.pidBuf, last.pids) {
+		d := last.dev
+		d.Probed = true
+		return d
+	}
+	return c.device(i, now, h, running, true)
+}
+
+// sortedPIDs appends the PIDs of running to buf, sorted, without 0 and duplicates (a
+// process on several MIG instances is listed once per instance).
+func sortedPIDs(buf []uint32, running []nvml.ProcessInfo) []uint32 {
+	for _, r := range running {
+		if r.Pid != 0 {
+			buf = append(buf, r.Pid)
+		}
+	}
+	slices.Sort(buf)
+	return slices.Compact(buf)
+}
+
+// device reads device i in full (h, when not nil, is its handle; running, when listed,
+// its compute processes, just listed by a probe) and keeps the result for later probes.
+// At the first failing query it stops (a lost GPU fails every query, and each can take
+// long) and returns what it had, unhealthy.
+func (c *Collector) device(i int, now time.Time, h nvml.Device, running []nvml.ProcessInfo, listed bool) Device {
+	d, running := c.readDevice(i, now, h, running, listed)
+	if d.Healthy {
+		last := c.full[i]
+		c.full[i] = fullScrape{dev: d, pids: sortedPIDs(last.pids[:0], running)}
+	} else {
+		delete(c.full, i)
+	}
+	return d
+}
+
+// readDevice is device's reading. It returns the compute processes listed (running
+// when listed, else the ones it lists itself).
+func (c *Collector) readDevice(i int, now time.Time, h nvml.Device, running []nvml.ProcessInfo,
+	listed bool) (Device, []nvml.ProcessInfo) {
+	d := Device{Index: i, Healthy: true, ScrapedAt: now}
+	fail := func(query string, ret nvml.Return) (Device, []nvml.ProcessInfo) {
+		d.Healthy = false
+		d.Fault = fmt.Errorf("GPU %d: %s: %w", i, query, nvmlErr(ret))
+		d.Err = d.Fault.Error()
+		return d, nil
+	}
+	var ret nvml.Return
+	if h == nil {
+		if h, ret = c.lib.DeviceGetHandleByIndex(i); ret != nvml.SUCCESS {
+			return fail("getting the handle", ret)
+		}
 	}
 	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
 		return fail("reading the UUID", ret)
@@ -206,11 +297,13 @@ func (c *Collector) device(i int, now time.Time) Device {
 	default:
 		return fail("reading utilisation", ret)
 	}
-	running, ret := h.GetComputeRunningProcesses()
-	switch ret {
-	case nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED:
-	default:
-		return fail("listing compute processes", ret)
+	if !listed {
+		running, ret = h.GetComputeRunningProcesses()
+		switch ret {
+		case nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED:
+		default:
+			return fail("listing compute processes", ret)
+		}
 	}
 	samples, ret := c.processSamples(h, d.UUID, now)
 	switch ret {
@@ -220,8 +313,8 @@ func (c *Collector) device(i int, now time.Time) Device {
 	default:
 		return fail("reading process utilisation", ret)
 	}
-	d.Processes = c.processes(running, samples)
-	return d
+	d.Processes = c.processes(running, samples, now)
+	return d, running
 }
 
 // processSamples returns the newest utilisation sample of each process on the
@@ -263,7 +356,8 @@ func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time) (m
 // processes merges the running compute processes (memory) with the utilisation
 // samples (a process the driver sampled may have stopped computing, or exited,
 // since) into one entry per PID, sorted by PID, each attributed to its pod.
-func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvml.ProcessUtilizationSample) []Process {
+func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvml.ProcessUtilizationSample,
+	now time.Time) []Process {
 	if len(running) == 0 && len(samples) == 0 {
 		return nil
 	}
@@ -293,24 +387,39 @@ func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvm
 	}
 	out := make([]Process, 0, len(byPID))
 	for pid, p := range byPID {
-		p.Pod = c.attribute(pid)
+		p.Pod = c.attribute(pid, now)
 		out = append(out, *p)
 	}
 	slices.SortFunc(out, func(a, b Process) int { return cmp.Compare(a.PID, b.PID) })
 	return out
 }
 
-// attribute returns the pod of process pid: the cached one while the process (its PID
-// and start time) is the same, else read from its cgroup. A process using several GPUs
-// is read once per scrape.
-func (c *Collector) attribute(pid uint32) PodRef {
+// attrRecheck is how often the start time of a process the collector keeps the pod of is
+// read again (/proc/<pid>/stat): a fast GPU is read 20 times a second, and one stat read
+// per process each time was most of a scrape's cost. A PID is reused only after its
+// process exited; a process that exits leaves NVML's lists, and its entry with them, at
+// the next scrape. Only an exit and a reuse of its PID by another process on a GPU
+// within one scrape period goes unseen, now for up to attrRecheck instead of one scrape.
+const attrRecheck = time.Second
+
+// attribute returns the pod of process pid at scrape time now: the cached one while the
+// process (its PID and start time, read again every attrRecheck) is the same, else read
+// from its cgroup. A process using several GPUs is read once per scrape.
+func (c *Collector) attribute(pid uint32, now time.Time) PodRef {
 	a, cached := c.attr[pid]
 	if cached && a.seen == c.scrapes {
 		return a.ref // another GPU of this scrape listed it
 	}
+	if cached && a.kept {
+		if since := now.Sub(a.checked); since >= 0 && since < attrRecheck {
+			a.seen = c.scrapes
+			c.attr[pid] = a
+			return a.ref
+		}
+	}
 	start, serr := processStart(c.procRoot, pid, c.statBuf)
 	if serr == nil && cached && a.kept && a.start == start {
-		a.seen = c.scrapes
+		a.seen, a.checked = c.scrapes, now
 		c.attr[pid] = a
 		return a.ref
 	}
@@ -326,7 +435,7 @@ func (c *Collector) attribute(pid uint32) PodRef {
 	// time, a PID reused in between is misattributed for this scrape only: the next
 	// one sees another start time.
 	kept := serr == nil && (err == nil || errors.Is(err, ErrNotPod))
-	c.attr[pid] = attribution{start: start, ref: ref, seen: c.scrapes, kept: kept}
+	c.attr[pid] = attribution{start: start, checked: now, ref: ref, seen: c.scrapes, kept: kept}
 	return ref
 }
 

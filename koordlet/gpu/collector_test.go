@@ -353,7 +353,7 @@ func TestCollectTraces(t *testing.T) {
 			defer c.Close()
 			for k, steps := range tc.trace {
 				f.set(steps)
-				s, err := c.Collect(context.Background(), at(k))
+				s, err := c.Collect(context.Background(), at(k), nil)
 				if err != nil {
 					t.Fatalf("scrape %d: %v", k, err)
 				}
@@ -376,8 +376,8 @@ func TestCollectTraces(t *testing.T) {
 }
 
 // TestCollectAttributionCache: a process's pod is read from its cgroup once and kept
-// while the process (PID and start time) stays on a GPU; a reused PID, an exited
-// process, or a PID that left every GPU is read again.
+// while the process (PID and start time, read again every attrRecheck) stays on a GPU; a
+// reused PID, an exited process, or a PID that left every GPU is read again.
 func TestCollectAttributionCache(t *testing.T) {
 	t.Parallel()
 	const pid = 606
@@ -390,32 +390,47 @@ func TestCollectAttributionCache(t *testing.T) {
 	defer c.Close()
 	lsPath := "0::/kubepods/burstable/pod" + lsUID + "/" + lsCtr + "\n"
 	batchPath := "0::/kubepods/besteffort/pod" + batchUID + "/" + batchCtr + "\n"
-	on := map[int]gpuStep{0: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}},
-		3: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}}}
-	// The process exited; the driver still has a sample of it.
-	sampledOnly := map[int]gpuStep{0: {samples: []nvml.ProcessUtilizationSample{{Pid: pid, TimeStamp: us(3), SmUtil: 7}}}}
+	on := func(time.Time) map[int]gpuStep {
+		return map[int]gpuStep{0: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}},
+			3: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}}}
+	}
+	// The process exited; the driver still has a sample of it, taken just before now.
+	sampledOnly := func(now time.Time) map[int]gpuStep {
+		return map[int]gpuStep{0: {samples: []nvml.ProcessUtilizationSample{
+			{Pid: pid, TimeStamp: uint64(now.Add(-time.Millisecond).UnixMicro()), SmUtil: 7}}}}
+	}
+	off := func(time.Time) map[int]gpuStep { return map[int]gpuStep{} }
+	recheck := attrRecheck + scrapeStep
 	steps := []struct {
 		name  string
+		after time.Duration // since the previous scrape
 		setup func()
-		gpus  map[int]gpuStep
+		gpus  func(now time.Time) map[int]gpuStep
 		want  PodRef
 	}{
-		{"first sight reads the cgroup", func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 500) },
+		{"first sight reads the cgroup", 0, func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 500) },
 			on, lsPod},
-		{"same process: cached, the cgroup is not read", func() { writeCgroup(t, root, pid, batchPath) }, on, lsPod},
-		{"PID reused: another start time, read again", func() { writeStat(t, root, pid, 900) }, on, batchPod},
-		{"exited: unattributed", func() { _ = os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))) }, sampledOnly,
-			PodRef{}},
-		{"back with an entry", func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 900) }, on,
+		{"same process: cached, the cgroup is not read", scrapeStep, func() { writeCgroup(t, root, pid, batchPath) },
+			on, lsPod},
+		{"PID reused: unseen until attrRecheck has passed", scrapeStep, func() { writeStat(t, root, pid, 900) }, on,
 			lsPod},
-		{"off every GPU", func() {}, map[int]gpuStep{}, PodRef{}},
-		{"back with the same start time: read again", func() { writeCgroup(t, root, pid, batchPath) }, on,
-			batchPod},
+		{"PID reused: another start time, read again", recheck, func() {}, on, batchPod},
+		{"exited, within attrRecheck: its last pod", scrapeStep,
+			func() { _ = os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))) }, sampledOnly, batchPod},
+		{"exited: unattributed", recheck, func() {}, sampledOnly, PodRef{}},
+		{"back with an entry", scrapeStep, func() { writeCgroup(t, root, pid, lsPath); writeStat(t, root, pid, 900) },
+			on, lsPod},
+		{"off every GPU", scrapeStep, func() {}, off, PodRef{}},
+		{"back with the same start time: read again", scrapeStep, func() { writeCgroup(t, root, pid, batchPath) },
+			on, batchPod},
 	}
-	for k, st := range steps {
+	now := t0
+	for _, st := range steps {
 		st.setup()
-		f.set(st.gpus)
-		s, err := c.Collect(context.Background(), at(k))
+		now = now.Add(st.after)
+		gpus := st.gpus(now)
+		f.set(gpus)
+		s, err := c.Collect(context.Background(), now, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -431,12 +446,12 @@ func TestCollectAttributionCache(t *testing.T) {
 				}
 			}
 		}
-		if listed != len(st.gpus) {
-			t.Fatalf("%s: pid %d on %d GPUs, want %d", st.name, pid, listed, len(st.gpus))
+		if listed != len(gpus) {
+			t.Fatalf("%s: pid %d on %d GPUs, want %d", st.name, pid, listed, len(gpus))
 		}
-		if _, kept := c.attr[pid]; kept != (len(st.gpus) > 0) {
+		if _, kept := c.attr[pid]; kept != (len(gpus) > 0) {
 			t.Fatalf("%s: cache entry kept %t, want %t (kept while the PID is on a GPU)", st.name, kept,
-				len(st.gpus) > 0)
+				len(gpus) > 0)
 		}
 	}
 }
@@ -494,7 +509,7 @@ func TestCollectLogsHealthChanges(t *testing.T) {
 	bad := map[int]gpuStep{1: {fail: map[string]nvml.Return{qMemory: nvml.ERROR_GPU_IS_LOST}}}
 	for k, steps := range []map[int]gpuStep{nil, bad, bad, bad, nil, nil} {
 		f.set(steps)
-		if _, err := c.Collect(context.Background(), at(k)); err != nil {
+		if _, err := c.Collect(context.Background(), at(k), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -557,7 +572,7 @@ func TestOpenReal(t *testing.T) {
 		return
 	}
 	defer src.Close()
-	s, err := src.Collect(context.Background(), time.Now())
+	s, err := src.Collect(context.Background(), time.Now(), nil)
 	if err != nil {
 		t.Fatalf("Collect on a real GPU: %v", err)
 	}
@@ -612,7 +627,7 @@ func TestCollectWholeScrapeErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.srv.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
-		if _, err := c.Collect(context.Background(), t0); !errors.Is(err, ErrDeviceLost) {
+		if _, err := c.Collect(context.Background(), t0, nil); !errors.Is(err, ErrDeviceLost) {
 			t.Fatalf("Collect = %v, want ErrDeviceLost", err)
 		}
 	})
@@ -624,7 +639,7 @@ func TestCollectWholeScrapeErrors(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := c.Collect(ctx, t0); !errors.Is(err, context.Canceled) {
+		if _, err := c.Collect(ctx, t0, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Collect = %v, want context.Canceled", err)
 		}
 	})
@@ -644,7 +659,7 @@ func TestCollectWholeScrapeErrors(t *testing.T) {
 		if n := len(f.srv.ShutdownCalls()); n != 1 {
 			t.Fatalf("Shutdown called %d times, want 1", n)
 		}
-		if _, err := c.Collect(context.Background(), t0); !errors.Is(err, ErrNoNVML) {
+		if _, err := c.Collect(context.Background(), t0, nil); !errors.Is(err, ErrNoNVML) {
 			t.Fatalf("Collect after Close = %v, want ErrNoNVML", err)
 		}
 	})
@@ -677,7 +692,7 @@ func TestCollectConcurrent(t *testing.T) {
 	for g := range 4 {
 		wg.Go(func() {
 			for k := range 5 {
-				s, err := c.Collect(context.Background(), at(g*5+k))
+				s, err := c.Collect(context.Background(), at(g*5+k), nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -728,7 +743,7 @@ func BenchmarkCollect(b *testing.B) {
 			f.steps[i] = st
 		}
 		f.mu.Unlock()
-		s, err := c.Collect(ctx, at(k+1))
+		s, err := c.Collect(ctx, at(k+1), nil)
 		if err != nil || len(s.Devices) != 8 || !s.Devices[7].Processes[3].Pod.Attributed() {
 			b.Fatalf("scrape: %v", err)
 		}

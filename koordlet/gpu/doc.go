@@ -3,11 +3,16 @@
 // attributes GPU processes to pods through /proc/<pid>/cgroup, and feeds the GPU
 // throttle (qos) and the freezer duty cycle (subpackage duty).
 //
-//   - types.go: the shared types (Sample, Device, Process, PodRef), Source, sentinels.
+//   - types.go: the shared types (Sample, Device, Process, PodRef, Scrape), Source,
+//     sentinels.
 //   - collector.go (cgo only): Open, NewCollector and Collector, one scrape of
 //     every GPU per Collect: index, UUID, model, memory, utilisation, health, and
 //     per process its SM and memory utilisation (GetProcessUtilization) and memory
-//     (GetComputeRunningProcesses).
+//     (GetComputeRunningProcesses); or, where the plan says ScrapeProbe, only the
+//     process list, with the GPU's last full read returned while the list is unchanged.
+//   - cadence.go: the GPU loop's plan (pure): which GPU is read in full every period
+//     (batch shares it with other processes), which only probed, and whether the loop
+//     runs at its period or, with no batch on any GPU, at the full-scrape period.
 //   - open_nocgo.go: Open for the pure-Go build, always ErrNoNVML.
 //   - attribute.go (pure Go): ParseProcCgroup and PodOfPID, PID → pod UID and
 //     container ID for both cgroup drivers, v1, v2 and hybrid, and the agent's tier;
@@ -27,9 +32,16 @@
 //     exited between NVML's listing and the read, or lives in a PID namespace the
 //     proc root does not show) is kept, unattributed. The collector keeps each
 //     process's pod while the PID stays on a GPU and its start time (/proc/<pid>/stat
-//     field 22) is unchanged: a process never moves to another pod, and a reused PID
-//     has another start time. A PID reused between the stat and the cgroup reads is
-//     misattributed for that one scrape; a PID that leaves every GPU is forgotten.
+//     field 22, read again at most every attrRecheck, 1 s) is unchanged: a process never
+//     moves to another pod, and a reused PID has another start time. A PID that exits
+//     and is reused on a GPU within one scrape period is misattributed until the next
+//     start-time read; a PID that leaves every GPU is forgotten.
+//   - A probe compares only the PIDs listed: figures of a probed Device are those of
+//     its last full read (Probed, ScrapedAt). The probe cannot see an LS process's
+//     utilisation rise, so the manager reads a GPU that batch shares with other
+//     processes in full every period; and it cannot see a class change, so the manager
+//     classifies the processes again with its current pod view at every step. A driver
+//     without process listing cannot be probed: such a GPU is read in full every time.
 //   - An agent in a private cgroup namespace reads other processes' cgroups as
 //     "/../../besteffort/pod<uid>/...": ParseProcCgroup accepts that, but it cannot
 //     then see the kubepods ancestor, so run the agent in the host cgroup namespace.

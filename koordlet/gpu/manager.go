@@ -19,9 +19,10 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// DefaultLoopPeriod is how often the GPU loop scrapes NVML and decides the duties: with
-// the cycler freezing at once on a cut, an LS step reaches frozen batch within about one
-// loop period (the target is 100 ms at p99).
+// DefaultLoopPeriod is how often the GPU loop reads NVML (in full, or a probe of the
+// process lists: see scrapeFor) and decides the duties: with the cycler freezing at once
+// on a cut, an LS step reaches frozen batch within about one loop period (the target is
+// 100 ms at p99).
 const DefaultLoopPeriod = 50 * time.Millisecond
 
 // groupLoader opens existing cgroups (cgroups.Hierarchy).
@@ -64,6 +65,10 @@ type Options struct {
 	Policy qos.GPUThrottlePolicy
 	// Period is the loop period (DefaultLoopPeriod when 0).
 	Period time.Duration
+	// FullScrapePeriod is how often a GPU that needs no fast reaction is read in full;
+	// in between only its process list is probed (DefaultFullScrapePeriod when 0; at
+	// least Period).
+	FullScrapePeriod time.Duration
 	// Suspend, when set, suspends a starved GPU's batch processes (cuda-checkpoint)
 	// before any eviction; they resume once LS leaves the GPU.
 	Suspend suspender
@@ -93,6 +98,12 @@ type Manager struct {
 	steps     uint64                // Step count, stamps heldGroup.seen
 	in        []qos.GPUThrottleInput
 	scratch   []*cgroups.Group // apply's groups of one GPU (Set keeps no reference)
+	// cad is, by GPU index, what the last step knew of each GPU; plan the scrape plan
+	// built from it; fast whether the next step comes after Period (else after
+	// FullScrapePeriod).
+	cad  []gpuCadence
+	plan []Scrape
+	fast bool
 
 	// status is the last step; Status builds the /status view of it when asked (the
 	// loop runs every 50 ms, /status is read far less often).
@@ -126,6 +137,7 @@ type heldGroup struct {
 type stepState struct {
 	time      time.Time
 	available bool
+	fast      bool // the loop's pace after the step (loopFast)
 	err       string
 	views     []deviceView
 	decisions []qos.GPUThrottleDecision // sorted by GPU
@@ -173,6 +185,12 @@ type GPUStatus struct {
 	LSPods    []string                `json:"lsPods,omitempty"`
 	BatchPods []string                `json:"batchPods,omitempty"`
 	Decision  qos.GPUThrottleDecision `json:"decision"`
+	// Cadence is how the loop reads the GPU: CadenceFast (in full every loop period),
+	// CadenceProbe (its process list every period, in full on a change and every
+	// gpu.fullScrapePeriod) or CadenceSlow (no GPU runs batch: in full every
+	// gpu.fullScrapePeriod). ScrapedAt is when the figures above were read in full.
+	Cadence   string    `json:"cadence"`
+	ScrapedAt time.Time `json:"scrapedAt"`
 	// Escalation is what the loop did about starvation: "", "suspended", "evict-requested",
 	// "reported" (no suspend, no eviction configured).
 	Escalation string `json:"escalation,omitempty"`
@@ -207,6 +225,13 @@ func NewManager(o Options) (*Manager, error) {
 	if o.Period <= 0 {
 		o.Period = DefaultLoopPeriod
 	}
+	if o.FullScrapePeriod == 0 {
+		o.FullScrapePeriod = max(DefaultFullScrapePeriod, o.Period)
+	}
+	if o.FullScrapePeriod < o.Period {
+		return nil, fmt.Errorf("full-scrape period %v shorter than the loop period %v: %w", o.FullScrapePeriod,
+			o.Period, ErrOptions)
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -214,6 +239,7 @@ func NewManager(o Options) (*Manager, error) {
 		groups: map[string]*heldGroup{}, keyed: map[int]bool{}, suspended: map[int]suspendedProc{},
 		evictedAt: map[int]time.Time{}, win: map[int]*gpuWindow{}}
 	m.status.Store(&stepState{})
+	m.fast = true
 	return m, nil
 }
 
@@ -230,7 +256,8 @@ func (m *Manager) Status() Status {
 		d, _ := decisionFor(r.decisions, v.dev.Index)
 		s.GPUs[i] = GPUStatus{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model, Healthy: v.dev.Healthy,
 			Error: v.dev.Err, Util: v.dev.Util, MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal,
-			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i]}
+			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i],
+			Cadence: cadenceOf(v.cadence(), r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt}
 	}
 	return s
 }
@@ -267,10 +294,17 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.log.Warn("closing NVML", "err", err)
 		}
 	}()
-	t := time.NewTicker(m.o.Period)
+	t := time.NewTimer(m.o.Period)
 	defer t.Stop()
 	for {
-		m.Step(ctx, time.Now())
+		now := time.Now()
+		m.Step(ctx, now)
+		wait := m.o.FullScrapePeriod
+		if m.fast {
+			wait = m.o.Period
+		}
+		// The next step is due wait after this one began, not after it ended.
+		t.Reset(max(time.Until(now.Add(wait)), 0))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -282,10 +316,16 @@ func (m *Manager) Run(ctx context.Context) error {
 // Step is one loop period (exported for tests and benchmarks that drive the clock).
 func (m *Manager) Step(ctx context.Context, now time.Time) {
 	m.steps++
+	m.plan = m.plan[:0]
+	for _, g := range m.cad {
+		m.plan = append(m.plan, scrapeFor(g, now, m.o.Period, m.o.FullScrapePeriod))
+	}
 	start := time.Now()
-	s, err := m.o.Source.Collect(ctx, now)
+	s, err := m.o.Source.Collect(ctx, now, m.plan)
 	took := time.Since(start)
 	if err != nil {
+		m.cad = m.cad[:0] // read every GPU in full next time
+		m.fast = true
 		// Hold every known GPU's duty: a failed scrape is no evidence either way.
 		m.in = m.in[:0]
 		for _, d := range m.inv {
@@ -301,13 +341,21 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	pods := m.o.Pods()
 	views := make([]deviceView, len(s.Devices))
 	m.in = m.in[:0]
+	m.cad = m.cad[:0]
 	for i, d := range s.Devices {
 		views[i] = viewDevice(d, pods)
 		m.in = append(m.in, views[i].input())
+		if idx := d.Index; idx >= 0 && idx < maxCadenceIndex {
+			for len(m.cad) <= idx {
+				m.cad = append(m.cad, gpuCadence{})
+			}
+			m.cad[idx] = views[i].cadence()
+		}
 	}
 	m.noteInventory(s.Devices)
+	m.fast = loopFast(true, m.cad)
 	decisions := m.throttle.Step(now, m.in)
-	st := &stepState{time: now, available: true, views: views, decisions: decisions,
+	st := &stepState{time: now, available: true, fast: m.fast, views: views, decisions: decisions,
 		escalations: make([]string, len(views))}
 	for i, v := range views {
 		d, _ := decisionFor(decisions, v.dev.Index)
@@ -327,6 +375,10 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 		}
 	}
 }
+
+// maxCadenceIndex bounds the GPU indices the scrape plan covers (a source's index past
+// it is read in full every period).
+const maxCadenceIndex = 1024
 
 // noteInventory replaces the inventory when the scrape's GPUs differ from it (they
 // rarely do: most steps allocate nothing here).

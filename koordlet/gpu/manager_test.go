@@ -24,7 +24,7 @@ type scriptSource struct {
 	n     int
 }
 
-func (s *scriptSource) Collect(_ context.Context, now time.Time) (Sample, error) {
+func (s *scriptSource) Collect(_ context.Context, now time.Time, _ []Scrape) (Sample, error) {
 	i := min(s.n, len(s.steps)-1)
 	s.n++
 	smp, err := s.steps[i]()

@@ -18,14 +18,37 @@ var (
 	ErrDeviceLost = errors.New("GPU lost")
 )
 
+// Scrape is how much of one GPU a Collect reads.
+type Scrape uint8
+
+const (
+	// ScrapeFull reads every figure of the GPU: memory, utilisation, the processes, their
+	// utilisation, and attributes the processes to pods.
+	ScrapeFull Scrape = iota
+	// ScrapeProbe lists only the GPU's compute processes: one NVML call, no /proc read.
+	// When the list holds the PIDs of the GPU's last full scrape, that scrape's Device
+	// is returned again (Device.Probed); when it differs, the GPU has no healthy full
+	// scrape, or the probe fails, the GPU is read in full.
+	ScrapeProbe
+)
+
+// String names the scrape in /status.
+func (s Scrape) String() string {
+	if s == ScrapeProbe {
+		return "probe"
+	}
+	return "full"
+}
+
 // Source is where GPU samples come from: the NVML collector (Open, NewCollector), or a
 // fake in tests.
 type Source interface {
 	// Collect scrapes every GPU once. now stamps the Sample and bounds how old the
-	// per-process samples asked from the driver may be. An error means no Sample at
-	// all (NVML unusable, closed, ctx done); one device failing only marks that
-	// device unhealthy.
-	Collect(ctx context.Context, now time.Time) (Sample, error)
+	// per-process samples asked from the driver may be. plan[i] says how much of GPU
+	// index i to read; a GPU past its end (a nil plan: every GPU) is read in full. An
+	// error means no Sample at all (NVML unusable, closed, ctx done); one device
+	// failing only marks that device unhealthy.
+	Collect(ctx context.Context, now time.Time, plan []Scrape) (Sample, error)
 	// Close releases NVML. Collect fails afterwards.
 	Close() error
 }
@@ -59,8 +82,14 @@ type Device struct {
 	// processes' SMUtil and MemUtil are then zero and mean unknown, not idle.
 	UtilUnsupported bool
 	// Processes are the compute processes on the device, with their utilisation where
-	// the driver reported it.
+	// the driver reported it. Shared with later Probed copies: read-only.
 	Processes []Process
+	// Probed: the Collect only probed the device (ScrapeProbe) and found the processes
+	// of its last full scrape, whose figures these are; ScrapedAt says when that was.
+	Probed bool
+	// ScrapedAt is when the figures were read: the Collect's now, or for a Probed
+	// device the time of its last full scrape.
+	ScrapedAt time.Time
 }
 
 // Process is one process using a GPU.

@@ -19,6 +19,8 @@ type deviceView struct {
 	// lsUtil is the non-batch processes' utilisation, plus that of processes no pod
 	// could be attributed to (the safe side: they may be LS); batchUtil the batch pods'.
 	lsUtil, batchUtil float64
+	// others counts the processes not of a batch pod (LS, BE, or not attributed).
+	others int
 	// ls are the non-batch pods with processes on the GPU, in order of first process.
 	ls []PodInfo
 	// batch are the batch pods with processes on the GPU, in order of first process;
@@ -34,18 +36,21 @@ func viewDevice(d Device, pods PodView) deviceView {
 	for _, p := range d.Processes {
 		if !p.Pod.Attributed() {
 			v.lsUtil += p.SMUtil
+			v.others++
 			continue
 		}
 		info, ok := pods.Pod(p.Pod.UID)
 		if !ok {
 			// A pod the agent does not know (yet): treat like an unattributed process.
 			v.lsUtil += p.SMUtil
+			v.others++
 			continue
 		}
 		v.pods = append(v.pods, metrics.GPUPodUsage{Namespace: info.Namespace, Pod: info.Name,
 			Container: info.Containers[p.Pod.ContainerID], Util: p.SMUtil, MemUtil: p.MemUtil, MemUsed: p.MemUsed})
 		if info.Class != qos.ClassBatch {
 			v.lsActive = true
+			v.others++
 			v.lsUtil += p.SMUtil
 			if !slices.ContainsFunc(v.ls, func(q PodInfo) bool { return q.UID == info.UID }) {
 				v.ls = append(v.ls, info)
@@ -62,6 +67,12 @@ func viewDevice(d Device, pods PodView) deviceView {
 		v.batchPIDs[info.UID] = append(v.batchPIDs[info.UID], int(p.PID))
 	}
 	return v
+}
+
+// cadence is what the next step's scrape plan needs of the view.
+func (v deviceView) cadence() gpuCadence {
+	return gpuCadence{known: true, healthy: v.dev.Healthy, batch: len(v.batch) > 0,
+		shared: len(v.batch) > 0 && v.others > 0, scrapedAt: v.dev.ScrapedAt}
 }
 
 // input is the GPU throttle's input for the view. A device the collector could not read

@@ -456,3 +456,54 @@ func TestSamePaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCyclerPin: the pin is frozen while some key has groups to cycle, before them, and
+// thawed once none has and when Run ends; a pin that vanished is dropped and cycling
+// goes on.
+func TestCyclerPin(t *testing.T) {
+	t.Parallel()
+	f := newFakeRoot(t)
+	pin, a := f.group("understory-freezer-pin"), f.group("poda")
+	c := newCycler(t, 100*time.Millisecond)
+	c.SetPin(pin)
+	stop := startRun(t, c)
+	waitRunning(t, c)
+	if got := f.state(pin.Path()); got != "THAWED" {
+		t.Fatalf("pin %s with nothing to cycle", got)
+	}
+	if err := c.Set("gpu0", []*cgroups.Group{a}, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(a.Path(), "FROZEN")
+	if got := f.state(pin.Path()); got != "FROZEN" {
+		t.Fatalf("group frozen, pin %s: the pin must be frozen first", got)
+	}
+	if err := c.Set("gpu0", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(a.Path(), "THAWED")
+	f.waitState(pin.Path(), "THAWED")
+	if err := c.Set("gpu0", []*cgroups.Group{a}, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(pin.Path(), "FROZEN")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.state(pin.Path()); got != "THAWED" {
+		t.Fatalf("pin %s after Run ended", got)
+	}
+
+	// A pin that vanished: dropped, the groups are still cycled.
+	c2 := newCycler(t, 100*time.Millisecond)
+	gone := f.group("understory-freezer-pin-gone")
+	if err := os.RemoveAll(filepath.Join(f.root, "freezer", gone.Path())); err != nil {
+		t.Fatal(err)
+	}
+	c2.SetPin(gone)
+	startRun(t, c2)
+	if err := c2.Set("gpu0", []*cgroups.Group{a}, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(a.Path(), "FROZEN")
+}
