@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -22,8 +25,8 @@ const (
 
 // Freeze stops every task in the group and its descendants and waits until
 // the kernel reports them frozen (at most DefaultFreezeTimeout). v1 (and
-// hybrid with a v1 freezer): freezer.state FROZEN, re-requested while it
-// reads FREEZING. v2 (and hybrid without a v1 freezer): cgroup.freeze=1,
+// hybrid with a v1 freezer): freezer.state FROZEN, written again every few
+// checks while it reads FREEZING (see v1Rewrite). v2 (and hybrid without a v1 freezer): cgroup.freeze=1,
 // then cgroup.events "frozen 1". On timeout the error wraps ErrTimeout and
 // the group may be partly frozen; call Thaw to undo.
 func (g *Group) Freeze() error {
@@ -66,16 +69,21 @@ func (g *Group) useV1Freezer() bool {
 func (g *Group) freezerDir() string { return g.h.freezerDir + "/" + g.rel }
 
 func (g *Group) v1FreezerState() (string, error) {
-	b, err := readFile(g.freezerDir(), fileFreezerState)
+	var buf [16]byte // "FREEZING\n" is the longest state
+	n, err := readSmall(g.freezerDir(), fileFreezerState, buf[:])
 	if err != nil {
 		return "", err
 	}
-	s := string(bytes.TrimSpace(b))
-	switch s {
-	case "FROZEN", "FREEZING", "THAWED":
-		return s, nil
+	switch b := bytes.TrimSpace(buf[:n]); string(b) { // no allocation: the cases are constants
+	case "FROZEN":
+		return "FROZEN", nil
+	case "FREEZING":
+		return "FREEZING", nil
+	case "THAWED":
+		return "THAWED", nil
+	default:
+		return "", classifyMalformed(g.freezerDir(), fileFreezerState, fmt.Errorf("unknown state %q", b))
 	}
-	return "", classifyMalformed(g.freezerDir(), fileFreezerState, fmt.Errorf("unknown state %q", s))
 }
 
 // v2FreezerDir returns the cgroup2 directory used for freezing, or
@@ -91,21 +99,70 @@ func (g *Group) v2FreezerDir() (string, error) {
 	return d, nil
 }
 
+// FreezeNoWait asks the kernel to freeze the group and returns without waiting for its
+// tasks to stop: one write (v1 freezer.state FROZEN, v2 cgroup.freeze 1). The kernel
+// completes the freeze on its own as each task reaches a point where it can stop; Frozen
+// tells when all have. For a caller that writes the state again soon anyway (a duty
+// cycle): a task that escaped a v1 freeze (one forked while it began) runs until the next
+// write, and a task in uninterruptible sleep stops when it wakes, without holding the
+// caller up.
+func (g *Group) FreezeNoWait() error { return g.request(true) }
+
+// ThawNoWait undoes FreezeNoWait (or a Freeze) with one write, without reading the state
+// back. A group whose ancestor is frozen stays frozen (v1: freezer.state reads FROZEN or
+// FREEZING, freezer.self_freezing 0).
+func (g *Group) ThawNoWait() error { return g.request(false) }
+
+// request writes the freezer state once.
+func (g *Group) request(frozen bool) error {
+	if g.useV1Freezer() {
+		return writeSmall(g.freezerDir(), fileFreezerState, v1State(frozen))
+	}
+	dir, err := g.v2FreezerDir()
+	if err != nil {
+		return err
+	}
+	return writeSmall(dir, fileFreeze, v2Freeze(frozen))
+}
+
+func v1State(frozen bool) string {
+	if frozen {
+		return "FROZEN"
+	}
+	return "THAWED"
+}
+
+func v2Freeze(frozen bool) string {
+	if frozen {
+		return "1"
+	}
+	return "0"
+}
+
+// v1Rewrite is how many checks of a v1 group still FREEZING pass between two writes of
+// FROZEN. A write makes the kernel signal every task of the group that is not frozen yet;
+// a task that was already signalled freezes on its own, so every check need not write
+// (that was most of a freeze's cost). A task forked into the group while it began
+// freezing may escape the first signal (runc retries its freeze for that reason): the
+// write is repeated, and the backoff of poll keeps it to a few writes a second.
+const v1Rewrite = 4
+
 func (g *Group) setFrozen(ctx context.Context, frozen bool) error {
 	op := "thawing"
 	if frozen {
 		op = "freezing"
 	}
+	if err := g.request(frozen); err != nil {
+		return err
+	}
 	if g.useV1Freezer() {
-		want := "THAWED"
-		if frozen {
-			want = "FROZEN"
-		}
+		want := v1State(frozen)
+		checks := 0
 		return poll(ctx, func() (bool, string, error) {
-			// Re-writing FROZEN while FREEZING retries tasks that could not
-			// be frozen yet.
-			if err := writeFile(g.freezerDir(), fileFreezerState, want); err != nil {
-				return false, "", err
+			if checks++; checks > 1 && (checks-1)%v1Rewrite == 0 {
+				if err := writeSmall(g.freezerDir(), fileFreezerState, want); err != nil {
+					return false, "", err
+				}
 			}
 			s, err := g.v1FreezerState()
 			return s == want, s, err
@@ -115,21 +172,69 @@ func (g *Group) setFrozen(ctx context.Context, frozen bool) error {
 	if err != nil {
 		return err
 	}
-	if err := requireFile(dir, fileFreeze); err != nil {
-		return err
-	}
-	if frozen {
-		err = g.v2.Freeze()
-	} else {
-		err = g.v2.Thaw()
-	}
-	if err != nil {
-		return classify(op, dir, fileFreeze, err)
-	}
 	return poll(ctx, func() (bool, string, error) {
 		f, err := readEventsFrozen(dir)
 		return f == frozen, fmt.Sprintf("frozen %t", f), err
 	}, op, g.rel)
+}
+
+// writeSmall writes value to an existing cgroup file with plain system calls: open,
+// write, close. os.OpenFile would also register the file with Go's netpoller (cgroup
+// files can be polled), which doubles the system calls of a write a duty cycle makes
+// tens of times a second. It never creates the file (see writeFile).
+func writeSmall(dir, name, value string) error {
+	path := dir + "/" + name
+	fd, err := openNoEINTR(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC)
+	if err != nil {
+		return classify("writing", dir, name, &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	var werr error
+	for {
+		_, werr = syscall.Write(fd, []byte(value))
+		if werr != syscall.EINTR {
+			break
+		}
+	}
+	cerr := syscall.Close(fd)
+	if werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return classify("writing "+strconv.Quote(value)+" to", dir, name,
+			&fs.PathError{Op: "write", Path: path, Err: werr})
+	}
+	return nil
+}
+
+// readSmall reads up to len(buf) bytes of a cgroup file with plain system calls (see
+// writeSmall) and returns how many it read.
+func readSmall(dir, name string, buf []byte) (int, error) {
+	path := dir + "/" + name
+	fd, err := openNoEINTR(path, syscall.O_RDONLY|syscall.O_CLOEXEC)
+	if err != nil {
+		return 0, classify("reading", dir, name, &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	var n int
+	for {
+		n, err = syscall.Read(fd, buf)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	_ = syscall.Close(fd)
+	if err != nil {
+		return 0, classify("reading", dir, name, &fs.PathError{Op: "read", Path: path, Err: err})
+	}
+	return n, nil
+}
+
+func openNoEINTR(path string, mode int) (int, error) {
+	for {
+		fd, err := syscall.Open(path, mode, 0)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // poll calls check until it reports done, an error, or ctx ends (ErrTimeout),

@@ -3,6 +3,7 @@ package cgroups
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,5 +131,52 @@ func TestFrozenMalformed(t *testing.T) {
 	mustWrite(t, filepath.Join(g2.unifiedDir(), "cgroup.events"), "frozen 2\n")
 	if _, err := g2.Frozen(); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("Frozen with frozen 2 = %v; want ErrMalformed", err)
+	}
+}
+
+// FreezeNoWait and ThawNoWait write the state once and return without waiting for the
+// kernel (a v2 group whose cgroup.events still says frozen 0 is no error); a missing
+// file or group is classified like any other write.
+func TestFreezeNoWait(t *testing.T) {
+	t.Parallel()
+	for _, k := range []fakeKind{fakeV1Separate, fakeHybridNoFreezer, fakeV2} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			h := OpenLayout(newFake(t, k), k.layout())
+			g := fakeCreate(t, h, "kubepods/besteffort/x")
+			dir, file, frozenVal, thawedVal := g.unifiedDir(), "cgroup.freeze", "1", "0"
+			if k == fakeV1Separate {
+				dir, file, frozenVal, thawedVal = filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN",
+					"THAWED"
+			} else {
+				mustWrite(t, filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen 0\n")
+			}
+			// A longer value first: the write must replace it, not overwrite its start.
+			mustWrite(t, filepath.Join(dir, file), "FREEZING\n")
+			if err := g.FreezeNoWait(); err != nil {
+				t.Fatalf("FreezeNoWait: %v", err)
+			}
+			if got := strings.TrimSpace(mustRead(t, filepath.Join(dir, file))); got != frozenVal {
+				t.Fatalf("%s = %q after FreezeNoWait, want %q", file, got, frozenVal)
+			}
+			if err := g.ThawNoWait(); err != nil {
+				t.Fatalf("ThawNoWait: %v", err)
+			}
+			if got := strings.TrimSpace(mustRead(t, filepath.Join(dir, file))); got != thawedVal {
+				t.Fatalf("%s = %q after ThawNoWait, want %q", file, got, thawedVal)
+			}
+			if err := os.Remove(filepath.Join(dir, file)); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.FreezeNoWait(); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("FreezeNoWait without %s = %v; want ErrUnsupported", file, err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.ThawNoWait(); !errors.Is(err, ErrNotExist) {
+				t.Fatalf("ThawNoWait of a removed group = %v; want ErrNotExist", err)
+			}
+		})
 	}
 }

@@ -37,6 +37,9 @@ type cycler interface {
 	ThawAll(ctx context.Context) error
 	Run(ctx context.Context) error
 	Status() []duty.KeyStatus
+	// NextPeriod is the start of the duty-cycle period after t: the loop steps on the
+	// same clock (see nextStep).
+	NextPeriod(t time.Time) time.Time
 }
 
 // suspender suspends and resumes CUDA processes (duty.Checkpointer).
@@ -303,14 +306,30 @@ func (m *Manager) Run(ctx context.Context) error {
 		if m.fast {
 			wait = m.o.Period
 		}
-		// The next step is due wait after this one began, not after it ended.
-		t.Reset(max(time.Until(now.Add(wait)), 0))
+		t.Reset(max(time.Until(nextStep(now, wait, m.o.Cycler.NextPeriod(now))), 0))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// nextStep is when the step after one begun at now is due: on the grid of wait anchored
+// at anchor (a start of a duty-cycle period), the first point more than wait/2 after now,
+// so about wait after now (wait/2 to 1.5 wait when the loop's pace changes) and wait after
+// the last step while steps stay on the grid: the pace is kept from when a step began,
+// not from when it ended. The grid puts every other step of the default 50 ms loop at the
+// start of a 100 ms duty-cycle period, where the cycler freezes: one wake-up of the
+// process does both. Each wake-up of an idle agent costs more CPU (a thread switched in
+// and out, the Go scheduler's spinning, its sysmon) than a probing step itself.
+func nextStep(now time.Time, wait time.Duration, anchor time.Time) time.Time {
+	d := now.Add(wait / 2).Sub(anchor)
+	k := d / wait
+	if d < 0 && d%wait != 0 {
+		k-- // floor, not truncation towards zero
+	}
+	return anchor.Add((k + 1) * wait)
 }
 
 // Step is one loop period (exported for tests and benchmarks that drive the clock).

@@ -69,6 +69,11 @@ func (c *fakeCycler) Release(_ context.Context, g *cgroups.Group) error {
 	return nil
 }
 func (c *fakeCycler) ThawAll(context.Context) error { return nil }
+
+// NextPeriod: 100 ms periods from the Unix epoch.
+func (c *fakeCycler) NextPeriod(t time.Time) time.Time {
+	return t.Truncate(100 * time.Millisecond).Add(100 * time.Millisecond)
+}
 func (c *fakeCycler) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 func (c *fakeCycler) Status() []duty.KeyStatus {
 	c.mu.Lock()
@@ -396,5 +401,41 @@ func TestManagerForgetsGone(t *testing.T) {
 	step() // and came back
 	if d, groups := r.cyc.get("gpu0"); d == 0 || len(groups) != 1 || groups[0] != batchCg {
 		t.Fatalf("batch pod back: duty %v groups %v", d, groups)
+	}
+}
+
+// TestNextStep: the loop steps on a grid of its period anchored at the duty cycle's
+// period starts, about one period apart, and keeps its pace from when a step began.
+func TestNextStep(t *testing.T) {
+	t.Parallel()
+	a := time.Unix(1_700_000_000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		now  time.Duration // after a
+		wait time.Duration
+		want time.Duration // after a
+	}{
+		{0, 50 * ms, 50 * ms},
+		{3 * ms, 50 * ms, 50 * ms},          // a step a little late: the grid holds
+		{24 * ms, 50 * ms, 50 * ms},         // 26 ms on: more than half a period
+		{26 * ms, 50 * ms, 100 * ms},        // 74 ms on, back on the grid
+		{-10 * ms, 50 * ms, 50 * ms},        // now before the anchor
+		{-40 * ms, 50 * ms, 0},              // floor, not truncation
+		{-50 * ms, 50 * ms, 0},              // exactly on the grid before the anchor
+		{10 * ms, time.Second, time.Second}, // the slow loop: on the same grid
+		{700 * ms, time.Second, 2 * time.Second},
+	} {
+		if got := nextStep(a.Add(tc.now), tc.wait, a).Sub(a); got != tc.want {
+			t.Errorf("nextStep(a%+v, %v) = a%+v, want a%+v", tc.now, tc.wait, got, tc.want)
+		}
+	}
+	for i := range 1000 {
+		now := a.Add(time.Duration(i*7919) * time.Microsecond)
+		wait := []time.Duration{10 * ms, 50 * ms, 70 * ms, time.Second}[i%4]
+		next := nextStep(now, wait, a)
+		if d := next.Sub(now); d <= wait/2 || d > wait+wait/2 || next.Sub(a)%wait != 0 {
+			t.Fatalf("nextStep(%v after a, %v) = %v after now, off the grid by %v", now.Sub(a), wait, d,
+				next.Sub(a)%wait)
+		}
 	}
 }

@@ -18,9 +18,9 @@ import (
 const (
 	MinPeriod = 10 * time.Millisecond
 	MaxPeriod = time.Second
-	// OpTimeout bounds one freeze or thaw in the cycle. A task in uninterruptible sleep
-	// keeps a v1 group FREEZING; the cycle must go on (the group is thawed at the end of
-	// its window like any other).
+	// OpTimeout bounds one waited-for freeze or thaw: of the pin, Release, ThawAll and
+	// the thaw when Run ends. The periodic windows' writes do not wait (see request): a
+	// task in uninterruptible sleep keeps a v1 group FREEZING, and the cycle must go on.
 	OpTimeout = 50 * time.Millisecond
 	// ShutdownTimeout bounds the thaw of everything when Run ends.
 	ShutdownTimeout = 5 * time.Second
@@ -416,8 +416,8 @@ func (c *Cycler) schedule(gs *groupState, now time.Time) (bool, time.Time) {
 	return inWindow || extra, next
 }
 
-// apply performs the writes, each bounded by OpTimeout, checking under c.mu just before
-// each that it is still wanted (Release or ThawAll may have run since plan).
+// apply performs the writes, none waiting for the kernel (see request), checking under
+// c.mu just before each that it is still wanted (Release or ThawAll may have run since plan).
 func (c *Cycler) apply(ctx context.Context, acts []action) {
 	c.ioMu.Lock()
 	defer c.ioMu.Unlock()
@@ -432,11 +432,21 @@ func (c *Cycler) apply(ctx context.Context, acts []action) {
 		if stale {
 			continue
 		}
-		opCtx, cancel := context.WithTimeout(ctx, OpTimeout)
-		err := write(opCtx, a.g, a.freeze)
-		cancel()
-		c.record(a.path, a.g, a.freeze, err)
+		c.record(a.path, a.g, a.freeze, request(a.g, a.freeze))
 	}
+}
+
+// request makes one write of the cycle. It does not wait for the kernel to stop the
+// group's tasks: a freeze completes on its own within microseconds (a task in
+// uninterruptible sleep stops when it wakes), and waiting for it cost a timer wake-up and
+// a few more reads per freeze, most of the cycle's CPU. A task that escaped a v1 freeze
+// (forked while it began) runs until the next period's freeze. A thaw is complete when
+// written, unless an ancestor (the CPU escalation's tier) is frozen: that freeze holds.
+func request(g *cgroups.Group, freeze bool) error {
+	if freeze {
+		return g.FreezeNoWait()
+	}
+	return g.ThawNoWait()
 }
 
 func write(ctx context.Context, g *cgroups.Group, freeze bool) error {

@@ -8,8 +8,11 @@
 // and thawed for the rest; a group in several keys gets the highest duty. All groups
 // share one period clock, so the batch pods of a GPU are frozen at the same time. A
 // frozen process launches no new GPU work, so LS kernels meet an idle device. One
-// goroutine (Run) does every write, each bounded by OpTimeout; when Run's ctx ends it
-// thaws everything it froze: a freeze must never outlive the agent. A rise from duty 0
+// goroutine (Run) does every write: a window's freeze or thaw is one write that does not
+// wait for the kernel to stop the tasks (it does so within microseconds); Release,
+// ThawAll and the thaw of everything when Run's ctx ends wait, each bounded by OpTimeout.
+// When Run's ctx ends it thaws everything it froze: a freeze must never outlive the
+// agent. A rise from duty 0
 // freezes at once for d*period, so batch is frozen within a loop turn of Set
 // (milliseconds), not at the next period; that first window may overlap the next
 // periodic one, so a cut freezes a little more than d for one period. A group that
@@ -41,8 +44,11 @@
 //     with maxDuty near 1 they may time out and kubelet may restart the container.
 //     Collectives (NCCL) of a multi-node job wait for a frozen rank; keep maxDuty < 1
 //     and starveAfter well below the job's collective timeout.
-//   - A freeze that times out (a task in D state keeps a v1 group FREEZING) still counts
-//     as frozen and is thawed at the end of its window; the error shows in Status.
+//   - A window's freeze is not waited for: Status's frozen means "freeze written". A task
+//     in D state keeps a v1 group FREEZING and stops when it wakes; a task forked into
+//     the group while the freeze began may escape it (a v1 race runc retries for) and
+//     runs until the next period's freeze. A failed write still counts as frozen and is
+//     thawed at the end of its window; the error shows in Status.
 //   - On start, ThawStale must run before any new freeze: it cannot tell the previous
 //     run's freezes from the current run's. Every group gets a thaw write (a v1 group
 //     left FREEZING does not read as frozen).
@@ -53,8 +59,8 @@
 //     cycles anything, so the key stays on. Not needed on cgroup v2.
 //   - Windows shorter than 1 ms are not worth two writes: duties within 1 ms of 0 or of
 //     the period are rounded to 0 or 1.
-//   - Duty error: each write takes a few hundred microseconds to a few milliseconds (v1
-//     polls until FROZEN), and the loop's timer is late by scheduler latency under load.
+//   - Duty error: each write takes tens of microseconds (one open, write and close; no
+//     wait for FROZEN), and the loop's timer is late by scheduler latency under load.
 //     On an idle machine at a 100 ms period this is under a percentage point; on a busy
 //     one a late freeze shortens the frozen window by a few points, so the agent must
 //     keep a CPU weight well above batch's. bench/out/gpu.json (duty_error_pct) measures
