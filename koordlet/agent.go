@@ -108,6 +108,7 @@ type Agent struct {
 	tierCores   float64 // the tier's usage this period
 	tierOK      bool
 	last        qos.Budget
+	lastSample  time.Time // the previous node CPU sample's time: the current window's start
 	ticks       uint64
 	podsChanged bool // the pod set changed: read every pod this period
 	// unattributed is the kubepods CPU no known pod accounts for, at the last period
@@ -319,6 +320,8 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		a.log.Error("reading node CPU; keeping the last budget", "err", err)
 		return
 	}
+	windowStart := a.lastSample
+	a.lastSample = now
 	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
 	kubepodsCores, kpOK, kpErr := a.kubepods.read(a.hier, now)
 	beCores, beOK, _ := a.besteffort.read(a.hier, now)
@@ -421,12 +424,18 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	}
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
 	a.enforce(b, now)
+	// A cut's reaction: from the start of the window in which the rise became visible
+	// (the previous sample; the load may have begun right after it, so this bounds
+	// LS's wait from above) to now, the quota written. now is the sample's time (a fake
+	// clock in tests); start, this period's work, began just after it.
+	cutWritten := now.Sub(windowStart) + time.Since(start)
 	if a.mem.ok {
 		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
 	}
 	a.escalate(b, hasBatch, now)
 	if b.Applied < a.last.Applied {
 		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
+		a.metrics.CutReaction.Observe(cutWritten.Seconds())
 	} else if b.Applied > a.last.Applied && a.ticks > 2 {
 		a.metrics.Actions.WithLabelValues(metrics.ActionRestore).Inc()
 	}

@@ -550,3 +550,58 @@ func TestAgentLSFromAggregates(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentCutObservesReaction: a cut observes understory_batch_cut_reaction_seconds
+// from the start of the window in which the LS rise became visible (the previous
+// sample, one period before) to after the write; restores observe nothing.
+func TestAgentCutObservesReaction(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	busy := r.warmUp()
+	h := r.agent.metrics.CutReaction
+	if n := testutil.CollectAndCount(h); n != 1 {
+		t.Fatalf("%d histogram series, want 1", n)
+	}
+	count := func() (uint64, float64) {
+		t.Helper()
+		fams, err := r.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == "understory_batch_cut_reaction_seconds" {
+				hist := f.GetMetric()[0].GetHistogram()
+				return hist.GetSampleCount(), hist.GetSampleSum()
+			}
+		}
+		t.Fatal("understory_batch_cut_reaction_seconds not registered")
+		return 0, 0
+	}
+	if n, _ := count(); n != 0 {
+		t.Fatalf("%d reactions observed before any cut", n)
+	}
+	// LS jumps from 0.3 to 1.2: the budget is cut in this period.
+	r.step(1.8, map[string]float64{r.lsCg: 1.2, r.inPlace: 0.2, r.inTier: 0.3})
+	if st := r.agent.Status(); st.Budget.Reason != "cut" {
+		t.Fatalf("budget %+v, want a cut", st.Budget)
+	}
+	n, sum := count()
+	// The window is one period of the fake clock; the write adds this period's real
+	// work, well under a second even under -race on a busy machine.
+	if n != 1 || sum < r.period.Seconds() || sum > r.period.Seconds()+1 {
+		t.Fatalf("after one cut: %d observations summing to %vs, want 1 of %v plus the write", n, sum, r.period)
+	}
+	if v := testutil.ToFloat64(r.agent.metrics.Actions.WithLabelValues("cut")); v != 1 {
+		t.Fatalf("cut counted %v times, want 1", v)
+	}
+	// LS goes back down: restores, no more observations.
+	for range 3 {
+		r.step(1.5, busy)
+	}
+	if v := testutil.ToFloat64(r.agent.metrics.Actions.WithLabelValues("restore")); v < 1 {
+		t.Fatalf("no restore counted after LS fell")
+	}
+	if n, _ := count(); n != 1 {
+		t.Fatalf("%d observations after restores, want still 1", n)
+	}
+}

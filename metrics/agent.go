@@ -62,6 +62,10 @@ type Agent struct {
 	TierMemoryLimit prometheus.Gauge
 	// NodeStatusWrites counts successful writes of the batch resources to the Node.
 	NodeStatusWrites prometheus.Counter
+	// CutReaction observes, per budget cut, the time from the start of the sample
+	// window in which the rise of LS (or system) usage became visible to after the cut
+	// quota was written: an upper bound on how long LS waited for batch to give way.
+	CutReaction prometheus.Histogram
 }
 
 // NewAgent creates the agent's metrics and registers them on reg.
@@ -110,10 +114,17 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 			Help: "Memory limit in force on the batch tier (0 while unknown)."}),
 		NodeStatusWrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "node_status_writes_total",
 			Help: "Writes of the batch resources to the Node's status."}),
+		CutReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_cut_reaction_seconds",
+			Help: "Per batch CPU budget cut: time from the start of the sample window in which the LS (or system) " +
+				"rise became visible to after the cut quota was written (an upper bound on LS's wait).",
+			// 10 ms to 2 s around the 100 ms period: one period to see the rise, the
+			// write within the next; 2 s is a stalled agent.
+			Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2}}),
 	}
 	for _, c := range []prometheus.Collector{m.NodeCPU, m.NodeCPUs, m.LSCPU, m.BECPU, m.SystemCPU, m.BatchCPU,
 		m.BatchBudget, m.BatchThrottled, m.BatchPeriods, m.CPUPressure, m.Pods, m.Actions, m.Errors,
-		m.LoopDuration, m.LastTick, m.BatchResource, m.Memory, m.TierMemoryLimit, m.NodeStatusWrites} {
+		m.LoopDuration, m.LastTick, m.BatchResource, m.Memory, m.TierMemoryLimit, m.NodeStatusWrites,
+		m.CutReaction} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

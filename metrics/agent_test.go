@@ -64,3 +64,38 @@ understory_pods{class="batch"} 3
 		t.Fatal("registering twice succeeded")
 	}
 }
+
+func TestAgentCutReactionGolden(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := NewAgent(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One cut seen within a period, one a period late, one past the last bucket.
+	for _, v := range []float64{0.104, 0.21, 3} {
+		m.CutReaction.Observe(v)
+	}
+	const want = `
+# HELP understory_batch_cut_reaction_seconds Per batch CPU budget cut: time from the start of the sample window in which the LS (or system) rise became visible to after the cut quota was written (an upper bound on LS's wait).
+# TYPE understory_batch_cut_reaction_seconds histogram
+understory_batch_cut_reaction_seconds_bucket{le="0.01"} 0
+understory_batch_cut_reaction_seconds_bucket{le="0.025"} 0
+understory_batch_cut_reaction_seconds_bucket{le="0.05"} 0
+understory_batch_cut_reaction_seconds_bucket{le="0.075"} 0
+understory_batch_cut_reaction_seconds_bucket{le="0.1"} 0
+understory_batch_cut_reaction_seconds_bucket{le="0.15"} 1
+understory_batch_cut_reaction_seconds_bucket{le="0.2"} 1
+understory_batch_cut_reaction_seconds_bucket{le="0.3"} 2
+understory_batch_cut_reaction_seconds_bucket{le="0.5"} 2
+understory_batch_cut_reaction_seconds_bucket{le="0.75"} 2
+understory_batch_cut_reaction_seconds_bucket{le="1"} 2
+understory_batch_cut_reaction_seconds_bucket{le="2"} 2
+understory_batch_cut_reaction_seconds_bucket{le="+Inf"} 3
+understory_batch_cut_reaction_seconds_sum 3.314
+understory_batch_cut_reaction_seconds_count 3
+`
+	if err := testutil.CollectAndCompare(m.CutReaction, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}

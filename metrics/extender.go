@@ -98,6 +98,18 @@ func NewExtender(reg prometheus.Registerer, src ExtenderSource) (*Extender, erro
 				"(reported by the node agent in node-metrics version 2).",
 		}),
 	}
+	// Every known label value starts at 0, so that rate() sees the first event (a
+	// counter that appears at 1 has no earlier sample to rise from).
+	for _, r := range []string{"passed", "failed", "unresolvable"} {
+		m.FilterNodes.WithLabelValues(r)
+	}
+	for _, r := range []string{"bound", "error"} {
+		m.Binds.WithLabelValues(r)
+	}
+	for _, e := range []string{"planned", "resumed", "bound", "plan_expired", "bind_timeout", "bind_failed",
+		"plan_broken", "unschedulable"} {
+		m.GangTransitions.WithLabelValues(e)
+	}
 	cs := []prometheus.Collector{m.Requests, m.Latency, m.FilterNodes, m.Binds, m.ReservationsExpired,
 		m.GangTransitions, m.DeviceConflicts, m.GPUReconciled, newExtenderCollector(src)}
 	for _, c := range cs {

@@ -32,6 +32,7 @@ func TestExtenderGauges(t *testing.T) {
 # HELP understory_extender_binds_total Bind outcomes: bound or error.
 # TYPE understory_extender_binds_total counter
 understory_extender_binds_total{result="bound"} 2
+understory_extender_binds_total{result="error"} 0
 # HELP understory_extender_cache_staleness_seconds Per informer: 0 while its watch is open, else seconds since it last heard from the API server.
 # TYPE understory_extender_cache_staleness_seconds gauge
 understory_extender_cache_staleness_seconds{informer="nodes"} 0
@@ -39,9 +40,21 @@ understory_extender_cache_staleness_seconds{informer="pods"} 1.5
 # HELP understory_extender_device_conflicts_total Bound pods whose devices annotation named devices other pods already held (the first holder keeps them).
 # TYPE understory_extender_device_conflicts_total counter
 understory_extender_device_conflicts_total 0
+# HELP understory_extender_filter_nodes_total Per-node filter verdicts: passed, failed (may pass later), unresolvable.
+# TYPE understory_extender_filter_nodes_total counter
+understory_extender_filter_nodes_total{result="failed"} 0
+understory_extender_filter_nodes_total{result="passed"} 0
+understory_extender_filter_nodes_total{result="unresolvable"} 0
 # HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
+understory_extender_gang_transitions_total{event="bind_failed"} 0
+understory_extender_gang_transitions_total{event="bind_timeout"} 0
+understory_extender_gang_transitions_total{event="bound"} 0
+understory_extender_gang_transitions_total{event="plan_broken"} 0
+understory_extender_gang_transitions_total{event="plan_expired"} 0
 understory_extender_gang_transitions_total{event="planned"} 1
+understory_extender_gang_transitions_total{event="resumed"} 0
+understory_extender_gang_transitions_total{event="unschedulable"} 0
 # HELP understory_extender_gangs Gangs by state.
 # TYPE understory_extender_gangs gauge
 understory_extender_gangs{state="waiting"} 2

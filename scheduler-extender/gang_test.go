@@ -170,8 +170,14 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP understory_extender_gang_transitions_total Gang events: planned, resumed (a plan recorded before a restart reserved again), bound, plan_expired, bind_timeout, bind_failed, plan_broken, unschedulable.
 # TYPE understory_extender_gang_transitions_total counter
+understory_extender_gang_transitions_total{event="bind_failed"} 0
+understory_extender_gang_transitions_total{event="bind_timeout"} 0
 understory_extender_gang_transitions_total{event="bound"} 1
+understory_extender_gang_transitions_total{event="plan_broken"} 0
+understory_extender_gang_transitions_total{event="plan_expired"} 0
 understory_extender_gang_transitions_total{event="planned"} 1
+understory_extender_gang_transitions_total{event="resumed"} 0
+understory_extender_gang_transitions_total{event="unschedulable"} 0
 `), "understory_extender_gang_transitions_total"); err != nil {
 		t.Fatal(err)
 	}

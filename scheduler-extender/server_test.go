@@ -516,8 +516,15 @@ func TestLargeRequestsLimited(t *testing.T) {
 		resp.Body.Close()
 		first <- resp.StatusCode
 	}()
-	if _, err := pw.Write(body[:100]); err != nil { // the handler has started reading: it holds the slot
+	if _, err := pw.Write(body[:100]); err != nil {
 		t.Fatal(err)
+	}
+	// The client has sent the headers; wait until the handler holds the slot (the
+	// write above returns once the transport read it, maybe before the handler ran).
+	for deadline := time.Now().Add(10 * time.Second); len(s.large) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow large request never took a slot")
+		}
 	}
 
 	code, out := postJSON(t, http.DefaultClient, url+"/filter", large("second"))

@@ -1,0 +1,219 @@
+package dashboards
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+)
+
+// renderDir, when set, makes TestDashboardsOnPrometheus render every dashboard from
+// the run's data into it (`make dashboards`: docs/img/dashboards).
+var renderDir = flag.String("dashboards.png", "", "render each dashboard from the end-to-end run's data as "+
+	"<uid>.png into this directory")
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(burnerEnv); spec != "" {
+		runBurner(spec) // a pod's CPU burner (node_test.go); never returns
+	}
+	os.Exit(m.Run())
+}
+
+// lsPhase is one step of the LS load script: LS loaded (a second, heavy burner in
+// the LS pod and the inference services on GPUs 0 and 3) or not, for d.
+type lsPhase struct {
+	on bool
+	d  time.Duration
+}
+
+// TestDashboardsOnPrometheus proves every panel of every shipped dashboard on real
+// data: Debian's Prometheus scrapes
+//   - the real agent (cmd/koordlet, static mode) on this machine's cgroups, holding
+//     two batch pods that burn CPU below an LS pod whose load steps up and down (cuts,
+//     restores, freezes, a dry-run eviction of starved batch) and a BE pod;
+//   - a GPU node: the agent's real GPU loop and metrics over go-nvml's 8-GPU mock
+//     with scripted LS and batch processes (no GPU here), freezing real cgroups;
+//   - the real scheduler extender on a real control plane, called by kube-scheduler
+//     for a stream of GPU, GPU-share and batch pods and two gangs;
+//
+// then Check must find data in every panel and every variable. Root; about 2 min.
+func TestDashboardsOnPrometheus(t *testing.T) {
+	ci := os.Getenv("CI") == "true"
+	need := func(msg string) {
+		t.Helper()
+		if ci {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if testing.Short() { // asked for, as the other end-to-end tests: no missing dependency
+		t.Skip("runs the agent, a control plane and Prometheus for about 2 minutes; skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		need("must run as root: the agent and the fake nodes write cgroups under " + cgroupRoot)
+	}
+	if !haveGPUNode {
+		need("needs cgo: the GPU node runs go-nvml's mock (build with CGO_ENABLED=1)")
+	}
+	ds, err := Load(shippedDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := cgroups.Open(cgroupRoot)
+	if err != nil {
+		need(fmt.Sprintf("no writable cgroup filesystem at %s: %v", cgroupRoot, err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	began := time.Now()
+	cleanLeftovers(t, h)
+
+	// The agent builds while the control plane starts.
+	type built struct {
+		bin string
+		err error
+	}
+	binDir := t.TempDir()
+	agentBin := make(chan built, 1)
+	go func() {
+		bin, err := buildAgent(ctx, binDir)
+		agentBin <- built{bin, err}
+	}()
+	c := startCluster(ctx, t)
+	tCluster := time.Since(began)
+	b := <-agentBin
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	node := newFakeNode(t, h, nodePods())
+	node.startAgent(t, b.bin)
+	gpuNode := startGPUNode(ctx, t, h, node.base+"-gpu")
+	gpuNode.lsLoad(false)
+	// The steady load: batch burns what it is given, BE a little, LS a base; each holds
+	// some memory.
+	node.burn(t, "batch-etl", 1, 100, 256)
+	node.burn(t, "batch-train", 1, 100, 384)
+	node.burn(t, "be-cron", 1, 15, 64)
+	node.burn(t, "ls-web", 1, 25, 192)
+
+	prom := StartPrometheus(ctx, t, PrometheusOptions{Jobs: []ScrapeJob{
+		{Name: "understory-koordlet", Targets: []ScrapeTarget{
+			{Address: node.addr, Labels: map[string]string{"node": "e2e-node"}},
+			{Address: gpuNode.addr(), Labels: map[string]string{"node": "e2e-gpu-node"}},
+		}},
+		{Name: "understory-scheduler-extender", Targets: []ScrapeTarget{{Address: c.metricsAddr()}}},
+	}})
+	if err := prom.WaitTargetsUp(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	tSetUp := start.Sub(began)
+
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	trafficDone := make(chan error, 1)
+	go func() { trafficDone <- c.traffic(trafficCtx, 2*time.Second, 8*time.Second) }()
+	// Gangs: "train" (2 × 2 GPUs) is admitted whole at once. After the first loaded
+	// phase it finishes, "finetune" (2 × 1 GPU) is admitted in its place and "sweep"
+	// (3 × 4 GPUs) never fits the two 4-GPU nodes. The gang event counters are born
+	// with train's events, so the later ones show as rates.
+	train := gang{"train", 2, 2}
+	if err := c.createGangs(ctx, train); err != nil {
+		t.Fatal(err)
+	}
+	// The LS script: long loaded phases starve batch (freeze, then a dry-run eviction
+	// after escalation.starvationTimeout, 8 s here), a short one only cuts.
+	script := []lsPhase{{false, 5 * time.Second}, {true, 11 * time.Second}, {false, 6 * time.Second},
+		{true, 4 * time.Second}, {false, 6 * time.Second}, {true, 11 * time.Second}, {false, 7 * time.Second}}
+	for i, ph := range script {
+		if i == 2 {
+			if err := c.deleteGang(ctx, train); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.createGangs(ctx, gang{"finetune", 2, 1}, gang{"sweep", 3, 4}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !ph.on {
+			sleep(ctx, ph.d)
+			continue
+		}
+		heavy := node.burn(t, "ls-web", 2, 85, 128)
+		gpuNode.lsLoad(true)
+		sleep(ctx, ph.d)
+		node.stop("ls-web", heavy)
+		gpuNode.lsLoad(false)
+	}
+	stopTraffic()
+	if err := <-trafficDone; err != nil {
+		t.Fatalf("scheduling traffic: %v", err)
+	}
+	sleep(ctx, 2*time.Second) // the last scrapes
+	end := time.Now()
+	if ctx.Err() != nil {
+		t.Fatal(ctx.Err())
+	}
+
+	w := Window{Start: start, End: end, Step: 2 * time.Second, RateInterval: 4 * time.Second}
+	report, err := Check(ctx, prom.API(), ds, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := 0
+	for _, p := range report.Panels {
+		for _, tr := range p.Targets {
+			points += tr.Points
+		}
+	}
+	t.Logf("%d panels of %d dashboards, %d variables, %d points checked", len(report.Panels), len(ds),
+		len(report.Variables), points)
+	for _, p := range report.Failed() {
+		t.Errorf("no data: %v", p)
+	}
+	for _, v := range report.FailedVariables() {
+		t.Errorf("%s variable %s lists nothing: %v", v.Dashboard, v.Name, v.Err)
+	}
+	if *renderDir != "" {
+		if err := renderAll(ctx, prom.API(), ds, w, *renderDir); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("control plane %v, set-up %v, script %v, whole test %v", tCluster.Round(time.Second),
+		tSetUp.Round(time.Second), end.Sub(start).Round(time.Second), time.Since(began).Round(time.Second))
+}
+
+// renderAll writes <dir>/<uid>.png for every dashboard.
+func renderAll(ctx context.Context, api API, ds []Dashboard, w Window, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range ds {
+		path := filepath.Join(dir, strings.TrimPrefix(d.UID, "understory-")+".png")
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		err = Render(ctx, api, d, RenderOptions{Window: w}, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rendering %s: %w", d.UID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
