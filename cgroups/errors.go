@@ -14,8 +14,7 @@ var (
 	// ErrNoCgroupFS: nothing usable (no cgroup2 root, no v1 cpu controller)
 	// under the injected root.
 	ErrNoCgroupFS = errors.New("cgroups: no usable cgroup filesystem")
-	// ErrReadOnly: the hierarchy exists but this process cannot write it
-	// (read-only mount, or no permission).
+	// ErrReadOnly: the hierarchy the agent writes is mounted read-only.
 	ErrReadOnly = errors.New("cgroups: cgroup filesystem is not writable")
 	// ErrInvalidPath: a relative cgroup path, pod UID or tier name was
 	// rejected because it could escape the root or break kubelet naming.

@@ -38,8 +38,14 @@ type Hierarchy struct {
 }
 
 // Open detects the layout under root and checks that the hierarchies the
-// agent writes are writable (ErrReadOnly otherwise, e.g. a read-only host
-// mount).
+// agent writes are not mounted read-only (ErrReadOnly, e.g. a read-only host
+// mount in a DaemonSet).
+//
+// Trap: it checks the mount, not the mode of the hierarchy roots. Those are
+// 0555 on some kernels and the agent never writes there (only below kubepods,
+// which kubelet creates 0755): an agent running as uid 0 without
+// CAP_DAC_OVERRIDE, as the shipped DaemonSet does, cannot write the roots but
+// can do all it needs.
 func Open(root string) (*Hierarchy, error) {
 	l, err := DetectLayout(root)
 	if err != nil {
@@ -47,11 +53,11 @@ func Open(root string) (*Hierarchy, error) {
 	}
 	h := OpenLayout(root, l)
 	for _, dir := range h.writableDirs() {
-		if err := unix.Access(dir, unix.W_OK); err != nil {
-			return nil, fmt.Errorf("opening cgroup hierarchy %s: %s: %w: %w", root, dir, ErrReadOnly, err)
-		}
 		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+		if err := unix.Statfs(dir, &st); err != nil {
+			return nil, fmt.Errorf("opening cgroup hierarchy %s: %s: %w", root, dir, err)
+		}
+		if st.Flags&unix.ST_RDONLY != 0 {
 			return nil, fmt.Errorf("opening cgroup hierarchy %s: %s is mounted read-only: %w", root, dir, ErrReadOnly)
 		}
 	}

@@ -123,6 +123,10 @@ type Agent struct {
 	tierMemory  memoryLimitState
 	// lsCPURequests and lsMemRequests are the LS pods' requests (cores, bytes).
 	lsCPURequests, lsMemRequests float64
+	// batchCPURequests and batchMemRequests are what the node's pods request of
+	// understory.io/batch-cpu (cores) and batch-memory (bytes): the floor of the
+	// published values (qos.ResourceUsage.BatchRequest).
+	batchCPURequests, batchMemRequests float64
 	// sourceErrors is the pod source's error count at the last period.
 	sourceErrors uint64
 	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
@@ -417,9 +421,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	if (kpOK || kpErr != nil) && a.ticks > reclaimAfter {
 		a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
 			CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
-				SystemUsage: system},
+				SystemUsage: system, BatchRequest: a.batchCPURequests},
 			Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
-				SystemUsage: mu.System}})
+				SystemUsage: mu.System, BatchRequest: a.batchMemRequests}})
 		a.publishBatchResources(a.lastReclaim, slow)
 	}
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})

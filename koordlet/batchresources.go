@@ -53,7 +53,7 @@ func (a *Agent) exportReclaim(resource string, t qos.ReclaimTerms) {
 		{"capacity", t.Capacity}, {"threshold", t.Threshold}, {"ls_usage", t.LSUsage},
 		{"ls_recent", t.LSRecent}, {"ls_window_percentile", t.LSWindowPercentile}, {"ls_request", t.LSRequest},
 		{"ls_term", t.LSTerm}, {"be_usage", t.BEUsage}, {"system_usage", t.SystemUsage}, {"raw", t.Raw},
-		{"computed", t.Computed}, {"published", t.Published},
+		{"batch_request", t.BatchRequest}, {"computed", t.Computed}, {"published", t.Published},
 	} {
 		g.WithLabelValues(resource, kv.term).Set(kv.v)
 	}

@@ -226,12 +226,17 @@ func (a *Agent) resort() {
 	a.podsChanged, a.gpuPodsStale = true, true
 	a.sorted = a.sorted[:0]
 	a.lsCPURequests, a.lsMemRequests = 0, 0
+	a.batchCPURequests, a.batchMemRequests = 0, 0
 	for _, st := range a.pods {
 		a.sorted = append(a.sorted, st)
 		if st.class == qos.ClassLS {
 			a.lsCPURequests += st.spec.cpuRequest
 			a.lsMemRequests += st.spec.memRequest
 		}
+		// Whatever the class: kubelet counts the batch resources of every pod
+		// against allocatable.
+		a.batchCPURequests += st.spec.batchCPU
+		a.batchMemRequests += float64(st.spec.batchMemory)
 	}
 	sort.Slice(a.sorted, func(i, j int) bool {
 		if ki, kj := a.sorted[i].key(), a.sorted[j].key(); ki != kj {

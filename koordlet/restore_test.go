@@ -191,6 +191,37 @@ func TestAgentEnforcesBatchCPULimits(t *testing.T) {
 	}
 }
 
+// The published batch resources never drop below what the node's pods request of
+// them: kubelet re-admits every pod against allocatable when it restarts and would
+// kill batch pods that no longer fit (found by the real-node e2e's kubelet restart).
+func TestAgentPublishesAtLeastBatchRequests(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	req := map[int]string{1: "600", 2: "900"}
+	r.changePods(func(i int, p *corev1.Pod) {
+		if milli, ok := req[i]; ok {
+			l := corev1.ResourceList{"understory.io/batch-cpu": resource.MustParse(milli),
+				"understory.io/batch-memory": resource.MustParse("1Gi")}
+			p.Spec.Containers[0].Resources.Limits, p.Spec.Containers[0].Resources.Requests = l, l
+		}
+	})
+	// LS takes the whole node: what LS leaves is 0.
+	busy := map[string]float64{r.lsCg: 1.9, r.inPlace: 0.05, r.inTier: 0.05}
+	r.step(0, nil)
+	for range 40 {
+		r.step(1.9, busy)
+	}
+	c := r.agent.Status().BatchResources.CPU
+	if c.Raw > 0 {
+		t.Fatalf("raw %v: the test wants LS to leave nothing", c.Raw)
+	}
+	if c.BatchRequest < 1.5-1e-9 || c.BatchRequest > 1.5+1e-9 || c.Computed < 1.5-1e-9 || c.Published < 1.5-1e-9 {
+		t.Fatalf("cpu terms %+v: want batchRequest, computed and published 1.5 (the pods' 600m + 900m)", c)
+	}
+	// Memory follows the same formula (qos.TestReclaimPolicies); this rig has no
+	// memory capacity to compute it from.
+}
+
 // A pod a restarted agent rediscovered as in-place batch (cpu.idle=1 in kubelet's
 // cgroup) that the pod source, synced before the first period, lists as LS gets
 // kubelet's values back: the agent wrote its quota, and nothing else ever would.

@@ -101,7 +101,8 @@ type BatchResourcesStatus struct {
 	Node *nodestatus.Status `json:"node,omitempty"`
 }
 
-const reclaimFormula = "published = damped(clamp(capacity × threshold − lsTerm − beRecent − systemRecent, 0, capacity)); " +
+const reclaimFormula = "published = damped(max(clamp(capacity × threshold − lsTerm − beRecent − systemRecent, 0, capacity), " +
+	"min(batchRequest, capacity))); " +
 	"lsTerm = max(lsWindowPercentile, lsRecent) (policy usage), max(lsWindowPercentile, lsRecent, lsRequest) (maxUsageRequest)"
 
 // PodEntry is one pod in /status.

@@ -105,7 +105,7 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 			Help: "Unix time of the last completed control period."}),
 		BatchResource: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "batch_resource",
 			Help: "Terms of the batch resources published on the Node (cpu in cores, memory in bytes): " +
-				"published = damped(clamp(capacity × threshold − ls_term − be_usage − system_usage))."},
+				"published = damped(max(clamp(capacity × threshold − ls_term − be_usage − system_usage), batch_request))."},
 			[]string{"resource", "term"}),
 		Memory: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "memory_usage_bytes",
 			Help: "Node memory by class (working sets), what the node uses, and the capacity pods may use."},

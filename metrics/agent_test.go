@@ -22,7 +22,7 @@ func TestAgentMetricsGolden(t *testing.T) {
 	m.BatchResource.WithLabelValues("cpu", "published").Set(2.5)
 	m.Memory.WithLabelValues("ls").Set(1 << 30)
 	const want = `
-# HELP understory_batch_resource Terms of the batch resources published on the Node (cpu in cores, memory in bytes): published = damped(clamp(capacity × threshold − ls_term − be_usage − system_usage)).
+# HELP understory_batch_resource Terms of the batch resources published on the Node (cpu in cores, memory in bytes): published = damped(max(clamp(capacity × threshold − ls_term − be_usage − system_usage), batch_request)).
 # TYPE understory_batch_resource gauge
 understory_batch_resource{resource="cpu",term="published"} 2.5
 # HELP understory_memory_usage_bytes Node memory by class (working sets), what the node uses, and the capacity pods may use.

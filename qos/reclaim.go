@@ -219,6 +219,14 @@ type ResourceUsage struct {
 	BEUsage float64
 	// SystemUsage is what runs outside pods: kernel, kubelet, runtime, daemons.
 	SystemUsage float64
+	// BatchRequest is the sum of the batch resource (understory.io/batch-cpu or
+	// batch-memory) that the pods bound to the node request. The published value
+	// never drops below it: kubelet re-admits every pod against allocatable when it
+	// restarts and kills those that no longer fit (kubernetes#64784), so a value
+	// below what running batch pods hold would turn a kubelet restart during an
+	// LS burst into lost batch work. Throttling running batch is the tier's job,
+	// not the allocatable's; at the floor nothing new fits.
+	BatchRequest float64
 }
 
 // ReclaimInput is one control period's measurements. Now is the time they were
@@ -255,7 +263,10 @@ type ReclaimTerms struct {
 	SystemRecent float64 `json:"systemRecent"`
 	// Raw = Capacity*Threshold - LSTerm - BERecent - SystemRecent; may be < 0.
 	Raw float64 `json:"raw"`
-	// Computed = clamp(Raw, 0, Capacity).
+	// BatchRequest is what the node's batch pods request (ResourceUsage), capped
+	// at Capacity: the floor of Computed.
+	BatchRequest float64 `json:"batchRequest"`
+	// Computed = max(clamp(Raw, 0, Capacity), BatchRequest).
 	Computed float64 `json:"computed"`
 	// Deadband is the resource's DeadbandPercent of Capacity.
 	Deadband float64 `json:"deadband"`
@@ -441,7 +452,8 @@ func (s *reclaimState) next(u ResourceUsage, now time.Time, alpha, creditMin flo
 		}
 		// Finite terms can still overflow to -Inf near MaxFloat64.
 		t.Raw = math.Max(t.Capacity*t.Threshold-t.LSTerm-t.BERecent-t.SystemRecent, -math.MaxFloat64)
-		t.Computed = math.Max(0, math.Min(t.Raw, t.Capacity))
+		t.BatchRequest = math.Min(nonNegFiniteOrZero(u.BatchRequest), t.Capacity)
+		t.Computed = math.Max(math.Max(0, math.Min(t.Raw, t.Capacity)), t.BatchRequest)
 		t.Deadband = s.rr.DeadbandPercent / 100 * t.Capacity
 	} else {
 		// Without the capacity nothing can be computed and nothing is given:

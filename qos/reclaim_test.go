@@ -160,7 +160,8 @@ func checkTerms(t *testing.T, r qos.ReclaimTerms) {
 	for name, v := range map[string]float64{"capacity": r.Capacity, "threshold": r.Threshold, "lsUsage": r.LSUsage,
 		"lsRecent": r.LSRecent, "lsWindowPercentile": r.LSWindowPercentile, "lsRequest": r.LSRequest,
 		"lsTerm": r.LSTerm, "beUsage": r.BEUsage, "beRecent": r.BERecent, "systemUsage": r.SystemUsage,
-		"systemRecent": r.SystemRecent, "raw": r.Raw, "computed": r.Computed, "deadband": r.Deadband,
+		"systemRecent": r.SystemRecent, "raw": r.Raw, "batchRequest": r.BatchRequest, "computed": r.Computed,
+		"deadband": r.Deadband,
 		"previous": r.Previous, "published": r.Published} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			t.Fatalf("%s = %v in %+v", name, v, r)
@@ -202,6 +203,20 @@ func TestReclaimPolicies(t *testing.T) {
 			wantLSTerm: 7, wantReq: 2, wantRaw: 16*0.9 - 8, wantComputed: 16*0.9 - 8},
 		{name: "negative raw clamps to 0", cfg: cfgWith(qos.ReclaimPolicyUsage),
 			cpu:        qos.ResourceUsage{Capacity: 8, LSUsage: 7, BEUsage: 1, SystemUsage: 1},
+			wantLSTerm: 7, wantRaw: 8*0.9 - 9, wantComputed: 0},
+		// kubelet re-admits pods against allocatable at restart: never below what
+		// the node's batch pods hold.
+		{name: "batch requests are the floor", cfg: cfgWith(qos.ReclaimPolicyUsage),
+			cpu:        qos.ResourceUsage{Capacity: 8, LSUsage: 7, BEUsage: 1, SystemUsage: 1, BatchRequest: 1.5},
+			wantLSTerm: 7, wantRaw: 8*0.9 - 9, wantComputed: 1.5},
+		{name: "the floor is capped at capacity", cfg: cfgWith(qos.ReclaimPolicyUsage),
+			cpu:        qos.ResourceUsage{Capacity: 8, LSUsage: 7, BEUsage: 1, SystemUsage: 1, BatchRequest: 20},
+			wantLSTerm: 7, wantRaw: 8*0.9 - 9, wantComputed: 8},
+		{name: "a floor below what LS leaves changes nothing", cfg: cfgWith(qos.ReclaimPolicyUsage),
+			cpu:        qos.ResourceUsage{Capacity: 16, LSUsage: 4, BEUsage: 1, SystemUsage: 1, BatchRequest: 2},
+			wantLSTerm: 4, wantRaw: 16*0.9 - 6, wantComputed: 8.4},
+		{name: "a NaN floor counts as none", cfg: cfgWith(qos.ReclaimPolicyUsage),
+			cpu:        qos.ResourceUsage{Capacity: 8, LSUsage: 7, BEUsage: 1, SystemUsage: 1, BatchRequest: math.NaN()},
 			wantLSTerm: 7, wantRaw: 8*0.9 - 9, wantComputed: 0},
 	}
 	for _, tt := range tests {

@@ -7,7 +7,7 @@
 # and are reused on the next run when their --version matches.
 #
 #   scripts/k8s-binaries.sh                 # kube-apiserver + kube-scheduler (default)
-#   scripts/k8s-binaries.sh --with kubelet,kube-controller-manager,kubectl
+#   scripts/k8s-binaries.sh --with kubelet,kube-controller-manager,kubectl,kube-proxy
 #   scripts/k8s-binaries.sh --print-bin-dir # print the bin dir and exit
 #
 # Environment:
@@ -28,7 +28,7 @@ K8S_VERSION=v1.34.4
 STAGING_VERSION=v0.34.4 # staging modules are tagged v0.<minor>.<patch>
 
 DEFAULT_BINS=(kube-apiserver kube-scheduler)
-OPTIONAL_BINS=(kubelet kube-controller-manager kubectl)
+OPTIONAL_BINS=(kubelet kube-controller-manager kubectl kube-proxy)
 
 cache_root=${UNDERSTORY_CACHE:-$HOME/.cache/understory}
 work=$cache_root/k8s-$K8S_VERSION
@@ -110,7 +110,10 @@ build() {
 
 	local src=$work/src
 	mkdir -p "$src" "$bin"
-	if [ ! -f "$src/go.sum" ] || [ ! -f "$src/.ready" ]; then
+	# .ready names the commands tools.go pins: a module made for fewer commands (an older
+	# version of this script) lacks go.sum entries for the new ones, so it is made again.
+	local stamp="${DEFAULT_BINS[*]} ${OPTIONAL_BINS[*]}"
+	if [ ! -f "$src/go.sum" ] || [ "$(cat "$src/.ready" 2>/dev/null)" != "$stamp" ]; then
 		rm -f "$src/.ready"
 		# The staging list comes from kubernetes' own go.mod, so it stays right
 		# when K8S_VERSION moves.
@@ -141,7 +144,7 @@ build() {
 			echo ")"
 		} >"$src/tools.go"
 		(cd "$src" && go mod tidy)
-		touch "$src/.ready"
+		echo "$stamp" >"$src/.ready"
 	fi
 
 	local ldflags="-s -w"

@@ -3,9 +3,9 @@
 # outside the repo (${UNDERSTORY_CACHE:-$HOME/.cache/understory}):
 #   - containerd, containerd-shim-runc-v2, ctr  (containerd v2.1.4, Go module proxy)
 #   - runc v1.3.0 with seccomp (cgo; apt-get installs libseccomp-dev)
-#   - kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl v1.34.4
-#     (scripts/k8s-binaries.sh) and Debian's etcd
-#   - Debian's CNI plugins (loopback) and busybox-static
+#   - kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kube-proxy,
+#     kubectl v1.34.4 (scripts/k8s-binaries.sh) and Debian's etcd
+#   - Debian's CNI plugins (loopback, bridge, host-local), iptables and busybox-static
 #   - two image tarballs, made by the repo's cmd/mkimage (go-containerregistry, the
 #     same build as `make images`): a pause image (a static Go program that waits for
 #     SIGTERM and reaps children) and a busybox-static image
@@ -29,7 +29,11 @@ apt_install() {
 
 debian_deps() {
 	local need=()
-	[ -x $CNI_BIN_DIR/loopback ] || need+=(containernetworking-plugins)
+	[ -x $CNI_BIN_DIR/loopback ] && [ -x $CNI_BIN_DIR/bridge ] && [ -x $CNI_BIN_DIR/host-local ] ||
+		need+=(containernetworking-plugins)
+	# kube-proxy (iptables mode) and kubelet run iptables/ip6tables; the bridge needs ip.
+	command -v iptables >/dev/null && command -v ip6tables >/dev/null || need+=(iptables)
+	command -v ip >/dev/null || need+=(iproute2)
 	[ -x /bin/busybox ] && file_static /bin/busybox || need+=(busybox-static)
 	pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)
 	# scripts/k8s-binaries.sh reads `go mod download -json` with jq (the images do not).
@@ -130,7 +134,7 @@ EOF
 }
 
 build_k8s() {
-	"$REPO_ROOT/scripts/k8s-binaries.sh" --with kubelet,kube-controller-manager,kubectl >/dev/null
+	"$REPO_ROOT/scripts/k8s-binaries.sh" --with kubelet,kube-controller-manager,kubectl,kube-proxy >/dev/null
 }
 
 # The pause program: PID 1 of every pod sandbox. It reaps children and exits on

@@ -4,16 +4,18 @@
 #   1. kubelet (SIGTERM, then SIGKILL), so nothing restarts pods;
 #   2. every containerd task, container and pod sandbox in namespace k8s.io (ctr), then
 #      any shim of this containerd still alive, by PID;
-#   3. containerd, the scheduler, the controller-manager, the apiserver, etcd, the
-#      watchdog - each by the PID up.sh recorded;
+#   3. containerd, kube-proxy, the scheduler, the controller-manager, the apiserver,
+#      etcd, the watchdog - each by the PID up.sh recorded;
 #   4. any process still in this node's kubepods cgroups (SIGKILL, by PID);
 #   5. every mount below DIR, deepest first;
 #   6. the kubepods cgroups in every hierarchy, deepest first (the agent's tier too);
-#   7. what kubelet changes outside DIR: the kernel tunables it "fixes"
-#      (vm.overcommit_memory, kernel.panic, ...) are put back, its iptables chains
-#      (KUBE-FIREWALL, KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY) removed, and the fixed
-#      paths /run/containerd, /var/lib/kubelet (device-plugins), /var/log/containers
-#      and /var/log/pods removed when they did not exist before up.sh.
+#   7. what kubelet, kube-proxy and the pod network change outside DIR: the kernel
+#      tunables kubelet "fixes" (vm.overcommit_memory, kernel.panic, ...) are put back,
+#      kubelet's iptables chains (KUBE-FIREWALL, KUBE-IPTABLES-HINT,
+#      KUBE-KUBELET-CANARY) removed, kube-proxy's by `kube-proxy --cleanup`, the bridge
+#      understory0 deleted, and the fixed paths /run/containerd, /run/nri,
+#      /var/lib/kubelet (device-plugins), /var/log/containers and /var/log/pods removed
+#      when they did not exist before up.sh.
 # DIR's logs and configs stay (for post-mortems) unless --purge; the data dirs go.
 # REALNODE_DEBUG=1 logs each step with its time.
 set -u
@@ -99,6 +101,7 @@ done
 
 # 3. daemons.
 stop containerd 10
+stop kube-proxy 5
 stop kube-scheduler 5
 stop kube-controller-manager 5
 stop kube-apiserver 3
@@ -173,8 +176,24 @@ if owns_machine; then
 			done
 		done
 	fi
+	# kube-proxy's chains and rules (both families; also its nftables tables, were
+	# there any): up.sh refuses to start where another kube-proxy had them.
+	if [ -f "$D/state/kube-proxy" ] && [ -x "$K8S_BIN/kube-proxy" ]; then
+		dbg "kube-proxy --cleanup"
+		timeout 60 "$K8S_BIN/kube-proxy" --cleanup >"$D/logs/kube-proxy-cleanup.log" 2>&1 ||
+			log "kube-proxy --cleanup failed (see $D/logs/kube-proxy-cleanup.log)"
+		iptables -w 5 -t nat -S KUBE-SERVICES >/dev/null 2>&1 && log "kube-proxy's chains are still there after --cleanup"
+		rm -f "$D/state/kube-proxy"
+	fi
+	if [ -f "$D/state/bridge" ]; then
+		br=$(cat "$D/state/bridge")
+		if ip link show "$br" >/dev/null 2>&1; then
+			ip link delete "$br" 2>/dev/null || log "cannot delete the bridge $br"
+		fi
+		rm -f "$D/state/bridge"
+	fi
 	if [ -f "$D/state/preexisting" ]; then
-		for p in /run/containerd /var/lib/kubelet /var/log/containers /var/log/pods; do
+		for p in /run/containerd /var/lib/kubelet /var/log/containers /var/log/pods /run/nri; do
 			grep -qx "$p" "$D/state/preexisting" && continue
 			[ -e "$p" ] || continue
 			if grep -q " $p/\| $p " /proc/self/mountinfo; then

@@ -20,6 +20,22 @@ CNI_BIN_DIR=/usr/lib/cni
 PAUSE_IMAGE=understory.local/pause:realnode
 BUSYBOX_IMAGE=understory.local/busybox:realnode
 
+# containerd serves NRI at its default socket, which is where a DaemonSet on a real
+# node finds it (manifests/koordlet: hostPath /var/run/nri). up.sh refuses to start
+# while another runtime serves it.
+NRI_SOCKET_PATH=/var/run/nri/nri.sock
+
+# The pod network: a Linux bridge that up.sh creates with the first free /24 of
+# POD_NET_PREFIX.N.0 (N from POD_NET_FIRST up) as the pod CIDR and .1 on the bridge; the
+# API server listens there, so pods reach it (through kube-proxy's rules for the
+# kubernetes Service) and so does everything on the host. Debian's bridge and
+# host-local CNI plugins attach the pods. Services: SERVICE_CIDR, kube-proxy (iptables).
+BRIDGE_NAME=understory0
+POD_NET_PREFIX=10.217
+POD_NET_FIRST=0
+SERVICE_CIDR=10.0.0.0/24
+SERVICE_API_IP=10.0.0.1
+
 # The node is machine-wide (kubepods cgroups, /run/containerd/s, /var/lib/kubelet/...):
 # only one may run at a time. This file names the run dir of the live node.
 ACTIVE_FILE=/run/understory-realnode.active

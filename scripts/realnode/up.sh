@@ -1,57 +1,146 @@
 #!/usr/bin/env bash
-# up.sh starts a real single-node Kubernetes on this machine, everything on loopback
-# and (except what kubelet and containerd hard-code, see down.sh) in one run dir:
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (CRI,
-#   NRI on, runc with seccomp, overlayfs, loopback CNI), kubelet (cgroupfs driver,
-#   cgroups per QoS, node name "localhost").
-# It imports the pause and busybox images (OCI tars from build.sh) and waits for the
-# node to be Ready. On failure or Ctrl-C during start-up it tears everything down.
+# up.sh starts a real single-node Kubernetes on this machine, in one run dir (except
+# what kubelet, containerd and kube-proxy hard-code, see down.sh):
+#   etcd (loopback), kube-apiserver (on the pod bridge's address), kube-controller-manager,
+#   kube-scheduler (--config DIR/kube-scheduler/config.yaml), containerd (CRI, NRI on at
+#   its default socket /var/run/nri/nri.sock, runc with seccomp, overlayfs), a pod
+#   network (the bridge understory0 with a free 10.217.N.0/24, Debian's bridge and
+#   host-local CNI plugins), kube-proxy (iptables mode, Services 10.0.0.0/24), kubelet
+#   (cgroupfs driver, cgroups per QoS, node name "localhost").
+# It imports the pause and busybox images (OCI tars from build.sh) and any --import
+# tarball, and waits for the node to be Ready and kube-proxy to have synced. On failure
+# or Ctrl-C during start-up it tears everything down.
 #
-#   scripts/realnode/up.sh [-d DIR] [--owner-pid PID] [-v N]
+#   scripts/realnode/up.sh [-d DIR] [--owner-pid PID] [--import TAR]... [--wait SECS] [-v N]
 #     -d DIR          run dir (default: a new /tmp/understory-realnode.XXXXXX)
 #     --owner-pid PID tear the node down (down.sh) as soon as PID exits: a test
 #                     process that dies (Ctrl-C, timeout, kill -9) leaves nothing behind
+#     --import TAR    also import this image tarball (e.g. bin/images/koordlet-nogpu.tar
+#                     from `make images`) into containerd's k8s.io namespace
+#     --wait SECS     when another node is live (or another agent's kubepods cgroups
+#                     exist), wait up to SECS for it to end (default 0: fail at once)
 #     -v N            kubelet's klog verbosity (default 2)
-# It prints the path of DIR/env, a shell file with KUBECONFIG, CONTAINERD_ADDRESS,
-# NRI_SOCKET, CTR, KUBECTL, the log paths and image names. Stop with
+# It prints the path of DIR/env, a shell file with KUBECONFIG, API_URL, CONTAINERD_ADDRESS,
+# NRI_SOCKET, CTR, KUBECTL, POD_CIDR, SCHEDULER_CONFIG, the log paths and image names.
+# Stop with
 #   scripts/realnode/down.sh DIR
-# Restart kubelet alone with scripts/realnode/kubelet.sh DIR restart.
+# Restart kubelet alone with scripts/realnode/kubelet.sh DIR restart; stop, start or
+# restart another component (kube-apiserver, kube-scheduler, kube-proxy, ...) with
+# scripts/realnode/ctl.sh DIR NAME stop|start|restart.
 #
-# Only one node runs on a machine at a time (kubepods cgroups are machine-wide);
-# up.sh refuses to start while another one is live.
+# Only one node runs on a machine at a time (kubepods cgroups, the bridge, the NRI
+# socket and kube-proxy's iptables chains are machine-wide); up.sh refuses to start
+# while another one is live, and cleans up what an aborted run left.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-dir= owner= verbosity=2
+dir= owner= verbosity=2 wait_secs=0
+imports=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-d) dir=$2; shift 2 ;;
 	--owner-pid) owner=$2; shift 2 ;;
+	--import) imports+=("$2"); shift 2 ;;
+	--wait) wait_secs=$2; shift 2 ;;
 	-v) verbosity=$2; shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1" ;;
 	esac
 done
 [ "$(id -u)" = 0 ] || die "must run as root (kubelet and containerd manage cgroups and mounts)"
+case $wait_secs in '' | *[!0-9]*) die "--wait needs a number of seconds, got '$wait_secs'" ;; esac
+for t in "${imports[@]}"; do
+	[ -f "$t" ] || die "--import $t: no such file (make images writes bin/images/*.tar)"
+done
+# What the pod network and kube-proxy need from the host (a missing one is named).
+for c in ip iptables ip6tables ss curl openssl; do
+	command -v $c >/dev/null || die "$c not found: install it (Debian: iproute2, iptables, curl, openssl)"
+done
 
 "$HERE/build.sh" >/dev/null
+for p in bridge host-local loopback; do
+	[ -x "$CNI_BIN_DIR/$p" ] || die "CNI plugin $CNI_BIN_DIR/$p missing: apt-get install containernetworking-plugins"
+done
 
-# One node per machine.
+# One node per machine. A live one: wait (--wait) or fail; a dead one: clean it up.
+other_live() {
+	local p
+	[ -f "$ACTIVE_FILE" ] || return 1
+	other=$(cat "$ACTIVE_FILE")
+	for p in "$other"/pids/*; do
+		[ -f "$p" ] && pid_alive "$(cat "$p")" && return 0
+	done
+	return 1
+}
+# pod_cgroups: kubepods cgroups exist (another kubelet, or an agent in static mode).
+pod_cgroups() {
+	local h
+	for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+		[ -d "$h" ] && { echo "$h"; return 0; }
+	done
+	return 1
+}
+wait_end=$((SECONDS + wait_secs))
+while other_live; do
+	[ $SECONDS -lt $wait_end ] || die "a real node is already running from $other (stop it: $HERE/down.sh $other)"
+	log "waiting for the real node of $other to end (--wait $wait_secs)"
+	sleep 5
+done
 if [ -f "$ACTIVE_FILE" ]; then
 	other=$(cat "$ACTIVE_FILE")
-	live=
-	for p in "$other"/pids/*; do
-		[ -f "$p" ] && pid_alive "$(cat "$p")" && live=1
-	done
-	[ -z "$live" ] || die "a real node is already running from $other (stop it: $HERE/down.sh $other)"
 	log "cleaning up the stale node of $other"
 	"$HERE/down.sh" "$other" || true
+	rm -f "$ACTIVE_FILE"
 fi
-for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
-	[ ! -d "$h" ] || die "$h exists: another kubelet owns this machine's pod cgroups"
+# empty_leftover: the kubepods trees hold no process and no kubelet runs on this machine:
+# what a killed test (or an agent in static mode, which creates kubepods/understory-batch)
+# left behind.
+empty_leftover() {
+	local h c
+	grep -qx kubelet /proc/[0-9]*/comm 2>/dev/null && return 1
+	for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+		[ -d "$h" ] || continue
+		while read -r c; do
+			[ -s "$c" ] && return 1
+		done < <(find "$h" -name cgroup.procs 2>/dev/null)
+	done
+	return 0
+}
+while h=$(pod_cgroups); do
+	if empty_leftover; then
+		log "removing the empty pod cgroups left behind ($h ...: no process in them, no kubelet running)"
+		for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+			[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+		done
+		pod_cgroups >/dev/null || break
+	fi
+	[ $SECONDS -lt $wait_end ] || die "$h exists: another kubelet (or an agent in static mode) owns this machine's pod cgroups"
+	log "waiting for $h to go (--wait $wait_secs)"
+	sleep 5
 done
+# Leftovers of a run whose run dir is gone (down.sh could not run): the bridge, which
+# only these scripts create, and a dead NRI socket.
+if ip link show "$BRIDGE_NAME" >/dev/null 2>&1; then
+	log "removing the bridge $BRIDGE_NAME an aborted run left"
+	ip link delete "$BRIDGE_NAME" || die "cannot delete the stale bridge $BRIDGE_NAME"
+	# That run's kube-proxy chains too (no other node runs: checked above).
+	if iptables -w 5 -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
+		log "removing the iptables chains of that run's kube-proxy (kube-proxy --cleanup)"
+		timeout 60 "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+	fi
+fi
+if [ -S "$NRI_SOCKET_PATH" ]; then
+	ss -Hxl | grep -qF " $NRI_SOCKET_PATH " &&
+		die "$NRI_SOCKET_PATH is served by another runtime (containerd/CRI-O with NRI): stop it first"
+	rm -f "$NRI_SOCKET_PATH"
+fi
+# kube-proxy's chains: another kube-proxy (or a leftover nobody owns) manages Services here.
+if iptables -w 5 -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
+	die "iptables chain nat/KUBE-SERVICES exists: another kube-proxy manages this machine's Services" \
+		"(a leftover of an aborted run: $K8S_BIN/kube-proxy --cleanup)"
+fi
 
 if [ -z "$dir" ]; then
 	dir=$(mktemp -d /tmp/understory-realnode.XXXXXX)
@@ -62,7 +151,7 @@ fi
 # Unix socket paths must stay below 108 bytes.
 [ ${#dir} -le 60 ] || die "run dir $dir is too long for unix socket paths (max 60 bytes)"
 D=$dir
-mkdir -p "$D"/{logs,pids,state,pki,cni/net.d,nri/plugins,nri/conf.d}
+mkdir -p "$D"/{logs,pids,state,pki,cmd,cni/net.d,cni/ipam,nri/plugins,nri/conf.d,kube-scheduler,kube-proxy}
 echo "$D" >"$ACTIVE_FILE"
 
 ok=
@@ -80,7 +169,7 @@ trap on_exit EXIT
 trap 'exit 130' INT TERM
 
 # --- what exists before we start, so down.sh removes only what we created --------
-for p in /run/containerd /var/lib/kubelet /var/log/containers /var/log/pods; do
+for p in /run/containerd /var/lib/kubelet /var/log/containers /var/log/pods /run/nri; do
 	[ -e "$p" ] && echo "$p"
 done >"$D/state/preexisting"
 for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
@@ -108,6 +197,33 @@ port() {
 	done
 }
 ETCD_PORT=$(port) ETCD_PEER=$(port) API_PORT=$(port) KUBELET_PORT=$(port) KUBELET_HEALTHZ=$(port)
+SCHED_PORT=$(port) PROXY_HEALTHZ=$(port) PROXY_METRICS=$(port)
+
+# --- pod network: a bridge with the first free /24 -------------------------------
+# free_net N: no address of this machine and no route but the default one covers
+# POD_NET_PREFIX.N.0/24.
+free_net() {
+	local n=$POD_NET_PREFIX.$1 r gw
+	ip -4 -o addr show | grep -qF " $n." && return 1
+	ip -4 route show table all | grep -q "^$n\." && return 1
+	r=$(ip -4 -o route get "$n.1" 2>/dev/null) || return 0
+	# Reached through the default route: nothing else uses it.
+	gw=$(ip -4 route show default | awk 'NR == 1 {print $3}')
+	[ -n "$gw" ] && case $r in *" via $gw "*) return 0 ;; esac
+	return 1
+}
+net=
+for i in $(seq "$POD_NET_FIRST" $((POD_NET_FIRST + 15))); do
+	free_net "$i" && { net=$i; break; }
+done
+[ -n "$net" ] || die "no free /24 in $POD_NET_PREFIX.$POD_NET_FIRST-$((POD_NET_FIRST + 15)).0 for the pod network"
+POD_CIDR=$POD_NET_PREFIX.$net.0/24
+API_HOST=$POD_NET_PREFIX.$net.1
+ip link add "$BRIDGE_NAME" type bridge
+echo "$BRIDGE_NAME" >"$D/state/bridge"
+ip addr add "$API_HOST/24" dev "$BRIDGE_NAME"
+ip link set "$BRIDGE_NAME" up
+API_URL=https://$API_HOST:$API_PORT
 
 # --- PKI (ECDSA P-256, valid 2 days) ---------------------------------------------
 P=$D/pki
@@ -125,13 +241,14 @@ issue() {
 }
 client='extendedKeyUsage=clientAuth
 keyUsage=critical,digitalSignature'
-issue apiserver kube-apiserver "" 'extendedKeyUsage=serverAuth
+issue apiserver kube-apiserver "" "extendedKeyUsage=serverAuth
 keyUsage=critical,digitalSignature,keyEncipherment
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc'
+subjectAltName=IP:127.0.0.1,IP:$API_HOST,IP:$SERVICE_API_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 issue admin understory-admin system:masters "$client"
 issue node system:node:localhost system:nodes "$client"
 issue controller-manager system:kube-controller-manager "" "$client"
 issue scheduler system:kube-scheduler "" "$client"
+issue kube-proxy system:kube-proxy "" "$client"
 ossl ecparam -name prime256v1 -genkey -noout -out "$P/sa.key"
 ossl ec -in "$P/sa.key" -pubout -out "$P/sa.pub"
 [ -s "$P/scheduler.crt" ] && [ -s "$P/sa.pub" ] || die "openssl failed to write the PKI in $P"
@@ -142,7 +259,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: realnode
-  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$P/ca.crt"}
+  cluster: {server: "$API_URL", certificate-authority: "$P/ca.crt"}
 users:
 - name: $1
   user: {client-certificate: "$P/$1.crt", client-key: "$P/$1.key"}
@@ -152,13 +269,19 @@ contexts:
 current-context: realnode
 EOF
 }
-for u in admin node controller-manager scheduler; do kubeconfig $u; done
+for u in admin node controller-manager scheduler kube-proxy; do kubeconfig $u; done
 
 # start NAME CMD...: run CMD in its own session, logs in logs/NAME.log, pid in pids/NAME.
+# The command is kept in cmd/NAME (a bash array), from which ctl.sh starts it again.
 start() {
 	local name=$1
 	shift
-	setsid "$@" >"$D/logs/$name.log" 2>&1 </dev/null &
+	{
+		printf 'CMD=('
+		printf '%q ' "$@"
+		printf ')\n'
+	} >"$D/cmd/$name"
+	setsid bash -c ". '$D/cmd/$name'; exec \"\${CMD[@]}\"" >"$D/logs/$name.log" 2>&1 </dev/null &
 	echo $! >"$D/pids/$name"
 }
 export PATH=$RT_BIN:$RUNC_BIN:$K8S_BIN:$PATH
@@ -174,15 +297,15 @@ wait_for 60 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
 # --- kube-apiserver -------------------------------------------------------------
 start kube-apiserver "$K8S_BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-	--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+	--bind-address "$API_HOST" --advertise-address "$API_HOST" --secure-port "$API_PORT" \
 	--cert-dir "$D/apiserver" --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
 	--client-ca-file "$P/ca.crt" --authorization-mode Node,RBAC --allow-privileged=true \
 	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" \
-	--service-account-signing-key-file "$P/sa.key" --service-cluster-ip-range 10.0.0.0/24 \
+	--service-account-signing-key-file "$P/sa.key" --service-cluster-ip-range "$SERVICE_CIDR" \
 	--kubelet-client-certificate "$P/admin.crt" --kubelet-client-key "$P/admin.key" \
 	--enable-priority-and-fairness=false --profiling=false
 wait_for 90 kube-apiserver curl -sf --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key" \
-	"https://127.0.0.1:$API_PORT/readyz"
+	"$API_URL/readyz"
 
 # --- controller-manager and scheduler -------------------------------------------
 start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig "$D/controller-manager.kubeconfig" \
@@ -190,15 +313,24 @@ start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig "$
 	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --use-service-account-credentials=true \
 	--service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" \
 	--controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
-start kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig "$D/scheduler.kubeconfig" \
+# The scheduler reads its configuration from a file, so that a test (or a user trying
+# the extender by hand) rewrites it and restarts it: ctl.sh DIR kube-scheduler restart.
+SCHEDULER_CONFIG=$D/kube-scheduler/config.yaml
+cat >"$SCHEDULER_CONFIG" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: "$D/scheduler.kubeconfig"}
+leaderElection: {leaderElect: false}
+EOF
+start kube-scheduler "$K8S_BIN/kube-scheduler" --config "$SCHEDULER_CONFIG" \
 	--authentication-kubeconfig "$D/scheduler.kubeconfig" --authorization-kubeconfig "$D/scheduler.kubeconfig" \
-	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
+	--bind-address 127.0.0.1 --secure-port "$SCHED_PORT"
 
 # --- containerd (config v3, NRI on) ---------------------------------------------
 C=$D/containerd
 mkdir -p "$C"
 CONTAINERD_ADDRESS=$C/containerd.sock
-NRI_SOCKET=$D/nri/nri.sock
+NRI_SOCKET=$NRI_SOCKET_PATH
 cat >"$C/config.toml" <<EOF
 version = 3
 root = "$C/root"
@@ -245,15 +377,23 @@ state = "$C/state"
         Root = "$C/runc"
         SystemdCgroup = false
 EOF
-cat >"$D/cni/net.d/10-loopback.conflist" <<'EOF'
-{"cniVersion": "1.0.0", "name": "realnode-lo", "plugins": [{"type": "loopback"}]}
+# Pods on the bridge (containerd sets up their loopback itself). isGateway stays off:
+# the bridge already has its address, and the plugin would otherwise turn on
+# net.ipv4.ip_forward machine-wide; nothing here needs forwarding (pods talk to the
+# host and to each other). No masquerading: pods never leave the machine.
+cat >"$D/cni/net.d/10-understory.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "understory-realnode", "plugins": [{
+  "type": "bridge", "bridge": "$BRIDGE_NAME", "isGateway": false, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "dataDir": "$D/cni/ipam", "routes": [{"dst": "0.0.0.0/0"}],
+           "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$API_HOST", "rangeStart": "$POD_NET_PREFIX.$net.10"}]]}
+}]}
 EOF
 start containerd "$RT_BIN/containerd" --config "$C/config.toml"
 CTR=("$RT_BIN/ctr" --address "$CONTAINERD_ADDRESS" --namespace k8s.io)
 wait_for 60 containerd "${CTR[@]}" version
 wait_for 30 "NRI socket" test -S "$NRI_SOCKET"
-for img in pause busybox; do
-	"${CTR[@]}" images import --snapshotter overlayfs "$IMG_DIR/$img.tar" >/dev/null
+for img in "$IMG_DIR/pause.tar" "$IMG_DIR/busybox.tar" "${imports[@]}"; do
+	"${CTR[@]}" images import --snapshotter overlayfs "$img" >/dev/null || die "ctr images import $img failed"
 done
 
 # --- kubelet --------------------------------------------------------------------
@@ -295,11 +435,45 @@ wait_for 120 "node localhost Ready" node_ready
 # Pods of the default namespace need their service account (controller-manager).
 wait_for 60 "default service account" kubectl_ -n default get serviceaccount default
 
+# --- kube-proxy (iptables) ------------------------------------------------------
+# Settings that would change the machine beyond its own chains are off: conntrack
+# sizes and timeouts stay as they are (0), no route_localnet (localhostNodePorts),
+# NodePorts only on the bridge's address. down.sh runs `kube-proxy --cleanup`.
+cat >"$D/kube-proxy/config.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: "$D/kube-proxy.kubeconfig"}
+hostnameOverride: localhost
+mode: iptables
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ
+metricsBindAddress: 127.0.0.1:$PROXY_METRICS
+nodePortAddresses: ["$API_HOST/32"]
+oomScoreAdj: 0
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s, udpTimeout: 0s, udpStreamTimeout: 0s}
+iptables: {localhostNodePorts: false, masqueradeAll: false}
+EOF
+touch "$D/state/kube-proxy"
+start kube-proxy "$K8S_BIN/kube-proxy" --config "$D/kube-proxy/config.yaml"
+wait_for 60 "kube-proxy synced" curl -sf "http://127.0.0.1:$PROXY_HEALTHZ/healthz"
+wait_for 30 "kube-proxy's rule for the kubernetes Service" \
+	bash -c "iptables -w 5 -t nat -S KUBE-SERVICES | grep -q -- '-d $SERVICE_API_IP/32'"
+
 cat >"$D/env" <<EOF
 # Written by scripts/realnode/up.sh; stop with scripts/realnode/down.sh $D
 REALNODE_DIR=$D
 KUBECONFIG=$D/admin.kubeconfig
-API_URL=https://127.0.0.1:$API_PORT
+API_URL=$API_URL
+API_HOST=$API_HOST
+CA_CERT=$P/ca.crt
+ADMIN_CERT=$P/admin.crt
+ADMIN_KEY=$P/admin.key
+POD_CIDR=$POD_CIDR
+BRIDGE=$BRIDGE_NAME
+SCHEDULER_CONFIG=$SCHEDULER_CONFIG
+SCHEDULER_KUBECONFIG=$D/scheduler.kubeconfig
+SCHEDULER_HEALTHZ=https://127.0.0.1:$SCHED_PORT/healthz
+KUBE_PROXY_HEALTHZ=http://127.0.0.1:$PROXY_HEALTHZ/healthz
 CONTAINERD_ADDRESS=$CONTAINERD_ADDRESS
 NRI_SOCKET=$NRI_SOCKET
 CTR=$RT_BIN/ctr
@@ -318,5 +492,5 @@ if [ -n "$owner" ]; then
 	echo $! >"$D/pids/watchdog"
 fi
 ok=1
-log "node localhost Ready in $((SECONDS - T0))s; run dir $D"
+log "node localhost Ready in $((SECONDS - T0))s (pods $POD_CIDR on $BRIDGE_NAME, API $API_URL); run dir $D"
 echo "$D/env"

@@ -1,6 +1,31 @@
-// Package realnode checks, on a REAL single-node Kubernetes started on this machine
-// (kubelet v1.34 + containerd v2.1 + runc, cgroupfs driver, cgroup v1/hybrid; see
-// scripts/realnode/), what the node agent assumes about kubelet and the runtime:
+// Package realnode runs Understory on a REAL single-node Kubernetes started on this
+// machine (kubelet v1.34 + containerd v2.1 + runc + kube-proxy, a bridge pod network,
+// cgroupfs driver, cgroup v1/hybrid; see scripts/realnode/ and docs/real-node.md).
+//
+// TestInstall installs Understory as a user does and checks it end to end:
+//
+//  1. `kubectl apply -k manifests/overlays/realnode` (the images `make images` built,
+//     imported into containerd) creates everything in one pass and rolls out; every
+//     Kustomization under manifests/ passes `kubectl apply --dry-run=server`;
+//  2. the agent runs as the DaemonSet's pod with exactly the capabilities its manifest
+//     gives and its own PID namespace, classifies the install's pods, creates the tier
+//     and publishes understory.io/batch-cpu and batch-memory on its Node;
+//  3. kube-scheduler, restarted with the shipped KubeSchedulerConfiguration (only the
+//     extender's ClusterIP and file paths changed), reaches the extender over mutual TLS;
+//  4. an LS Deployment and a batch Job written as users write them: the LS pods stay as
+//     written, the batch pod is mutated by the webhook, filtered and bound by the
+//     extender (its metrics), runs below the tier (NRI), and the agent classifies both;
+//  5. with LS burning both CPUs the tier is cut (or frozen) within seconds, batch uses
+//     no more than the tier's quota, and the tier follows the budget again afterwards;
+//  6. kubelet restarts cleanly after the agent ran: every pod keeps its container;
+//  7. the agent's pod is deleted: batch stays bounded until the new pod runs, and the
+//     new agent puts back a quota the test moved meanwhile within one control period;
+//  8. kube-apiserver stopped for 30 s: the agent keeps enforcing (LS load started during
+//     the outage is cut), the extender refuses binds once staler than
+//     -max-cache-staleness (/status and a refused /bind), and both recover.
+//
+// TestRealNode checks what the node agent (the host binary, not the DaemonSet)
+// assumes about kubelet and the runtime:
 //
 //  1. kubelet's pod cgroup names (kubepods/pod<uid>, kubepods/burstable/pod<uid>,
 //     kubepods/besteffort/pod<uid>), as cgroups.PodPath computes them;
@@ -13,13 +38,14 @@
 //  5. the agent in Kubernetes mode: informer, node-metrics annotation, Warning event
 //     for a bad QoS class, /status.
 //
-// Everything is gated by UNDERSTORY_REALNODE=1 (the test otherwise skips with the
-// command to run): it needs root, owns the machine's kubepods cgroups while it runs
-// (one node per machine), and takes a few minutes. `make test-realnode` runs it.
+// Both need root and own the machine's kubepods cgroups, its NRI socket, the bridge
+// and kube-proxy's iptables chains while they run (one node per machine: up.sh waits
+// for another). As another user, or with -short, they skip and say why; under CI=true
+// they fail instead. `make e2e` runs them (`make test` too, after the rest).
 //
 // Traps:
 //   - The node is started and torn down by the shell scripts (up.sh, down.sh); up.sh
-//     gets this test's PID and its watchdog tears the node down if the test process
+//     gets the test's PID and its watchdog tears the node down if the test process
 //     dies without running its cleanups (Ctrl-C, -timeout, SIGKILL).
 //   - Unix socket paths limit the run dir to a short path under /tmp.
 //   - cgroup v1 cpu.shares reads 3 while cpu.idle=1, and writes to it fail with EINVAL
@@ -27,4 +53,10 @@
 //     its log).
 //   - Writes are observed with inotify IN_MODIFY on the cgroup files, which fires for
 //     every successful write, also of an unchanged value.
+//   - The machine may be shared: the bounds on batch are upper bounds (a busy machine
+//     only lowers what the agent gives batch), and kubelet's cadvisor also reports
+//     other trees' kubepods/understory-batch (a demo's), which tierLines filters out.
+//   - kubelet admits every pod again when it restarts, against the Node's allocatable
+//     of that moment: a batch pod whose batch-cpu the agent no longer publishes is
+//     rejected (stage 6 says so; the Job then makes a new pod for the later stages).
 package realnode

@@ -32,6 +32,33 @@ type node struct {
 	client kubernetes.Interface
 }
 
+// waitForOtherNode is how long up.sh waits for another real node on this machine (a
+// parallel test binary, another checkout) to end before it gives up.
+const waitForOtherNode = 10 * time.Minute
+
+// requireRealNode skips the test (or fails it under CI=true, where nothing may skip)
+// when this machine cannot run a real node: not root, no cgroup v1 cpu controller with
+// cpu.idle, or -short. how says how to run it.
+func requireRealNode(t *testing.T, how string) {
+	t.Helper()
+	skip := func(why string) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true, and the real-node test cannot run: %s", why)
+		}
+		t.Skipf("%s; %s", why, how)
+	}
+	if testing.Short() {
+		skip("starts a real node (-short)")
+	}
+	if os.Geteuid() != 0 {
+		skip("needs root (kubelet and containerd manage cgroups, mounts and iptables)")
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cpu", "cpu.idle")); err != nil {
+		skip(fmt.Sprintf("needs the cgroup v1 cpu controller with cpu.idle (hybrid layout, Linux >= 5.15): %v", err))
+	}
+}
+
 // repoRoot is the module root, three levels above this package.
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -46,9 +73,10 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// startNode runs up.sh in a fresh short run dir and registers the teardown. The run
-// dir (with every component's log) is kept when the test failed.
-func startNode(t *testing.T, repo string) *node {
+// startNode runs up.sh in a fresh short run dir, importing the image tarballs given,
+// and registers the teardown. The run dir (with every component's log) is kept when
+// the test failed. Another live node on this machine is waited for (waitForOtherNode).
+func startNode(t *testing.T, repo string, images ...string) *node {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "rn-")
 	if err != nil {
@@ -71,7 +99,12 @@ func startNode(t *testing.T, repo string) *node {
 		}
 	})
 	start := time.Now()
-	cmd := exec.Command(filepath.Join(scripts, "up.sh"), "-d", dir, "--owner-pid", strconv.Itoa(os.Getpid()))
+	args := []string{"-d", dir, "--owner-pid", strconv.Itoa(os.Getpid()),
+		"--wait", strconv.Itoa(int(waitForOtherNode.Seconds()))}
+	for _, img := range images {
+		args = append(args, "--import", img)
+	}
+	cmd := exec.Command(filepath.Join(scripts, "up.sh"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -85,7 +118,8 @@ func startNode(t *testing.T, repo string) *node {
 	if err != nil {
 		t.Fatalf("node env: %v", err)
 	}
-	for _, k := range []string{"KUBECONFIG", "NRI_SOCKET", "KUBECTL", "KUBELET_LOG", "BUSYBOX_IMAGE", "NODE_NAME"} {
+	for _, k := range []string{"KUBECONFIG", "NRI_SOCKET", "KUBECTL", "KUBELET_LOG", "BUSYBOX_IMAGE", "NODE_NAME",
+		"SCHEDULER_CONFIG", "SCHEDULER_KUBECONFIG", "POD_CIDR"} {
 		if env[k] == "" {
 			t.Fatalf("node env has no %s", k)
 		}

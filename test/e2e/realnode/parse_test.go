@@ -188,3 +188,26 @@ func FuzzParseProcCgroup(f *testing.F) {
 		}
 	})
 }
+
+func TestTierLines(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		line string
+		want bool
+	}{
+		{`I1124 manager.go:1241] failed getting container info for "/kubepods/understory-batch/pod1": unknown`, true},
+		{`E1124 cgroup kubepods/understory-batch removed`, true},
+		{`kubepods/understory-batch`, true},
+		// Another tree on the same machine (a demo's private kubelet root).
+		{`I1124 failed getting container info for "/understory-demo-25923/kubepods/understory-batch/pod3"`, false},
+		{`I1124 "/x/kubepods/understory-batch"`, false},
+		{`I1124 kubepods/understory-batch-other`, false},
+		{`I1124 nothing here`, false},
+	}
+	for _, tc := range tests {
+		got := len(tierLines([]string{tc.line})) == 1
+		if got != tc.want {
+			t.Errorf("tierLines(%q) kept %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}

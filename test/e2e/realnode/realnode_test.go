@@ -23,9 +23,9 @@ import (
 )
 
 // skipMessage tells how to run the test.
-const skipMessage = "real-node test (starts kubelet + containerd on this machine as root, ~4 min once the " +
+const skipMessage = "real-node test (starts kubelet + containerd on this machine as root, ~3 min once the " +
 	"binaries are cached); run: make test-realnode, i.e. scripts/realnode/build.sh && " +
-	"UNDERSTORY_REALNODE=1 go test -count=1 -timeout 15m -v -run TestRealNode ./test/e2e/realnode/"
+	"go test -count=1 -timeout 15m -v -run TestRealNode ./test/e2e/realnode/"
 
 // kubeletQuietWindow is how long kubelet runs alone (agent stopped) while the test
 // watches what it rewrites: longer than kubelet's 1-minute periodic QoS cgroup update
@@ -47,16 +47,8 @@ type realNode struct {
 }
 
 func TestRealNode(t *testing.T) {
-	if os.Getenv("UNDERSTORY_REALNODE") != "1" {
-		t.Skip(skipMessage)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: " + skipMessage)
-	}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cpu", "cpu.idle")); err != nil {
-		t.Skipf("needs the cgroup v1 cpu controller with cpu.idle (hybrid layout, Linux >= 5.15): %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	requireRealNode(t, skipMessage)
+	ctx, cancel := context.WithTimeout(context.Background(), 22*time.Minute)
 	defer cancel()
 	repo := repoRoot(t)
 	r := &realNode{ctx: ctx, agent: buildAgent(t, repo), pods: map[string]*corev1.Pod{}}
@@ -338,7 +330,7 @@ func (r *realNode) inPlaceKept(t *testing.T) {
 	} else {
 		t.Logf("kubelet logged no error or warning about %s while the agent was stopped", batch.Name)
 	}
-	if lines := r.n.kubeletLogSince(logOff, "understory-batch"); len(lines) > 0 {
+	if lines := tierLines(r.n.kubeletLogSince(logOff, "understory-batch")); len(lines) > 0 {
 		t.Errorf("kubelet logged about the tier:\n%s", strings.Join(tail(lines, 8), "\n"))
 	}
 
