@@ -126,7 +126,6 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	}
 	var best float64
 	var devs deviceSet
-	var level [MaxGPUsPerNode]float64 // a share's fragmentation level per device (live figures only)
 	if r.Sharing() {
 		dev := -1
 		live := p.p.GPUUsage != 0 && n.Usage != nil && len(n.Usage.GPUs) > 0
@@ -134,19 +133,14 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			if f < r.GPUMilli {
 				continue
 			}
-			var s float64
-			if j := firstSame(n.GPUFree, i); j < i {
-				// Devices with equal free milli leave equal fragmentation; without
-				// live figures the first of them stands for all.
-				if !live {
-					continue
-				}
-				s = level[j]
-			} else {
-				s = p.level(f0 - after(1<<uint(i)) - reserve)
+			// Devices with equal free milli leave equal fragmentation: without live
+			// figures the first of them stands for all (with them, each is scored:
+			// they differ in how idle they are).
+			if !live && seenBefore(n.GPUFree, i) {
+				continue
 			}
+			s := p.level(f0 - after(1<<uint(i)) - reserve)
 			if live {
-				level[i] = s
 				s += p.p.GPUUsage * n.Usage.gpuIdle(i)
 			}
 			if dev < 0 || s > best {
@@ -167,16 +161,6 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 		best += p.p.Usage * usageTerm(n.Usage)
 	}
 	return best, devs, true
-}
-
-// firstSame is the first index j ≤ i with free[j] == free[i].
-func firstSame(free []int, i int) int {
-	for j := 0; j < i; j++ {
-		if free[j] == free[i] {
-			return j
-		}
-	}
-	return i
 }
 
 // meanIdle is the mean gpuIdle of n's devices with at least milli free.
