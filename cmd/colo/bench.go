@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/qos"
 )
 
@@ -379,7 +380,7 @@ func measureOverhead(ctx context.Context, sc scenarioConfig, dc demoConfig, d ti
 		return overhead{}, err
 	}
 	pid := a.cmd.Process.Pid
-	c0, err := processCPU(pid)
+	c0, err := collect.ReadProcessCPU("/proc", pid)
 	if err != nil {
 		return overhead{}, err
 	}
@@ -387,12 +388,12 @@ func measureOverhead(ctx context.Context, sc scenarioConfig, dc demoConfig, d ti
 	if _, err := s.measure(ctx, "overhead", d); err != nil {
 		return overhead{}, err
 	}
-	c1, err := processCPU(pid)
+	c1, err := collect.ReadProcessCPU("/proc", pid)
 	if err != nil {
 		return overhead{}, err
 	}
 	wall := time.Since(t0)
-	rss, peak, err := processRSS(pid)
+	rss, peak, err := collect.ReadProcessRSS("/proc", pid)
 	if err != nil {
 		return overhead{}, err
 	}

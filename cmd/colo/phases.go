@@ -46,7 +46,7 @@ func (s *scenario) measure(ctx context.Context, name string, d time.Duration) (p
 	if err != nil {
 		return phaseResult{}, err
 	}
-	ls0, _ := processCPU(s.ls.Process.Pid)
+	ls0, _ := collect.ReadProcessCPU("/proc", s.ls.Process.Pid)
 	b0 := s.batchCPU()
 	gen := newOpenLoop("http://"+s.lsAddr+"/work", s.cfg.rate, s.cfg.workers)
 	res, err := gen.run(ctx, d)
@@ -57,7 +57,7 @@ func (s *scenario) measure(ctx context.Context, name string, d time.Duration) (p
 	if err != nil {
 		return phaseResult{}, err
 	}
-	ls1, _ := processCPU(s.ls.Process.Pid)
+	ls1, _ := collect.ReadProcessCPU("/proc", s.ls.Process.Pid)
 	b1 := s.batchCPU()
 	wall := res.End.Sub(res.Start).Seconds()
 	r := phaseResult{
@@ -79,7 +79,7 @@ func (s *scenario) measure(ctx context.Context, name string, d time.Duration) (p
 func (s *scenario) batchCPU() time.Duration {
 	var sum time.Duration
 	for _, pid := range s.batchPIDs() {
-		if c, err := processCPU(pid); err == nil {
+		if c, err := collect.ReadProcessCPU("/proc", pid); err == nil {
 			sum += c
 		}
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/qos"
 )
@@ -358,7 +357,7 @@ func (n *agentNode) measure(ctx context.Context, self string, cfg agentCPUConfig
 		return u, st, err
 	}
 	pid := cmd.Process.Pid
-	c0, err := processCPU(pid)
+	c0, err := collect.ReadProcessCPU("/proc", pid)
 	if err != nil {
 		return u, st, err
 	}
@@ -366,12 +365,12 @@ func (n *agentNode) measure(ctx context.Context, self string, cfg agentCPUConfig
 	if err := sleepUntil(ctx, t0.Add(cfg.Duration)); err != nil {
 		return u, st, err
 	}
-	c1, err := processCPU(pid)
+	c1, err := collect.ReadProcessCPU("/proc", pid)
 	if err != nil {
 		return u, st, err
 	}
 	wall := time.Since(t0)
-	rss, peak, err := processRSS(pid)
+	rss, peak, err := collect.ReadProcessRSS("/proc", pid)
 	if err != nil {
 		return u, st, err
 	}
@@ -585,59 +584,4 @@ func runAgentNode(ctx context.Context, specPath string, stderr io.Writer) error 
 		err = serr
 	}
 	return err
-}
-
-// userHZ is the kernel's USER_HZ, the unit of /proc/<pid>/stat times.
-const userHZ = 100
-
-// processCPU returns a process's user+system CPU time (all its threads, live and
-// exited) from /proc/<pid>/stat.
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses: fields start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad times", pid)
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
-}
-
-// processRSS returns a process's current and peak resident set size in bytes.
-func processRSS(pid int) (rss, peak uint64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		var dst *uint64
-		switch {
-		case strings.HasPrefix(line, "VmRSS:"):
-			dst = &rss
-		case strings.HasPrefix(line, "VmHWM:"):
-			dst = &peak
-		default:
-			continue
-		}
-		if fs := strings.Fields(line); len(fs) >= 2 {
-			kb, _ := strconv.ParseUint(fs[1], 10, 64)
-			*dst = kb * 1024
-		}
-	}
-	if rss == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-	}
-	return rss, peak, nil
 }

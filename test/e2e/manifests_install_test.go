@@ -470,8 +470,8 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 // from the files manifests/certs/generate.sh wrote.
 type extenderTLS struct {
 	addr, certs, log string
-	client      *http.Client // trusts the CA, presents kube-scheduler's certificate
-	anonymous   *http.Client // trusts the CA, presents none
+	client           *http.Client // trusts the CA, presents kube-scheduler's certificate
+	anonymous        *http.Client // trusts the CA, presents none
 }
 
 const extenderServerName = extenderName + "." + nsSystem + ".svc"
