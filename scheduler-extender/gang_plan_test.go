@@ -248,6 +248,16 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(recorded()) == 2 })
 	want := map[string]string{"m0": phaseOf(a, m0.UID), "m1": phaseOf(a, m1.UID)}
+	// /status counts a member as recorded once the informer has seen its record.
+	if g := a.Status().Gangs[0]; len(g.Plan) != 2 || g.Recorded != 0 {
+		t.Fatalf("before the informer saw the records: gang %+v, want plan of 2, recorded 0", g)
+	}
+	for _, p := range recorded() {
+		a.State().UpsertPod(p)
+	}
+	if g := a.Status().Gangs[0]; g.Recorded != 2 {
+		t.Fatalf("after the informer saw the records: gang %+v, want recorded 2", g)
+	}
 
 	restart := func() *Server {
 		b := testServer(t, clock, Deps{})
@@ -263,6 +273,9 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 		if got := phaseOf(b, p.UID); got != want[p.Name] || !strings.HasPrefix(got, "planned@") {
 			t.Fatalf("after restart %s is %s, want %s", p.Name, got, want[p.Name])
 		}
+	}
+	if g := b.Status().Gangs[0]; g.Recorded != 2 {
+		t.Fatalf("resumed plan: gang %+v, want recorded 2", g)
 	}
 	node := strings.TrimPrefix(want["m1"], "planned@")
 	if got := passedOne(t, filter(t, startHTTP(t, b), m1, "n0", "n1")); got != node {

@@ -144,6 +144,9 @@ func (gs *Gangs) status() []GangStatus {
 			for uid := range pl.members {
 				if m := gs.ix.pod(uid); m != nil {
 					st.Plan = append(st.Plan, m.name+"→"+m.node)
+					if m.persisted != nil && m.persisted.id == pl.id {
+						st.Recorded++
+					}
 				}
 			}
 			slices.Sort(st.Plan)

@@ -62,15 +62,19 @@ type PodStatus struct {
 
 // GangStatus is one gang.
 type GangStatus struct {
-	Gang       string     `json:"gang"`
-	Dialect    string     `json:"dialect"`
-	State      string     `json:"state"`
-	MinMember  int        `json:"minMember"`
-	Members    int        `json:"members"`
-	Bound      int        `json:"bound"`
-	Reason     string     `json:"reason,omitempty"`
-	Plan       []string   `json:"plan,omitempty"` // pod→node
-	AtBind     int        `json:"atBind,omitempty"`
+	Gang      string   `json:"gang"`
+	Dialect   string   `json:"dialect"`
+	State     string   `json:"state"`
+	MinMember int      `json:"minMember"`
+	Members   int      `json:"members"`
+	Bound     int      `json:"bound"`
+	Reason    string   `json:"reason,omitempty"`
+	Plan      []string `json:"plan,omitempty"` // pod→node
+	AtBind    int      `json:"atBind,omitempty"`
+	// Recorded counts the plan's members whose pod, as the informer last saw
+	// it, carries this plan's gang-state record: a restart resumes the plan
+	// only once every member still needed is recorded.
+	Recorded   int        `json:"recorded,omitempty"`
 	PlanExpiry *time.Time `json:"planExpires,omitempty"`
 }
 
