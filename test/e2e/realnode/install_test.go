@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -766,6 +767,14 @@ func (in *install) agentPodDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kubelet removes a deleted pod's log; an open descriptor keeps it readable, so the
+	// old agent's last second (its shutdown) can be shown when this stage fails.
+	oldLog := openPodLog(t, in.n, old, "koordlet")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the old agent's log (last 60 lines):\n%s", tailLines(oldLog, 60))
+		}
+	})
 	in.w.setPhase("7: agent pod deleted")
 	del := time.Now()
 	if err := n.client.CoreV1().Pods(nsSystem).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
@@ -1157,4 +1166,31 @@ func (in *install) logTierWrites(t *testing.T) {
 		fmt.Fprintf(&b, "  %5d  %s\n", counts[k], k)
 	}
 	t.Logf("writes to the tier's cpu files (inotify), %d, per phase and file:\n%s", len(evs), b.String())
+}
+
+// openPodLog opens a container's log file as kubelet writes it below the node's run
+// directory; nil (logged) when it cannot.
+func openPodLog(t *testing.T, n *node, p *corev1.Pod, container string) *os.File {
+	t.Helper()
+	f, err := os.Open(filepath.Join(n.dir, "kubelet", "pod-logs",
+		fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, "0.log"))
+	if err != nil {
+		t.Logf("keeping %s's log: %v", p.Name, err)
+		return nil
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// tailLines is the last n lines of f, read from its start.
+func tailLines(f *os.File, n int) string {
+	if f == nil {
+		return "(not kept)"
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
