@@ -2,22 +2,12 @@ package admission
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -199,71 +189,5 @@ func TestGangKeysMatchExtender(t *testing.T) {
 	}
 	if !strings.Contains(string(data), `expression: "10000"`) {
 		t.Fatal("the policy's maxGangMinMember is not the extender's MaxGangSize")
-	}
-}
-
-func writePair(t *testing.T, dir, cn string) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, _ := x509.MarshalECPrivateKey(key)
-	cf, kf := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	// Write to temp names and rename, as a Secret volume update swaps files.
-	for _, f := range []struct {
-		path string
-		data []byte
-	}{{cf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, {kf, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})}} {
-		if err := os.WriteFile(f.path+".tmp", f.data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(f.path+".tmp", f.path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return cf, kf
-}
-
-func TestCertReloader(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	cf, kf := writePair(t, dir, "first")
-	r, err := NewCertReloader(cf, kf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cn := func() string {
-		c, err := r.GetCertificate(&tls.ClientHelloInfo{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, _ := x509.ParseCertificate(c.Certificate[0])
-		return x.Subject.CommonName
-	}
-	if got := cn(); got != "first" {
-		t.Fatalf("CN %q", got)
-	}
-	writePair(t, dir, "second")
-	later := time.Now().Add(time.Minute) // mtime granularity: make the change visible
-	os.Chtimes(cf, later, later)
-	if got := cn(); got != "second" {
-		t.Fatalf("after rotation CN %q, want second", got)
-	}
-	// A broken pair keeps the last good certificate and reports the error.
-	var reported error
-	r.OnReloadError = func(err error) { reported = err }
-	os.WriteFile(kf, []byte("garbage"), 0o600)
-	if got := cn(); got != "second" || reported == nil {
-		t.Fatalf("after a broken write: CN %q, reported %v", got, reported)
-	}
-	if _, err := NewCertReloader(filepath.Join(dir, "missing"), kf); err == nil {
-		t.Fatal("missing files accepted")
 	}
 }

@@ -180,3 +180,51 @@ func TestFreezeNoWait(t *testing.T) {
 		})
 	}
 }
+
+// TestFreezeWriterFake: the writer's pwrites land in the freezer file of each layout; a
+// closed writer and a removed group fail with the sentinels callers branch on.
+func TestFreezeWriterFake(t *testing.T) {
+	t.Parallel()
+	for _, k := range []fakeKind{fakeV1Separate, fakeHybridNoFreezer, fakeV2} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			h := OpenLayout(newFake(t, k), k.layout())
+			g := fakeCreate(t, h, "kubepods/besteffort/x")
+			dir, file, frozenVal, thawedVal := g.unifiedDir(), "cgroup.freeze", "1", "0"
+			if k == fakeV1Separate {
+				dir, file, frozenVal, thawedVal = filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN",
+					"THAWED"
+			}
+			// A regular file keeps what a shorter write leaves behind (kernfs does not):
+			// start from a value as long as the written ones.
+			mustWrite(t, filepath.Join(dir, file), thawedVal)
+			w, err := g.FreezeWriter()
+			if err != nil {
+				t.Fatalf("FreezeWriter: %v", err)
+			}
+			for _, tc := range []struct {
+				frozen bool
+				want   string
+			}{{true, frozenVal}, {false, thawedVal}, {true, frozenVal}} {
+				if err := w.Request(tc.frozen); err != nil {
+					t.Fatalf("Request(%v): %v", tc.frozen, err)
+				}
+				if got := mustRead(t, filepath.Join(dir, file)); got != tc.want {
+					t.Fatalf("%s = %q after Request(%v), want %q", file, got, tc.frozen, tc.want)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Request(false); !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("Request after Close = %v, want os.ErrClosed", err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.FreezeWriter(); !errors.Is(err, ErrNotExist) {
+				t.Fatalf("FreezeWriter of a removed group = %v, want ErrNotExist", err)
+			}
+		})
+	}
+}

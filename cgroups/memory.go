@@ -1,7 +1,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,51 +16,73 @@ import (
 // memory controller is absent for this group (v2 without memory enabled in the
 // parent's subtree_control, or no v1 memory hierarchy).
 func (g *Group) MemoryUsage() (uint64, error) {
-	var dir, usageFile, inactiveKey string
-	switch {
-	case g.h.layout == LayoutV2:
-		dir, usageFile, inactiveKey = filepath.Join(g.h.unifiedDir, g.rel), "memory.current", "inactive_file"
-	case g.h.memoryDir != "":
-		dir, usageFile, inactiveKey = filepath.Join(g.h.memoryDir, g.rel), "memory.usage_in_bytes", "total_inactive_file"
-	default:
-		return 0, fmt.Errorf("reading memory of cgroup %s: no memory hierarchy: %w", g.rel, ErrUnsupported)
+	dir, usageFile, inactiveKey, err := g.memoryFiles()
+	if err != nil {
+		return 0, err
 	}
 	usage, err := readInt(dir, usageFile)
 	if err != nil {
 		return 0, err
 	}
-	stat, err := readFile(dir, "memory.stat")
+	stat, err := readFile(dir, fileMemoryStat)
 	if err != nil {
 		return 0, err
 	}
 	inactive, err := statValue(stat, inactiveKey)
 	if err != nil {
-		return 0, classifyMalformed(dir, "memory.stat", err)
+		return 0, classifyMalformed(dir, fileMemoryStat, err)
 	}
 	if usage < 0 {
 		return 0, classifyMalformed(dir, usageFile, fmt.Errorf("negative usage %d", usage))
 	}
-	if inactive > uint64(usage) {
-		return 0, nil
-	}
-	return uint64(usage) - inactive, nil
+	return workingSet(uint64(usage), inactive), nil
 }
 
-// statValue returns the value of key in a "key value" per line file; a missing key is 0.
+// fileMemoryStat is the memory statistics file of both versions.
+const fileMemoryStat = "memory.stat"
+
+// memoryFiles are the group's memory directory, its usage file and the memory.stat key
+// of its inactive file cache.
+func (g *Group) memoryFiles() (dir, usageFile, inactiveKey string, err error) {
+	switch {
+	case g.h.layout == LayoutV2:
+		return filepath.Join(g.h.unifiedDir, g.rel), "memory.current", "inactive_file", nil
+	case g.h.memoryDir != "":
+		return filepath.Join(g.h.memoryDir, g.rel), "memory.usage_in_bytes", "total_inactive_file", nil
+	}
+	return "", "", "", fmt.Errorf("reading memory of cgroup %s: no memory hierarchy: %w", g.rel, ErrUnsupported)
+}
+
+// workingSet is usage minus the inactive file cache, as kubelet counts it; 0 when the
+// cache exceeds the usage (the two files are not read atomically).
+func workingSet(usage, inactive uint64) uint64 {
+	if inactive > usage {
+		return 0
+	}
+	return usage - inactive
+}
+
+// statValue returns the value of key in a "key value" per line file; a missing key is
+// 0. It does not allocate: the agent reads memory.stat of every batch pod each second.
 func statValue(b []byte, key string) (uint64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := bytes.Cut(sc.Bytes(), []byte(" "))
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte(" "))
 		if !ok || string(k) != key {
 			continue
 		}
-		n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", key, err)
+		n, ok := parseDecimal(bytes.TrimSpace(v))
+		if !ok {
+			return 0, fmt.Errorf("%s: %q is not a decimal number", key, v)
 		}
 		return n, nil
 	}
-	return 0, sc.Err()
+	return 0, nil
 }
 
 // UnlimitedMemory is the limit MemoryLimit reports (and SetMemoryLimit

@@ -2,6 +2,7 @@ package cgroups
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +45,29 @@ func TestMemoryUsage(t *testing.T) {
 			got, err := g.MemoryUsage()
 			if !errors.Is(err, tc.wantErr) || got != tc.want {
 				t.Fatalf("MemoryUsage = %d, %v; want %d, %v", got, err, tc.want, tc.wantErr)
+			}
+			// The reader keeps the files open and gives the same answers.
+			r, err := g.MemoryReader()
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("MemoryReader: %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = r.Close() })
+			if got, err := r.Read(); err != nil || got != tc.want {
+				t.Fatalf("MemoryReader.Read = %d, %v; want %d", got, err, tc.want)
+			}
+			// Rewritten in place (as the kernel regenerates it): the next Read sees it.
+			mustWrite(t, filepath.Join(dir, usageFile), "99999999\n")
+			if got, err := r.Read(); err != nil || got < tc.want {
+				t.Fatalf("after a rewrite: Read = %d, %v", got, err)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Read(); !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("Read after Close: %v, want os.ErrClosed", err)
 			}
 		})
 	}
@@ -88,6 +112,39 @@ func TestMemoryUsageReal(t *testing.T) {
 	if err != nil || got == 0 {
 		t.Fatalf("root memory working set = %d, %v", got, err)
 	}
+	// A reader of a real group: reads while it exists, ErrNotExist once it is removed.
+	g, err := h.Create(fmt.Sprintf("understory-memreader-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Delete() })
+	r, err := g.MemoryReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Read(); err != nil {
+		t.Fatalf("reading a live group: %v", err)
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("reading a removed group: %v, want ErrNotExist", err)
+	}
+}
+
+func FuzzStatValue(f *testing.F) {
+	for _, s := range []string{"cache 5\ntotal_inactive_file 250000\n", "inactive_file x\n", "", "\n\n",
+		"inactive_file 18446744073709551616\n", "inactive_file  7 \n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := statValue(b, "inactive_file")
+		if err != nil && v != 0 {
+			t.Fatalf("error %v with value %d", err, v)
+		}
+	})
 }
 
 // memFake is a fake group with memory controller files (cgroupstest.AddMemory).

@@ -337,6 +337,22 @@ func TestRealTier(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// A FreezeWriter's pwrites on its open file freeze and thaw like FreezeNoWait
+	// (kernfs replaces the state on each write at offset 0).
+	fw, err := g.FreezeWriter()
+	if err != nil {
+		t.Fatalf("FreezeWriter: %v", err)
+	}
+	defer fw.Close()
+	for _, want := range []bool{true, false, true, false} {
+		if err := fw.Request(want); err != nil {
+			t.Fatalf("FreezeWriter.Request(%v): %v", want, err)
+		}
+		if f := waitFrozen(t, g, want); f != want {
+			t.Fatalf("Frozen = %v after FreezeWriter.Request(%v)", f, want)
+		}
+	}
+
 	// Delete refuses while the burner lives, then succeeds; the open
 	// reader then reports ErrNotExist instead of crashing.
 	if err := g.Delete(); !errors.Is(err, ErrBusy) {
@@ -359,6 +375,9 @@ func TestRealTier(t *testing.T) {
 	}
 	if _, err := r.Read(); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("Read on a deleted group = %v; want ErrNotExist", err)
+	}
+	if err := fw.Request(true); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("FreezeWriter.Request on a deleted group = %v; want ErrNotExist", err)
 	}
 	if _, err := g.Stats(); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("Stats on a deleted group = %v; want ErrNotExist", err)
@@ -595,5 +614,22 @@ func TestRealCFSClamp(t *testing.T) {
 	// A cut the children allow is no clamp.
 	if err := parent.SetCPULimit(40*time.Millisecond, 100*time.Millisecond); err != nil {
 		t.Fatalf("cut above the grandchild: %v", err)
+	}
+}
+
+// waitFrozen polls g's freezer state for up to a second until it is want; it returns the
+// last state read.
+func waitFrozen(t *testing.T, g *Group, want bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		f, err := g.Frozen()
+		if err != nil {
+			t.Fatalf("Frozen: %v", err)
+		}
+		if f == want || time.Now().After(deadline) {
+			return f
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

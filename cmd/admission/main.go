@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/understory/understory/admission"
+	"github.com/understory/understory/internal/certreload"
 )
 
 // options are the parsed command line.
@@ -115,7 +116,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	certs, err := admission.NewCertReloader(o.certFile, o.keyFile)
+	certs, err := certreload.New(o.certFile, o.keyFile)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/understory/understory/admission"
+	"github.com/understory/understory/internal/certreload"
 )
 
 // errNoClientCert answers a caller without a verified client certificate.
@@ -30,7 +30,7 @@ func serverTLS(o options, log *slog.Logger) (*tls.Config, error) {
 	if o.certFile == "" {
 		return nil, nil
 	}
-	certs, err := admission.NewCertReloader(o.certFile, o.keyFile)
+	certs, err := certreload.New(o.certFile, o.keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}

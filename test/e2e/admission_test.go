@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/admission"
+	"github.com/understory/understory/internal/certreload"
 	"github.com/understory/understory/qos"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
@@ -97,7 +98,7 @@ func startWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPla
 	if err != nil {
 		t.Fatal(err)
 	}
-	reloader, err := admission.NewCertReloader(certFile, keyFile)
+	reloader, err := certreload.New(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,10 @@ type Cycler struct {
 	// ioMu serialises freezer writes between Run's loop and ThawAll/Release, so that a
 	// freeze the loop planned before a release never lands after the release's thaw.
 	ioMu sync.Mutex
+	// writers: the open freezer files of the cycled groups, by path, with the handle
+	// each was opened for (the map under mu); Run's goroutine alone writes through
+	// them, and closes those of groups the cycler forgot before it sleeps.
+	writers map[string]openWriter
 
 	mu      sync.Mutex
 	keys    map[string]*keyState
@@ -108,13 +112,14 @@ func New(period time.Duration, log *slog.Logger) (*Cycler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Cycler{
-		period: period,
-		epoch:  time.Now(),
-		log:    log,
-		retry:  max(period/4, 10*time.Millisecond),
-		keys:   map[string]*keyState{},
-		groups: map[string]*groupState{},
-		wake:   make(chan struct{}, 1),
+		period:  period,
+		epoch:   time.Now(),
+		log:     log,
+		retry:   max(period/4, 10*time.Millisecond),
+		keys:    map[string]*keyState{},
+		groups:  map[string]*groupState{},
+		writers: map[string]openWriter{},
+		wake:    make(chan struct{}, 1),
 	}, nil
 }
 
@@ -296,6 +301,7 @@ func (c *Cycler) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		c.closeWriters(false)
 		if next.IsZero() {
 			timer.Reset(time.Hour)
 		} else {
@@ -311,6 +317,7 @@ func (c *Cycler) Run(ctx context.Context) error {
 	defer cancel()
 	err := c.thawFrozen(sctx, true)
 	c.pinWrite(sctx, false, time.Now())
+	c.closeWriters(true)
 	return err
 }
 
@@ -432,7 +439,68 @@ func (c *Cycler) apply(ctx context.Context, acts []action) {
 		if stale {
 			continue
 		}
-		c.record(a.path, a.g, a.freeze, request(a.g, a.freeze))
+		c.record(a.path, a.g, a.freeze, c.request(a))
+	}
+}
+
+// openWriter is a group's open freezer file and the handle it was opened for.
+type openWriter struct {
+	g *cgroups.Group
+	w *cgroups.FreezeWriter
+}
+
+// request makes a's write through the group's open freezer file, opening it first when
+// needed; a failed write closes it (the next write opens it again). Without a writer
+// (the open failed) it falls back to one open-write-close. Run's goroutine only.
+func (c *Cycler) request(a action) error {
+	c.mu.Lock()
+	ow, ok := c.writers[a.path]
+	c.mu.Unlock()
+	if ok && ow.g != a.g {
+		_ = ow.w.Close() // the group was handed in again: a new handle wins
+		ok = false
+	}
+	if !ok {
+		w, err := a.g.FreezeWriter()
+		if err != nil {
+			c.setWriter(a.path, openWriter{})
+			return request(a.g, a.freeze)
+		}
+		ow = openWriter{g: a.g, w: w}
+		c.setWriter(a.path, ow)
+	}
+	err := ow.w.Request(a.freeze)
+	if err != nil {
+		_ = ow.w.Close()
+		c.setWriter(a.path, openWriter{})
+	}
+	return err
+}
+
+// setWriter records path's open writer (none: forget it).
+func (c *Cycler) setWriter(path string, ow openWriter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ow.w == nil {
+		delete(c.writers, path)
+		return
+	}
+	c.writers[path] = ow
+}
+
+// closeWriters closes the open freezer files of groups the cycler forgot (all of them
+// when all is set: Run is ending). Run's goroutine only.
+func (c *Cycler) closeWriters(all bool) {
+	if len(c.writers) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, ow := range c.writers {
+		if gs := c.groups[p]; all || gs == nil || gs.g != ow.g {
+			_ = ow.w.Close()
+			delete(c.writers, p)
+		}
 	}
 }
 

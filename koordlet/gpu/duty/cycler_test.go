@@ -361,11 +361,23 @@ func TestThawAllAndRelease(t *testing.T) {
 	if st := c.Status(); len(st) != 0 {
 		t.Fatalf("Status after ThawAll = %+v", st)
 	}
-	// It stays thawed: nothing is left to cycle.
+	// It stays thawed: nothing is left to cycle, and Run closed the freezer files it
+	// kept open for the forgotten groups.
 	time.Sleep(50 * time.Millisecond)
 	if got := f.state(b.Path()); got != "THAWED" {
 		t.Fatalf("b = %s after ThawAll and a wait", got)
 	}
+	if n := openWriters(c); n != 0 {
+		t.Fatalf("%d freezer files still open after ThawAll", n)
+	}
+}
+
+// openWriters is how many freezer files c keeps open; it stops c's Run loop from
+// racing the read by taking the lock Run takes before it prunes.
+func openWriters(c *Cycler) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.writers)
 }
 
 // A group that cannot be thawed is reported by Run's shutdown (ErrThaw) and in Status.

@@ -1,4 +1,4 @@
-package admission
+package certreload
 
 import (
 	"crypto/tls"
@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// CertReloader serves a TLS certificate from a certificate and a key file and
+// Reloader serves a TLS certificate from a certificate and a key file and
 // reloads them when either file's modification time or size changes (cert-manager
 // and kubelet replace Secret volumes by swapping a symlink, which changes both). It
 // is checked on every handshake: two stat calls. A reload that fails (a half-written
 // pair, a key that does not match) keeps serving the last good certificate and is
 // retried on the next handshake.
-type CertReloader struct {
+type Reloader struct {
 	certFile, keyFile string
 	// OnReloadError, if set, is called for every failed reload (for logs and metrics).
 	OnReloadError func(error)
@@ -31,9 +31,9 @@ type fileSig struct {
 	size int64
 }
 
-// NewCertReloader loads the pair once; an error there is fatal for the caller.
-func NewCertReloader(certFile, keyFile string) (*CertReloader, error) {
-	r := &CertReloader{certFile: certFile, keyFile: keyFile}
+// New loads the pair once; an error there is fatal for the caller.
+func New(certFile, keyFile string) (*Reloader, error) {
+	r := &Reloader{certFile: certFile, keyFile: keyFile}
 	if _, err := r.load(); err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func sig(path string) (fileSig, error) {
 }
 
 // load reloads the pair if the files changed and returns the current certificate.
-func (r *CertReloader) load() (*tls.Certificate, error) {
+func (r *Reloader) load() (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cs, err1 := sig(r.certFile)
@@ -69,7 +69,7 @@ func (r *CertReloader) load() (*tls.Certificate, error) {
 }
 
 // GetCertificate is tls.Config.GetCertificate.
-func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c, err := r.load()
 	if err != nil && r.OnReloadError != nil {
 		r.OnReloadError(err)
