@@ -142,13 +142,8 @@ func TestFreezeNoWait(t *testing.T) {
 	for _, k := range []fakeKind{fakeV1Separate, fakeHybridNoFreezer, fakeV2} {
 		t.Run(k.String(), func(t *testing.T) {
 			t.Parallel()
-			h := OpenLayout(newFake(t, k), k.layout())
-			g := fakeCreate(t, h, "kubepods/besteffort/x")
-			dir, file, frozenVal, thawedVal := g.unifiedDir(), "cgroup.freeze", "1", "0"
-			if k == fakeV1Separate {
-				dir, file, frozenVal, thawedVal = filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN",
-					"THAWED"
-			} else {
+			g, dir, file, frozenVal, thawedVal := fakeFreezer(t, k)
+			if k != fakeV1Separate {
 				mustWrite(t, filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen 0\n")
 			}
 			// A longer value first: the write must replace it, not overwrite its start.
@@ -188,13 +183,7 @@ func TestFreezeWriterFake(t *testing.T) {
 	for _, k := range []fakeKind{fakeV1Separate, fakeHybridNoFreezer, fakeV2} {
 		t.Run(k.String(), func(t *testing.T) {
 			t.Parallel()
-			h := OpenLayout(newFake(t, k), k.layout())
-			g := fakeCreate(t, h, "kubepods/besteffort/x")
-			dir, file, frozenVal, thawedVal := g.unifiedDir(), "cgroup.freeze", "1", "0"
-			if k == fakeV1Separate {
-				dir, file, frozenVal, thawedVal = filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN",
-					"THAWED"
-			}
+			g, dir, file, frozenVal, thawedVal := fakeFreezer(t, k)
 			// A regular file keeps what a shorter write leaves behind (kernfs does not):
 			// start from a value as long as the written ones.
 			mustWrite(t, filepath.Join(dir, file), thawedVal)
@@ -227,4 +216,16 @@ func TestFreezeWriterFake(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeFreezer creates a group on a fake root of kind k and returns it with the directory
+// and name of its freezer file and the values that file takes when frozen and thawed.
+func fakeFreezer(t *testing.T, k fakeKind) (g *Group, dir, file, frozenVal, thawedVal string) {
+	t.Helper()
+	h := OpenLayout(newFake(t, k), k.layout())
+	g = fakeCreate(t, h, "kubepods/besteffort/x")
+	if k == fakeV1Separate {
+		return g, filepath.Join(h.freezerDir, g.Path()), "freezer.state", "FROZEN", "THAWED"
+	}
+	return g, g.unifiedDir(), "cgroup.freeze", "1", "0"
 }
