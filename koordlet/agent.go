@@ -19,6 +19,7 @@ import (
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -61,6 +62,9 @@ type Deps struct {
 	// GPUAlloc is kubelet's PodResources API (podsource.PodResources): whole-GPU
 	// allocations reported in node-metrics version 2. Optional.
 	GPUAlloc gpuAllocReader
+	// Signals opens the LS harm signal source; nil: signals.Open, which picks the best of
+	// eBPF, PSI and sampling from cfg.Signals.Mode.
+	Signals SignalOpener
 }
 
 // Agent is the node agent: it samples usage every period, computes the batch budget and
@@ -141,6 +145,23 @@ type Agent struct {
 	gpuMetrics   *metrics.GPU
 	gpuAlloc     gpuAllocReader
 
+	// sig is the LS harm signal source and sigState what Open picked and why; guard
+	// decides the budget from harm (nil in sampling mode: utilisation decides).
+	sig      signalSource
+	sigState signals.State
+	guard    *qos.Guard
+	harmBuf  []signals.Harm
+	sigErr   error        // the source's last read error, for /status
+	lastHarm signals.Harm // the last harm seen
+	lastCut  cutRecord
+	// lastUtil is the last period's utilisation budget (the Budgeter's), lastUsage its
+	// usage: a wake-up between periods decides from them.
+	lastUtil  qos.Budget
+	lastUsage Usage
+	// watches are the LS pods handed to the signal source, watchedLS how many are watched.
+	watches   map[types.UID]*watchState
+	watchedLS int
+
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
 	stopped sync.Once
@@ -208,6 +229,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
 		tierUsage:  aggregate{path: lay.tier},
 		gpuMetrics: gm,
+		watches:    map[types.UID]*watchState{},
 	}
 	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
@@ -227,7 +249,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.publish != nil && a.gpu != nil {
 		a.publish.gpu = a.gpuNodeMetrics
 	}
-	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier}})
+	if err := a.openSignals(deps.Signals, reg); err != nil {
+		return nil, err
+	}
+	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier},
+		Signals: a.signalsStatus()})
 	return a, nil
 }
 
@@ -289,10 +315,25 @@ func (a *Agent) Run(ctx context.Context) error {
 			<-gpuDone
 		}()
 	}
+	// The signal source's goroutine (map reads, PSI triggers) stops before the shutdown,
+	// which closes the source.
+	sigCtx, stopSig := context.WithCancel(ctx)
+	sigDone := make(chan struct{})
+	go func() {
+		defer close(sigDone)
+		if err := a.sig.Run(sigCtx); err != nil && sigCtx.Err() == nil {
+			a.log.Error("harm signal source stopped; utilisation decides from now", "err", err)
+		}
+	}()
+	defer func() {
+		stopSig()
+		<-sigDone
+	}()
 	period := a.cfg.Period.Duration
 	t := time.NewTicker(period)
 	defer t.Stop()
 	changed := a.source.Changed()
+	wake := a.sig.Wake()
 	dirty := true
 	for {
 		if dirty && a.source.HasSynced() {
@@ -300,12 +341,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			dirty = false
 		}
 		a.tick(ctx, time.Now())
+	wait:
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
 			dirty = true
 		case <-t.C:
+		case <-wake:
+			// Harm between two periods: cut now, sample at the next tick as usual (a
+			// utilisation sample over a few milliseconds would be noise: /proc/stat counts
+			// in 10 ms ticks).
+			a.react(time.Now())
+			goto wait
 		}
 	}
 }
@@ -368,6 +416,9 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 			inPlace += st.usage
 		}
 	}
+	if slow {
+		a.syncWatches(now)
+	}
 	if slow && a.gpuPodsStale {
 		a.publishGPUPods()
 		a.gpuPodsStale = false
@@ -427,24 +478,29 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 		a.publishBatchResources(a.lastReclaim, slow)
 	}
 	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
+	a.lastUtil = b
+	// With a harm signal the guard decides: harm cuts, utilisation alone never does.
+	cause, harm := qos.SignalNone, signals.Harm{}
+	if a.signalled() {
+		var d qos.GuardDecision
+		b, d, harm = a.guarded(b, now)
+		cause = d.Cause
+	}
 	a.enforce(b, now)
-	// A cut's reaction: from the start of the window in which the rise became visible
-	// (the previous sample; the load may have begun right after it, so this bounds
-	// LS's wait from above) to now, the quota written. now is the sample's time (a fake
-	// clock in tests); start, this period's work, began just after it.
-	cutWritten := now.Sub(windowStart) + time.Since(start)
+	// A utilisation cut's reaction: from the start of the window in which the rise
+	// became visible (the previous sample; the load may have begun right after it, so
+	// this bounds LS's wait from above) to now, the quota written. now is the sample's
+	// time (a fake clock in tests); start, this period's work, began just after it. A
+	// harm cut's is from when the signal was seen to written.
+	written := time.Now()
+	cutWritten := now.Sub(windowStart) + written.Sub(start)
 	if a.mem.ok {
 		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
 	}
-	a.escalate(b, hasBatch, now)
-	if b.Applied < a.last.Applied {
-		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
-		a.metrics.CutReaction.Observe(cutWritten.Seconds())
-	} else if b.Applied > a.last.Applied && a.ticks > 2 {
-		a.metrics.Actions.WithLabelValues(metrics.ActionRestore).Inc()
-	}
-	a.last = b
+	a.escalate(a.lastUtil, hasBatch, now)
+	a.recordBudget(b, cause, harm, now, written, cutWritten)
 	u := Usage{Node: nodeCores, LS: ls, UnknownPods: unknown, BE: be, Batch: batch, System: system, CPUs: cpus}
+	a.lastUsage = u
 	a.observe(u, counts, newMemory, now)
 	if a.publish != nil {
 		a.publish.add(ctx, now, u, b, a.log, a.metrics)
@@ -641,12 +697,17 @@ func (a *Agent) shutdown() {
 		// Freeze never outlives the agent: batch stays bounded by its quota instead.
 		a.thawAll()
 		a.log.Info("agent stopped; batch left bounded", "budget_cores", target)
+		a.unwatchAll()
+		if err := a.sig.Close(); err != nil {
+			a.log.Warn("closing the harm signal source", "err", err)
+		}
 		for _, st := range a.pods {
 			st.close()
 		}
 		a.kubepods.close()
 		a.besteffort.close()
 		a.tierUsage.close()
+		a.mem.close()
 		if a.publish != nil {
 			a.publish.wait()
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/signals"
 )
 
 // realHierarchy opens the machine's cgroups or skips (fails in CI, where these tests
@@ -158,6 +159,11 @@ func TestAgentRealCgroups(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		st = a.Status()
 		maxLS = max(maxLS, st.Usage.LS)
+	}
+	// Auto mode picks the best harm signal this machine allows: eBPF (root, BTF), and
+	// watches the LS pod by its cgroup2 id.
+	if st.Signals.Requested != signals.ModeAuto || st.Signals.Active != signals.ModeEBPF || st.Signals.WatchedPods != 1 {
+		t.Errorf("signals %+v: want auto → ebpf watching the LS pod", st.Signals)
 	}
 	if maxLS < 0.2 {
 		b, _ := json.MarshalIndent(st, "", " ")

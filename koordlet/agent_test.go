@@ -27,6 +27,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/signals"
 )
 
 // fakePods is a pod source with a fixed, settable pod list.
@@ -120,7 +121,8 @@ func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
 	return newRigWith(t, kind, mutate, nil)
 }
 
-func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub nodeMetricsPublisher) *rig {
+func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub nodeMetricsPublisher,
+	open ...SignalOpener) *rig {
 	t.Helper()
 	r := &rig{t: t, root: cgroupstest.NewRoot(t, kind), kind: kind, cpu: &fakeCPU{times: collect.CPUTimes{CPUs: 2}},
 		events: &fakeEvents{}, now: time.Unix(1_800_000_000, 0), usage: map[string]time.Duration{}, period: 100 * time.Millisecond,
@@ -133,6 +135,9 @@ func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub n
 	cfg := DefaultConfig()
 	cfg.CgroupRoot = r.root
 	cfg.ProcRoot = t.TempDir()
+	// Utilisation only, the agent's behaviour these tests pin down; harm_test.go drives
+	// the signal modes with fake sources.
+	cfg.Signals.Mode = string(signals.ModeSampling)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -143,8 +148,12 @@ func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub n
 		testPod("bad-annotation", invalidUID, map[string]string{"understory.io/qos-class": "gold"}, "100m"),
 	)
 	r.reg = prometheus.NewRegistry()
-	a, err := New(cfg, Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu, Publisher: pub,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	deps := Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu, Publisher: pub,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if len(open) > 0 {
+		deps.Signals = open[0]
+	}
+	a, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,8 +568,8 @@ func TestAgentCutObservesReaction(t *testing.T) {
 	r := newRig(t, cgroupstest.V2, nil)
 	busy := r.warmUp()
 	h := r.agent.metrics.CutReaction
-	if n := testutil.CollectAndCount(h); n != 1 {
-		t.Fatalf("%d histogram series, want 1", n)
+	if n := testutil.CollectAndCount(h); n != 4 {
+		t.Fatalf("%d histogram series, want one per signal (4)", n)
 	}
 	count := func() (uint64, float64) {
 		t.Helper()
@@ -569,9 +578,14 @@ func TestAgentCutObservesReaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range fams {
-			if f.GetName() == "understory_batch_cut_reaction_seconds" {
-				hist := f.GetMetric()[0].GetHistogram()
-				return hist.GetSampleCount(), hist.GetSampleSum()
+			if f.GetName() != "understory_batch_cut_reaction_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "utilisation" {
+					hist := m.GetHistogram()
+					return hist.GetSampleCount(), hist.GetSampleSum()
+				}
 			}
 		}
 		t.Fatal("understory_batch_cut_reaction_seconds not registered")
@@ -593,6 +607,12 @@ func TestAgentCutObservesReaction(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(r.agent.metrics.Actions.WithLabelValues("cut")); v != 1 {
 		t.Fatalf("cut counted %v times, want 1", v)
+	}
+	if v := testutil.ToFloat64(r.agent.metrics.Cuts.WithLabelValues("utilisation")); v != 1 {
+		t.Fatalf("utilisation cuts %v, want 1", v)
+	}
+	if c := r.agent.Status().Signals.LastCut; c == nil || c.Signal != "utilisation" || c.ReactionSeconds < r.period.Seconds() {
+		t.Fatalf("status lastCut %+v, want the utilisation cut and its reaction", c)
 	}
 	// LS goes back down: restores, no more observations.
 	for range 3 {

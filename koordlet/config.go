@@ -78,6 +78,9 @@ type Config struct {
 	Escalation qos.EscalationConfig `json:"escalation"`
 	// GPU is GPU telemetry, GPU-aware batch throttling and shared-GPU devices.
 	GPU GPUConfig `json:"gpu"`
+	// Signals is the fast LS harm signals (eBPF run-queue delay, PSI) and how the budget
+	// answers them; with one, only harm cuts batch (see SignalsConfig).
+	Signals SignalsConfig `json:"signals"`
 }
 
 // Where the tier may be created.
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		BatchResources:    qos.DefaultReclaimConfig(),
 		Escalation:        qos.DefaultEscalationConfig(),
 		GPU:               DefaultGPUConfig(),
+		Signals:           DefaultSignalsConfig(),
 	}
 }
 
@@ -221,5 +225,8 @@ func (c Config) Validate() error {
 	if err := c.Escalation.Validate(); err != nil {
 		return fmt.Errorf("escalation.%w", err)
 	}
-	return c.GPU.Validate()
+	if err := c.GPU.Validate(); err != nil {
+		return err
+	}
+	return c.Signals.Validate()
 }

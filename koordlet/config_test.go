@@ -85,6 +85,18 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 		{"polcy: {}", "polcy"},
 		{"listenAddress: ''", "listenAddress"},
 		{"cgroupRoot: ''", "cgroupRoot"},
+		{"signals: {mode: bpf}", "signals.mode"},
+		{"signals: {mode: EBPF}", "signals.mode"},
+		{"signals: {pollInterval: 1ms}", "signals.pollInterval"},
+		{"signals: {runqueueDelay: {quantile: 1.5}}", "signals.runqueueDelay.quantile"},
+		{"signals: {runqueueDelay: {threshold: 1us}}", "signals.runqueueDelay.threshold"},
+		{"signals: {psi: {window: 100ms}}", "signals.psi.window"},
+		{"signals: {psi: {cpuStall: 500ms}}", "signals.psi.cpuStall"},
+		{"signals: {psi: {memoryStall: 2s}}", "signals.psi.memoryStall"},
+		{"signals: {cutPercent: 0}", "signals.cutPercent"},
+		{"signals: {restoreHold: -1s}", "signals.restoreHold"},
+		{"signals: {restorePercentPerSecond: 2000}", "signals.restorePercentPerSecond"},
+		{"signals: {modes: psi}", "signals"},
 	} {
 		t.Run(tc.yaml, func(t *testing.T) {
 			t.Parallel()
@@ -95,11 +107,28 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name field %q", err, tc.field)
 			}
-			if !errors.Is(err, ErrInvalidConfig) && !strings.HasPrefix(tc.field, "policy.") &&
-				!strings.HasPrefix(tc.field, "batchResources.") {
+			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, qos.ErrInvalidConfig) &&
+				!strings.HasPrefix(tc.field, "policy.") && !strings.HasPrefix(tc.field, "batchResources.") {
 				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// The signals section: the four modes the benchmark sets, defaults for what is left out.
+func TestLoadConfigSignals(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte("{}"))
+	if err != nil || cfg.Signals.Mode != "auto" || cfg.Signals.RunqueueDelay.Threshold.Duration != 2*time.Millisecond ||
+		cfg.Signals.CutPercent != qos.DefaultCutPercent || cfg.Signals.PSI.Window.Duration != 500*time.Millisecond {
+		t.Fatalf("signals defaults %+v, %v", cfg.Signals, err)
+	}
+	for _, mode := range []string{"auto", "ebpf", "psi", "sampling"} {
+		cfg, err := LoadConfig([]byte("signals:\n  mode: " + mode + "\n  cutPercent: 25\n  restoreHold: 3s\n"))
+		if err != nil || cfg.Signals.Mode != mode || cfg.Signals.CutPercent != 25 ||
+			cfg.Signals.RestoreHold.Duration != 3*time.Second || cfg.Signals.PollInterval.Duration != 20*time.Millisecond {
+			t.Fatalf("mode %s: %+v, %v", mode, cfg.Signals, err)
+		}
 	}
 }
 
@@ -108,6 +137,7 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("period: 50ms\npolicy: {threshold: 0.8}\n"))
 	f.Add([]byte("nri: {enabled: true, socket: /x}\ntierName: a\n"))
 	f.Add([]byte("kubeletCgroupRoot: /x/y\ncgroupDriver: systemd\n"))
+	f.Add([]byte("signals: {mode: psi, psi: {window: 2s, cpuStall: 100ms}, cutPercent: 30}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := LoadConfig(data)
 		if err != nil {

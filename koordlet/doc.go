@@ -13,6 +13,13 @@
 // the budget (cuts are written before raises); a batch pod's own
 // understory.io/batch-cpu limit caps its share.
 //
+// With an LS harm signal (koordlet/signals: eBPF run-queue delay, else PSI triggers,
+// picked from signals.mode) the budget is qos.Guard's: only harm cuts batch, at once,
+// and the loop wakes for it between two periods (Run's select); without one (sampling)
+// the utilisation budget decides as it always did. Every cut records its cause (the
+// signal label of understory_batch_cut_reaction_seconds and batch_cuts_total, and
+// /status signals.lastCut).
+//
 // It also samples memory every memoryEvery periods and gives the tier a memory
 // limit (capacity × memory threshold − LS) and each batch pod its
 // understory.io/batch-memory limit; computes the batch resources (qos.Reclaimer)
@@ -51,6 +58,9 @@
 //   - The control loop is single-goroutine; /status reads an atomically
 //     swapped snapshot, node metrics, the Node's batch resources and evictions
 //     are written from their own goroutines.
+//   - A harm wake-up (react) cuts with the last period's utilisation budget and never
+//     samples: a utilisation sample over a few milliseconds would be noise. A signal
+//     source that cannot read makes the period blind: utilisation decides for it.
 //   - With GPUs (Deps.GPU) the GPU loop (koordlet/gpu, every gpu.loopPeriod)
 //     is a goroutine of its own: it sees pods only through the snapshot the
 //     control loop hands it once a second, and stops (thawing what its duty

@@ -40,8 +40,10 @@ type memoryReader struct {
 	last          MemoryUsage
 	ok            bool
 	at            time.Time // when last was read
-	// The aggregates' groups, loaded once and again after an error.
-	kubepods, besteffort, tier *cgroups.Group
+	// The aggregates' groups, loaded once and again after an error, and their memory
+	// readers (files kept open).
+	kubepods, besteffort, tier          *cgroups.Group
+	kubepodsMem, besteffortMem, tierMem *cgroups.MemoryReader
 	// From the last slow period: the memory of LS pods in kubelet's BestEffort cgroup,
 	// of the other pods outside it, and of in-place batch pods (in BestEffort, and all).
 	lsInBE, otherOutBE, inPlaceInBE, inPlace float64
@@ -75,9 +77,9 @@ func (a *Agent) readMemory(slow bool, now time.Time) {
 	}
 	nodeUsed := float64(info.Total - min(info.Available, info.Total))
 	m := MemoryUsage{Capacity: float64(info.Total), Used: nodeUsed}
-	kubepods, kpErr := a.groupMemory(&r.kubepods, a.layout.kubepods())
-	be, beErr := a.groupMemory(&r.besteffort, a.besteffort.path)
-	tier, tierErr := a.groupMemory(&r.tier, a.layout.tier)
+	kubepods, kpErr := a.groupMemory(&r.kubepods, &r.kubepodsMem, a.layout.kubepods())
+	be, beErr := a.groupMemory(&r.besteffort, &r.besteffortMem, a.besteffort.path)
+	tier, tierErr := a.groupMemory(&r.tier, &r.tierMem, a.layout.tier)
 	if kpErr == nil && beErr == nil && tierErr == nil {
 		tierOutsideBE := tier
 		if a.tierInBE {
@@ -108,18 +110,37 @@ func (a *Agent) loadOnce(g **cgroups.Group, rel string) *cgroups.Group {
 	return *g
 }
 
-// groupMemory is one aggregate's working set in bytes; an error drops the loaded group,
-// so it is loaded again next time.
-func (a *Agent) groupMemory(g **cgroups.Group, rel string) (float64, error) {
-	if a.loadOnce(g, rel) == nil {
-		return 0, fmt.Errorf("loading %s: %w", rel, cgroups.ErrNotExist)
+// groupMemory is one aggregate's working set in bytes, read through *mr; an error drops
+// the loaded group and its reader, so both are opened again next time.
+func (a *Agent) groupMemory(g **cgroups.Group, mr **cgroups.MemoryReader, rel string) (float64, error) {
+	if *mr == nil {
+		if a.loadOnce(g, rel) == nil {
+			return 0, fmt.Errorf("loading %s: %w", rel, cgroups.ErrNotExist)
+		}
+		r, err := (*g).MemoryReader()
+		if err != nil {
+			*g = nil
+			return 0, err
+		}
+		*mr = r
 	}
-	v, err := (*g).MemoryUsage()
+	v, err := (*mr).Read()
 	if err != nil {
-		*g = nil
+		_ = (*mr).Close()
+		*g, *mr = nil, nil
 		return 0, err
 	}
 	return float64(v), nil
+}
+
+// close releases the aggregates' open memory files.
+func (r *memoryReader) close() {
+	for _, mr := range []**cgroups.MemoryReader{&r.kubepodsMem, &r.besteffortMem, &r.tierMem} {
+		if *mr != nil {
+			_ = (*mr).Close()
+			*mr = nil
+		}
+	}
 }
 
 // podMemory samples the working set of the pods the aggregates cannot attribute, on slow
@@ -133,9 +154,18 @@ func (a *Agent) podMemory() {
 		if st.group == nil || (st.class != qos.ClassBatch && !mismatched) {
 			continue
 		}
-		v, err := st.group.MemoryUsage()
+		if st.memReader == nil {
+			r, err := st.group.MemoryReader()
+			if err != nil {
+				continue // no memory controller, or the pod just went
+			}
+			st.memReader = r
+		}
+		v, err := st.memReader.Read()
 		if err != nil {
-			continue // no memory controller, or the pod just went
+			_ = st.memReader.Close() // opened again next time, if the pod is still there
+			st.memReader = nil
+			continue
 		}
 		st.memUsage = float64(v)
 		switch {

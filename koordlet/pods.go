@@ -41,7 +41,10 @@ type podState struct {
 
 	group  *cgroups.Group
 	reader *cgroups.UsageReader
-	rate   collect.Rate
+	// memReader reads memUsage from files kept open (opened on the first slow period
+	// that needs the pod's memory).
+	memReader *cgroups.MemoryReader
+	rate      collect.Rate
 	// lastErr is why the pod's cgroup could not be read or written; shown in /status.
 	lastErr error
 	// nextOpen is when to look for a missing cgroup again, or, for a batch pod held in
@@ -81,6 +84,10 @@ func (p *podState) close() {
 	if p.reader != nil {
 		_ = p.reader.Close()
 		p.reader = nil
+	}
+	if p.memReader != nil {
+		_ = p.memReader.Close()
+		p.memReader = nil
 	}
 	p.group = nil
 }
@@ -323,6 +330,10 @@ func (a *Agent) openPod(st *podState) error {
 		r, err := g.UsageReader()
 		if err != nil {
 			return err
+		}
+		if st.memReader != nil { // of the group this one replaces
+			_ = st.memReader.Close()
+			st.memReader = nil
 		}
 		st.group, st.reader, st.lastErr = g, r, nil
 		a.gpuPodsStale = a.gpuPodsStale || st.cgroup != cg

@@ -13,6 +13,7 @@ import (
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/nodestatus"
+	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/qos"
 )
 
@@ -52,10 +53,50 @@ type Status struct {
 	// the cgroup tree; LS usage comes from kubepods' aggregates either way) and how often
 	// it failed.
 	PodSource PodSourceStatus `json:"podSource"`
+	// Signals is the LS harm signal source in use, why the better ones are unavailable,
+	// and the last harm and cut.
+	Signals SignalsStatus `json:"signals"`
 	// GPU is the GPU loop's state: per GPU its LS and batch pods, utilisation, the batch
 	// duty and why; nil with GPU features off.
 	GPU     *gpu.Status `json:"gpu,omitempty"`
 	Healthy bool        `json:"healthy"`
+}
+
+// SignalsStatus is the state of the harm signal source.
+type SignalsStatus struct {
+	// Requested is signals.mode; Active the source in use (ebpf, psi or sampling);
+	// Fallbacks the better sources tried first and why each could not be used.
+	signals.State
+	// WatchedPods is how many LS pods the source watches.
+	WatchedPods int `json:"watchedPods"`
+	// Error is the source's last read error (the agent was blind, and utilisation
+	// decided, for that period).
+	Error string `json:"error,omitempty"`
+	// LastHarm is the last LS harm seen, LastCut the last budget cut and its cause.
+	LastHarm *HarmStatus `json:"lastHarm,omitempty"`
+	LastCut  *CutStatus  `json:"lastCut,omitempty"`
+}
+
+// HarmStatus is one harm observation.
+type HarmStatus struct {
+	Signal string    `json:"signal"`
+	Time   time.Time `json:"time"`
+	// Pod is the harmed LS pod (namespace/name); empty for the node (memory PSI).
+	Pod string `json:"pod,omitempty"`
+	// Value is the run-queue delay quantile or the stall in the PSI window, seconds.
+	ValueSeconds float64 `json:"valueSeconds"`
+}
+
+// CutStatus is the last budget cut.
+type CutStatus struct {
+	// Signal is what caused it: runqueue_delay, psi_cpu, psi_memory or utilisation.
+	Signal string    `json:"signal"`
+	Time   time.Time `json:"time"`
+	// Pod and ValueSeconds are the harm behind it (none for utilisation).
+	Pod          string  `json:"pod,omitempty"`
+	ValueSeconds float64 `json:"valueSeconds,omitempty"`
+	// ReactionSeconds is what understory_batch_cut_reaction_seconds observed for it.
+	ReactionSeconds float64 `json:"reactionSeconds"`
 }
 
 // PodSourceStatus is the state of the pod source.
@@ -79,6 +120,19 @@ type BudgetStatus struct {
 	Previous    float64 `json:"previous"`
 	Applied     float64 `json:"applied"`
 	Reason      string  `json:"reason"`
+}
+
+// signalsStatus is the signal source's part of the snapshot.
+func (a *Agent) signalsStatus() SignalsStatus {
+	s := SignalsStatus{State: a.sigState, WatchedPods: a.watchedLS, Error: errString(a.sigErr)}
+	if h := a.lastHarm; h.Signal != qos.SignalNone {
+		s.LastHarm = &HarmStatus{Signal: string(h.Signal), Time: h.At, Pod: h.Pod, ValueSeconds: h.Value.Seconds()}
+	}
+	if c := a.lastCut; c.signal != qos.SignalNone {
+		s.LastCut = &CutStatus{Signal: string(c.signal), Time: c.at, Pod: c.pod, ValueSeconds: c.value.Seconds(),
+			ReactionSeconds: c.reaction.Seconds()}
+	}
+	return s
 }
 
 // TierStatus is the agent-owned batch tier.
@@ -126,14 +180,24 @@ type PodEntry struct {
 
 const budgetFormula = "applied = restoreLimited(clamp(nodeCPUs × threshold − lsUsage − systemUsage, min, max))"
 
+// guardFormula is the budget with a harm signal (eBPF or PSI).
+const guardFormula = "target = clamp(nodeCPUs × threshold − lsUsage − systemUsage, min, max); " +
+	"on LS harm: applied = max(min, min(previous × (1 − cutPercent/100), target)); " +
+	"no harm for restoreHold: applied grows by restorePercentPerSecond of nodeCPUs a second up to max; " +
+	"utilisation alone never cuts"
+
 // storeStatus publishes the period's snapshot. The pod list is rebuilt only with
 // withPods (every slowEvery periods, or when the pod set changed); otherwise the previous
 // snapshot's is reused: it is immutable once published.
 func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool) {
+	formula := budgetFormula
+	if a.signalled() {
+		formula = guardFormula
+	}
 	s := &Status{
 		Time: now, Node: a.cfg.NodeName, Layout: a.hier.Layout().String(),
 		Period: a.cfg.Period.Duration.String(), Usage: u, Healthy: true,
-		Budget: BudgetStatus{Formula: budgetFormula, NodeCPUs: b.NodeCPUs, Threshold: b.Threshold,
+		Budget: BudgetStatus{Formula: formula, NodeCPUs: b.NodeCPUs, Threshold: b.Threshold,
 			LSUsage: b.LSUsage, SystemUsage: b.SystemUsage, Raw: b.Raw, Min: b.Min, Max: b.Max,
 			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
 		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota),
@@ -142,6 +206,7 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.lastReclaim},
 		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sourceErrors},
 		Escalation:     a.lastEscalation,
+		Signals:        a.signalsStatus(),
 	}
 	// The evictor's and the Node writer's states change rarely and cost a lock and a
 	// copy each: taken with the pods (every second), reused in between.

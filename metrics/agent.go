@@ -17,6 +17,9 @@ const (
 	ErrKindBatchResource = "batch_resource"
 	// ErrKindNodeStatus is a failed write of the batch resources to the Node's status.
 	ErrKindNodeStatus = "node_status"
+	// ErrKindSignalRead is a harm signal source that could not read (an eBPF map, a PSI
+	// file): utilisation decides for that period.
+	ErrKindSignalRead = "signal_read"
 )
 
 // Batch actions counted by Agent.Actions.
@@ -34,6 +37,22 @@ const (
 	ActionQuotaClamped = "quota_clamped"
 	// ActionRestoreKubelet is a pod that left batch given back kubelet's cgroup values.
 	ActionRestoreKubelet = "restore_kubelet"
+)
+
+// Causes of a batch budget cut, the signal label of Agent.Cuts, Agent.CutReaction and
+// Agent.HarmSignals (the values of qos.Signal).
+const (
+	SignalRunqueueDelay = "runqueue_delay"
+	SignalPSICPU        = "psi_cpu"
+	SignalPSIMemory     = "psi_memory"
+	SignalUtilisation   = "utilisation"
+)
+
+// Sources of the harm signal, the source label of Agent.SignalSource (signals.Mode).
+const (
+	SourceEBPF     = "ebpf"
+	SourcePSI      = "psi"
+	SourceSampling = "sampling"
 )
 
 // Agent is the node agent's Prometheus metric set.
@@ -62,10 +81,23 @@ type Agent struct {
 	TierMemoryLimit prometheus.Gauge
 	// NodeStatusWrites counts successful writes of the batch resources to the Node.
 	NodeStatusWrites prometheus.Counter
-	// CutReaction observes, per budget cut, the time from the start of the sample
-	// window in which the rise of LS (or system) usage became visible to after the cut
-	// quota was written: an upper bound on how long LS waited for batch to give way.
-	CutReaction prometheus.Histogram
+	// CutReaction observes, per budget cut, by the signal that caused it, how long LS
+	// waited for batch to give way: for a harm signal, from when the signal was seen
+	// (the PSI event, the eBPF map read that saw the delay) to after the cut quota was
+	// written; for a utilisation cut, from the start of the sample window in which the
+	// rise of LS (or system) usage became visible (an upper bound).
+	CutReaction *prometheus.HistogramVec
+	// Cuts counts batch CPU budget cuts by the signal that caused them.
+	Cuts *prometheus.CounterVec
+	// HarmSignals counts LS harm seen by each signal, whether it cut or not (batch
+	// already at its floor, or evidence from before the last cut).
+	HarmSignals *prometheus.CounterVec
+	// SignalSource is 1 for the harm signal source in use (ebpf, psi, sampling), 0 for
+	// the others.
+	SignalSource *prometheus.GaugeVec
+	// SignalUnavailable is 1 for each better source that could not be used, with why
+	// (permission, no_btf, no_tracefs, no_cgroup2, unsupported, error).
+	SignalUnavailable *prometheus.GaugeVec
 }
 
 // NewAgent creates the agent's metrics and registers them on reg.
@@ -114,29 +146,51 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 			Help: "Memory limit in force on the batch tier (0 while unknown)."}),
 		NodeStatusWrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "node_status_writes_total",
 			Help: "Writes of the batch resources to the Node's status."}),
-		CutReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_cut_reaction_seconds",
-			Help: "Per batch CPU budget cut: time from the start of the sample window in which the LS (or system) " +
-				"rise became visible to after the cut quota was written (an upper bound on LS's wait).",
-			// 10 ms to 2 s around the 100 ms period: one period to see the rise, the
-			// write within the next; 2 s is a stalled agent.
-			Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2}}),
+		CutReaction: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "batch_cut_reaction_seconds",
+			Help: "Per batch CPU budget cut, by the signal that caused it: time from the harm signal (PSI event, " +
+				"eBPF read) or, for utilisation, from the start of the sample window in which the LS (or system) " +
+				"rise became visible, to after the cut quota was written.",
+			// 1 ms to 2 s: a signal's wake-up writes within milliseconds; a utilisation cut
+			// takes one period (100 ms) to see the rise and the write within the next; 2 s
+			// is a stalled agent.
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2}},
+			[]string{"signal"}),
+		Cuts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "batch_cuts_total",
+			Help: "Batch CPU budget cuts by the signal that caused them."}, []string{"signal"}),
+		HarmSignals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "ls_harm_signals_total",
+			Help: "LS harm seen, by signal, whether it cut batch or not."}, []string{"signal"}),
+		SignalSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "signal_source",
+			Help: "1 for the LS harm signal source in use (ebpf, psi, sampling), 0 for the others."}, []string{"source"}),
+		SignalUnavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "signal_source_unavailable",
+			Help: "1 for each better LS harm signal source that could not be used, with why."},
+			[]string{"source", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.NodeCPU, m.NodeCPUs, m.LSCPU, m.BECPU, m.SystemCPU, m.BatchCPU,
 		m.BatchBudget, m.BatchThrottled, m.BatchPeriods, m.CPUPressure, m.Pods, m.Actions, m.Errors,
 		m.LoopDuration, m.LastTick, m.BatchResource, m.Memory, m.TierMemoryLimit, m.NodeStatusWrites,
-		m.CutReaction} {
+		m.CutReaction, m.Cuts, m.HarmSignals, m.SignalSource, m.SignalUnavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	// Known label values start at zero so dashboards and rate() see them from the first scrape.
 	for _, k := range []string{ErrKindCgroupRead, ErrKindCgroupWrite, ErrKindProcRead, ErrKindAnnotation, ErrKindPodSource,
-		ErrKindNodePatch, ErrKindBatchResource, ErrKindNodeStatus} {
+		ErrKindNodePatch, ErrKindBatchResource, ErrKindNodeStatus, ErrKindSignalRead} {
 		m.Errors.WithLabelValues(k)
 	}
 	for _, a := range []string{ActionCut, ActionRestore, ActionPodSet, ActionMemoryCut, ActionMemoryCutRefused,
 		ActionRestoreKubelet, ActionQuotaClamped} {
 		m.Actions.WithLabelValues(a)
+	}
+	for _, sig := range []string{SignalRunqueueDelay, SignalPSICPU, SignalPSIMemory, SignalUtilisation} {
+		m.Cuts.WithLabelValues(sig)
+		m.CutReaction.WithLabelValues(sig)
+		if sig != SignalUtilisation {
+			m.HarmSignals.WithLabelValues(sig)
+		}
+	}
+	for _, src := range []string{SourceEBPF, SourcePSI, SourceSampling} {
+		m.SignalSource.WithLabelValues(src)
 	}
 	return m, nil
 }

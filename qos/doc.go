@@ -139,6 +139,12 @@
 //   - Decide says what to do; the agent must still thaw a pod it evicts
 //     (frozen tasks cannot handle SIGTERM) and leave out terminating pods.
 //
+// Guard (harm.go) is the batch budget when the agent has an LS harm signal (eBPF
+// run-queue delay, PSI): harm cuts at once (to the utilisation target, or by cutPercent
+// of the budget when that is higher), utilisation alone never cuts, and the budget
+// restores by restorePercentPerSecond of the node after restoreHold without harm. Its
+// traps are on the type.
+//
 // GPUThrottle (gputhrottle.go) decides, per GPU, the duty: the fraction of each
 // freezer period the batch pods using the GPU stay frozen so LS gets the device.
 // Its rules (cut fast, hold, restore slowly, hysteresis) and traps are on the type.

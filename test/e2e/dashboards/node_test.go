@@ -249,6 +249,10 @@ func (n *fakeNode) startAgent(t *testing.T, bin string) {
 	cfg.KubeletCgroupRoot = "/" + n.base
 	cfg.StaticPodDir = filepath.Join(n.dir, "manifests")
 	cfg.GPU.Mode = koordlet.GPUModeOff
+	// The scripted LS steps must cut and restore batch on every run for the throttle and
+	// cut-reaction panels: utilisation decides (signals.mode sampling). With a harm
+	// signal (eBPF, PSI) only measured LS harm cuts, which this machine may not show.
+	cfg.Signals.Mode = "sampling"
 	// Short enough that a long LS phase starves batch into a (dry-run) eviction.
 	cfg.Escalation.StarvationTimeout = metav1.Duration{Duration: 8 * time.Second}
 	cfg.Escalation.EvictionInterval = metav1.Duration{Duration: 10 * time.Second}

@@ -1,0 +1,37 @@
+// Package signals gives the node agent its fast LS harm signals and picks the best one
+// this node allows, in the order eBPF → PSI → sampling:
+//
+//   - ebpf (koordlet/signals/runqlat): the run-queue delay of every LS pod's tasks,
+//     read from BPF maps every pollInterval (20 ms by default). An LS pod whose delay
+//     quantile over the last read passed its threshold is harm (runqueue_delay).
+//   - psi (koordlet/signals/psi): kernel PSI triggers (epoll) on every LS pod's
+//     cpu.pressure and memory.pressure. A CPU trigger is confirmed by the pod's
+//     cumulative stall less its own CFS throttled time over the last one to two windows
+//     (a pod throttled by its own limit is not harmed by batch) before it counts as harm
+//     (psi_cpu); a memory trigger is harm at once (psi_memory). The node's
+//     /proc/pressure files are not used: their stall counts batch's own waits.
+//   - sampling: no harm signal; the agent's 100 ms utilisation sample is all there is
+//     (the agent's behaviour before signals existed).
+//
+// Open tries them in that order from the configured mode (auto and ebpf start at
+// eBPF, psi at PSI, sampling is sampling) and returns a State that says which one is
+// active and why each better one was not (errors.Is on the sentinels of runqlat and
+// psi: no CAP_BPF, no BTF, no tracefs, no PSI, no cgroup2).
+//
+// A Source tracks the LS pods the agent gives it (Watch, Unwatch) by their cgroup in
+// the cgroup2 hierarchy, and reports harm twice: it signals Wake at once, so the agent
+// cuts between two control periods, and queues the harm for Take, which the agent
+// calls on the wake-up and every period.
+//
+// Traps:
+//   - A Source's goroutine (Run) and the agent's control loop share it: Watch, Unwatch
+//     and Take are safe for concurrent use with Run; the rest is the caller's.
+//   - Harm carries the start of the window it was measured over (Since): the agent
+//     must not cut twice for evidence that began before its last cut.
+//   - A pod's cgroup may not exist yet when the agent hears of the pod (the runtime
+//     makes it later): Watch then fails with an error wrapping ErrNotExist; try again.
+//   - On a hybrid node the pod's cgroup2 directory has the same relative path as its
+//     v1 cpu directory, below the unified mount; the roots are values passed in.
+//   - A failed map read or a broken PSI watcher is reported by Take as an error: the
+//     agent is then blind for that period and falls back to utilisation for it.
+package signals

@@ -1,0 +1,285 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/understory/understory/koordlet/signals/runqlat"
+	"github.com/understory/understory/qos"
+)
+
+// probe is the part of runqlat.Probe the eBPF source uses.
+type probe interface {
+	Watch(id uint64, children ...uint64) error
+	Unwatch(id uint64) error
+	Read(dst map[uint64]runqlat.Histogram) error
+	Close() error
+}
+
+var _ probe = (*runqlat.Probe)(nil)
+
+// rescanEvery is how often the eBPF source looks for new container cgroups below the
+// pods it watches (a pod's tasks run in its containers' cgroups; containers restart).
+const rescanEvery = 2 * time.Second
+
+// EBPF is the run-queue delay source.
+type EBPF struct {
+	o        Options
+	p        probe
+	cgroupID func(path string) (uint64, error)
+	now      func() time.Time
+	q        *queue
+	coll     *runqlat.Collector
+
+	mu       sync.Mutex
+	closed   bool
+	pods     map[string]*ebpfPod // by UID
+	byID     map[uint64]*ebpfPod
+	cur      map[uint64]runqlat.Histogram
+	lastRead time.Time
+}
+
+// ebpfPod is one watched LS pod: its cgroup id (the histogram's key), the container
+// cgroups counted into it and its histogram at the last read.
+type ebpfPod struct {
+	pod      Pod
+	name     string
+	dir      string
+	id       uint64
+	children map[uint64]bool
+	prev     runqlat.Histogram
+	havePrev bool
+}
+
+var _ Source = (*EBPF)(nil)
+
+// OpenEBPF loads the run-queue delay probe. Errors wrap runqlat's ErrPermission,
+// ErrNoBTF or ErrNoTracefs, or ErrNoCgroup2.
+func OpenEBPF(o Options) (Source, error) {
+	o = o.withDefaults()
+	if o.Cgroup2Root == "" {
+		return nil, fmt.Errorf("ebpf: run-queue delay is keyed by cgroup2 ids: %w", ErrNoCgroup2)
+	}
+	if _, err := runqlat.CgroupID(o.Cgroup2Root); err != nil {
+		return nil, fmt.Errorf("ebpf: %s: %w: %w", o.Cgroup2Root, ErrNoCgroup2, err)
+	}
+	p, err := runqlat.Load(runqlat.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: %w", err)
+	}
+	return newEBPF(o, p, runqlat.CgroupID, time.Now), nil
+}
+
+// newEBPF builds the source over a loaded probe (tests pass fakes).
+func newEBPF(o Options, p probe, cgroupID func(string) (uint64, error), now func() time.Time) *EBPF {
+	o = o.withDefaults()
+	s := &EBPF{o: o, p: p, cgroupID: cgroupID, now: now, q: newQueue(o.Logger),
+		pods: map[string]*ebpfPod{}, byID: map[uint64]*ebpfPod{}, cur: map[uint64]runqlat.Histogram{}}
+	if r, ok := p.(runqlat.Reader); ok {
+		s.coll = runqlat.NewCollector(r)
+	}
+	return s
+}
+
+// Mode is ModeEBPF.
+func (s *EBPF) Mode() Mode { return ModeEBPF }
+
+// Collector exports the watched pods' run-queue delay histograms
+// (understory_ls_runqueue_delay_seconds{namespace,pod}); the agent registers it.
+func (s *EBPF) Collector() prometheus.Collector {
+	if s.coll == nil {
+		return nil
+	}
+	return s.coll
+}
+
+// Wake receives a value when a read saw harm.
+func (s *EBPF) Wake() <-chan struct{} { return s.q.wake }
+
+// Take returns the harm seen since the last Take.
+func (s *EBPF) Take(dst []Harm) ([]Harm, error) { return s.q.take(dst) }
+
+// Watch counts the run-queue delay of the pod's tasks: its cgroup and its container
+// cgroups (found again every rescanEvery).
+func (s *EBPF) Watch(p Pod) error {
+	dir := filepath.Join(s.o.Cgroup2Root, p.Cgroup)
+	id, err := s.cgroupID(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("ebpf: watching %s: %w: %w", p.Cgroup, ErrNotExist, err)
+		}
+		return fmt.Errorf("ebpf: watching %s: %w", p.Cgroup, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if old := s.pods[p.UID]; old != nil {
+		s.unwatchLocked(old)
+	}
+	if other := s.byID[id]; other != nil {
+		s.unwatchLocked(other) // the same cgroup under another UID: the newest wins
+	}
+	pd := &ebpfPod{pod: p, name: p.Namespace + "/" + p.Name, dir: dir, id: id, children: map[uint64]bool{}}
+	if err := s.p.Watch(id); err != nil {
+		return fmt.Errorf("ebpf: watching %s: %w", p.Cgroup, err)
+	}
+	s.pods[p.UID], s.byID[id] = pd, pd
+	if s.coll != nil {
+		s.coll.Label(id, p.Namespace, p.Name)
+	}
+	s.rescanLocked(pd)
+	return nil
+}
+
+// Unwatch stops counting the pod.
+func (s *EBPF) Unwatch(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pd := s.pods[uid]; pd != nil && !s.closed {
+		s.unwatchLocked(pd)
+	}
+}
+
+func (s *EBPF) unwatchLocked(pd *ebpfPod) {
+	if err := s.p.Unwatch(pd.id); err != nil {
+		s.o.Logger.Debug("ebpf: unwatching a pod", "pod", pd.name, "err", err)
+	}
+	if s.coll != nil {
+		s.coll.Forget(pd.id)
+	}
+	delete(s.pods, pd.pod.UID)
+	delete(s.byID, pd.id)
+}
+
+// rescanLocked counts the pod's container cgroups (one level down: kubelet's pod cgroup
+// holds one cgroup per container, with either driver) into its histogram, and stops
+// counting the ones that went.
+func (s *EBPF) rescanLocked(pd *ebpfPod) {
+	entries, err := os.ReadDir(pd.dir)
+	if err != nil {
+		return // the pod is going; the agent unwatches it
+	}
+	seen := make(map[uint64]bool, len(entries))
+	var add []uint64
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id, err := s.cgroupID(filepath.Join(pd.dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		seen[id] = true
+		if !pd.children[id] {
+			add = append(add, id)
+		}
+	}
+	if len(add) > 0 {
+		if err := s.p.Watch(pd.id, add...); err != nil {
+			s.o.Logger.Debug("ebpf: watching a pod's containers", "pod", pd.name, "err", err)
+			return
+		}
+		for _, id := range add {
+			pd.children[id] = true
+		}
+	}
+	for id := range pd.children {
+		if !seen[id] {
+			_ = s.p.Unwatch(id)
+			delete(pd.children, id)
+		}
+	}
+}
+
+// Run reads the maps every PollInterval and looks for new containers every rescanEvery
+// until ctx ends.
+func (s *EBPF) Run(ctx context.Context) error {
+	t := time.NewTicker(s.o.PollInterval)
+	defer t.Stop()
+	lastScan := s.now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := s.now()
+		if err := s.poll(now); errors.Is(err, ErrClosed) {
+			return nil
+		}
+		if now.Sub(lastScan) >= rescanEvery {
+			lastScan = now
+			s.mu.Lock()
+			for _, pd := range s.pods {
+				s.rescanLocked(pd)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// poll reads every watched pod's histogram and queues harm for each pod whose delay
+// over the interval passed the threshold.
+//
+// Trap: the probe's buckets are powers of two (bucket i holds [2^i, 2^(i+1)) µs), so
+// Quantile is a bucket's upper bound. A pod counts as harmed only when the bucket holding
+// its quantile starts at or above the threshold: every delay from that rank up is
+// certainly above it (the effective threshold rounds up to a power of two µs: 2 ms →
+// 2.048 ms). The other way round, 2 ms would fire on quantiles from 1.024 ms.
+func (s *EBPF) poll(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if len(s.pods) == 0 {
+		s.lastRead = now
+		return nil
+	}
+	if err := s.p.Read(s.cur); err != nil {
+		s.q.fail(fmt.Errorf("ebpf: reading run-queue delays: %w", err))
+		return err
+	}
+	since := s.lastRead
+	s.lastRead = now
+	for id, h := range s.cur {
+		pd := s.byID[id]
+		if pd == nil {
+			continue
+		}
+		if !pd.havePrev {
+			pd.prev, pd.havePrev = h, true
+			continue
+		}
+		d := h.Sub(pd.prev)
+		pd.prev = h
+		if d.Total() < s.o.RunqueueMinSamples {
+			continue
+		}
+		if upper := d.Quantile(s.o.RunqueueQuantile); upper/2 >= s.o.RunqueueThreshold {
+			s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: since, Pod: pd.name, Value: upper})
+		}
+	}
+	return nil
+}
+
+// Close detaches the probe.
+func (s *EBPF) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.p.Close()
+}
