@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/understory/understory/cgroups/cgroupstest"
 )
 
 // burnerEnv turns the test binary into a CPU burner for the real-cgroup
@@ -29,7 +31,7 @@ const memHogEnv = "UNDERSTORY_CGROUPS_TEST_MEMHOG"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(burnerEnv) == "1" {
-		burn(burnerMaxLife)
+		cgroupstest.Burn(burnerMaxLife)
 		return
 	}
 	if spec := os.Getenv(memHogEnv); spec != "" {
@@ -91,19 +93,4 @@ func memHog(spec string) error {
 	_, _ = in.ReadString('\n') // until the test closes stdin
 	runtime.KeepAlive(hold)
 	return nil
-}
-
-// burn spins one goroutine until d has passed.
-func burn(d time.Duration) {
-	deadline := time.Now().Add(d)
-	x := uint64(1)
-	for i := 0; ; i++ {
-		x = x*6364136223846793005 + 1442695040888963407
-		if i%(1<<20) == 0 && time.Now().After(deadline) {
-			break
-		}
-	}
-	if x == 0 {
-		println(x)
-	}
 }

@@ -1,14 +1,15 @@
 package cgroups
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
-	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // PSI is one pressure file (cpu.pressure, /proc/pressure/cpu, ...).
@@ -41,36 +42,50 @@ const maxPSIBytes = 4096
 // exactly once; extra key=value fields are ignored for forward
 // compatibility. Anything else wraps ErrMalformed.
 func ParsePSI(r io.Reader) (PSI, error) {
-	var (
-		p                PSI
-		haveSome, haveFl bool
-	)
 	b, err := io.ReadAll(io.LimitReader(r, maxPSIBytes+1))
 	if err != nil {
 		return PSI{}, fmt.Errorf("reading pressure: %w", err)
 	}
+	return ParsePSIBytes(b)
+}
+
+// ParsePSIBytes is ParsePSI of a file's content. It does not allocate unless it fails:
+// the agent parses one pressure file per LS pod every period.
+func ParsePSIBytes(b []byte) (PSI, error) {
 	if len(b) > maxPSIBytes {
 		return PSI{}, fmt.Errorf("pressure data longer than %d bytes: %w", maxPSIBytes, ErrMalformed)
 	}
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+	var (
+		p                  PSI
+		haveSome, haveFull bool
+	)
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
 			continue
 		}
-		kind, rest, _ := strings.Cut(line, " ")
+		kind, rest := line, []byte(nil)
+		if i := bytes.IndexByte(line, ' '); i >= 0 {
+			kind, rest = line[:i], line[i+1:]
+		}
 		var dst *PSILine
-		switch kind {
+		switch string(kind) {
 		case "some":
 			if haveSome {
 				return PSI{}, fmt.Errorf("pressure: repeated \"some\" line: %w", ErrMalformed)
 			}
 			haveSome, dst = true, &p.Some
 		case "full":
-			if haveFl {
+			if haveFull {
 				return PSI{}, fmt.Errorf("pressure: repeated \"full\" line: %w", ErrMalformed)
 			}
-			haveFl, dst = true, &p.Full
+			haveFull, dst = true, &p.Full
 		default:
 			return PSI{}, fmt.Errorf("pressure: unknown line kind %q: %w", kind, ErrMalformed)
 		}
@@ -80,27 +95,29 @@ func ParsePSI(r io.Reader) (PSI, error) {
 		}
 		*dst = l
 	}
-	if err := sc.Err(); err != nil {
-		return PSI{}, fmt.Errorf("pressure: %w: %w", ErrMalformed, err)
-	}
 	if !haveSome {
 		return PSI{}, fmt.Errorf("pressure: no \"some\" line: %w", ErrMalformed)
 	}
 	return p, nil
 }
 
-func parsePSILine(s string) (PSILine, error) {
+func parsePSILine(s []byte) (PSILine, error) {
 	var (
 		l    PSILine
-		seen [4]bool
+		seen [4]bool // avg10, avg60, avg300, total
 	)
-	for _, kv := range strings.Fields(s) {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return PSILine{}, fmt.Errorf("field %q: want key=value", kv)
+	for {
+		var f []byte
+		if f, s = nextField(s); len(f) == 0 {
+			break
 		}
+		eq := bytes.IndexByte(f, '=')
+		if eq < 0 {
+			return PSILine{}, fmt.Errorf("field %q: want key=value", f)
+		}
+		k, v := f[:eq], f[eq+1:]
 		idx := -1
-		switch k {
+		switch string(k) {
 		case "avg10":
 			idx = 0
 		case "avg60":
@@ -117,37 +134,70 @@ func parsePSILine(s string) (PSILine, error) {
 		}
 		seen[idx] = true
 		if idx == 3 {
-			us, err := strconv.ParseUint(v, 10, 64)
+			us, ok := parseDecimal(v)
+			if !ok {
+				return PSILine{}, fmt.Errorf("total %q: not an unsigned decimal", v)
+			}
+			d, err := usDuration(us)
 			if err != nil {
 				return PSILine{}, fmt.Errorf("total %q: %w", v, err)
 			}
-			if l.Total, err = usDuration(us); err != nil {
-				return PSILine{}, fmt.Errorf("total %q: %w", v, err)
-			}
+			l.Total = d
 			continue
 		}
-		f, err := strconv.ParseFloat(v, 64)
+		// string(v) does not allocate here: strconv copies the input before
+		// an error keeps it, so the conversion stays on the stack.
+		x, err := strconv.ParseFloat(string(v), 64)
 		if err != nil {
 			return PSILine{}, fmt.Errorf("%s %q: %w", k, v, err)
 		}
-		if math.IsNaN(f) || f < 0 || f > 100 {
+		if math.IsNaN(x) || x < 0 || x > 100 {
 			return PSILine{}, fmt.Errorf("%s %q: outside 0..100", k, v)
 		}
 		switch idx {
 		case 0:
-			l.Avg10 = f
+			l.Avg10 = x
 		case 1:
-			l.Avg60 = f
+			l.Avg60 = x
 		case 2:
-			l.Avg300 = f
+			l.Avg300 = x
 		}
 	}
 	for i, ok := range seen {
 		if !ok {
-			return PSILine{}, errors.New([]string{"avg10", "avg60", "avg300", "total"}[i] + " missing")
+			return PSILine{}, errors.New([...]string{"avg10", "avg60", "avg300", "total"}[i] + " missing")
 		}
 	}
 	return l, nil
+}
+
+// nextField returns the first run of non-space runes of s and what follows
+// it, with spaces as strings.Fields defines them (unicode.IsSpace; an
+// invalid UTF-8 byte is not a space).
+func nextField(s []byte) (field, rest []byte) {
+	i := 0
+	for i < len(s) {
+		r, w := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRune(s[i:])
+		}
+		if !unicode.IsSpace(r) {
+			break
+		}
+		i += w
+	}
+	j := i
+	for j < len(s) {
+		r, w := rune(s[j]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRune(s[j:])
+		}
+		if unicode.IsSpace(r) {
+			break
+		}
+		j += w
+	}
+	return s[i:j], s[j:]
 }
 
 // Pressure returns the group's cpu.pressure: v2 root/rel/cpu.pressure,
@@ -172,7 +222,7 @@ func (g *Group) pressure(what, file string) (PSI, error) {
 	if err != nil {
 		return PSI{}, err
 	}
-	p, err := ParsePSI(strings.NewReader(string(b)))
+	p, err := ParsePSIBytes(b)
 	if err != nil {
 		return PSI{}, fmt.Errorf("%s/%s: %w", dir, file, err)
 	}

@@ -284,3 +284,20 @@ func LockCPU(t testing.TB) {
 		_ = f.Close()
 	})
 }
+
+// Burn spins the calling goroutine on the CPU until d has passed: the CPU burner of the
+// tests' re-executed helper processes (checked against the clock every ~million steps,
+// so it never sleeps).
+func Burn(d time.Duration) {
+	deadline := time.Now().Add(d)
+	x := uint64(1)
+	for i := 0; ; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		if i%(1<<20) == 0 && time.Now().After(deadline) {
+			break
+		}
+	}
+	if x == 0 {
+		println(x)
+	}
+}

@@ -3,6 +3,7 @@ package psi
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -87,11 +88,11 @@ func ParseThrottle(b []byte) (Throttle, error) {
 			return Throttle{}, fmt.Errorf("cpu.stat: %s repeated: %w", key, ErrFormat)
 		}
 		seen[idx] = true
-		v, ok := parseDecimal(val)
-		if !ok {
+		// string(val) stays on the stack: strconv copies the input before an error keeps it.
+		v, err := strconv.ParseUint(string(val), 10, 64)
+		if err != nil {
 			return Throttle{}, fmt.Errorf("cpu.stat %s %q: not an unsigned decimal: %w", key, val, ErrFormat)
 		}
-		var err error
 		switch idx {
 		case 0:
 			t.Periods = v
