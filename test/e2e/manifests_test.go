@@ -237,9 +237,9 @@ func TestManifestsBuild(t *testing.T) {
 		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil ||
 			*sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
-			len(sc.Capabilities.Add) != 0 {
+			!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"BPF", "PERFMON"}) {
 			t.Errorf("container security context %+v, want unprivileged, no escalation, read-only root, all "+
-				"capabilities dropped", sc)
+				"capabilities dropped but BPF and PERFMON (the run-queue delay probe)", sc)
 		}
 		for _, v := range pod.Volumes {
 			if v.HostPath != nil && !slices.Contains([]string{"/sys/fs/cgroup", "/var/run/nri"}, v.HostPath.Path) {

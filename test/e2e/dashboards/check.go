@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -98,6 +99,14 @@ type TargetResult struct {
 	// Err is nil when the target returned data; else it wraps ErrNoData,
 	// ErrBadQuery or ErrUnknownVariable, or is the transport's error.
 	Err error
+	// Exempt is the reason this target may lack data (an Exemption), or "".
+	Exempt string
+}
+
+// excused reports whether the target failed only by lacking data, which its
+// exemption allows.
+func (t TargetResult) excused() bool {
+	return t.Err != nil && t.Exempt != "" && errors.Is(t.Err, ErrNoData)
 }
 
 // PanelResult is one panel's check.
@@ -109,6 +118,31 @@ type PanelResult struct {
 	// Err is set for a panel that is broken as a whole (a query panel without a
 	// query).
 	Err error
+}
+
+// Excused reports whether the panel lacks data only where exemptions allow it: it
+// is not OK, and every target that failed lacks data (no broken query) and is exempt.
+func (p PanelResult) Excused() bool {
+	if p.Err != nil || p.OK() {
+		return false
+	}
+	for _, t := range p.Targets {
+		if t.Err != nil && !t.excused() {
+			return false
+		}
+	}
+	return true
+}
+
+// Exempt returns the reasons of the panel's exempt targets, each once.
+func (p PanelResult) Exempt() []string {
+	var out []string
+	for _, t := range p.Targets {
+		if t.Exempt != "" && !slices.Contains(out, t.Exempt) {
+			out = append(out, t.Exempt)
+		}
+	}
+	return out
 }
 
 // OK reports whether the panel and every one of its targets returned data.
@@ -131,7 +165,10 @@ func (p PanelResult) String() string {
 		return s + ": " + p.Err.Error()
 	}
 	for _, t := range p.Targets {
-		if t.Err != nil {
+		switch {
+		case t.excused():
+			s += fmt.Sprintf("\n\t%s: %v (exempt: %s)\n\t\t%s", t.RefID, t.Err, t.Exempt, t.Expr)
+		case t.Err != nil:
 			s += fmt.Sprintf("\n\t%s: %v\n\t\t%s", t.RefID, t.Err, t.Expr)
 		}
 	}
@@ -144,6 +181,13 @@ type VariableResult struct {
 	Dashboard, Name string
 	Values          []string
 	Err             error
+	// Exempt is the reason the variable may list nothing (an Exemption), or "".
+	Exempt string
+}
+
+// excused reports whether the variable listed nothing, which its exemption allows.
+func (v VariableResult) excused() bool {
+	return v.Err != nil && v.Exempt != "" && errors.Is(v.Err, ErrNoData)
 }
 
 // Report is the check of a set of dashboards.
@@ -152,22 +196,47 @@ type Report struct {
 	Variables []VariableResult
 }
 
-// Failed returns the panels without data (or with a broken query).
+// Failed returns the panels without data (or with a broken query), but for those
+// an exemption excuses (Exempted).
 func (r Report) Failed() []PanelResult {
 	var out []PanelResult
 	for _, p := range r.Panels {
-		if !p.OK() {
+		if !p.OK() && !p.Excused() {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// FailedVariables returns the query variables that list no value.
+// Exempted returns the panels that lack data only where an exemption allows it.
+func (r Report) Exempted() []PanelResult {
+	var out []PanelResult
+	for _, p := range r.Panels {
+		if p.Excused() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// FailedVariables returns the query variables that list no value (or whose query
+// is broken), but for those an exemption excuses (ExemptedVariables).
 func (r Report) FailedVariables() []VariableResult {
 	var out []VariableResult
 	for _, v := range r.Variables {
-		if v.Err != nil {
+		if v.Err != nil && !v.excused() {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// ExemptedVariables returns the query variables that list nothing, as an exemption
+// allows.
+func (r Report) ExemptedVariables() []VariableResult {
+	var out []VariableResult
+	for _, v := range r.Variables {
+		if v.excused() {
 			out = append(out, v)
 		}
 	}
@@ -183,9 +252,17 @@ var ErrNoQuery = errors.New("panel has no query")
 // then a range query over the window (an instant query at its end for instant
 // targets) must return a series with a finite value. Only a failing transport or
 // context aborts the check; everything else is reported per panel.
-func Check(ctx context.Context, api API, ds []Dashboard, w Window) (Report, error) {
+//
+// exempt names the panels, targets and variables that may lack data where the
+// check runs (a node without GPUs); they are still run, and a broken query still
+// fails. An exemption that names nothing in ds is an error (ErrExemption): the
+// dashboards changed under it.
+func Check(ctx context.Context, api API, ds []Dashboard, w Window, exempt ...Exemption) (Report, error) {
 	w, err := w.withDefaults()
 	if err != nil {
+		return Report{}, err
+	}
+	if err := ValidateExemptions(ds, exempt); err != nil {
 		return Report{}, err
 	}
 	var r Report
@@ -199,6 +276,7 @@ func Check(ctx context.Context, api API, ds []Dashboard, w Window) (Report, erro
 			if err != nil {
 				return r, err
 			}
+			vr.Exempt = variableExemption(exempt, d.UID, v.Name)
 			r.Variables = append(r.Variables, vr)
 		}
 		for _, p := range d.QueryPanels() {
@@ -211,6 +289,7 @@ func Check(ctx context.Context, api API, ds []Dashboard, w Window) (Report, erro
 				if err != nil {
 					return r, err
 				}
+				tr.Exempt = targetExemption(exempt, d.UID, p.Title, t.RefID)
 				pr.Targets = append(pr.Targets, tr)
 			}
 			if len(pr.Targets) == 0 {

@@ -12,7 +12,13 @@
 //     variables must list a value. The report names each panel without data.
 //   - prometheus.go: StartPrometheus runs a throwaway Prometheus server (Debian's
 //     package, installed by scripts/prometheus.sh) on a free port with its data in
-//     a temp dir, scraping the given targets, for tests.
+//     a temp dir, scraping the given targets (http, or https with a tls_config: CA,
+//     server name, client certificate), for tests; Launch does the same for a server
+//     that outlives its subtest (the real-node install test), SetJobs moves targets
+//     (POST /-/reload).
+//   - exempt.go: Exemptions name the panels, targets and variables that may lack
+//     data where a check runs (no GPU on a node), with a reason; Check reports them
+//     apart and refuses exemptions that name nothing.
 //   - render.go: Render draws a dashboard's panels, laid out as on Grafana's grid,
 //     from Prometheus' range API to a PNG (gonum.org/v1/plot); cmd/dashboard-render
 //     is its command line.
@@ -35,6 +41,10 @@
 //     uses 4 s, as Grafana would for a 1 s scrape interval.
 //   - dcgm-exporter's series are absent here (no GPU): the GPU panels' `or on(UUID)`
 //     joins are parsed and run, but only their Understory side returns data.
+//   - An exemption excuses only a lack of data: a query Prometheus refuses fails
+//     all the same. An exempt panel that has data is simply OK.
+//   - TLS file paths must be absolute: Prometheus reads relative ones from its
+//     configuration file's directory, a temp dir.
 //   - Prometheus scrapes with honor_labels: the GPU pod series carry the pod's
 //     namespace, pod and container labels, which a target label of the same name
 //     would otherwise rename to exported_*.

@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,8 +31,25 @@ const installScript = "scripts/prometheus.sh"
 type ScrapeJob struct {
 	Name string
 	// Path is the metrics path; default /metrics.
-	Path    string
+	Path string
+	// Scheme is http (default) or https.
+	Scheme string
+	// TLS is an https job's tls_config; nil: the system's CAs, the target's host as
+	// the server name, no client certificate.
+	TLS     *TLSConfig
 	Targets []ScrapeTarget
+}
+
+// TLSConfig is a scrape job's tls_config. Paths must be absolute: Prometheus reads
+// relative ones from the directory of its configuration file, a temp dir here.
+type TLSConfig struct {
+	// CAFile verifies the target's serving certificate.
+	CAFile string
+	// ServerName is checked against the serving certificate (and sent as SNI) instead of
+	// the target's address: a pod scraped at its IP presents its Service's name.
+	ServerName string
+	// CertFile and KeyFile are a client certificate, both or neither.
+	CertFile, KeyFile string
 }
 
 // ScrapeTarget is one endpoint, host:port, with the labels Prometheus adds to its
@@ -39,21 +59,64 @@ type ScrapeTarget struct {
 	Labels  map[string]string
 }
 
-// PrometheusOptions tune StartPrometheus.
+// ErrScrapeConfig marks scrape jobs Prometheus would refuse (or misread).
+var ErrScrapeConfig = errors.New("invalid scrape configuration")
+
+// validate checks what Prometheus would refuse at load, or read otherwise than meant.
+func (j ScrapeJob) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("scrape job %q: %s: %w", j.Name, fmt.Sprintf(format, a...), ErrScrapeConfig)
+	}
+	if j.Name == "" {
+		return bad("no name")
+	}
+	switch j.Scheme {
+	case "", "http", "https":
+	default:
+		return bad("scheme %q, want http or https", j.Scheme)
+	}
+	if j.Path != "" && !strings.HasPrefix(j.Path, "/") {
+		return bad("metrics path %q does not start with /", j.Path)
+	}
+	if t := j.TLS; t != nil {
+		if j.Scheme != "https" {
+			return bad("TLS settings need scheme https, not %q", j.Scheme)
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			return bad("client certificate %q and key %q: both or neither", t.CertFile, t.KeyFile)
+		}
+		for _, f := range []string{t.CAFile, t.CertFile, t.KeyFile} {
+			if f != "" && !filepath.IsAbs(f) {
+				return bad("TLS file %q is not an absolute path", f)
+			}
+		}
+	}
+	for _, t := range j.Targets {
+		if host, port, err := net.SplitHostPort(t.Address); err != nil || host == "" || port == "" {
+			return bad("target %q is not host:port", t.Address)
+		}
+	}
+	return nil
+}
+
+// PrometheusOptions tune StartPrometheus and Launch.
 type PrometheusOptions struct {
 	Jobs []ScrapeJob
-	// ScrapeInterval is global.scrape_interval; default 1 s.
+	// ScrapeInterval is global.scrape_interval (and the scrape timeout); default 1 s.
 	ScrapeInterval time.Duration
 	// Binary is the prometheus server; default: what scripts/prometheus.sh prints.
 	Binary string
 }
 
-// Prometheus is a running throwaway Prometheus server owned by one test.
+// Prometheus is a running throwaway Prometheus server.
 type Prometheus struct {
-	url string
-	api v1.API
-	cmd *exec.Cmd
-	log string
+	url      string
+	api      v1.API
+	cfgPath  string
+	log      string
+	interval time.Duration
+	stop     func()
+	mu       sync.Mutex // serialises SetJobs
 }
 
 // URL is the server's base URL, http://127.0.0.1:<port>.
@@ -61,6 +124,13 @@ func (p *Prometheus) URL() string { return p.url }
 
 // API is a client of its HTTP API.
 func (p *Prometheus) API() v1.API { return p.api }
+
+// Stop ends the server (SIGTERM, SIGKILL after 10 s) and waits for it; it may be
+// called more than once.
+func (p *Prometheus) Stop() { p.stop() }
+
+// LogTail returns the last n lines of the server's log.
+func (p *Prometheus) LogTail(n int) string { return tail(p.log, n) }
 
 // promConfig is the subset of prometheus.yml the tests write.
 type promConfig struct {
@@ -79,7 +149,16 @@ type scrapeConfig struct {
 	// name exists; dcgm-exporter is scraped the same way.
 	HonorLabels   bool           `json:"honor_labels"`
 	MetricsPath   string         `json:"metrics_path,omitempty"`
+	Scheme        string         `json:"scheme,omitempty"`
+	TLSConfig     *tlsConfig     `json:"tls_config,omitempty"`
 	StaticConfigs []staticConfig `json:"static_configs"`
+}
+
+type tlsConfig struct {
+	CAFile     string `json:"ca_file,omitempty"`
+	CertFile   string `json:"cert_file,omitempty"`
+	KeyFile    string `json:"key_file,omitempty"`
+	ServerName string `json:"server_name,omitempty"`
 }
 
 type staticConfig struct {
@@ -87,7 +166,7 @@ type staticConfig struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-// config renders the scrape configuration.
+// config renders the scrape configuration, or says why Prometheus would refuse it.
 func (o PrometheusOptions) config() ([]byte, error) {
 	var c promConfig
 	iv := o.ScrapeInterval
@@ -97,8 +176,20 @@ func (o PrometheusOptions) config() ([]byte, error) {
 	c.Global.ScrapeInterval = promDuration(iv)
 	c.Global.ScrapeTimeout = promDuration(iv)
 	c.Global.EvaluationInterval = promDuration(iv)
+	names := map[string]bool{}
 	for _, j := range o.Jobs {
-		sc := scrapeConfig{JobName: j.Name, HonorLabels: true, MetricsPath: j.Path}
+		if err := j.validate(); err != nil {
+			return nil, err
+		}
+		if names[j.Name] {
+			return nil, fmt.Errorf("scrape job %q twice: %w", j.Name, ErrScrapeConfig)
+		}
+		names[j.Name] = true
+		sc := scrapeConfig{JobName: j.Name, HonorLabels: true, MetricsPath: j.Path, Scheme: j.Scheme}
+		if t := j.TLS; t != nil {
+			sc.TLSConfig = &tlsConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
+				ServerName: t.ServerName}
+		}
 		for _, t := range j.Targets {
 			sc.StaticConfigs = append(sc.StaticConfigs, staticConfig{Targets: []string{t.Address}, Labels: t.Labels})
 		}
@@ -119,35 +210,60 @@ const startAttempts = 3
 // otherwise.
 func StartPrometheus(ctx context.Context, tb testing.TB, opts PrometheusOptions) *Prometheus {
 	tb.Helper()
-	bin := opts.Binary
-	if bin == "" {
-		bin = FindPrometheus(tb)
+	if _, err := opts.config(); err != nil {
+		tb.Fatal(err)
 	}
+	if opts.Binary == "" {
+		opts.Binary = FindPrometheus(tb)
+	}
+	p, err := Launch(ctx, opts, tb.TempDir())
+	if err != nil {
+		tb.Fatalf("prometheus: %v", err)
+	}
+	tb.Cleanup(func() {
+		p.Stop()
+		if tb.Failed() {
+			tb.Logf("prometheus log %s, last lines:\n%s", p.log, p.LogTail(30))
+		}
+	})
+	return p
+}
+
+// Launch is StartPrometheus for a server that outlives the (sub)test that starts
+// it: its configuration, data and log go to dir, errors are returned, and the
+// caller stops it (Stop) before dir is removed. It dies with the test binary.
+// Without opts.Binary it runs scripts/prometheus.sh, and fails when that does.
+func Launch(ctx context.Context, opts PrometheusOptions, dir string) (*Prometheus, error) {
 	cfg, err := opts.config()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	dir := tb.TempDir()
+	bin := opts.Binary
+	if bin == "" {
+		if bin, err = findPrometheus(); err != nil {
+			return nil, err
+		}
+	}
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	var lastErr error
 	for attempt := range startAttempts {
-		p, err := startOnce(ctx, tb, bin, cfgPath, dir, attempt)
+		p, err := startOnce(ctx, bin, cfgPath, dir, attempt)
 		if err == nil {
-			return p
+			p.interval = opts.ScrapeInterval
+			return p, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	tb.Fatalf("prometheus: %v", lastErr)
-	return nil
+	return nil, lastErr
 }
 
-func startOnce(ctx context.Context, tb testing.TB, bin, cfgPath, dir string, attempt int) (*Prometheus, error) {
+func startOnce(ctx context.Context, bin, cfgPath, dir string, attempt int) (*Prometheus, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -158,8 +274,11 @@ func startOnce(ctx context.Context, tb testing.TB, bin, cfgPath, dir string, att
 		return nil, err
 	}
 	defer logFile.Close()
+	// --web.enable-lifecycle: SetJobs reloads through POST /-/reload, which answers
+	// with the reload's outcome (SIGHUP would not).
 	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--storage.tsdb.retention.time=1d", "--log.level=info")
+		"--web.listen-address="+addr, "--storage.tsdb.retention.time=1d", "--log.level=info",
+		"--web.enable-lifecycle")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, and killed with the test binary even when no cleanup runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -168,7 +287,7 @@ func startOnce(ctx context.Context, tb testing.TB, bin, cfgPath, dir string, att
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop := func() {
+	stop := sync.OnceFunc(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -176,7 +295,7 @@ func startOnce(ctx context.Context, tb testing.TB, bin, cfgPath, dir string, att
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}
-	}
+	})
 	url := "http://" + addr
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -201,14 +320,65 @@ func startOnce(ctx context.Context, tb testing.TB, bin, cfgPath, dir string, att
 		stop()
 		return nil, err
 	}
-	p := &Prometheus{url: url, api: v1.NewAPI(client), cmd: cmd, log: logPath}
-	tb.Cleanup(func() {
-		stop()
-		if tb.Failed() {
-			tb.Logf("prometheus log %s, last lines:\n%s", logPath, tail(logPath, 30))
+	return &Prometheus{url: url, api: v1.NewAPI(client), cfgPath: cfgPath, log: logPath, stop: stop}, nil
+}
+
+// SetJobs replaces the scrape jobs and reloads the server's configuration, e.g. to
+// follow a target whose address changed. Series scraped so far stay; a target no
+// longer listed gets staleness markers; new targets are scraped within a few
+// seconds (Prometheus' discovery manager passes on updates every 5 s). When
+// Prometheus refuses the configuration it keeps the old one, and so does its file.
+func (p *Prometheus) SetJobs(ctx context.Context, jobs []ScrapeJob) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cfg, err := PrometheusOptions{Jobs: jobs, ScrapeInterval: p.interval}.config()
+	if err != nil {
+		return err
+	}
+	old, err := os.ReadFile(p.cfgPath)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(p.cfgPath, cfg); err != nil {
+		return err
+	}
+	if err := p.reload(ctx); err != nil {
+		if werr := writeAtomic(p.cfgPath, old); werr != nil {
+			err = errors.Join(err, fmt.Errorf("restoring %s: %w", p.cfgPath, werr))
 		}
-	})
-	return p, nil
+		return err
+	}
+	return nil
+}
+
+// ErrReload means Prometheus refused to reload its configuration.
+var ErrReload = errors.New("prometheus refused the configuration")
+
+// reload asks Prometheus to re-read its configuration file and waits for the outcome.
+func (p *Prometheus) reload(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/-/reload", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reloading the configuration: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /-/reload: %s: %s: %w", resp.Status, strings.TrimSpace(string(body)), ErrReload)
+	}
+	return nil
+}
+
+// writeAtomic replaces path with data through a rename: Prometheus never reads half a file.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func ready(url string) bool {
@@ -253,26 +423,34 @@ func (p *Prometheus) WaitTargetsUp(ctx context.Context, want int) error {
 // dependency is never passed over silently.
 func FindPrometheus(tb testing.TB) string {
 	tb.Helper()
+	bin, err := findPrometheus()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(err)
+		}
+		tb.Skip(err)
+	}
+	return bin
+}
+
+// findPrometheus runs scripts/prometheus.sh.
+func findPrometheus() (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(root, installScript))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		msg := fmt.Sprintf("Prometheus server (Debian package prometheus) not available: %s: %v\n%s", installScript,
+		return "", fmt.Errorf("Prometheus server (Debian package prometheus) not available: %s: %w\n%s", installScript,
 			err, strings.TrimSpace(stderr.String()))
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
 	}
 	bin := strings.TrimSpace(stdout.String())
 	if bin == "" {
-		tb.Fatalf("%s printed no path; stderr:\n%s", installScript, stderr.String())
+		return "", fmt.Errorf("%s printed no path; stderr:\n%s", installScript, stderr.String())
 	}
-	return bin
+	return bin, nil
 }
 
 // ModuleRoot returns the directory of go.mod above the working directory (go test

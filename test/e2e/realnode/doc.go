@@ -12,6 +12,9 @@
 //     and publishes understory.io/batch-cpu and batch-memory on its Node;
 //  3. kube-scheduler, restarted with the shipped KubeSchedulerConfiguration (only the
 //     extender's ClusterIP and file paths changed), reaches the extender over mutual TLS;
+//     3b. Debian's Prometheus starts scraping the agent's pod (HTTP) and the extender's
+//     (HTTPS, the install's CA, no client certificate) for the rest of the run; after
+//     each stage the agent's target follows the DaemonSet's current pod (stage 7);
 //  4. an LS Deployment and a batch Job written as users write them: the LS pods stay as
 //     written, the batch pod is mutated by the webhook, filtered and bound by the
 //     extender (its metrics), runs below the tier (NRI), and the agent classifies both;
@@ -22,7 +25,10 @@
 //     new agent puts back a quota the test moved meanwhile within one control period;
 //  8. kube-apiserver stopped for 30 s: the agent keeps enforcing (LS load started during
 //     the outage is cut), the extender refuses binds once staler than
-//     -max-cache-staleness (/status and a refused /bind), and both recover.
+//     -max-cache-staleness (/status and a refused /bind), and both recover;
+//  9. every panel and variable of the shipped Grafana dashboards shows data over the
+//     run, but for those that need a GPU or a gang (installExemptions, with reasons)
+//     and, when the agent ran with an LS harm signal, the cut-reaction panels.
 //
 // TestRealNode checks what the node agent (the host binary, not the DaemonSet)
 // assumes about kubelet and the runtime:

@@ -21,6 +21,7 @@ import (
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
+	"github.com/understory/understory/test/e2e/dashboards"
 )
 
 // installHow says how to run TestInstall.
@@ -113,6 +114,14 @@ type install struct {
 	web       []*corev1.Pod
 	crunch    *corev1.Pod
 	loaded    bool
+	// Prometheus (stage 3b to 9, dashboards_test.go): the server, its directory, the
+	// window's start, the pods it scrapes and what went wrong following the agent.
+	prom       *dashboards.Prometheus
+	promDir    string
+	promStart  time.Time
+	scraped    *corev1.Pod // the agent's pod scraped now
+	extPod     *corev1.Pod
+	scrapeErrs []string
 }
 
 // TestInstall installs Understory on a real node the way a user does and checks what
@@ -135,6 +144,14 @@ func TestInstall(t *testing.T) {
 			in.setLSLoad(t, false)
 		}
 	})
+	// Prometheus runs from stage 3b to the end: stopped before its directory is removed
+	// and before the node goes down (cleanups run last-registered first).
+	in.promDir = t.TempDir()
+	t.Cleanup(func() {
+		if in.prom != nil {
+			in.prom.Stop()
+		}
+	})
 
 	// Stages marked base set up what the later ones check: when one fails, the
 	// test stops. The others leave a running batch pod behind even when they fail.
@@ -146,22 +163,22 @@ func TestInstall(t *testing.T) {
 		{"1-apply-k-and-server-dry-run", in.apply, true},
 		{"2-agent-runs-as-daemonset-pod", in.agentRuns, true},
 		{"3-kube-scheduler-with-extender", in.scheduler, true},
+		// From here to the end Prometheus scrapes the agent and the extender, so that
+		// stage 9 sees the whole run: the workloads placed, the throttling, both
+		// restarts and the outage.
+		{"3b-prometheus-scrapes-agent-and-extender", in.scrape, false},
 		{"4-workloads-mutated-placed-running", in.workloads, true},
 		{"5-batch-throttled-while-ls-loaded", in.throttle, false},
 		{"6-kubelet-restarts-cleanly", in.kubeletRestart, false},
 		{"7-agent-pod-deleted", in.agentPodDeleted, false},
 		{"8-api-server-down-30s", in.apiServerDown, false},
-		// DASHBOARDS HOOK (issue 13, part 5): here Debian's Prometheus
-		// (scripts/prometheus.sh, test/e2e/dashboards.StartPrometheus) would scrape
-		// the real agent (http://<agent pod IP>:9316/metrics) and the extender
-		// (https://<its pod IP>:8888/metrics, CA in.certs/ca.crt, server name
-		// extenderServer) for the whole run, and dashboards.Check would run every
-		// panel of manifests/grafana over the run's window. Not wired yet: the
-		// checker's ScrapeJob has no scheme/TLS settings (the extender serves HTTPS
-		// only), and the GPU dashboard has no data on a node without GPUs.
+		{"9-dashboards-have-data", in.dashboardsHaveData, false},
 	}
 	for _, s := range stages {
-		if !t.Run(s.name, s.run) && s.base {
+		ok := t.Run(s.name, s.run)
+		// Stage 7 replaces the agent's pod, and its IP with it.
+		in.followAgent(t)
+		if !ok && s.base {
 			t.Fatalf("stage %s failed; the later stages build on it", s.name)
 		}
 	}
@@ -217,7 +234,7 @@ func (in *install) apply(t *testing.T) {
 
 // capBits are the capability numbers of <linux/capability.h> the manifests may add.
 var capBits = map[corev1.Capability]uint{"CHOWN": 0, "DAC_OVERRIDE": 1, "DAC_READ_SEARCH": 2, "FOWNER": 3,
-	"KILL": 5, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYS_RESOURCE": 24}
+	"KILL": 5, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYS_RESOURCE": 24, "PERFMON": 38, "BPF": 39}
 
 // agentRuns: the agent runs as the DaemonSet's pod, with the image `make images`
 // built and the privileges its manifest gives (no more: the capabilities of its

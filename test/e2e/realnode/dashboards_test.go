@@ -1,0 +1,357 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/test/e2e/dashboards"
+)
+
+// scrapeInterval is how often TestInstall's Prometheus scrapes the agent and the
+// extender: every 2 s on a 2-CPU machine whose LS pods burn both CPUs at times (a
+// 1 s scrape timeout would lose scrapes then). $__rate_interval is 4 of them, as
+// Grafana makes it.
+const scrapeInterval = 2 * time.Second
+
+// Why panels lack data on this node: what the install test does not have.
+const (
+	whyNoGPU = "no GPU on the test node: the agent runs the pure-Go image (understory/koordlet-nogpu), " +
+		"which publishes only understory_gpu_available 0, and the extender's index holds no GPU"
+	whyNoGang = "the install test creates no PodGroup (gang): understory_extender_gangs has a series per " +
+		"gang state only once a gang exists"
+)
+
+// installExemptions are the panels and variables of manifests/grafana that may
+// lack data on the real node (with cutExemptions, when the agent ran with a harm
+// signal); every other panel and variable must show data. Checked against the
+// shipped dashboards by TestInstallDashboardExemptions.
+var installExemptions = []dashboards.Exemption{
+	// Every panel is the agent's GPU loop or dcgm-exporter's; its Node variable
+	// lists the node (understory_gpu_available 0), its GPU variable nothing.
+	{Dashboard: "understory-gpu", Reason: whyNoGPU},
+	{Dashboard: "understory-gpu", Variable: "gpu", Reason: whyNoGPU},
+	{Dashboard: "understory-node", Panel: "GPU used by LS and batch", Reason: whyNoGPU},
+	{Dashboard: "understory-node", Panel: "GPU memory used by LS and batch pods", Reason: whyNoGPU},
+	// gpu_milli_allocated / gpu_milli_capacity is 0 / 0: NaN. (The GPUs stat and the
+	// GPU ledger show their zeros: they are checked.)
+	{Dashboard: "understory-scheduler", Panel: "GPU allocated",
+		Reason: whyNoGPU + " (allocated / capacity is 0 / 0, NaN)"},
+	// Gang admissions and failures is checked: its counters start at 0 for every event.
+	{Dashboard: "understory-scheduler", Panel: "Gangs by state", Reason: whyNoGang},
+}
+
+// cutReactionPanels need a budget cut in the window: without one their quantiles
+// (and the mean, 0 / 0) are NaN.
+var cutReactionPanels = []string{"Cut reaction p50", "Cut reaction p99", "Time from LS load to batch cut"}
+
+// cutExemptions exempt cutReactionPanels when the agent ran with an LS harm signal
+// (sources: those understory_signal_source reported active other than sampling).
+// The realnode overlay leaves signals.mode at auto: in the pod, without CAP_BPF,
+// that is PSI where the node has cgroup2 pressure files. Then batch is cut only on
+// measured LS harm, which the test's load does not guarantee (stages 5, 7 and 8 also
+// accept batch frozen, and the freeze follows the utilisation budget); in sampling
+// mode every LS load cuts and the panels must show data.
+func cutExemptions(sources []string) []dashboards.Exemption {
+	if len(sources) == 0 {
+		return nil
+	}
+	reason := fmt.Sprintf("the agent ran with the LS harm signal %s: batch is cut only on measured LS harm, "+
+		"which this test's load does not guarantee (its stages also accept a freeze)", strings.Join(sources, ", "))
+	var out []dashboards.Exemption
+	for _, title := range cutReactionPanels {
+		out = append(out, dashboards.Exemption{Dashboard: "understory-ls-harm", Panel: title, Reason: reason})
+	}
+	return out
+}
+
+// harmSources returns the harm signal sources other than sampling that an agent
+// reported active at some time in w.
+func harmSources(ctx context.Context, api v1.API, w dashboards.Window) ([]string, error) {
+	q := fmt.Sprintf(`max by (source) (max_over_time(understory_signal_source[%ds])) == 1`,
+		int(w.End.Sub(w.Start).Seconds())+1)
+	v, _, _, err := api.Query(ctx, q, w.End)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", q, err)
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %s, want a vector", q, v.Type())
+	}
+	var out []string
+	for _, smp := range vec {
+		if src := string(smp.Metric["source"]); src != "sampling" && !slices.Contains(out, src) {
+			out = append(out, src)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// TestInstallDashboardExemptions: every exemption of TestInstall's dashboard stage
+// names a panel or variable of the shipped dashboards (no root, no node).
+func TestInstallDashboardExemptions(t *testing.T) {
+	t.Parallel()
+	ds, err := dashboards.Load(filepath.Join(repoRoot(t), "manifests", "grafana"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cutExemptions(nil) != nil {
+		t.Error("cut-reaction panels exempt in sampling mode")
+	}
+	all := append(slices.Clone(installExemptions), cutExemptions([]string{"psi"})...)
+	if err := dashboards.ValidateExemptions(ds, all); err != nil {
+		t.Error(err)
+	}
+}
+
+// scrapeJobs are the jobs of manifests/monitoring/prometheus-scrape.yaml as static
+// targets: the agent's pod over HTTP with the node and pod labels that file's
+// relabelling gives, the extender's pod over HTTPS verified with the install's CA
+// and the Service's name, without a client certificate (the extender serves
+// /metrics to anyone; the shipped job has none either).
+func (in *install) scrapeJobs(agent, ext *corev1.Pod) []dashboards.ScrapeJob {
+	return []dashboards.ScrapeJob{
+		{Name: "understory-koordlet", Targets: []dashboards.ScrapeTarget{{
+			Address: net.JoinHostPort(agent.Status.PodIP, strconv.Itoa(agentPort)),
+			Labels:  map[string]string{"node": agent.Spec.NodeName, "pod": agent.Name},
+		}}},
+		{Name: "understory-scheduler-extender", Scheme: "https",
+			TLS: &dashboards.TLSConfig{CAFile: filepath.Join(in.certs, "ca.crt"), ServerName: extenderServer},
+			Targets: []dashboards.ScrapeTarget{{
+				Address: net.JoinHostPort(ext.Status.PodIP, strconv.Itoa(extenderPort)),
+				Labels:  map[string]string{"pod": ext.Name},
+			}}},
+	}
+}
+
+// scrape: Debian's Prometheus, on this host, scrapes the agent's and the extender's
+// pods at their IPs from here to the end of the run, for stage 9. The server
+// outlives this subtest (TestInstall stops it); when it cannot run here the stage
+// is skipped, and stage 9 with it (both fail under CI=true).
+func (in *install) scrape(t *testing.T) {
+	ctx, n := in.ctx, in.n
+	bin := dashboards.FindPrometheus(t)
+	ext := n.readyPod(ctx, t, nsSystem, "app.kubernetes.io/name="+extenderName, "", 30*time.Second)
+	agent := in.agentPod
+	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, ext),
+		ScrapeInterval: scrapeInterval, Binary: bin}, in.promDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.prom, in.extPod, in.scraped = p, ext, agent
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = p.WaitTargetsUp(wctx, 2)
+	in.promStart = time.Now()
+	if err != nil {
+		t.Fatalf("Prometheus scraping the agent and the extender as manifests/monitoring/prometheus-scrape.yaml "+
+			"does: %v\nits log:\n%s", err, p.LogTail(20))
+	}
+	t.Logf("Prometheus (%s) scrapes the agent %s at http://%s:%d/metrics and the extender %s at https://%s:%d/metrics "+
+		"(CA certs/generated/ca.crt, server name %s, no client certificate) every %v", p.URL(), agent.Name,
+		agent.Status.PodIP, agentPort, ext.Name, ext.Status.PodIP, extenderPort, extenderServer, scrapeInterval)
+}
+
+// followAgent points the agent's scrape target at the DaemonSet's current pod when
+// it is another than the one scraped (stage 7 deletes the pod; its replacement has
+// a new IP). It runs after every stage, so the new agent is scraped from the end of
+// stage 7 on; the gap in between is the agent's restart. The series keep their node
+// label; the old pod's go stale. A failure is reported by stage 9.
+func (in *install) followAgent(t *testing.T) {
+	if in.prom == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(in.ctx, 15*time.Second)
+	defer cancel()
+	l, err := in.n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
+	if err != nil {
+		t.Logf("the agent's scrape target not checked after this stage: %v", err)
+		return
+	}
+	var cur *corev1.Pod
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && podReady(p) {
+			cur = p
+		}
+	}
+	old := in.scraped
+	if cur == nil || (cur.Name == old.Name && cur.Status.PodIP == old.Status.PodIP) {
+		return
+	}
+	if err := in.prom.SetJobs(ctx, in.scrapeJobs(cur, in.extPod)); err != nil {
+		in.scrapeErrs = append(in.scrapeErrs, fmt.Sprintf("Prometheus could not follow the agent from pod %s (%s) to "+
+			"%s (%s): %v", old.Name, old.Status.PodIP, cur.Name, cur.Status.PodIP, err))
+		t.Logf("%s", in.scrapeErrs[len(in.scrapeErrs)-1])
+		return
+	}
+	in.scraped = cur
+	t.Logf("Prometheus now scrapes the agent's pod %s at %s (was %s at %s)", cur.Name, cur.Status.PodIP, old.Name,
+		old.Status.PodIP)
+}
+
+// dashboardsHaveData: every panel and variable of the shipped dashboards
+// (manifests/grafana) shows data over the run, from stage 3b's first scrape to the
+// end of stage 8, but for installExemptions; those are reported apart.
+func (in *install) dashboardsHaveData(t *testing.T) {
+	if in.prom == nil {
+		needOrSkip(t, "Prometheus did not run (stage 3b failed or was skipped): nothing to check the dashboards on")
+	}
+	for _, e := range in.scrapeErrs {
+		t.Error(e)
+	}
+	ds, err := dashboards.Load(filepath.Join(in.repo, "manifests", "grafana"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last scrapes of stage 8 (the batch pod bound after the outage).
+	time.Sleep(2 * scrapeInterval)
+	end := time.Now()
+	ctx, cancel := context.WithTimeout(in.ctx, 3*time.Minute)
+	defer cancel()
+	in.logTargets(ctx, t)
+	w := dashboards.Window{Start: in.promStart, End: end, Step: scrapeInterval, RateInterval: 4 * scrapeInterval}
+	harm, err := harmSources(ctx, in.prom.API(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(harm) == 0 {
+		t.Logf("the agent ran in signals mode sampling: every LS load cuts batch, the cut-reaction panels must show data")
+	}
+	exempt := append(slices.Clone(installExemptions), cutExemptions(harm)...)
+	r, err := dashboards.Check(ctx, in.prom.API(), ds, w, exempt...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Failed() {
+		t.Errorf("no data: %v", p)
+	}
+	for _, v := range r.FailedVariables() {
+		t.Errorf("%s variable %s lists nothing: %v", v.Dashboard, v.Name, v.Err)
+	}
+	// Apart: what the exemptions excused, by reason, and exempt targets that had
+	// data anyway (an exemption wider than this node needs).
+	byReason := map[string][]string{}
+	var reasons, hadData []string
+	note := func(reason, what string) {
+		if !slices.Contains(reasons, reason) {
+			reasons = append(reasons, reason)
+		}
+		byReason[reason] = append(byReason[reason], what)
+	}
+	exempted := r.Exempted()
+	for _, p := range exempted {
+		for _, reason := range p.Exempt() {
+			note(reason, fmt.Sprintf("%s %q", p.Dashboard, p.Title))
+		}
+	}
+	for _, v := range r.ExemptedVariables() {
+		note(v.Exempt, fmt.Sprintf("%s variable %s", v.Dashboard, v.Name))
+	}
+	points := 0
+	for _, p := range r.Panels {
+		for _, tr := range p.Targets {
+			points += tr.Points
+			if tr.Exempt != "" && tr.Err == nil {
+				hadData = append(hadData, fmt.Sprintf("%s %q %s", p.Dashboard, p.Title, tr.RefID))
+			}
+		}
+	}
+	var b strings.Builder
+	for _, reason := range reasons {
+		fmt.Fprintf(&b, "\n  %s:\n    %s", reason, strings.Join(byReason[reason], "\n    "))
+	}
+	t.Logf("%d panels of %d dashboards checked over the run's %v (scrape every %v, $__rate_interval %v): %d with "+
+		"data (%d points), %d failed, %d exempt without data; %d variables, %d exempt without data:%s", len(r.Panels),
+		len(ds), end.Sub(in.promStart).Round(time.Second), scrapeInterval, w.RateInterval, len(r.Panels)-
+			len(r.Failed())-len(exempted), points, len(r.Failed()), len(exempted), len(r.Variables),
+		len(r.ExemptedVariables()), b.String())
+	if len(hadData) > 0 {
+		t.Logf("exempt, yet with data: %s", strings.Join(hadData, "; "))
+	}
+	if t.Failed() {
+		t.Logf("Prometheus log, last lines:\n%s", in.prom.LogTail(30))
+	}
+}
+
+// logTargets logs each scrape target's health as Prometheus sees it now.
+func (in *install) logTargets(ctx context.Context, t *testing.T) {
+	t.Helper()
+	ts, err := in.prom.API().Targets(ctx)
+	if err != nil {
+		t.Logf("Prometheus targets: %v", err)
+		return
+	}
+	for _, tg := range ts.Active {
+		t.Logf("target %s %s: %s, last scrape %v ago (%v) %s", tg.ScrapePool, tg.ScrapeURL, tg.Health,
+			time.Since(tg.LastScrape).Round(100*time.Millisecond), tg.LastScrapeDuration, tg.LastError)
+	}
+}
+
+// TestInstallHarmSources: harmSources reads the agent's understory_signal_source
+// through a real Prometheus: the sources other than sampling that were active at
+// any time, none for an agent in sampling mode (no root, no node).
+func TestInstallHarmSources(t *testing.T) {
+	t.Parallel()
+	agent := func(active string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintln(w, "# TYPE understory_signal_source gauge")
+			for _, src := range []string{"ebpf", "psi", "sampling"} {
+				v := 0
+				if src == active {
+					v = 1
+				}
+				fmt.Fprintf(w, "understory_signal_source{source=%q} %d\n", src, v)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	for _, tc := range []struct {
+		name   string
+		agents []string // the active source of each agent scraped (a restart: two)
+		want   []string
+	}{
+		{"sampling", []string{"sampling"}, nil},
+		{"psi", []string{"psi"}, []string{"psi"}},
+		{"ebpf then sampling", []string{"ebpf", "sampling"}, []string{"ebpf"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var targets []dashboards.ScrapeTarget
+			for _, a := range tc.agents {
+				targets = append(targets, dashboards.ScrapeTarget{Address: agent(a), Labels: map[string]string{"node": "n"}})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			p := dashboards.StartPrometheus(ctx, t, dashboards.PrometheusOptions{
+				Jobs: []dashboards.ScrapeJob{{Name: "understory-koordlet", Targets: targets}}})
+			if err := p.WaitTargetsUp(ctx, len(targets)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1500 * time.Millisecond) // a scrape recorded
+			got, err := harmSources(ctx, p.API(), dashboards.Window{Start: start, End: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("harmSources = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
