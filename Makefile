@@ -11,7 +11,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
 endif
 
-.PHONY: all build demo test vet k8s-bins fuzz bench-colo bench-gpu bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -40,17 +40,32 @@ demo: build
 # real-node end-to-end tests (test/e2e/realnode, see e2e) on their own: they own the
 # machine's kubepods cgroups and need the CPU to themselves, so they run after the rest.
 REALNODE_PKG := ./test/e2e/realnode/
-test: vet k8s-bins e2e-deps
+test: vet k8s-bins e2e-deps tracefs
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/e2e/realnode$$')
 	$(GO) test -race -count=1 -timeout 40m $(REALNODE_PKG)
 
 vet:
 	$(GO) vet ./...
 
+# The eBPF probe's classic-tracepoint fallback (koordlet/signals/runqlat) and its real test
+# need tracefs; a fresh machine may not mount it. Root only: others skip those tests.
+tracefs:
+	@if [ "$$(id -u)" = 0 ] && ! mountpoint -q /sys/kernel/tracing; then \
+	  mount -t tracefs tracefs /sys/kernel/tracing; fi
+
 # kube-apiserver, kube-scheduler, kube-controller-manager and kubectl v1.34.4 built from the Go
 # module proxy (cached outside the repo), and Debian's etcd.
 k8s-bins:
 	scripts/k8s-binaries.sh --with kube-controller-manager,kubectl
+
+# Regenerates the committed eBPF objects (koordlet/signals/runqlat/runqlat_bpfel.{go,o}) from
+# bpf/runqlat.c with bpf2go at go.mod's cilium/ebpf version. Needs clang, llvm-strip and
+# libbpf's headers (Debian: clang llvm libbpf-dev; bpftool to dump a kernel's BTF into
+# bpf/vmlinux.h); installs them when missing. Building never needs them.
+bpf-generate:
+	@command -v clang >/dev/null && command -v llvm-strip >/dev/null && [ -e /usr/include/bpf/bpf_helpers.h ] \
+	  && command -v bpftool >/dev/null || { apt-get update && apt-get install -y clang llvm libbpf-dev bpftool; }
+	$(GO) generate ./koordlet/signals/runqlat/
 
 # A short run of every fuzz target (the seed corpora also run in `make test`).
 FUZZTIME ?= 10s
@@ -60,8 +75,22 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
+# The whole co-location benchmark (README "Benchmarks"; ~22 min on 2 CPUs): the paired
+# rounds, reaction, sweep, overhead, memory pressure, batch-cpu stability, then every
+# scenario variant under every signal path (ebpf, psi, sampling) with the issue's target
+# checks, all in bench/out/colo.json.
 bench-colo: build
 	$(BIN)/colo bench -out bench/out/colo.json
+
+# The variants and signal paths alone (~13 min): bench/out/colo-variants.json. Narrow it
+# with e.g. COLO_VARIANTS=base,bursty COLO_PATHS=psi; a quick check of the wiring:
+# COLO_VARIANT_FLAGS="-variant-rounds 1 -variant-phase 1s -path-steps 2 -path-overhead 2s".
+COLO_VARIANTS ?= base,ls-heavy,small-batch,membw,bursty
+COLO_PATHS ?= ebpf,psi,sampling
+COLO_VARIANT_FLAGS ?=
+bench-colo-variants: build
+	$(BIN)/colo bench -rounds 0 -steps 0 -sweep "" -overhead 0 -trace "" -memory=false \
+	  -variants $(COLO_VARIANTS) -signal-paths $(COLO_PATHS) $(COLO_VARIANT_FLAGS) -out bench/out/colo-variants.json
 
 # GPU throttling (docs/gpu.md): reaction from an LS step on a mock GPU to frozen batch
 # through the real collector, loop, duty cycle and freezer; duty error at 25/50/75 % on

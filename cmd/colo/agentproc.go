@@ -53,6 +53,17 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 	if err != nil {
 		return nil, err
 	}
+	if s.signalsMode != "" {
+		if b, err = withSignalsMode(b, s.signalsMode); err != nil {
+			return nil, err
+		}
+		// The agent and this binary are built from one tree (`make build`): a mode
+		// its configuration does not know is refused here, with a sentinel the
+		// variant runs branch on, rather than as an agent that never got healthy.
+		if _, err := koordlet.LoadConfig(b); err != nil {
+			return nil, fmt.Errorf("signals.mode %q: %w: %v", s.signalsMode, errSignalsRejected, err)
+		}
+	}
 	cfgPath := filepath.Join(s.dir, "koordlet.yaml")
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		return nil, err

@@ -70,6 +70,10 @@ type benchResult struct {
 
 	// The memory-pressure phases (memory.go): mem_* fields.
 	*memoryResult
+
+	// The scenario variants under each signal path, the per-path reaction and
+	// overhead, and the issue's target checks (runvariants.go, report.go).
+	Variants *variantsResult `json:"variants,omitempty"`
 }
 
 type sweepPoint struct {
@@ -80,13 +84,18 @@ type sweepPoint struct {
 	BatchCPUs float64 `json:"batch_cpus"`
 }
 
-func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchConfig, printf func(string, ...any)) error {
+func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchConfig, vc variantConfig,
+	printf func(string, ...any)) error {
 	logf := func(f string, a ...any) { printf("  "+f+"\n", a...) }
 	sc.logf = logf
+	started := time.Now()
+	printf("colo bench: expected duration about %v on an idle machine\n", estimateDuration(dc, bc, vc).Round(time.Second))
 	res := benchResult{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Config: map[string]any{"rate": sc.rate, "rounds_per_request": sc.rounds, "batch_pods": sc.batchPods,
 			"threads_per_batch_pod": sc.threads, "phase_s": dc.phase.Seconds(), "rounds": bc.rounds,
-			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds(), "tier_parent": sc.tierParent}}
+			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds(), "tier_parent": sc.tierParent,
+			"variant_rounds": vc.rounds, "variant_phase_s": vc.phase.Seconds(), "signal_paths": vc.paths,
+			"path_steps": vc.steps, "path_overhead_s": vc.overhead.Seconds()}}
 	if bc.rounds > 0 || bc.steps > 0 || len(bc.sweep) > 0 {
 		s, err := newScenario(sc)
 		if err != nil {
@@ -126,6 +135,15 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 		res.AgentCPUPct, res.AgentRSSMiB, res.AgentPeakMiB, res.AgentPods = ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods
 		printf("  agent: %.2f%% of a core, RSS %.1f MiB (peak %.1f MiB), %d pods\n", ov.cpuPct, ov.rssMiB, ov.peakMiB, ov.pods)
 	}
+	if vc.enabled() {
+		vr, err := runVariants(ctx, sc, dc, vc, printf, logf)
+		if err != nil {
+			return err
+		}
+		res.Variants = &vr
+		printVariants(printf, vr)
+	}
+	printf("colo bench took %v\n", time.Since(started).Round(time.Second))
 	if err := os.MkdirAll(filepath.Dir(bc.out), 0o755); err != nil {
 		return err
 	}
@@ -173,7 +191,7 @@ func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchCon
 	}
 	if bc.steps > 0 {
 		printf("reaction: %d LS load steps (idle → busy)\n", bc.steps)
-		reactions, settles, err := s.reaction(ctx, dc, bc.steps, logf)
+		reactions, settles, _, err := s.reaction(ctx, dc, bc.steps, logf)
 		if err != nil {
 			return err
 		}
@@ -219,6 +237,7 @@ func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchCon
 // the workers are stopped and restarted in place).
 func (s *scenario) soloP99(ctx context.Context, d time.Duration) (float64, error) {
 	pids := s.batchPIDs()
+	s.thawBatch() // a frozen worker would not die
 	for _, p := range s.batch {
 		_ = stopBurner(p)
 	}
@@ -241,26 +260,29 @@ func (s *scenario) soloP99(ctx context.Context, d time.Duration) (float64, error
 // the tier's limit. A cut counts once the limit is at least cutMargin cores below where
 // it stood at the step, so that noise-level adjustments are not mistaken for a reaction.
 // Settle time is until the limit is within settleBand of where it ends up.
-func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf func(string, ...any)) ([]float64, []float64, error) {
+//
+// It also returns what the agent's /metrics said at the end of the steps: the signal
+// source it ran and its own cut-reaction histogram (a zero value if unreadable).
+func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf func(string, ...any)) ([]float64, []float64, agentSignals, error) {
+	const busyFor = reactionBusy
+	var sig agentSignals
 	const (
 		cutMargin  = 0.1
 		settleBand = 0.05
-		busyFor    = 1500 * time.Millisecond
 		idleFor    = 2 * time.Second
 		poll       = time.Millisecond
 	)
 	if err := s.placeBatch(true); err != nil {
-		return nil, nil, err
+		return nil, nil, sig, err
 	}
 	a, err := s.startAgent(dc.threshold, dc.period)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, sig, err
 	}
-	_ = a
 	defer func() { _ = s.stopAgent() }()
 	tier, err := s.hier.Load(s.tier())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, sig, err
 	}
 	readLimit := func() (float64, error) {
 		q, p, err := tier.CPULimit()
@@ -275,11 +297,11 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 	var reactions, settles []float64
 	for i := range steps {
 		if err := sleep(ctx, idleFor); err != nil {
-			return nil, nil, err
+			return nil, nil, sig, err
 		}
 		before, err := readLimit()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, sig, err
 		}
 		type sample struct {
 			at    time.Duration
@@ -313,7 +335,7 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 		stop()
 		wg.Wait()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, sig, err
 		}
 		final := trace[len(trace)-1].limit
 		react, settle := -1.0, -1.0
@@ -350,12 +372,20 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 		reactions = append(reactions, react)
 		settles = append(settles, settle)
 	}
-	return reactions, settles, nil
+	if sig, err = readAgentSignals(a); err != nil {
+		logf("warning: reading the agent's signal metrics: %v", err)
+	}
+	return reactions, settles, sig, nil
 }
+
+// reactionBusy is how long each reaction step loads LS; a step without a cut counts as
+// this long.
+const reactionBusy = 1500 * time.Millisecond
 
 type overhead struct {
 	cpuPct, rssMiB, peakMiB float64
 	pods                    int
+	sig                     agentSignals // what the agent's /metrics said at the end
 }
 
 // measureOverhead runs the agent over 110 static pods (1 LS, the batch pods, the rest
@@ -408,8 +438,12 @@ func measureOverhead(ctx context.Context, sc scenarioConfig, dc demoConfig, d ti
 	if n != pods {
 		return overhead{}, fmt.Errorf("agent tracks %d pods, want %d", n, pods)
 	}
+	sig, err := readAgentSignals(a)
+	if err != nil {
+		return overhead{}, err
+	}
 	return overhead{cpuPct: 100 * (c1 - c0).Seconds() / wall.Seconds(), rssMiB: float64(rss) / (1 << 20),
-		peakMiB: float64(peak) / (1 << 20), pods: n}, nil
+		peakMiB: float64(peak) / (1 << 20), pods: n, sig: sig}, nil
 }
 
 func fquantile(sorted []float64, q float64) float64 {

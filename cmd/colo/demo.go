@@ -29,6 +29,7 @@ var agentPhases = []struct {
 // and LS with batch under the agent in each mode. It leaves the batch workers running.
 func (s *scenario) runRound(ctx context.Context, dc demoConfig, logf func(string, ...any)) ([]phaseResult, error) {
 	var out []phaseResult
+	s.thawBatch() // a frozen worker would not die
 	for _, p := range s.batch {
 		if p.cmd != nil {
 			_ = stopBurner(p)

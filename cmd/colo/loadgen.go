@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"sync"
@@ -15,8 +17,9 @@ import (
 // queueing delay (coordinated omission) is counted rather than hidden.
 type openLoop struct {
 	url     string
-	rate    float64 // requests per second
+	rate    float64 // requests per second (the mean, for a bursty shape)
 	workers int     // concurrent connections available
+	shape   loadShape
 	client  *http.Client
 }
 
@@ -37,8 +40,11 @@ func (o *openLoop) run(ctx context.Context, d time.Duration) (loadResult, error)
 	if o.rate <= 0 {
 		return loadResult{}, fmt.Errorf("rate %v must be > 0", o.rate)
 	}
-	interval := time.Duration(float64(time.Second) / o.rate)
-	n := int(d / interval)
+	offsets, err := arrivals(o.shape, o.rate, d)
+	if err != nil {
+		return loadResult{}, err
+	}
+	n := len(offsets)
 	sched := make(chan time.Time, n)
 	lat := make([]time.Duration, n)
 	var mu sync.Mutex
@@ -62,8 +68,8 @@ func (o *openLoop) run(ctx context.Context, d time.Duration) (loadResult, error)
 		})
 	}
 	start := res.Start
-	for i := range n {
-		at := start.Add(time.Duration(i) * interval)
+	for _, off := range offsets {
+		at := start.Add(off)
 		if w := time.Until(at); w > 0 {
 			t := time.NewTimer(w)
 			select {
@@ -84,6 +90,48 @@ func (o *openLoop) run(ctx context.Context, d time.Duration) (loadResult, error)
 	res.Latencies = lat[:idx]
 	sort.Slice(res.Latencies, func(i, j int) bool { return res.Latencies[i] < res.Latencies[j] })
 	return res, nil
+}
+
+// arrivals returns the send times, as offsets from the start, of a run of length d.
+// Steady: one every 1/rate. Bursty: Poisson arrivals (seeded, so every run of a shape
+// sends the same pattern) during the first BurstOn of every BurstOn+BurstOff cycle,
+// at rate × cycle/BurstOn, so that the mean rate is still rate; nothing in between.
+func arrivals(shape loadShape, rate float64, d time.Duration) ([]time.Duration, error) {
+	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
+		return nil, fmt.Errorf("rate %v must be > 0", rate)
+	}
+	switch shape.Kind {
+	case "", loadSteady:
+		interval := time.Duration(float64(time.Second) / rate)
+		if interval <= 0 {
+			return nil, fmt.Errorf("rate %v is beyond one request per nanosecond", rate)
+		}
+		out := make([]time.Duration, 0, int(d/interval))
+		for i := range int(d / interval) {
+			out = append(out, time.Duration(i)*interval)
+		}
+		return out, nil
+	case loadBursty:
+		if err := shape.validate("load"); err != nil {
+			return nil, err
+		}
+		cycle := shape.BurstOn + shape.BurstOff
+		peak := rate * cycle.Seconds() / shape.BurstOn.Seconds()
+		rng := rand.New(rand.NewPCG(shape.Seed, 0x5eed))
+		out := make([]time.Duration, 0, int(rate*d.Seconds()*1.1)+1)
+		var t float64 // seconds into the "on" time, which runs only within bursts
+		on := shape.BurstOn.Seconds()
+		for {
+			t += rng.ExpFloat64() / peak
+			burst := math.Floor(t / on)
+			at := time.Duration((burst*cycle.Seconds() + (t - burst*on)) * float64(time.Second))
+			if at >= d {
+				return out, nil
+			}
+			out = append(out, at)
+		}
+	}
+	return nil, fmt.Errorf("load shape %q: %s or %s", shape.Kind, loadSteady, loadBursty)
 }
 
 func (o *openLoop) do(ctx context.Context) error {

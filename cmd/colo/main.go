@@ -1,7 +1,9 @@
 // Command colo is Understory's co-location scenario: one latency-sensitive web service
 // and several CPU-hungry batch pods on this machine, measured alone, under kubelet's
 // plain BestEffort settings, and under the agent. `colo demo` is `make demo`; `colo
-// bench` is `make bench-colo` and writes bench/out/colo.json.
+// bench` is `make bench-colo` and writes bench/out/colo.json, including the scenario
+// variants (variants.go) run under each of the agent's signal paths (runvariants.go,
+// signals.go) and the issue's target checks (report.go).
 //
 // The LS server and the batch workers are this same binary re-executed
 // (`colo ls-server`, `colo burner`), each joining its pod's cgroup before it starts work.
@@ -84,8 +86,27 @@ func run(ctx context.Context, args []string) error {
 		fs.DurationVar(&bc.overhead, "overhead", 30*time.Second, "bench: agent overhead measurement")
 		fs.StringVar(&bc.out, "out", "bench/out/colo.json", "bench: output file")
 		fs.StringVar(&bc.trace, "trace", defaultStabilityTrace, "bench: LS usage trace for the batch-cpu stability replay (empty: none)")
+		variants := fs.String("variants", "base,ls-heavy,small-batch,membw,bursty",
+			"bench: scenario variants, each run under every signal path (empty: none)")
+		paths := fs.String("signal-paths", "ebpf,psi,sampling",
+			"bench: the agent's signals.mode for the variants' agent phases and the per-path runs (empty: none)")
+		vc := variantConfig{}
+		fs.IntVar(&vc.rounds, "variant-rounds", 3, "bench: paired rounds per variant")
+		fs.DurationVar(&vc.phase, "variant-phase", 5*time.Second, "bench: length of each variant phase")
+		fs.IntVar(&vc.steps, "path-steps", 20, "bench: LS load steps per signal path for its reaction time")
+		fs.DurationVar(&vc.overhead, "path-overhead", 20*time.Second, "bench: agent overhead run (110 pods) per signal path")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		var err error
+		if vc.paths, err = selectPaths(*paths); err != nil {
+			return err
+		}
+		if vc.variants, err = selectVariants(defaultVariants(sc), *variants); err != nil {
+			return err
+		}
+		if vc.rounds < 0 || vc.steps < 0 || vc.overhead < 0 || (vc.rounds > 0 && len(vc.variants) > 0 && vc.phase <= 0) {
+			return errors.New("-variant-rounds, -path-steps and -path-overhead must be ≥ 0, -variant-phase > 0")
 		}
 		for _, f := range strings.Split(*sweep, ",") {
 			if f = strings.TrimSpace(f); f == "" {
@@ -106,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 		if args[0] == "demo" {
 			return runDemo(ctx, sc, dc, printf)
 		}
-		return runBench(ctx, sc, dc, bc, printf)
+		return runBench(ctx, sc, dc, bc, vc, printf)
 	case "stability":
 		fs := flag.NewFlagSet("stability", flag.ContinueOnError)
 		trace := fs.String("trace", defaultStabilityTrace, "LS usage trace (CSV)")
@@ -148,17 +169,29 @@ func run(ctx context.Context, args []string) error {
 	case "burner":
 		fs := flag.NewFlagSet("burner", flag.ContinueOnError)
 		threads := fs.Int("threads", 1, "busy threads")
+		kind := fs.String("kind", burnCPU, "workload: cpu (arithmetic) or membw (memcpy over -buffer-mib)")
+		bufMiB := fs.Int("buffer-mib", 256, "membw: buffer, shared out among the threads")
 		root := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount")
 		cg := fs.String("cgroup", "", "cgroup to join first")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if *threads < 1 {
+			return errors.New("burner: -threads must be ≥ 1")
+		}
+		if *kind != burnCPU && *kind != burnMemBW {
+			return fmt.Errorf("burner: -kind %q: %s or %s", *kind, burnCPU, burnMemBW)
 		}
 		if err := join(*root, *cg); err != nil {
 			return err
 		}
 		// Tell the parent the worker sits in its cgroup: a move made before this
 		// line would be undone by the join above.
-		fmt.Println(burnerReady)
+		ready := func() { fmt.Println(burnerReady) }
+		if *kind == burnMemBW {
+			return burnMemory(ctx, *threads, *bufMiB<<20, ready)
+		}
+		ready()
 		burn(ctx, *threads)
 		return nil
 	}

@@ -49,6 +49,7 @@ func (s *scenario) measure(ctx context.Context, name string, d time.Duration) (p
 	ls0, _ := collect.ReadProcessCPU("/proc", s.ls.Process.Pid)
 	b0 := s.batchCPU()
 	gen := newOpenLoop("http://"+s.lsAddr+"/work", s.cfg.rate, s.cfg.workers)
+	gen.shape = s.cfg.load
 	res, err := gen.run(ctx, d)
 	if err != nil {
 		return phaseResult{}, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,16 +33,21 @@ type scenarioConfig struct {
 	koordlet   string // path of the koordlet binary
 	self       string // path of this binary, re-executed for the LS server and batch workers
 	batchPods  int
-	threads    int // burner threads per batch pod
-	rounds     int // SHA-256 rounds per LS request
-	rate       float64
-	workers    int
-	lsCPU      string        // LS pod CPU request (kubelet sets its cpu.shares from it)
-	extraPods  int           // idle pods (no processes) added to the manifests, for the overhead run
-	tierParent string        // koordlet tierParent
-	cfsPeriod  time.Duration // koordlet cfsPeriod (0: its default)
-	agentPprof bool          // start the agent with -pprof
-	logf       func(format string, args ...any)
+	threads    int    // burner threads per batch pod
+	burner     string // batch workload: burnCPU (default when empty) or burnMemBW
+	bufferMiB  int    // burnMemBW: buffer per batch pod
+	load       loadShape
+	// signalsMode, when set, is the agent's signals.mode (ebpf, psi, sampling, auto).
+	signalsMode string
+	rounds      int // SHA-256 rounds per LS request
+	rate        float64
+	workers     int
+	lsCPU       string        // LS pod CPU request (kubelet sets its cpu.shares from it)
+	extraPods   int           // idle pods (no processes) added to the manifests, for the overhead run
+	tierParent  string        // koordlet tierParent
+	cfsPeriod   time.Duration // koordlet cfsPeriod (0: its default)
+	agentPprof  bool          // start the agent with -pprof
+	logf        func(format string, args ...any)
 }
 
 // scenario is one fake node: kubelet's cgroup layout under a private --cgroup-root, static
@@ -61,6 +67,9 @@ type scenario struct {
 	tierParent string
 	// memThreshold, when set, is the agent's batchResources.memory.threshold.
 	memThreshold float64
+	// signalsMode, when set, is the agent's signals.mode; the variant runs change it
+	// between agent phases.
+	signalsMode string
 }
 
 type batchPod struct {
@@ -99,7 +108,8 @@ func newScenario(cfg scenarioConfig) (*scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &scenario{cfg: cfg, hier: h, base: fmt.Sprintf("understory-demo-%d", os.Getpid()), dir: dir, tierParent: cfg.tierParent}
+	s := &scenario{cfg: cfg, hier: h, base: fmt.Sprintf("understory-demo-%d", os.Getpid()), dir: dir, tierParent: cfg.tierParent,
+		signalsMode: cfg.signalsMode}
 	if err := s.setUp(); err != nil {
 		s.close()
 		return nil, err
@@ -287,15 +297,18 @@ func (s *scenario) batchCgroup(p *batchPod, inTier bool) (string, error) {
 	return s.cg(rel), err
 }
 
-// startBatch starts one CPU burner per batch pod, in kubelet's BestEffort pod cgroups.
+// startBatch starts one burner (CPU or memory bandwidth) per batch pod, in kubelet's BestEffort pod cgroups.
 func (s *scenario) startBatch() error {
 	for _, p := range s.batch {
 		rel, err := s.batchCgroup(p, false)
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(s.cfg.self, "burner", "-threads", strconv.Itoa(s.cfg.threads),
-			"-cgroup-root", s.cfg.cgroupRoot, "-cgroup", rel)
+		args := []string{"burner", "-threads", strconv.Itoa(s.cfg.threads), "-cgroup-root", s.cfg.cgroupRoot, "-cgroup", rel}
+		if s.cfg.burner != "" {
+			args = append(args, "-kind", s.cfg.burner, "-buffer-mib", strconv.Itoa(s.cfg.bufferMiB))
+		}
+		cmd := exec.Command(s.cfg.self, args...)
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := cmd.StdoutPipe()
@@ -356,9 +369,44 @@ func (s *scenario) placeBatch(inTier bool) error {
 	return nil
 }
 
+// thawBatch thaws every cgroup the agent may have frozen batch in: the tier and each
+// batch pod's cgroup, in kubelet's tree and below the tier. An agent that stops while a
+// freeze is still pending can leave batch frozen, and a frozen worker never dies of
+// SIGKILL, so every stop of the workers (and close) comes after this. It returns how
+// many of them it found frozen.
+func (s *scenario) thawBatch() int {
+	rels := []string{s.tier()}
+	for _, p := range s.batch {
+		for _, inTier := range []bool{false, true} {
+			if rel, err := s.batchCgroup(p, inTier); err == nil {
+				rels = append(rels, rel)
+			}
+		}
+	}
+	n := 0
+	for _, rel := range rels {
+		g, err := s.hier.Load(rel)
+		if err != nil {
+			continue // not there: nothing to thaw
+		}
+		if frozen, err := g.Frozen(); err == nil && frozen {
+			n++
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := g.ThawContext(ctx); err != nil && !errors.Is(err, cgroups.ErrUnsupported) && s.cfg.logf != nil {
+			s.cfg.logf("warning: thawing %s: %v", rel, err)
+		}
+		cancel()
+	}
+	return n
+}
+
 // resetBatch gives kubelet's BestEffort pod cgroups back their plain kubelet settings
-// (weight 2, no quota, not idle), undoing what an in-place agent left.
+// (weight 2, no quota, not idle, thawed), undoing what an in-place agent left.
 func (s *scenario) resetBatch() error {
+	if n := s.thawBatch(); n > 0 && s.cfg.logf != nil {
+		s.cfg.logf("warning: the agent left %d batch cgroups frozen when it stopped; thawed", n)
+	}
 	for _, p := range s.batch {
 		rel, err := s.batchCgroup(p, false)
 		if err != nil {
@@ -406,6 +454,9 @@ func (s *scenario) batchPIDs() []int {
 // stopped is forgotten, so no reaped pid (perhaps reused) is signalled twice.
 func (s *scenario) close() {
 	_ = s.stopAgent()
+	if s.hier != nil {
+		s.thawBatch()
+	}
 	procs := []*exec.Cmd{s.ls}
 	for _, p := range s.batch {
 		procs = append(procs, p.cmd)

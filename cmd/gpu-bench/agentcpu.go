@@ -31,6 +31,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/gpu/gpumock"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/qos"
 )
@@ -546,15 +547,15 @@ func runAgentNode(ctx context.Context, specPath string, stderr io.Writer) error 
 	src := podsource.NewStatic(cfg.StaticPodDir, log)
 	deps := koordlet.Deps{Registry: reg, Logger: log, Pods: src, Events: podsource.NewLogSink(log)}
 	if spec.GPU {
-		node := newMockNode()
+		node := gpumock.New()
 		for g, procs := range spec.Procs {
-			var ps []mockProc
+			var ps []gpumock.Proc
 			for _, p := range procs {
-				ps = append(ps, mockProc{pid: p.PID, smUtil: p.SMUtil, memUtl: p.MemUtil, memUsed: p.MemUsed})
+				ps = append(ps, gpumock.Proc{PID: p.PID, SMUtil: p.SMUtil, MemUtil: p.MemUtil, MemUsed: p.MemUsed})
 			}
-			node.set(g, ps)
+			node.Set(g, ps...)
 		}
-		c, err := node.collector(cfg.ProcRoot)
+		c, err := node.Collector(cfg.ProcRoot)
 		if err != nil {
 			return err
 		}

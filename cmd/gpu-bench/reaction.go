@@ -17,6 +17,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/duty"
+	"github.com/understory/understory/koordlet/gpu/gpumock"
 	"github.com/understory/understory/qos"
 )
 
@@ -81,12 +82,12 @@ func runReaction(ctx context.Context, cfg reactionConfig, printf func(string, ..
 		return nil, err
 	}
 	defer os.RemoveAll(procRoot)
-	if err := writeProc(procRoot, reactionPIDLS,
-		hybridProcCgroup(lsCgroup(string(reactionLSPod.UID), reactionLSPod.ContainerID))); err != nil {
+	lsCg := gpumock.HybridProcCgroup(lsCgroup(string(reactionLSPod.UID), reactionLSPod.ContainerID))
+	if err := gpumock.WriteProc(procRoot, reactionPIDLS, lsCg); err != nil {
 		return nil, err
 	}
-	if err := writeProc(procRoot, reactionPIDBatch,
-		hybridProcCgroup(batchCgroup(string(reactionBatchPod.UID), reactionBatchPod.ContainerID))); err != nil {
+	batchCg := gpumock.HybridProcCgroup(batchCgroup(string(reactionBatchPod.UID), reactionBatchPod.ContainerID))
+	if err := gpumock.WriteProc(procRoot, reactionPIDBatch, batchCg); err != nil {
 		return nil, err
 	}
 	pods := gpu.PodMap{
@@ -95,11 +96,11 @@ func runReaction(ctx context.Context, cfg reactionConfig, printf func(string, ..
 		reactionBatchPod.UID: {UID: reactionBatchPod.UID, Namespace: "bench", Name: "batch", Class: qos.ClassBatch,
 			Cgroup: g.Path(), Containers: map[string]string{reactionBatchPod.ContainerID: "trainer"}},
 	}
-	node := newMockNode()
-	batch := mockProc{pid: reactionPIDBatch, smUtil: reactionBatchUtl, memUtl: 30, memUsed: 8 << 30}
-	ls := mockProc{pid: reactionPIDLS, smUtil: reactionLSUtil, memUtl: 40, memUsed: 2 << 30}
-	node.set(reactionGPU, []mockProc{batch})
-	src, err := node.collector(procRoot)
+	node := gpumock.New()
+	batch := gpumock.Proc{PID: reactionPIDBatch, SMUtil: reactionBatchUtl, MemUtil: 30, MemUsed: 8 << 30}
+	ls := gpumock.Proc{PID: reactionPIDLS, SMUtil: reactionLSUtil, MemUtil: 40, MemUsed: 2 << 30}
+	node.Set(reactionGPU, batch)
+	src, err := node.Collector(procRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -138,14 +139,14 @@ func runReaction(ctx context.Context, cfg reactionConfig, printf func(string, ..
 			return nil, err
 		}
 		t0 := time.Now()
-		node.set(reactionGPU, []mockProc{batch, ls})
+		node.Set(reactionGPU, batch, ls)
 		took, err := waitFrozen(ctx, g, t0)
 		if err != nil {
 			return nil, fmt.Errorf("trial %d: %w", trial+1, err)
 		}
 		samples = append(samples, ms(took))
 		since = time.Now()
-		node.set(reactionGPU, []mockProc{batch})
+		node.Set(reactionGPU, batch)
 		if err := waitIdle(ctx, m, g, since); err != nil {
 			return nil, fmt.Errorf("trial %d: %w", trial+1, err)
 		}

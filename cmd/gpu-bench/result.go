@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/koordlet/gpu/gpumock"
 	"github.com/understory/understory/qos"
 )
 
@@ -146,7 +147,7 @@ func (c reactionConfig) MarshalJSON() ([]byte, error) {
 
 // mockGPUs is the GPU count of the NVML mock (go-nvml's DGX A100) the reaction and
 // collect parts run on.
-const mockGPUs = 8
+const mockGPUs = gpumock.GPUs
 
 // maxTrials and maxScrapes bound -trials and -collect-scrapes (each sample is kept).
 const (

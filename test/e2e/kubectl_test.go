@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/test/e2e/manifestcopy"
 )
 
 // manifestsDir is the repository's manifests/, relative to this package.
@@ -119,45 +119,12 @@ func mustFind(t *testing.T, objs []*unstructured.Unstructured, kind, name string
 // never write into the source tree. It returns the copy's root.
 func copyManifests(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("openssl"); err != nil {
-		msg := "openssl not found: manifests/certs/generate.sh needs it (Debian package openssl)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
 	dst := filepath.Join(t.TempDir(), "manifests")
-	err := filepath.WalkDir(manifestsDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	if err := manifestcopy.Copy(manifestsDir, dst); err != nil {
+		if errors.Is(err, manifestcopy.ErrNoOpenSSL) && os.Getenv("CI") != "true" {
+			t.Skip(err.Error())
 		}
-		rel, err := filepath.Rel(manifestsDir, path)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && rel == filepath.Join("certs", "generated") {
-			return filepath.SkipDir
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, info.Mode().Perm())
-	})
-	if err != nil {
-		t.Fatalf("copying manifests: %v", err)
-	}
-	cmd := exec.Command(filepath.Join(dst, "certs", "generate.sh"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("certs/generate.sh: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return dst
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/understory/understory/koordlet"
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/test/e2e/manifestcopy"
 )
 
 // Names of the install (manifests/), spelled out there too.
@@ -107,41 +108,12 @@ func builtImages(t *testing.T, repo string) (version string, tars []string) {
 // images with version, so the checkout stays untouched.
 func copyManifests(t *testing.T, repo, version string) string {
 	t.Helper()
-	if _, err := exec.LookPath("openssl"); err != nil {
-		needOrSkip(t, "openssl not found: manifests/certs/generate.sh needs it (Debian package openssl)")
-	}
-	src := filepath.Join(repo, "manifests")
 	dst := filepath.Join(t.TempDir(), "manifests")
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	if err := manifestcopy.Copy(filepath.Join(repo, "manifests"), dst); err != nil {
+		if errors.Is(err, manifestcopy.ErrNoOpenSSL) {
+			needOrSkip(t, err.Error())
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && rel == filepath.Join("certs", "generated") {
-			return filepath.SkipDir
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, info.Mode().Perm())
-	})
-	if err != nil {
-		t.Fatalf("copying manifests: %v", err)
-	}
-	if out, err := exec.Command(filepath.Join(dst, "certs", "generate.sh")).CombinedOutput(); err != nil {
-		t.Fatalf("certs/generate.sh: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	setImageTags(t, filepath.Join(dst, realnodeOverlay, "kustomization.yaml"), version)
 	return dst
