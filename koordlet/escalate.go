@@ -92,7 +92,9 @@ func (a *Agent) setFrozen(freeze bool) {
 		if st.frozen == want {
 			continue
 		}
-		if err := a.freeze(st.group, want); err == nil {
+		// A freeze that timed out may have frozen part of the pod (v1 stays FREEZING and
+		// goes on): count it frozen, so that a thaw, and the shutdown's, reach it.
+		if err := a.freeze(st.group, want); err == nil || (want && !errors.Is(err, cgroups.ErrNotExist)) {
 			a.setPodFrozen(st, want)
 		}
 	}

@@ -290,10 +290,14 @@ func (a *Agent) Handler(gatherer prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		b, err := json.MarshalIndent(a.Status(), "", "  ")
+		if err != nil { // a non-finite number: say so rather than answer an empty body
+			a.log.Error("encoding /status", "err", err)
+			http.Error(w, "encoding status: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(a.Status())
+		_, _ = w.Write(append(b, '\n'))
 	})
 	return mux
 }

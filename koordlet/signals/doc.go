@@ -2,8 +2,11 @@
 // this node allows, in the order eBPF → PSI → sampling:
 //
 //   - ebpf (koordlet/signals/runqlat): the run-queue delay of every LS pod's tasks,
-//     read from BPF maps every pollInterval (20 ms by default). An LS pod whose delay
-//     quantile over the last read passed its threshold is harm (runqueue_delay).
+//     polled every pollInterval (20 ms by default). An LS pod whose delay quantile over
+//     the last interval passed its threshold is harm (runqueue_delay). Each poll first
+//     reads the kernel's count of delays in harm buckets (memory shared with the
+//     kernel: no syscall) and reads the histograms (one batch lookup) only when it
+//     moved, for new pods, and once a second; a quiet node costs next to nothing.
 //   - psi (koordlet/signals/psi): kernel PSI triggers (epoll) on every LS pod's
 //     cpu.pressure and memory.pressure. A CPU trigger is confirmed by the pod's
 //     cumulative stall less its own CFS throttled time over the last one to two windows
@@ -34,4 +37,11 @@
 //     v1 cpu directory, below the unified mount; the roots are values passed in.
 //   - A failed map read or a broken PSI watcher is reported by Take as an error: the
 //     agent is then blind for that period and falls back to utilisation for it.
+//   - The eBPF gate shuts only while no delay reaches a harm bucket, so it never hides
+//     harm; but the first read after skipped polls spans all of them, and the rule
+//     over the last interval alone is then known only when that interval's slow delays
+//     are at least RunqueueMinSamples (see EBPF.poll). Otherwise harm is reported at
+//     the next poll: at worst two intervals after it began, as when it begins late in
+//     one. Changing RunqueueThreshold means a new source: the kernel's gate threshold
+//     is set from it at open.
 package signals

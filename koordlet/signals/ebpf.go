@@ -21,14 +21,22 @@ type probe interface {
 	Watch(id uint64, children ...uint64) error
 	Unwatch(id uint64) error
 	Read(dst map[uint64]runqlat.Histogram) error
+	SetThreshold(d time.Duration) error
+	SlowEvents() (uint64, error)
 	Close() error
 }
 
 var _ probe = (*runqlat.Probe)(nil)
 
-// rescanEvery is how often the eBPF source looks for new container cgroups below the
-// pods it watches (a pod's tasks run in its containers' cgroups; containers restart).
-const rescanEvery = 2 * time.Second
+const (
+	// rescanEvery is how often the eBPF source looks for new container cgroups below
+	// the pods it watches (a pod's tasks run in its containers' cgroups; containers
+	// restart).
+	rescanEvery = 2 * time.Second
+	// refreshEvery is how long the slow-event gate may keep the histograms unread: a
+	// read at least this often keeps the baselines recent (see poll).
+	refreshEvery = time.Second
+)
 
 // EBPF is the run-queue delay source.
 type EBPF struct {
@@ -39,12 +47,22 @@ type EBPF struct {
 	q        *queue
 	coll     *runqlat.Collector
 
+	// gate: the probe counts the delays in harm buckets and up (SetThreshold
+	// worked), so a poll that sees the count unmoved can skip the read. harmBucket is
+	// the first bucket whose delays count as harm.
+	gate       bool
+	harmBucket int
+
 	mu       sync.Mutex
 	closed   bool
 	pods     map[string]*ebpfPod // by UID
 	byID     map[uint64]*ebpfPod
 	cur      map[uint64]runqlat.Histogram
 	lastRead time.Time
+	lastPoll time.Time
+	slowSeen uint64 // SlowEvents before the last read
+	skipped  bool   // a poll since the last read skipped it
+	fresh    bool   // a pod has no baseline yet: read at the next poll
 }
 
 // ebpfPod is one watched LS pod: its cgroup id (the histogram's key), the container
@@ -86,7 +104,34 @@ func newEBPF(o Options, p probe, cgroupID func(string) (uint64, error), now func
 	if r, ok := p.(runqlat.Reader); ok {
 		s.coll = runqlat.NewCollector(r)
 	}
+	var gate time.Duration
+	s.harmBucket, gate = harmBuckets(o.RunqueueThreshold)
+	if gate > 0 {
+		if err := p.SetThreshold(gate); err != nil {
+			o.Logger.Warn("ebpf: no slow-event gate; reading every pod's histogram every poll", "err", err)
+		} else {
+			s.gate = true
+		}
+	}
 	return s
+}
+
+// harmBuckets is the first histogram bucket whose delays count as harm under threshold
+// (poll's rule: the bucket's lower bound, half its upper, is at or above it), and that
+// lower bound: the kernel's bucket for a delay d >= it is that bucket or above, and for
+// one below it a bucket below. So counting the delays >= gate counts exactly the delays
+// in harm buckets. gate is 0 when bucket 0 (which also holds delays under 1 µs) is one
+// of them: every delay would count, and a gate would never stay shut.
+func harmBuckets(threshold time.Duration) (bucket int, gate time.Duration) {
+	for bucket = 0; bucket < runqlat.NumBuckets-1; bucket++ {
+		if runqlat.BucketUpper(bucket)/2 >= threshold {
+			break
+		}
+	}
+	if bucket == 0 {
+		return 0, 0
+	}
+	return bucket, runqlat.BucketUpper(bucket - 1)
 }
 
 // Mode is ModeEBPF.
@@ -134,6 +179,7 @@ func (s *EBPF) Watch(p Pod) error {
 		return fmt.Errorf("ebpf: watching %s: %w", p.Cgroup, err)
 	}
 	s.pods[p.UID], s.byID[id] = pd, pd
+	s.fresh = true
 	if s.coll != nil {
 		s.coll.Label(id, p.Namespace, p.Name)
 	}
@@ -236,20 +282,55 @@ func (s *EBPF) Run(ctx context.Context) error {
 // its quantile starts at or above the threshold: every delay from that rank up is
 // certainly above it (the effective threshold rounds up to a power of two µs: 2 ms →
 // 2.048 ms). The other way round, 2 ms would fire on quantiles from 1.024 ms.
+//
+// The slow-event gate: the probe counts every delay in a harm bucket (harmBuckets) in
+// one counter that costs no syscall to read. While it does not move, no pod can be
+// harmed, and poll skips the read (one syscall and a quantile per pod), but for a
+// refresh every refreshEvery and for new pods' baselines. When it moves after skipped
+// polls, the histograms' delta spans every interval since the last read, not only the
+// last, and the rule over the last interval alone cannot be computed: the delays in harm
+// buckets (S) are all from the last interval, but how many delays it had in all is not
+// known. So such a read reports harm only when it is certain the last interval alone
+// would have: S ≥ RunqueueMinSamples and the quantile over the whole delta is in a harm
+// bucket (the interval has at least S and at most all the delays, and fewer delays only
+// raise the quantile). Otherwise it is the baseline, and the next poll, whose read the
+// still-moving counter opens, applies the rule over one interval as before: a harm is
+// reported one poll later at worst, as when it begins late in an interval.
 func (s *EBPF) poll(now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
+	prevPoll := s.lastPoll
+	s.lastPoll = now
 	if len(s.pods) == 0 {
-		s.lastRead = now
+		s.lastRead, s.skipped = now, false
 		return nil
+	}
+	var slow uint64
+	if s.gate {
+		n, err := s.p.SlowEvents()
+		switch {
+		case err != nil:
+			// Read anyway: the gate is an economy, the read the signal.
+			s.o.Logger.Debug("ebpf: reading the slow-event count", "err", err)
+			n = s.slowSeen + 1
+		case n == s.slowSeen && !s.fresh && now.Sub(s.lastRead) < refreshEvery:
+			s.skipped = true
+			return nil
+		}
+		slow = n
 	}
 	if err := s.p.Read(s.cur); err != nil {
 		s.q.fail(fmt.Errorf("ebpf: reading run-queue delays: %w", err))
 		return err
 	}
+	// The count before the read: a delay counted after it (its histogram first) was
+	// either in this read, or opens the next.
+	s.slowSeen, s.fresh = slow, false
+	merged := s.skipped
+	s.skipped = false
 	since := s.lastRead
 	s.lastRead = now
 	for id, h := range s.cur {
@@ -266,11 +347,29 @@ func (s *EBPF) poll(now time.Time) error {
 		if d.Total() < s.o.RunqueueMinSamples {
 			continue
 		}
-		if upper := d.Quantile(s.o.RunqueueQuantile); upper/2 >= s.o.RunqueueThreshold {
-			s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: since, Pod: pd.name, Value: upper})
+		upper := d.Quantile(s.o.RunqueueQuantile)
+		if upper/2 < s.o.RunqueueThreshold {
+			continue
 		}
+		from := since
+		if merged {
+			if s.harmed(d) < s.o.RunqueueMinSamples {
+				continue // not sure: the next poll judges one interval
+			}
+			from = prevPoll // the gate was shut then: every slow delay is later
+		}
+		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: from, Pod: pd.name, Value: upper})
 	}
 	return nil
+}
+
+// harmed is the number of delays of d in harm buckets.
+func (s *EBPF) harmed(d runqlat.Histogram) uint64 {
+	var n uint64
+	for _, b := range d.Buckets[s.harmBucket:] {
+		n += b
+	}
+	return n
 }
 
 // Close detaches the probe.

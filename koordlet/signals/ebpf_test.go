@@ -14,13 +14,19 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// fakeProbe is a run-queue delay probe whose histograms the test sets.
+// fakeProbe is a run-queue delay probe whose histograms the test sets. Like the kernel
+// it counts the delays at or above its threshold as slow events.
 type fakeProbe struct {
-	mu       sync.Mutex
-	children map[uint64][]uint64 // watched id -> children
-	hists    map[uint64]runqlat.Histogram
-	readErr  error
-	closed   bool
+	mu        sync.Mutex
+	children  map[uint64][]uint64 // watched id -> children
+	hists     map[uint64]runqlat.Histogram
+	readErr   error
+	closed    bool
+	threshold time.Duration
+	setErr    error // SetThreshold's
+	slow      uint64
+	slowErr   error
+	reads     int
 }
 
 var _ probe = (*fakeProbe)(nil)
@@ -60,6 +66,7 @@ func (p *fakeProbe) Unwatch(id uint64) error {
 func (p *fakeProbe) Read(dst map[uint64]runqlat.Histogram) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.reads++
 	clear(dst)
 	if p.readErr != nil {
 		return p.readErr
@@ -70,7 +77,30 @@ func (p *fakeProbe) Read(dst map[uint64]runqlat.Histogram) error {
 	return nil
 }
 
+func (p *fakeProbe) SetThreshold(d time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.setErr != nil {
+		return p.setErr
+	}
+	p.threshold = d
+	return nil
+}
+
+func (p *fakeProbe) SlowEvents() (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slow, p.slowErr
+}
+
 func (p *fakeProbe) Close() error { p.closed = true; return nil }
+
+// readCount is how many times the histograms were read.
+func (p *fakeProbe) readCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reads
+}
 
 // add counts n delays in the bucket of d into id's histogram.
 func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) {
@@ -85,6 +115,9 @@ func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) {
 	h.Count += n
 	h.SumNs += n * uint64(d)
 	p.hists[id] = h
+	if p.threshold > 0 && d >= p.threshold {
+		p.slow += n
+	}
 }
 
 // inode is a fake cgroup id: the directory's inode (what runqlat.CgroupID returns on a
@@ -110,6 +143,11 @@ const podRel = "kubepods/burstable/pod1"
 
 func newEBPFRig(t *testing.T) *ebpfRig {
 	t.Helper()
+	return newEBPFRigWith(t, newFakeProbe())
+}
+
+func newEBPFRigWith(t *testing.T, p *fakeProbe) *ebpfRig {
+	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{podRel, podRel + "/ctr-a", podRel + "/ctr-b"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -119,7 +157,6 @@ func newEBPFRig(t *testing.T) *ebpfRig {
 	if err := os.WriteFile(filepath.Join(root, podRel, "cpu.pressure"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := newFakeProbe()
 	r := &ebpfRig{p: p, root: root, now: t0}
 	r.s = newEBPF(Options{Cgroup2Root: root, Logger: discard()}, p, inode, func() time.Time { return r.now })
 	if err := r.s.Watch(Pod{UID: "u1", Namespace: "ns", Name: "ls", Cgroup: podRel}); err != nil {
@@ -259,5 +296,163 @@ func TestEBPFReadErrorIsBlind(t *testing.T) {
 	}
 	if err := r.s.Watch(Pod{UID: "u3", Cgroup: podRel}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Watch after Close: %v", err)
+	}
+}
+
+// The slow-event gate's threshold is the lower bound of the first harm bucket, so the
+// kernel counts exactly the delays in harm buckets; at bucket 0 there is no gate.
+func TestHarmBuckets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		threshold  time.Duration
+		bucket     int
+		gate       time.Duration
+		upperBound time.Duration // BucketUpper(bucket)
+	}{
+		{2 * time.Millisecond, 11, 2048 * time.Microsecond, 4096 * time.Microsecond},
+		{2048 * time.Microsecond, 11, 2048 * time.Microsecond, 4096 * time.Microsecond},
+		{2049 * time.Microsecond, 12, 4096 * time.Microsecond, 8192 * time.Microsecond},
+		{1500 * time.Nanosecond, 1, 2 * time.Microsecond, 4 * time.Microsecond},
+		{time.Microsecond, 0, 0, 2 * time.Microsecond},
+		{time.Nanosecond, 0, 0, 2 * time.Microsecond},
+		// Past 2^24 µs only the last bucket (from 2^25 µs, no upper bound) is harm.
+		{time.Minute, runqlat.NumBuckets - 1, (1 << 25) * time.Microsecond, runqlat.BucketUpper(runqlat.NumBuckets - 1)},
+	}
+	for _, tc := range tests {
+		bucket, gate := harmBuckets(tc.threshold)
+		if bucket != tc.bucket || gate != tc.gate || runqlat.BucketUpper(bucket) != tc.upperBound {
+			t.Errorf("harmBuckets(%v) = %d, %v, want %d, %v", tc.threshold, bucket, gate, tc.bucket, tc.gate)
+		}
+	}
+}
+
+// While no delay reaches a harm bucket the gate stays shut: no reads, but one every
+// refreshEvery and one for a new pod's baseline. A slow delay opens the next poll.
+func TestEBPFGateSkipsQuietReads(t *testing.T) {
+	t.Parallel()
+	r := newEBPFRig(t)
+	if r.p.threshold != 2048*time.Microsecond || !r.s.gate {
+		t.Fatalf("probe threshold %v (gate %v), want 2.048ms: the first harm bucket's lower bound",
+			r.p.threshold, r.s.gate)
+	}
+	r.poll(t) // the new pod's baseline
+	if n := r.p.readCount(); n != 1 {
+		t.Fatalf("%d reads for the baseline, want 1", n)
+	}
+	// 1.5 ms is in the bucket straddling the threshold: never harm, never counted.
+	for range 10 {
+		r.p.add(r.podID, 10*time.Microsecond, 200)
+		r.p.add(r.podID, 1500*time.Microsecond, 50)
+		if h := r.poll(t); len(h) != 0 {
+			t.Fatalf("quiet poll reported %+v", h)
+		}
+	}
+	if n := r.p.readCount(); n != 1 {
+		t.Fatalf("%d reads after 10 quiet polls, want 1 (the baseline)", n)
+	}
+	for range 40 { // to a second after the last read
+		r.poll(t)
+	}
+	if n := r.p.readCount(); n != 2 {
+		t.Fatalf("%d reads after a quiet second, want 2 (a refresh)", n)
+	}
+	r.p.add(r.podID, 5*time.Millisecond, 1)
+	r.poll(t)
+	if n := r.p.readCount(); n != 3 {
+		t.Fatalf("%d reads after a slow delay, want 3", n)
+	}
+	r.poll(t)
+	if n := r.p.readCount(); n != 3 {
+		t.Fatalf("%d reads once the count stopped, want 3", n)
+	}
+	// A second pod needs a baseline: read at once.
+	if err := os.MkdirAll(filepath.Join(r.root, "kubepods/pod2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Watch(Pod{UID: "u2", Namespace: "ns", Name: "two", Cgroup: "kubepods/pod2"}); err != nil {
+		t.Fatal(err)
+	}
+	r.poll(t)
+	r.poll(t)
+	if n := r.p.readCount(); n != 4 {
+		t.Fatalf("%d reads after a new pod, want 4", n)
+	}
+}
+
+// After skipped polls a read's delta spans several intervals: harm is reported at once
+// only when the last interval alone certainly had it, else the next poll judges one
+// interval as before.
+func TestEBPFGateMergedWindow(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		fast, slow uint64 // 10 µs and 5 ms delays added before the poll
+		harm       bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a burst after quiet polls: at once", []step{
+			{100, 0, false}, {100, 0, false}, {100, 0, false}, {30, 30, true}}},
+		{"a few slow among many quiet delays: the next poll", []step{
+			{2000, 0, false}, {2000, 0, false}, {100, 10, false}, {10, 10, true}}},
+		{"a pod with few wake-ups: one slow delay after a quiet while is no harm", []step{
+			{5, 0, false}, {5, 0, false}, {5, 0, false}, {5, 0, false}, {5, 1, false}, {1, 0, false}}},
+		{"slow and stopping: never one interval's worth", []step{
+			{2000, 0, false}, {100, 10, false}, {100, 1, false}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newEBPFRig(t)
+			r.poll(t) // baseline
+			for i, st := range tc.steps {
+				r.p.add(r.podID, 10*time.Microsecond, st.fast)
+				r.p.add(r.podID, 5*time.Millisecond, st.slow)
+				h := r.poll(t)
+				if (len(h) == 1) != st.harm || len(h) > 1 {
+					t.Fatalf("step %d: harm %+v, want harm %v", i, h, st.harm)
+				}
+				// Either way the evidence is the last interval's.
+				if st.harm && (!h[0].Since.Equal(r.now.Add(-20*time.Millisecond)) || h[0].Pod != "ns/ls") {
+					t.Fatalf("step %d: harm %+v, want ns/ls over the last 20 ms", i, h[0])
+				}
+			}
+		})
+	}
+}
+
+// Without a gate (the probe refused the threshold), or when the count cannot be read,
+// every poll reads, and harm is judged as ever.
+func TestEBPFGateOff(t *testing.T) {
+	t.Parallel()
+	for name, setup := range map[string]func(p *fakeProbe){
+		"threshold refused": func(p *fakeProbe) { p.setErr = errors.New("no cfg map") },
+		"count unreadable":  func(p *fakeProbe) { p.slowErr = errors.New("lookup failed") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := newFakeProbe()
+			setup(p)
+			r := newEBPFRigWith(t, p)
+			r.poll(t)
+			for range 5 {
+				r.p.add(r.podID, 10*time.Microsecond, 100)
+				if h := r.poll(t); len(h) != 0 {
+					t.Fatalf("harm %+v", h)
+				}
+			}
+			if n := p.readCount(); n != 6 {
+				t.Fatalf("%d reads in 6 polls, want 6", n)
+			}
+			r.p.mu.Lock()
+			r.p.threshold = 0 // the kernel counts nothing
+			r.p.mu.Unlock()
+			r.p.add(r.podID, 10*time.Microsecond, 90)
+			r.p.add(r.podID, 5*time.Millisecond, 10)
+			if h := r.poll(t); len(h) != 1 {
+				t.Fatalf("harm %+v, want one", h)
+			}
+		})
 	}
 }

@@ -12,6 +12,13 @@
 // (Probe.Read, Histogram.Sub and Quantile on them) and exports them to
 // Prometheus (Collector: understory_ls_runqueue_delay_seconds{namespace,pod}).
 //
+// A poller need not read the histograms to know nothing happened: the
+// programs also count the delays at or above a threshold (Probe.SetThreshold)
+// in one counter, Probe.SlowEvents, read from memory shared with the kernel
+// (an 8-byte load: no syscall, no allocation). While it does not move no
+// watched task waited that long, and the histograms can stay unread. Read
+// takes every histogram in one batch lookup into buffers it keeps.
+//
 // Traps:
 //
 //   - sched_switch runs on every context switch of every CPU (often 10^4 to
@@ -24,7 +31,10 @@
 //     event outside watched cgroups, ~150 ns inside; `perf bench sched pipe`
 //     pinned to one CPU slowed by ~0.3 µs per switch with the probe attached
 //     (attach overhead included; noisy). Anything added to bpf/runqlat.c is
-//     paid on every switch.
+//     paid on every switch. The slow-event gate adds to a watched task's
+//     switch-in one inlined array lookup and a compare, and one atomic add to
+//     a shared counter only for a delay past the threshold (rare unless the
+//     pods are being harmed).
 //   - Cgroup ids are cgroup v2 ids: the inode number of the cgroup's directory
 //     in the cgroup2 mount (CgroupID), which is the kernel's cgroup->kn->id.
 //     On hybrid hosts (like the development machine) cgroup2 is mounted at
@@ -56,7 +66,9 @@
 //     entries each (~80 and ~300 bytes), the per-task clocks 10240 tasks of
 //     watched cgroups (~1 MB; an LRU: past that, evicted tasks lose a delay),
 //     the classic mode's tid -> cgroup map as much again. With the default
-//     1024 cgroups: 1.4 MB (tp_btf), 2.3 MB (classic). Watch past
+//     1024 cgroups: 1.4 MB (tp_btf), 2.3 MB (classic); the slow-event
+//     count takes a page. Read's batch buffers grow with the histograms
+//     watched (~230 bytes each, at least 64, doubling). Watch past
 //     MaxCgroups fails with ErrFull.
 //   - The kernel adds to a histogram's buckets, count and sum one after the
 //     other, without a lock (atomics, several CPUs at once): a Read may see
@@ -64,6 +76,20 @@
 //     buckets' sum.
 //   - Buckets are log2 of microseconds: a Quantile is an upper bound good to
 //     a factor of two, and delays under 2 µs share bucket 0.
+//   - SlowEvents counts delays >= the threshold in nanoseconds, not buckets:
+//     a threshold that is a bucket's lower bound (BucketUpper(i-1)) counts
+//     exactly the delays of buckets i and up. The count is global (every
+//     watched cgroup) and only grows; compare it with the last value seen.
+//     The kernel counts a delay after adding it to its histogram, so read the
+//     count before the histograms: a delay counted after a read opens the
+//     next one.
+//   - Kernel features: the count is memory-mapped from Linux 5.5
+//     (BPF_F_MMAPABLE; before, SlowEvents is one map lookup), and Read uses
+//     batch lookups from 5.6 (before, one lookup per histogram). The batch
+//     walks every bucket of the histogram map, so its cost follows
+//     Options.MaxCgroups, not the number watched. The gate uses array maps,
+//     not global variables, which would need 5.2 (the classic mode runs
+//     from 4.18).
 //   - A task woken again before it ran (rare) restarts its clock, as in
 //     bcc's runqlat. A forked task's tid clears any clock a dead task left.
 //   - Only 64-bit little-endian kernels (amd64, arm64): the classic

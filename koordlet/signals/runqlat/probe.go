@@ -1,6 +1,7 @@
 package runqlat
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -8,9 +9,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -78,15 +81,28 @@ type Options struct {
 // concurrent use.
 type Probe struct {
 	mode    Mode
-	watched *ebpf.Map // cgroup id -> histogram key
-	hists   *ebpf.Map // histogram key -> struct hist
+	watched *ebpf.Map    // cgroup id -> histogram key
+	hists   *ebpf.Map    // histogram key -> struct hist
+	cfg     *ebpf.Map    // [0]: struct config (the slow-event threshold)
+	slow    *ebpf.Map    // [0]: the slow-event count
+	slowMem *ebpf.Memory // slow mapped into this process; nil before Linux 5.5
 	closers []io.Closer
 
-	mu     sync.Mutex
-	closed bool
-	groups map[uint64]uint64 // mirror of watched
-	raw    []byte            // Read's buffer
+	mu      sync.Mutex
+	closed  bool
+	groups  map[uint64]uint64 // mirror of watched
+	nhists  int               // entries of hists: the ids in groups that are their own key
+	raw     []byte            // Watch's empty histogram
+	keys    []uint64          // Read's batch buffers, as long as each other,
+	vals    []Histogram       // at least nhists long (one batch takes the whole map)
+	one     Histogram         // Read's buffer without batches
+	noBatch bool              // the kernel has no batch lookups (before 5.6)
+	zero    uint32            // the array maps' only key
+	word    [8]byte           // SlowEvents' buffer
 }
+
+// minBatch is the shortest batch buffer Read keeps.
+const minBatch = 64
 
 // Load loads the BPF programs and attaches them (see Options.Mode). The
 // caller must Close the probe. Errors wrap ErrPermission, ErrNoBTF or
@@ -145,6 +161,12 @@ func spec(opts Options) (*ebpf.CollectionSpec, error) {
 	}
 	s.Maps[runqlatMapWatched].MaxEntries = uint32(opts.MaxCgroups)
 	s.Maps[runqlatMapHists].MaxEntries = uint32(opts.MaxCgroups)
+	// The slow-event count is read every poll: mapped into this process it
+	// costs a memory load, not a syscall. Linux 5.5+; older kernels refuse
+	// the flag, and SlowEvents looks the count up instead.
+	if features.HaveMapFlag(features.BPF_F_MMAPABLE) == nil {
+		s.Maps[runqlatMapSlow].Flags |= uint32(features.BPF_F_MMAPABLE)
+	}
 	return s, nil
 }
 
@@ -170,6 +192,8 @@ func loadBTF(opts Options) (*Probe, error) {
 	var objs struct {
 		Watched   *ebpf.Map     `ebpf:"watched"`
 		Hists     *ebpf.Map     `ebpf:"hists"`
+		Cfg       *ebpf.Map     `ebpf:"cfg"`
+		Slow      *ebpf.Map     `ebpf:"slow"`
 		Starts    *ebpf.Map     `ebpf:"starts"`
 		Wakeup    *ebpf.Program `ebpf:"tp_btf_sched_wakeup"`
 		WakeupNew *ebpf.Program `ebpf:"tp_btf_sched_wakeup_new"`
@@ -181,7 +205,7 @@ func loadBTF(opts Options) (*Probe, error) {
 		}
 		return nil, classify(fmt.Errorf("runqlat tp_btf: loading: %w", err))
 	}
-	p := newProbe(ModeBTF, objs.Watched, objs.Hists)
+	p := newProbe(ModeBTF, objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
 	// Links go first in closers: detach before the programs and maps close.
 	for _, prog := range []*ebpf.Program{objs.Wakeup, objs.WakeupNew, objs.Switch} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
@@ -191,7 +215,8 @@ func loadBTF(opts Options) (*Probe, error) {
 		}
 		p.closers = append(p.closers, l)
 	}
-	p.closers = append(p.closers, objs.Wakeup, objs.WakeupNew, objs.Switch, objs.Starts, objs.Watched, objs.Hists)
+	p.closers = append(p.closers, objs.Wakeup, objs.WakeupNew, objs.Switch, objs.Starts, objs.Watched, objs.Hists,
+		objs.Cfg, objs.Slow)
 	return p, nil
 }
 
@@ -214,6 +239,8 @@ func loadTracepoint(opts Options) (*Probe, error) {
 	var objs struct {
 		Watched   *ebpf.Map     `ebpf:"watched"`
 		Hists     *ebpf.Map     `ebpf:"hists"`
+		Cfg       *ebpf.Map     `ebpf:"cfg"`
+		Slow      *ebpf.Map     `ebpf:"slow"`
 		Starts    *ebpf.Map     `ebpf:"starts"`
 		Tidcg     *ebpf.Map     `ebpf:"tidcg"`
 		Wakeup    *ebpf.Program `ebpf:"tp_sched_wakeup"`
@@ -223,7 +250,7 @@ func loadTracepoint(opts Options) (*Probe, error) {
 	if err := s.LoadAndAssign(&objs, nil); err != nil {
 		return nil, classify(fmt.Errorf("runqlat tracepoint: loading: %w", err))
 	}
-	p := newProbe(ModeTracepoint, objs.Watched, objs.Hists)
+	p := newProbe(ModeTracepoint, objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
 	progs := []*ebpf.Program{objs.Wakeup, objs.WakeupNew, objs.Switch}
 	for i, prog := range progs {
 		a, err := attachTracepoint(ids[i], prog)
@@ -234,16 +261,24 @@ func loadTracepoint(opts Options) (*Probe, error) {
 		p.closers = append(p.closers, a)
 	}
 	p.closers = append(p.closers, objs.Wakeup, objs.WakeupNew, objs.Switch, objs.Starts, objs.Tidcg,
-		objs.Watched, objs.Hists)
+		objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
 	return p, nil
 }
 
-func newProbe(mode Mode, watched, hists *ebpf.Map) *Probe {
-	return &Probe{
-		mode: mode, watched: watched, hists: hists,
+func newProbe(mode Mode, watched, hists, cfg, slow *ebpf.Map) *Probe {
+	p := &Probe{
+		mode: mode, watched: watched, hists: hists, cfg: cfg, slow: slow,
 		groups: map[uint64]uint64{},
 		raw:    make([]byte, rawHistogramSize),
+		keys:   make([]uint64, minBatch),
+		vals:   make([]Histogram, minBatch),
 	}
+	// ErrNotSupported when the map is not mmapable (before Linux 5.5):
+	// SlowEvents then looks the count up.
+	if mm, err := slow.Memory(); err == nil && mm.Size() >= 8 {
+		p.slowMem = mm
+	}
+	return p
 }
 
 // closeAll closes what a failed load made: the links so far, then extra.
@@ -253,6 +288,8 @@ func (p *Probe) closeAll(extra ...io.Closer) {
 	}
 	_ = p.watched.Close()
 	_ = p.hists.Close()
+	_ = p.cfg.Close()
+	_ = p.slow.Close()
 }
 
 // classify wraps err in ErrPermission when the kernel said EPERM.
@@ -302,8 +339,17 @@ func (p *Probe) Watch(id uint64, children ...uint64) error {
 	// The histogram first, so no delay of a watched task is dropped. The
 	// programs never create one.
 	clear(p.raw)
-	if err := p.hists.Update(id, p.raw, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+	err := p.hists.Update(id, p.raw, ebpf.UpdateNoExist)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 		return mapErr("creating histogram of cgroup", id, err)
+	}
+	if err == nil {
+		p.nhists++
+		if n := len(p.keys); p.nhists > n {
+			// Room for every histogram: a batch shorter than one of the
+			// hash's buckets fails (ENOSPC).
+			p.keys, p.vals = make([]uint64, 2*n), make([]Histogram, 2*n)
+		}
 	}
 	for _, c := range append([]uint64{id}, children...) {
 		if err := p.watched.Update(c, id, ebpf.UpdateAny); err != nil {
@@ -343,8 +389,12 @@ func (p *Probe) Unwatch(id uint64) error {
 		delete(p.groups, c)
 	}
 	if key == id {
-		if err := p.hists.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		err := p.hists.Delete(id)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return mapErr("deleting histogram of cgroup", id, err)
+		}
+		if err == nil {
+			p.nhists--
 		}
 	}
 	return nil
@@ -360,27 +410,131 @@ func mapErr(what string, id uint64, err error) error {
 // Read replaces dst's contents with the cumulative histogram of every cgroup
 // passed to Watch as id (children are in their parent's), counted since
 // Watch. Use Histogram.Sub for the delays between two reads.
+//
+// One batch lookup takes the whole map (Linux 5.6+; one lookup per histogram
+// before), into buffers kept between calls. Keys already in dst are
+// overwritten in place: a Histogram is too big for a map slot, and a new key
+// costs an allocation.
 func (p *Probe) Read(dst map[uint64]Histogram) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	clear(dst)
 	if p.closed {
+		clear(dst)
 		return fmt.Errorf("runqlat: read: %w", os.ErrClosed)
 	}
+	n, err := 0, ebpf.ErrNotSupported
+	if !p.noBatch {
+		n, err = p.readBatch(dst)
+		p.noBatch = errors.Is(err, ebpf.ErrNotSupported)
+	}
+	if p.noBatch {
+		n, err = p.readEach(dst)
+	}
+	if err != nil {
+		clear(dst)
+		return err
+	}
+	if len(dst) > n {
+		// Keys of cgroups unwatched since dst was filled. Without them
+		// dst holds exactly the n keys just read.
+		for k := range dst {
+			if p.groups[k] != k {
+				delete(dst, k)
+			}
+		}
+	}
+	return nil
+}
+
+// readBatch reads the histogram map into dst in batches (one, with buffers
+// at least as long as the map) and says how many it read. The kernel says
+// the end with ENOENT, which comes with the last entries.
+func (p *Probe) readBatch(dst map[uint64]Histogram) (int, error) {
+	var (
+		cursor ebpf.MapBatchCursor
+		read   int
+	)
+	for {
+		n, err := p.hists.BatchLookup(&cursor, p.keys, p.vals, nil)
+		for i := range n {
+			// Only what Watch made: a Watch that failed half-way may leave
+			// a histogram behind.
+			if k := p.keys[i]; p.groups[k] == k {
+				dst[k] = p.vals[i]
+				read++
+			}
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return read, nil
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return 0, err
+		case err != nil:
+			return 0, classify(fmt.Errorf("runqlat: reading histograms: %w", err))
+		case n == 0:
+			// Not seen from the kernel; never loop on it.
+			return 0, fmt.Errorf("runqlat: reading histograms: batch lookup returned nothing")
+		}
+	}
+}
+
+// readEach reads the histograms one lookup each (kernels before 5.6).
+func (p *Probe) readEach(dst map[uint64]Histogram) (int, error) {
+	read := 0
 	for c, key := range p.groups {
 		if c != key {
 			continue
 		}
-		if err := p.hists.Lookup(key, p.raw); err != nil {
-			return classify(fmt.Errorf("runqlat: reading histogram of cgroup %d: %w", key, err))
+		if err := p.hists.Lookup(key, &p.one); err != nil {
+			return 0, classify(fmt.Errorf("runqlat: reading histogram of cgroup %d: %w", key, err))
 		}
-		h, err := DecodeHistogram(p.raw)
-		if err != nil {
-			return err
-		}
-		dst[key] = h
+		dst[key] = p.one
+		read++
+	}
+	return read, nil
+}
+
+// SetThreshold makes the programs count every delay of a watched task at or
+// above d as a slow event (SlowEvents); 0 stops counting. Slow events are the
+// cheap gate of a poller: when the count did not move, no watched task
+// waited d or more since, and the histograms need not be read.
+func (p *Probe) SetThreshold(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("runqlat: slow-event threshold %v: %w", d, ErrInvalid)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("runqlat: set threshold: %w", os.ErrClosed)
+	}
+	if err := p.cfg.Update(&p.zero, uint64(d), ebpf.UpdateAny); err != nil {
+		return classify(fmt.Errorf("runqlat: setting the slow-event threshold: %w", err))
 	}
 	return nil
+}
+
+// SlowEvents is the number of delays at or above SetThreshold's threshold
+// counted since Load, in any watched cgroup; it only grows. On Linux 5.5+ it
+// is read from memory shared with the kernel (no syscall, no allocation);
+// before, with one map lookup.
+//
+// The kernel counts a delay after adding it to its histogram: a Read after a
+// SlowEvents that saw the count move finds every delay that moved it.
+func (p *Probe) SlowEvents() (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, fmt.Errorf("runqlat: slow events: %w", os.ErrClosed)
+	}
+	if p.slowMem != nil {
+		// An aligned 8-byte copy: one load on amd64 and arm64, not torn.
+		if _, err := p.slowMem.ReadAt(p.word[:], 0); err != nil {
+			return 0, fmt.Errorf("runqlat: reading slow events: %w", err)
+		}
+	} else if err := p.slow.Lookup(&p.zero, p.word[:]); err != nil {
+		return 0, classify(fmt.Errorf("runqlat: reading slow events: %w", err))
+	}
+	return binary.NativeEndian.Uint64(p.word[:]), nil
 }
 
 // Close detaches the programs and frees the maps. Later calls do nothing.

@@ -163,7 +163,8 @@ func startHelper(t *testing.T, role string, cpu int, cgDir string) *exec.Cmd {
 // sleeps 1 ms and spins 100 µs share one CPU. The victim runs in a container
 // cgroup below a watched pod cgroup; every time it wakes it waits behind
 // the burners, so its histogram must fill with delays well above the
-// microseconds an idle CPU gives. An empty watched cgroup must count
+// microseconds an idle CPU gives, and its delays from the slow-event
+// threshold up must move SlowEvents. An empty watched cgroup must count
 // nothing, and the burners' cgroup (unwatched) must not appear. Not
 // parallel: they need the CPU to themselves (cgroupstest.LockCPU).
 func TestProbeBTF(t *testing.T) { testProbe(t, Options{Mode: ModeBTF}, ModeBTF) }
@@ -177,6 +178,13 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 	if got := p.Attach(); got != want {
 		t.Fatalf("Attach() = %q, want %q", got, want)
 	}
+	// A bucket's lower bound: the delays it counts are exactly those of
+	// buckets slowBucket and up.
+	const slowBucket = 9
+	if err := p.SetThreshold(BucketUpper(slowBucket - 1)); err != nil {
+		t.Fatal(err)
+	}
+	slow0 := slowEvents(t, p)
 
 	podDir, pod := testCgroup(t, "")
 	ctrDir, ctr := testCgroup(t, podDir)
@@ -193,7 +201,7 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 	for range 4 {
 		startHelper(t, "burn", cpu, burnDir)
 	}
-	startHelper(t, "victim", cpu, ctrDir)
+	victim := startHelper(t, "victim", cpu, ctrDir)
 	time.Sleep(1500 * time.Millisecond)
 
 	got := map[uint64]Histogram{burn: {}} // Read must drop what was there
@@ -237,6 +245,35 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 		t.Errorf("delta over 200 ms counted %d of %d delays", d.Total(), later[pod].Total())
 	}
 
+	// Once the victim is gone, its slow events are exactly its delays from
+	// the threshold's bucket up: the kernel counts both from one delay.
+	_ = victim.Process.Kill()
+	_ = victim.Wait()
+	time.Sleep(50 * time.Millisecond)
+	if err := p.Read(later); err != nil {
+		t.Fatal(err)
+	}
+	var wantSlow uint64
+	final := later[pod]
+	for _, n := range final.Buckets[slowBucket:] {
+		wantSlow += n
+	}
+	if slow := slowEvents(t, p) - slow0; slow != wantSlow || slow == 0 {
+		t.Errorf("slow events %d, want %d (the victim's delays >= %v), and some",
+			slow, wantSlow, BucketUpper(slowBucket-1))
+	}
+	// The lookup per histogram (kernels without batches) reads the same.
+	p.mu.Lock()
+	p.noBatch = true
+	p.mu.Unlock()
+	single := map[uint64]Histogram{}
+	if err := p.Read(single); err != nil {
+		t.Fatal(err)
+	}
+	if len(single) != len(later) || single[pod] != later[pod] || single[empty] != later[empty] {
+		t.Errorf("Read without batches = %v, with = %v", single, later)
+	}
+
 	// Unwatch removes the pod's histogram and its container from the kernel.
 	if err := p.Unwatch(pod); err != nil {
 		t.Fatal(err)
@@ -253,6 +290,136 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 	if n := mapLen(t, p.watched); n != 1 {
 		t.Errorf("watched map has %d entries after Unwatch, want 1", n)
 	}
+}
+
+// TestSlowEventsThreshold: the victim alone on its CPU. With a threshold far
+// above what an idle CPU makes it wait, its delays fill the histogram and
+// the slow-event count stays put; with 1 µs nearly every delay counts; with
+// 0 (off) none does. Not parallel (cgroupstest.LockCPU).
+func TestSlowEventsThreshold(t *testing.T) {
+	requireRoot(t)
+	cgroupstest.LockCPU(t)
+	p := loadProbe(t, Options{})
+	if p.slowMem == nil {
+		t.Error("slow-event count not memory-mapped on this kernel (5.5+): SlowEvents makes a syscall")
+	}
+	podDir, pod := testCgroup(t, "")
+	if err := p.Watch(pod); err != nil {
+		t.Fatal(err)
+	}
+	startHelper(t, "victim", lastCPU(t), podDir)
+
+	for _, tc := range []struct {
+		threshold time.Duration
+		moves     bool
+	}{
+		// A shared machine's other work may delay it by a slice or two, never
+		// by a quarter of a second.
+		{250 * time.Millisecond, false},
+		{time.Microsecond, true},
+		{0, false},
+	} {
+		if err := p.SetThreshold(tc.threshold); err != nil {
+			t.Fatal(err)
+		}
+		before := map[uint64]Histogram{}
+		if err := p.Read(before); err != nil {
+			t.Fatal(err)
+		}
+		s0 := slowEvents(t, p)
+		time.Sleep(500 * time.Millisecond)
+		s1 := slowEvents(t, p)
+		after := map[uint64]Histogram{}
+		if err := p.Read(after); err != nil {
+			t.Fatal(err)
+		}
+		d := after[pod].Sub(before[pod])
+		slow := s1 - s0
+		t.Logf("threshold %v: %d delays, %d slow, buckets %v", tc.threshold, d.Total(), slow, d.Buckets)
+		if d.Total() < 100 {
+			t.Fatalf("threshold %v: the victim's histogram counted %d delays in 500 ms, want hundreds",
+				tc.threshold, d.Total())
+		}
+		switch {
+		case tc.moves && (slow == 0 || slow > d.Total()):
+			t.Errorf("threshold %v: %d slow events of %d delays, want some, at most all", tc.threshold, slow, d.Total())
+		case !tc.moves && slow != 0:
+			t.Errorf("threshold %v: %d slow events, want none", tc.threshold, slow)
+		}
+	}
+	// Counting is off now: the lookup kernels before 5.5 get reads what the
+	// shared memory does.
+	mapped := slowEvents(t, p)
+	p.mu.Lock()
+	p.slowMem = nil
+	p.mu.Unlock()
+	if looked := slowEvents(t, p); looked != mapped || looked == 0 {
+		t.Errorf("SlowEvents by lookup = %d, from shared memory %d; want them equal and above 0", looked, mapped)
+	}
+}
+
+// TestProbeAPI: SetThreshold's argument, many histograms read in one batch
+// (past Read's first buffer), SlowEvents without allocations, and Close.
+// Not parallel: testing.AllocsPerRun refuses parallel tests.
+func TestProbeAPI(t *testing.T) {
+	p := loadProbe(t, Options{})
+	if err := p.SetThreshold(-time.Millisecond); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetThreshold(-1ms) = %v, want ErrInvalid", err)
+	}
+	if err := p.SetThreshold(2 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Ids of no cgroup: nothing counts into them.
+	const n = 3*minBatch + 5
+	for id := uint64(1000); id < 1000+n; id++ {
+		if err := p.Watch(id, id+10000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[uint64]Histogram{}
+	if err := p.Read(got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n || p.noBatch {
+		t.Fatalf("Read() = %d histograms (batches off: %v), want %d", len(got), p.noBatch, n)
+	}
+	for id := uint64(1000); id < 1000+n; id += 2 {
+		if err := p.Unwatch(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Read(got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n/2 || p.nhists != n/2 {
+		t.Fatalf("after unwatching every other: Read() = %d histograms (%d kept), want %d", len(got), p.nhists, n/2)
+	}
+	if a := testing.AllocsPerRun(100, func() { _, _ = p.SlowEvents() }); a != 0 {
+		t.Errorf("SlowEvents allocates %v times", a)
+	}
+	// The batch cursor, the library's boxing and its end-of-map error: a
+	// handful per Read (5 here), not one or more per histogram.
+	if a := testing.AllocsPerRun(100, func() { _ = p.Read(got) }); a > 8 {
+		t.Errorf("Read of %d histograms allocates %v times, want at most 8", len(got), a)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SlowEvents(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("SlowEvents after Close = %v, want os.ErrClosed", err)
+	}
+	if err := p.SetThreshold(0); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("SetThreshold after Close = %v, want os.ErrClosed", err)
+	}
+}
+
+func slowEvents(t *testing.T, p *Probe) uint64 {
+	t.Helper()
+	n, err := p.SlowEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func keys(m map[uint64]Histogram) []uint64 {

@@ -16,7 +16,9 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	runqlatMapCfg                  = "cfg"
 	runqlatMapHists                = "hists"
+	runqlatMapSlow                 = "slow"
 	runqlatMapStarts               = "starts"
 	runqlatMapTidcg                = "tidcg"
 	runqlatMapWatched              = "watched"
@@ -82,7 +84,9 @@ type runqlatProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqlatMapSpecs struct {
+	Cfg     *ebpf.MapSpec `ebpf:"cfg"`
 	Hists   *ebpf.MapSpec `ebpf:"hists"`
+	Slow    *ebpf.MapSpec `ebpf:"slow"`
 	Starts  *ebpf.MapSpec `ebpf:"starts"`
 	Tidcg   *ebpf.MapSpec `ebpf:"tidcg"`
 	Watched *ebpf.MapSpec `ebpf:"watched"`
@@ -114,7 +118,9 @@ func (o *runqlatObjects) Close() error {
 //
 // It can be passed to loadRunqlatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqlatMaps struct {
+	Cfg     *ebpf.Map `ebpf:"cfg"`
 	Hists   *ebpf.Map `ebpf:"hists"`
+	Slow    *ebpf.Map `ebpf:"slow"`
 	Starts  *ebpf.Map `ebpf:"starts"`
 	Tidcg   *ebpf.Map `ebpf:"tidcg"`
 	Watched *ebpf.Map `ebpf:"watched"`
@@ -122,7 +128,9 @@ type runqlatMaps struct {
 
 func (m *runqlatMaps) Close() error {
 	return _RunqlatClose(
+		m.Cfg,
 		m.Hists,
+		m.Slow,
 		m.Starts,
 		m.Tidcg,
 		m.Watched,

@@ -66,6 +66,31 @@ struct {
 	__type(value, struct start);
 } starts SEC(".maps");
 
+// The slow-event gate. Userspace sets cfg's slow_ns (0: off); every delay of
+// a watched task at or above it adds one to slow[0], after its histogram.
+// Userspace reads slow[0] each poll (mmap'ed when the kernel can: no syscall)
+// and reads the histograms only when it moved. Both are arrays: the verifier
+// inlines their lookups, and unlike global variables they load on kernels
+// before 5.2 (the classic set's floor is 4.18). BPF_F_MMAPABLE is added by
+// userspace where the kernel has it (5.5+).
+struct config {
+	__u64 slow_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} slow SEC(".maps");
+
 // Classic set only: tid -> its cgroup id when it was last switched out (or
 // forked), because a classic sched_wakeup does not say which cgroup the woken
 // task is in.
@@ -148,8 +173,9 @@ static __always_inline void dequeue(__u32 tid)
 {
 	struct start *s;
 	struct hist *h;
-	__u64 delta, key, us;
-	__u32 slot;
+	struct config *c;
+	__u64 delta, key, us, *n;
+	__u32 slot, zero = 0;
 
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s || !s->ts)
@@ -170,6 +196,15 @@ static __always_inline void dequeue(__u32 tid)
 	__sync_fetch_and_add(&h->buckets[slot], 1);
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->sum_ns, delta);
+	// After the histogram: a reader that sees the count move finds the
+	// delay in the histogram (see ../probe.go, SlowEvents). Slow delays are
+	// rare, so one shared counter's atomic add is cheap.
+	c = bpf_map_lookup_elem(&cfg, &zero);
+	if (c && c->slow_ns && delta >= c->slow_ns) {
+		n = bpf_map_lookup_elem(&slow, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
 }
 
 // ---- BTF-typed raw tracepoints ----

@@ -44,6 +44,7 @@ enum {
 /* include/uapi/linux/bpf.h: stable ABI values. */
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 };
 
