@@ -30,9 +30,13 @@ var _ probe = (*runqlat.Probe)(nil)
 
 const (
 	// rescanEvery is how often the eBPF source looks for new container cgroups below
-	// the pods it watches (a pod's tasks run in its containers' cgroups; containers
-	// restart).
-	rescanEvery = 2 * time.Second
+	// a pod it watches (a pod's tasks run in its containers' cgroups) while the pod is
+	// young (watched less than youngFor ago: its containers are being created) or has
+	// none yet; rescanSettled afterwards (a container restarts rarely). With 110 pods a
+	// rescan every 2 s of every pod was a third of the source's CPU.
+	rescanEvery   = 2 * time.Second
+	rescanSettled = 30 * time.Second
+	youngFor      = 30 * time.Second
 	// refreshEvery is how long the slow-event gate may keep the histograms unread: a
 	// read at least this often keeps the baselines recent (see poll).
 	refreshEvery = time.Second
@@ -75,6 +79,9 @@ type ebpfPod struct {
 	children map[uint64]bool
 	prev     runqlat.Histogram
 	havePrev bool
+	// watchedAt is when Watch took the pod; nextScan when its containers are looked
+	// for again (rescanLocked sets it).
+	watchedAt, nextScan time.Time
 }
 
 var _ Source = (*EBPF)(nil)
@@ -174,7 +181,8 @@ func (s *EBPF) Watch(p Pod) error {
 	if other := s.byID[id]; other != nil {
 		s.unwatchLocked(other) // the same cgroup under another UID: the newest wins
 	}
-	pd := &ebpfPod{pod: p, name: p.Namespace + "/" + p.Name, dir: dir, id: id, children: map[uint64]bool{}}
+	pd := &ebpfPod{pod: p, name: p.Namespace + "/" + p.Name, dir: dir, id: id, children: map[uint64]bool{},
+		watchedAt: s.now()}
 	if err := s.p.Watch(id); err != nil {
 		return fmt.Errorf("ebpf: watching %s: %w", p.Cgroup, err)
 	}
@@ -211,6 +219,14 @@ func (s *EBPF) unwatchLocked(pd *ebpfPod) {
 // holds one cgroup per container, with either driver) into its histogram, and stops
 // counting the ones that went.
 func (s *EBPF) rescanLocked(pd *ebpfPod) {
+	now := s.now()
+	defer func() {
+		every := rescanSettled
+		if now.Sub(pd.watchedAt) < youngFor || len(pd.children) == 0 {
+			every = rescanEvery
+		}
+		pd.nextScan = now.Add(every)
+	}()
 	entries, err := os.ReadDir(pd.dir)
 	if err != nil {
 		return // the pod is going; the agent unwatches it
@@ -247,12 +263,12 @@ func (s *EBPF) rescanLocked(pd *ebpfPod) {
 	}
 }
 
-// Run reads the maps every PollInterval and looks for new containers every rescanEvery
+// Run reads the maps every PollInterval and looks for new containers of each pod when
+// its scan is due (rescanEvery while young or without containers, then rescanSettled)
 // until ctx ends.
 func (s *EBPF) Run(ctx context.Context) error {
 	t := time.NewTicker(s.o.PollInterval)
 	defer t.Stop()
-	lastScan := s.now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,14 +279,13 @@ func (s *EBPF) Run(ctx context.Context) error {
 		if err := s.poll(now); errors.Is(err, ErrClosed) {
 			return nil
 		}
-		if now.Sub(lastScan) >= rescanEvery {
-			lastScan = now
-			s.mu.Lock()
-			for _, pd := range s.pods {
+		s.mu.Lock()
+		for _, pd := range s.pods {
+			if !now.Before(pd.nextScan) {
 				s.rescanLocked(pd)
 			}
-			s.mu.Unlock()
 		}
+		s.mu.Unlock()
 	}
 }
 

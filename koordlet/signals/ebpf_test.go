@@ -260,6 +260,29 @@ func TestEBPFWatchesContainers(t *testing.T) {
 	if len(got) != 2 || (got[0] != c && got[1] != c) {
 		t.Fatalf("children after a rescan %v, want ctr-b and ctr-c (%d)", got, c)
 	}
+	// Young pods are rescanned every rescanEvery, settled ones with containers every
+	// rescanSettled, pods without containers every rescanEvery.
+	r.s.mu.Lock()
+	pd := r.s.pods["u1"]
+	for _, tc := range []struct {
+		age      time.Duration
+		noChild  bool
+		wantNext time.Duration
+	}{{0, false, rescanEvery}, {youngFor, false, rescanSettled}, {youngFor, true, rescanEvery}} {
+		r.now = pd.watchedAt.Add(tc.age)
+		if tc.noChild {
+			for _, c := range []string{"ctr-b", "ctr-c"} {
+				if err := os.Remove(filepath.Join(r.root, podRel, c)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r.s.rescanLocked(pd)
+		if got := pd.nextScan.Sub(r.now); got != tc.wantNext {
+			t.Errorf("pod %v old, no containers %v: next scan in %v, want %v", tc.age, tc.noChild, got, tc.wantNext)
+		}
+	}
+	r.s.mu.Unlock()
 	r.s.Unwatch("u1")
 	r.s.Unwatch("unknown")
 	if _, ok := r.p.hists[r.podID]; ok || len(r.s.pods) != 0 {
