@@ -64,6 +64,8 @@ type nodeSpec struct {
 	// CPUProfile, when set, is where the agent writes its CPU profile, from its start to
 	// its stop.
 	CPUProfile string `json:"cpuProfile,omitempty"`
+	// Signals is the agent's signals.mode; empty: its default.
+	Signals string `json:"signals,omitempty"`
 }
 
 type specProc struct {
@@ -172,7 +174,7 @@ func newAgentNode(cfg agentCPUConfig) (n *agentNode, err error) {
 	}()
 	n.spec = nodeSpec{CgroupRoot: cfg.CgroupRoot, KubeletRoot: "/" + n.base,
 		Manifests: filepath.Join(dir, "manifests"), LoopPeriod: cfg.LoopPeriod,
-		FullScrapePeriod: cfg.FullScrapePeriod, Procs: make([][]specProc, mockGPUs)}
+		FullScrapePeriod: cfg.FullScrapePeriod, Procs: make([][]specProc, mockGPUs), Signals: cfg.Signals}
 	if err := os.Mkdir(n.spec.Manifests, 0o755); err != nil {
 		return nil, err
 	}
@@ -539,6 +541,9 @@ func runAgentNode(ctx context.Context, specPath string, stderr io.Writer) error 
 	cfg.GPU.LoopPeriod.Duration, cfg.GPU.FullScrapePeriod.Duration = spec.LoopPeriod, spec.FullScrapePeriod
 	if !spec.GPU {
 		cfg.GPU.Mode = koordlet.GPUModeOff
+	}
+	if spec.Signals != "" {
+		cfg.Signals.Mode = spec.Signals
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -93,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"mock GPUs: shared (an LS and a batch pod), ls, batch or idle")
 	fs.BoolVar(&cfg.AgentCPU.GPUOff, "agent-gpu-off", cfg.AgentCPU.GPUOff,
 		"agent_cpu: also measure the agent with GPU features off")
+	fs.StringVar(&cfg.AgentCPU.Signals, "agent-signals", "",
+		"agent_cpu: the agent's signals.mode (auto, ebpf, psi, sampling; empty: its default)")
 	fs.StringVar(&cfg.AgentCPU.CPUProfile, "agent-cpuprofile", "",
 		"agent_cpu: write the agent's CPU profile (GPU features on, start to stop) to this file; "+
 			"profiling adds CPU of its own")

@@ -59,6 +59,8 @@ type agentCPUConfig struct {
 	// CPUProfile, when set, is where the agent of the run with GPU features on writes its
 	// CPU profile (profiling costs CPU too: not for the figure of record).
 	CPUProfile string
+	// Signals is the agent's signals.mode ("": its default, auto).
+	Signals string
 }
 
 // MarshalJSON writes durations in readable units.
