@@ -2,11 +2,16 @@
 // this node allows, in the order eBPF → PSI → sampling:
 //
 //   - ebpf (koordlet/signals/runqlat): the run-queue delay of every LS pod's tasks,
-//     polled every pollInterval (20 ms by default). An LS pod whose delay quantile over
-//     the last interval passed its threshold is harm (runqueue_delay). Each poll first
+//     judged over one pollInterval (20 ms by default), or up to five while fewer than
+//     minSamples delays arrived. An LS pod whose delay quantile
+//     over the interval passed its threshold is harm (runqueue_delay). Each poll first
 //     reads the kernel's count of delays in harm buckets (memory shared with the
 //     kernel: no syscall) and reads the histograms (one batch lookup) only when it
-//     moved, for new pods, and once a second; a quiet node costs next to nothing.
+//     moved, for new pods, and once a second. The source does not poll a quiet node:
+//     from Linux 5.8 the probe wakes it (a ring-buffer record) at the first delay in a
+//     harm bucket after it armed the probe; it polls then every pollInterval while the
+//     count moves, and re-arms when a poll finds it unmoved. Before 5.8 it polls every
+//     pollInterval.
 //   - psi (koordlet/signals/psi): kernel PSI triggers (epoll) on every LS pod's
 //     cpu.pressure and memory.pressure. A CPU trigger is confirmed by the pod's
 //     cumulative stall less its own CFS throttled time over the last one to two windows
@@ -44,4 +49,9 @@
 //     the next poll: at worst two intervals after it began, as when it begins late in
 //     one. Changing RunqueueThreshold means a new source: the kernel's gate threshold
 //     is set from it at open.
+//   - The wake-up is one record per arming, and a slow delay between the poll that
+//     found the count unmoved and the re-arming sends none: the source looks at the
+//     count once more after arming (EBPF.wakeStep). Polling every 20 ms was not free
+//     even with no syscall: each wake-up of the agent is a context switch, and 50 a
+//     second cost 1 % of a core on a VM.
 package signals

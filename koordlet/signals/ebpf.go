@@ -28,6 +28,15 @@ type probe interface {
 
 var _ probe = (*runqlat.Probe)(nil)
 
+// waker is the part of runqlat.Probe that wakes the source when a watched task waited
+// the slow-event threshold (Linux 5.8+), instead of it polling the count.
+type waker interface {
+	Arm() error
+	Wake() <-chan struct{}
+}
+
+var _ waker = (*runqlat.Probe)(nil)
+
 const (
 	// rescanEvery is how often the eBPF source looks for new container cgroups below
 	// a pod it watches (a pod's tasks run in its containers' cgroups) while the pod is
@@ -37,6 +46,9 @@ const (
 	rescanEvery   = 2 * time.Second
 	rescanSettled = 30 * time.Second
 	youngFor      = 30 * time.Second
+	// accumulateWindow is how many poll intervals a pod's delays are counted over at
+	// most before they are judged, while fewer than RunqueueMinSamples arrived.
+	accumulateWindow = 5
 	// refreshEvery is how long the slow-event gate may keep the histograms unread: a
 	// read at least this often keeps the baselines recent (see poll).
 	refreshEvery = time.Second
@@ -79,6 +91,7 @@ type ebpfPod struct {
 	children map[uint64]bool
 	prev     runqlat.Histogram
 	havePrev bool
+	prevAt   time.Time // when prev was read: the start of the window being judged
 	// watchedAt is when Watch took the pod; nextScan when its containers are looked
 	// for again (rescanLocked sets it).
 	watchedAt, nextScan time.Time
@@ -263,10 +276,34 @@ func (s *EBPF) rescanLocked(pd *ebpfPod) {
 	}
 }
 
-// Run reads the maps every PollInterval and looks for new containers of each pod when
-// its scan is due (rescanEvery while young or without containers, then rescanSettled)
-// until ctx ends.
+// Run reads the maps until ctx ends, and looks for new containers of each pod when its
+// scan is due (rescanEvery while young or without containers, then rescanSettled).
+//
+// When the probe can wake it (Linux 5.8+ and the slow-event gate on), Run sleeps until
+// the kernel says a watched task waited a harm bucket's delay, or for refreshEvery: a
+// quiet node costs one wake-up a second, not one per PollInterval (each one a context
+// switch: 50 a second cost 1.1 % of a core on the development VM). From a wake-up
+// it reads at once and then every PollInterval while the slow-event count keeps moving
+// (harm is judged over one interval, see poll), and re-arms the probe when a poll finds
+// the count unmoved. Otherwise it polls every PollInterval.
 func (s *EBPF) Run(ctx context.Context) error {
+	w, ok := s.p.(waker)
+	if !ok || !s.gate || w.Wake() == nil {
+		return s.runPolling(ctx)
+	}
+	err := w.Arm()
+	switch {
+	case err == nil:
+		return s.runWoken(ctx, w)
+	case errors.Is(err, os.ErrClosed):
+		return nil
+	}
+	s.o.Logger.Info("ebpf: the probe cannot wake the source; polling", "err", err)
+	return s.runPolling(ctx)
+}
+
+// runPolling polls every PollInterval.
+func (s *EBPF) runPolling(ctx context.Context) error {
 	t := time.NewTicker(s.o.PollInterval)
 	defer t.Stop()
 	for {
@@ -279,14 +316,105 @@ func (s *EBPF) Run(ctx context.Context) error {
 		if err := s.poll(now); errors.Is(err, ErrClosed) {
 			return nil
 		}
-		s.mu.Lock()
-		for _, pd := range s.pods {
-			if !now.Before(pd.nextScan) {
-				s.rescanLocked(pd)
-			}
-		}
-		s.mu.Unlock()
+		s.rescanDue(now)
 	}
+}
+
+// runWoken waits for the probe's wake-ups (armed when called), see Run.
+func (s *EBPF) runWoken(ctx context.Context, w waker) error {
+	wake := w.Wake()
+	refresh := time.NewTicker(refreshEvery)
+	defer refresh.Stop()
+	tick := time.NewTimer(s.o.PollInterval)
+	tick.Stop()
+	defer tick.Stop()
+	var (
+		tickC  <-chan time.Time // nil while waiting for a wake-up
+		armed  = true
+		forced bool
+	)
+	for {
+		forced = false
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-wake:
+			if !ok {
+				// The probe's reader ended: Close, or it failed.
+				if s.isClosed() {
+					return nil
+				}
+				s.o.Logger.Info("ebpf: the probe stopped waking the source; polling")
+				return s.runPolling(ctx)
+			}
+			armed = false // the probe disarms itself as it sends
+		case <-tickC:
+		case <-refresh.C:
+			forced = true
+		}
+		again, err := s.wakeStep(w, s.now(), forced, &armed)
+		if errors.Is(err, ErrClosed) {
+			return nil
+		}
+		tickC = nil
+		if again {
+			tick.Reset(s.o.PollInterval)
+			tickC = tick.C
+		}
+	}
+}
+
+// wakeStep is one turn of runWoken at now: it polls (reading the histograms when forced,
+// see pollMoved), rescans what is due, and says whether to poll again in PollInterval:
+// while the slow-event count moves, or the probe could not be re-armed. Otherwise the
+// probe is armed on return (*armed) and runWoken waits for its wake-up.
+func (s *EBPF) wakeStep(w waker, now time.Time, force bool, armed *bool) (again bool, err error) {
+	moved, err := s.pollMoved(now, force)
+	if errors.Is(err, ErrClosed) {
+		return false, err
+	}
+	s.rescanDue(now)
+	if moved || err != nil {
+		return true, nil
+	}
+	if *armed {
+		return false, nil
+	}
+	if err := w.Arm(); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return false, ErrClosed
+		}
+		s.o.Logger.Debug("ebpf: re-arming the probe", "err", err)
+		return true, nil
+	}
+	*armed = true
+	// A slow delay between that poll and Arm sent nothing: look once more (a memory
+	// load when the count did not move).
+	moved, err = s.pollMoved(now, false)
+	if errors.Is(err, ErrClosed) {
+		return false, err
+	}
+	return moved || err != nil, nil
+}
+
+// rescanDue rescans the pods whose scan is due.
+func (s *EBPF) rescanDue(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	for _, pd := range s.pods {
+		if !now.Before(pd.nextScan) {
+			s.rescanLocked(pd)
+		}
+	}
+}
+
+func (s *EBPF) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // poll reads every watched pod's histogram and queues harm for each pod whose delay
@@ -312,16 +440,24 @@ func (s *EBPF) Run(ctx context.Context) error {
 // still-moving counter opens, applies the rule over one interval as before: a harm is
 // reported one poll later at worst, as when it begins late in an interval.
 func (s *EBPF) poll(now time.Time) error {
+	_, err := s.pollMoved(now, false)
+	return err
+}
+
+// pollMoved is poll, reading the histograms even when the count did not move if force
+// (runWoken's refresh). moved: the slow-event count moved since the last read (or could
+// not be read), so a delay in a harm bucket may be under way.
+func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return false, ErrClosed
 	}
 	prevPoll := s.lastPoll
 	s.lastPoll = now
 	if len(s.pods) == 0 {
 		s.lastRead, s.skipped = now, false
-		return nil
+		return false, nil
 	}
 	var slow uint64
 	if s.gate {
@@ -330,23 +466,24 @@ func (s *EBPF) poll(now time.Time) error {
 		case err != nil:
 			// Read anyway: the gate is an economy, the read the signal.
 			s.o.Logger.Debug("ebpf: reading the slow-event count", "err", err)
-			n = s.slowSeen + 1
-		case n == s.slowSeen && !s.fresh && now.Sub(s.lastRead) < refreshEvery:
+			n, moved = s.slowSeen+1, true
+		case n != s.slowSeen:
+			moved = true
+		case !s.fresh && !force && now.Sub(s.lastRead) < refreshEvery:
 			s.skipped = true
-			return nil
+			return false, nil
 		}
 		slow = n
 	}
 	if err := s.p.Read(s.cur); err != nil {
 		s.q.fail(fmt.Errorf("ebpf: reading run-queue delays: %w", err))
-		return err
+		return moved, err
 	}
 	// The count before the read: a delay counted after it (its histogram first) was
 	// either in this read, or opens the next.
 	s.slowSeen, s.fresh = slow, false
 	merged := s.skipped
 	s.skipped = false
-	since := s.lastRead
 	s.lastRead = now
 	for id, h := range s.cur {
 		pd := s.byID[id]
@@ -354,19 +491,29 @@ func (s *EBPF) poll(now time.Time) error {
 			continue
 		}
 		if !pd.havePrev {
-			pd.prev, pd.havePrev = h, true
+			pd.prev, pd.prevAt, pd.havePrev = h, now, true
 			continue
 		}
 		d := h.Sub(pd.prev)
-		pd.prev = h
-		if d.Total() < s.o.RunqueueMinSamples {
+		// Too few delays to judge yet: keep counting from the same baseline for up to
+		// accumulateWindow polls (CPU-bound LS tasks wait a whole slice, a few ms, so
+		// one 20 ms interval may hold fewer than RunqueueMinSamples delays however long
+		// they wait). A longer span (reads only every refreshEvery while quiet) is not
+		// judged: it would dilute or mix old delays.
+		span := now.Sub(pd.prevAt)
+		window := accumulateWindow * s.o.PollInterval
+		if !merged && d.Total() < s.o.RunqueueMinSamples && span < window {
+			continue
+		}
+		from := pd.prevAt
+		pd.prev, pd.prevAt = h, now
+		if d.Total() < s.o.RunqueueMinSamples || (!merged && span > 2*window) {
 			continue
 		}
 		upper := d.Quantile(s.o.RunqueueQuantile)
 		if upper/2 < s.o.RunqueueThreshold {
 			continue
 		}
-		from := since
 		if merged {
 			if s.harmed(d) < s.o.RunqueueMinSamples {
 				continue // not sure: the next poll judges one interval
@@ -375,7 +522,7 @@ func (s *EBPF) poll(now time.Time) error {
 		}
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: from, Pod: pd.name, Value: upper})
 	}
-	return nil
+	return moved, nil
 }
 
 // harmed is the number of delays of d in harm buckets.

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,9 +28,20 @@ type fakeProbe struct {
 	slow      uint64
 	slowErr   error
 	reads     int
+	slowCalls int // SlowEvents calls
+	// The wake-up, like the kernel's: while armed, the first slow delay disarms and sends
+	// on wake. A nil wake is a probe without one (before Linux 5.8).
+	wake   chan struct{}
+	armed  bool
+	arms   int
+	armErr error
+	onArm  func() // called by Arm before it arms (without p.mu)
 }
 
-var _ probe = (*fakeProbe)(nil)
+var (
+	_ probe = (*fakeProbe)(nil)
+	_ waker = (*fakeProbe)(nil)
+)
 
 func newFakeProbe() *fakeProbe {
 	return &fakeProbe{children: map[uint64][]uint64{}, hists: map[uint64]runqlat.Histogram{}}
@@ -90,10 +102,45 @@ func (p *fakeProbe) SetThreshold(d time.Duration) error {
 func (p *fakeProbe) SlowEvents() (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.slowCalls++
 	return p.slow, p.slowErr
 }
 
-func (p *fakeProbe) Close() error { p.closed = true; return nil }
+func (p *fakeProbe) Arm() error {
+	if p.onArm != nil {
+		p.onArm()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return os.ErrClosed
+	}
+	if p.armErr != nil {
+		return p.armErr
+	}
+	p.armed = true
+	p.arms++
+	return nil
+}
+
+func (p *fakeProbe) Wake() <-chan struct{} { return p.wake }
+
+func (p *fakeProbe) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed && p.wake != nil {
+		close(p.wake)
+	}
+	p.closed = true
+	return nil
+}
+
+// counts is how many times the slow-event count was looked at and the probe armed.
+func (p *fakeProbe) counts() (slowCalls, arms int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slowCalls, p.arms
+}
 
 // readCount is how many times the histograms were read.
 func (p *fakeProbe) readCount() int {
@@ -115,8 +162,15 @@ func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) {
 	h.Count += n
 	h.SumNs += n * uint64(d)
 	p.hists[id] = h
-	if p.threshold > 0 && d >= p.threshold {
+	if p.threshold > 0 && d >= p.threshold && n > 0 {
 		p.slow += n
+		if p.armed && p.wake != nil {
+			p.armed = false
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -235,6 +289,33 @@ func TestEBPFHarmAboveThreshold(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pod whose delays come fewer than minSamples per poll (CPU-bound LS tasks waiting a
+// whole slice each) is judged over the polls it takes to gather them, up to
+// accumulateWindow polls; a longer quiet span is only a new baseline.
+func TestEBPFAccumulatesSparseDelays(t *testing.T) {
+	t.Parallel()
+	r := newEBPFRig(t)
+	r.poll(t) // baseline
+	start := r.now
+	for i := range 3 { // 8 slow delays a poll: 24 after three
+		r.p.add(r.podID, 5*time.Millisecond, 8)
+		h := r.poll(t)
+		if want := i == 2; (len(h) == 1) != want || len(h) > 1 {
+			t.Fatalf("poll %d: harm %+v, want harm %v", i+1, h, want)
+		}
+		if i == 2 && !h[0].Since.Equal(start) {
+			t.Fatalf("harm since %v, want the baseline's read %v", h[0].Since, start)
+		}
+	}
+	// Sparse delays over more than twice the window: not judged, the baseline moves on.
+	r.p.add(r.podID, 5*time.Millisecond, 10)
+	r.now = r.now.Add(2 * accumulateWindow * 20 * time.Millisecond)
+	r.p.add(r.podID, 5*time.Millisecond, 10)
+	if h := r.poll(t); len(h) != 0 {
+		t.Fatalf("a span of %d polls judged: %+v", 2*accumulateWindow+1, h)
 	}
 }
 
@@ -477,5 +558,242 @@ func TestEBPFGateOff(t *testing.T) {
 				t.Fatalf("harm %+v, want one", h)
 			}
 		})
+	}
+}
+
+// newWakeRig is an eBPF rig whose probe wakes the source.
+func newWakeRig(t *testing.T) *ebpfRig {
+	t.Helper()
+	p := newFakeProbe()
+	p.wake = make(chan struct{}, 1)
+	return newEBPFRigWith(t, p)
+}
+
+// step is one turn of runWoken at the rig's clock advanced by d.
+func (r *ebpfRig) step(t *testing.T, d time.Duration, force bool, armed *bool) (again bool, harm []Harm) {
+	t.Helper()
+	r.now = r.now.Add(d)
+	again, err := r.s.wakeStep(r.p, r.now, force, armed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.s.Take(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return again, h
+}
+
+// The wake/arm cycle on a fake clock: a quiet node is armed and only refreshed; the
+// first slow delay wakes the source, which polls every interval while the count moves
+// and reports the harm within one interval of the wake-up, then re-arms once a poll
+// finds the count unmoved.
+func TestEBPFWakeArmCycle(t *testing.T) {
+	t.Parallel()
+	r := newWakeRig(t)
+	armed := false
+	again, _ := r.step(t, time.Second, true, &armed)
+	if _, arms := r.p.counts(); again || !armed || arms != 1 {
+		t.Fatalf("quiet first turn: again %v, armed %v, %d arms; want armed and waiting", again, armed, arms)
+	}
+	// Refreshes of a quiet node: a read each, no re-arming.
+	reads := r.p.readCount()
+	for range 3 {
+		if again, h := r.step(t, time.Second, true, &armed); again || len(h) != 0 {
+			t.Fatalf("quiet refresh: again %v, harm %+v", again, h)
+		}
+	}
+	if n, arms := r.p.readCount()-reads, r.p.arms; n != 3 || arms != 1 {
+		t.Fatalf("3 refreshes: %d reads, %d arms; want 3 and 1", n, arms)
+	}
+
+	// Harm begins: the first slow delay wakes the source.
+	r.p.add(r.podID, 5*time.Millisecond, 1)
+	select {
+	case <-r.p.wake:
+		armed = false // as runWoken does
+	default:
+		t.Fatal("a slow delay while armed sent no wake-up")
+	}
+	woke := r.now.Add(300 * time.Millisecond)
+	again, h := r.step(t, 300*time.Millisecond, false, &armed)
+	if !again || len(h) != 0 {
+		t.Fatalf("turn at the wake-up: again %v, harm %+v; want a poll next and no harm from 1 delay", again, h)
+	}
+	// The next interval holds enough slow delays: reported at the next poll.
+	r.p.add(r.podID, 10*time.Microsecond, 90)
+	r.p.add(r.podID, 5*time.Millisecond, 10)
+	again, h = r.step(t, 20*time.Millisecond, false, &armed)
+	if !again || len(h) != 1 || !h[0].Since.Equal(woke) || r.now.Sub(woke) > 20*time.Millisecond {
+		t.Fatalf("poll after the wake-up: again %v, harm %+v; want harm since %v, polling on", again, h, woke)
+	}
+	if _, arms := r.p.counts(); armed || arms != 1 {
+		t.Fatalf("re-armed while the count moves (%d arms)", arms)
+	}
+	// Harm goes on: polled every interval, each interval judged.
+	r.p.add(r.podID, 10*time.Microsecond, 90)
+	r.p.add(r.podID, 5*time.Millisecond, 10)
+	if again, h = r.step(t, 20*time.Millisecond, false, &armed); !again || len(h) != 1 {
+		t.Fatalf("harm going on: again %v, harm %+v", again, h)
+	}
+	// Quiet again: re-armed, waiting.
+	if again, h = r.step(t, 20*time.Millisecond, false, &armed); again || len(h) != 0 || !armed || r.p.arms != 2 {
+		t.Fatalf("quiet poll: again %v, harm %+v, armed %v, %d arms; want re-armed", again, h, armed, r.p.arms)
+	}
+	select {
+	case <-r.p.wake:
+		t.Fatal("a wake-up pending without a slow delay since arming")
+	default:
+	}
+}
+
+// A slow delay between the quiet poll and Arm sends nothing (the probe was disarmed):
+// the turn looks at the count again after arming and polls on.
+func TestEBPFWakeArmRace(t *testing.T) {
+	t.Parallel()
+	r := newWakeRig(t)
+	armed := false
+	r.p.onArm = func() { r.p.add(r.podID, 5*time.Millisecond, 1) }
+	if again, _ := r.step(t, time.Second, true, &armed); !again || !armed {
+		t.Fatalf("slow delay before Arm: again %v, armed %v; want armed and polling on", again, armed)
+	}
+	r.p.onArm = nil
+	// Arm failing: poll on rather than sleep unarmed.
+	r.p.armErr = errors.New("map update failed")
+	armed = false
+	r.step(t, 20*time.Millisecond, false, &armed) // reads the moved count
+	if again, _ := r.step(t, 20*time.Millisecond, false, &armed); !again || armed {
+		t.Fatalf("Arm failing: again %v, armed %v; want polling on", again, armed)
+	}
+}
+
+// eventually waits up to 2 s for cond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runSource runs s.Run until the test ends (which checks it returned nil).
+func runSource(t *testing.T, s *EBPF) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Error("Run did not return")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// Run with a probe that wakes it: armed and asleep while quiet (no poll every
+// interval), woken by the first slow delay, harm reported, re-armed after.
+func TestEBPFRunWoken(t *testing.T) {
+	t.Parallel()
+	p := newFakeProbe()
+	p.wake = make(chan struct{}, 1)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, podRel, "ctr-a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newEBPF(Options{Cgroup2Root: root, Logger: discard(), PollInterval: 5 * time.Millisecond}, p, inode, time.Now)
+	if err := s.Watch(Pod{UID: "u1", Namespace: "ns", Name: "ls", Cgroup: podRel}); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := inode(filepath.Join(root, podRel))
+	runSource(t, s)
+	eventually(t, "the first Arm", func() bool { _, a := p.counts(); return a == 1 })
+	calls, _ := p.counts()
+	time.Sleep(100 * time.Millisecond) // 20 intervals
+	if n, _ := p.counts(); n-calls > 1 {
+		t.Fatalf("armed and quiet: the count was looked at %d times in 100 ms, want no polling", n-calls)
+	}
+	// Harm for a while: the source is woken and reports it.
+	feed := make(chan struct{})
+	go func() {
+		defer close(feed)
+		for range 40 {
+			p.add(id, 10*time.Microsecond, 9)
+			p.add(id, 5*time.Millisecond, 3)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-s.Wake():
+	case <-time.After(2 * time.Second):
+		t.Fatal("no harm reported")
+	}
+	if h, err := s.Take(nil); err != nil || len(h) == 0 || h[0].Pod != "ns/ls" {
+		t.Fatalf("Take: %+v, %v", h, err)
+	}
+	<-feed
+	eventually(t, "re-arming after the harm", func() bool { _, a := p.counts(); return a >= 2 })
+}
+
+// Without a wake-up (kernels before 5.8), or when arming fails, Run polls every interval.
+func TestEBPFRunPollsWithoutWake(t *testing.T) {
+	t.Parallel()
+	for name, setup := range map[string]func(p *fakeProbe){
+		"no ring buffer": func(*fakeProbe) {},
+		"Arm fails": func(p *fakeProbe) {
+			p.wake = make(chan struct{}, 1)
+			p.armErr = runqlat.ErrNoWake
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := newFakeProbe()
+			setup(p)
+			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, podRel), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s := newEBPF(Options{Cgroup2Root: root, Logger: discard(), PollInterval: time.Millisecond}, p, inode,
+				time.Now)
+			if err := s.Watch(Pod{UID: "u1", Namespace: "ns", Name: "ls", Cgroup: podRel}); err != nil {
+				t.Fatal(err)
+			}
+			runSource(t, s)
+			eventually(t, "polls", func() bool { n, _ := p.counts(); return n >= 10 })
+		})
+	}
+}
+
+// Closing the source closes the probe and its wake-up: Run returns.
+func TestEBPFRunWokenClose(t *testing.T) {
+	t.Parallel()
+	r := newWakeRig(t)
+	r.s.now = time.Now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.s.Run(ctx) }()
+	eventually(t, "the first Arm", func() bool { _, a := r.p.counts(); return a == 1 })
+	if err := r.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return after Close")
 	}
 }

@@ -25,7 +25,7 @@ type Options struct {
 	// PollInterval is how often the eBPF source reads its maps.
 	PollInterval time.Duration
 	// RunqueueQuantile and RunqueueThreshold: an LS pod whose run-queue delay at this
-	// quantile, over one poll interval, passes the threshold is harmed, provided the
+	// quantile, over one poll interval (up to five while fewer delays arrived), passes the threshold is harmed, provided the
 	// interval saw at least RunqueueMinSamples wake-ups of the pod.
 	RunqueueQuantile   float64
 	RunqueueThreshold  time.Duration
@@ -38,8 +38,10 @@ type Options struct {
 
 // Defaults of Options (and of the agent's signals config).
 const (
-	// DefaultPollInterval reads the eBPF maps 50 times a second: a harm is seen within
-	// 20 ms, inside the 50 ms reaction target, for the cost measured in docs/design.md.
+	// DefaultPollInterval is how often the eBPF maps are read while delays past the
+	// threshold keep coming (the kernel wakes the source at the first one; a quiet node is
+	// read once a second): a harm is seen within 20 ms of enough delays, inside the 50 ms
+	// reaction target.
 	DefaultPollInterval = 20 * time.Millisecond
 	// DefaultRunqueueQuantile and DefaultRunqueueThreshold: a SCHED_IDLE batch task is
 	// preempted by a waking LS task within microseconds, so LS tasks waiting

@@ -19,6 +19,13 @@
 // watched task waited that long, and the histograms can stay unread. Read
 // takes every histogram in one batch lookup into buffers it keeps.
 //
+// A poller need not even poll (Linux 5.8+, BPF ring buffers): after Arm, the
+// first delay at or above the threshold disarms the probe and sends one value
+// on Wake (a ring-buffer record, read by a goroutine waiting in the runtime's
+// netpoller). The poller reads, polls while SlowEvents moves, and re-arms. On
+// older kernels the object without the ring buffer is loaded
+// (runqlatpoll_bpfel.o): Arm fails with ErrNoWake and Wake is nil.
+//
 // Traps:
 //
 //   - sched_switch runs on every context switch of every CPU (often 10^4 to
@@ -34,7 +41,15 @@
 //     paid on every switch. The slow-event gate adds to a watched task's
 //     switch-in one inlined array lookup and a compare, and one atomic add to
 //     a shared counter only for a delay past the threshold (rare unless the
-//     pods are being harmed).
+//     pods are being harmed); the wake-up then one hash lookup, and a delete
+//     and a ring-buffer write once per Arm.
+//   - Arm and a slow delay race: one between the poller's last look at
+//     SlowEvents and Arm sends nothing. Look again after Arm. The gate is a
+//     one-key hash whose delete is the atomic test-and-set: BPF's xchg and
+//     cmpxchg need Linux 5.12, ring buffers only 5.8.
+//   - ringbuf.Reader.Read parks an OS thread in epoll_wait for the life of the
+//     probe; the wake-up goroutine waits in the runtime's netpoller instead
+//     and drains the reader without blocking.
 //   - Cgroup ids are cgroup v2 ids: the inode number of the cgroup's directory
 //     in the cgroup2 mount (CgroupID), which is the kernel's cgroup->kn->id.
 //     On hybrid hosts (like the development machine) cgroup2 is mounted at

@@ -75,6 +75,10 @@ type Options struct {
 	// MaxCgroups bounds the watched cgroups and histograms (each map);
 	// 0 is DefaultMaxCgroups. Histograms are preallocated: ~300 bytes each.
 	MaxCgroups int
+
+	// noWake loads the object without the wake-up ring buffer, as on
+	// kernels before 5.8 (tests).
+	noWake bool
 }
 
 // Probe is the loaded and attached BPF program. Its methods are safe for
@@ -86,6 +90,7 @@ type Probe struct {
 	cfg     *ebpf.Map    // [0]: struct config (the slow-event threshold)
 	slow    *ebpf.Map    // [0]: the slow-event count
 	slowMem *ebpf.Memory // slow mapped into this process; nil before Linux 5.5
+	n       *notifier    // the slow-event wake-up; nil before Linux 5.8
 	closers []io.Closer
 
 	mu      sync.Mutex
@@ -153,11 +158,17 @@ func load(opts Options) (*Probe, error) {
 	return nil, fmt.Errorf("runqlat: mode %q: %w", opts.Mode, ErrInvalid)
 }
 
-// spec is the embedded collection with the maps sized.
-func spec(opts Options) (*ebpf.CollectionSpec, error) {
-	s, err := loadRunqlat()
+// spec is the embedded collection with the maps sized, and the wake-up's maps
+// made for it (nil on kernels without ring buffers: the object without them).
+func spec(opts Options) (*ebpf.CollectionSpec, *notifier, error) {
+	load := loadRunqlat
+	wake := !opts.noWake && haveRingbuf()
+	if !wake {
+		load = loadRunqlatpoll
+	}
+	s, err := load()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.Maps[runqlatMapWatched].MaxEntries = uint32(opts.MaxCgroups)
 	s.Maps[runqlatMapHists].MaxEntries = uint32(opts.MaxCgroups)
@@ -167,7 +178,14 @@ func spec(opts Options) (*ebpf.CollectionSpec, error) {
 	if features.HaveMapFlag(features.BPF_F_MMAPABLE) == nil {
 		s.Maps[runqlatMapSlow].Flags |= uint32(features.BPF_F_MMAPABLE)
 	}
-	return s, nil
+	if !wake {
+		return s, nil, nil
+	}
+	n, err := newNotifier(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, n, nil
 }
 
 func loadBTF(opts Options) (*Probe, error) {
@@ -185,7 +203,7 @@ func loadBTF(opts Options) (*Probe, error) {
 		}
 		progOpts.KernelTypes = kt
 	}
-	s, err := spec(opts)
+	s, n, err := spec(opts)
 	if err != nil {
 		return nil, fmt.Errorf("runqlat tp_btf: %w", err)
 	}
@@ -199,13 +217,17 @@ func loadBTF(opts Options) (*Probe, error) {
 		WakeupNew *ebpf.Program `ebpf:"tp_btf_sched_wakeup_new"`
 		Switch    *ebpf.Program `ebpf:"tp_btf_sched_switch"`
 	}
-	if err := s.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: progOpts}); err != nil {
+	err = s.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: progOpts, MapReplacements: n.replacements()})
+	if err != nil {
+		if n != nil {
+			_ = n.close()
+		}
 		if errors.Is(err, btf.ErrNotSupported) {
 			return nil, noBTF(err)
 		}
 		return nil, classify(fmt.Errorf("runqlat tp_btf: loading: %w", err))
 	}
-	p := newProbe(ModeBTF, objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
+	p := newProbe(ModeBTF, objs.Watched, objs.Hists, objs.Cfg, objs.Slow, n)
 	// Links go first in closers: detach before the programs and maps close.
 	for _, prog := range []*ebpf.Program{objs.Wakeup, objs.WakeupNew, objs.Switch} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
@@ -217,6 +239,10 @@ func loadBTF(opts Options) (*Probe, error) {
 	}
 	p.closers = append(p.closers, objs.Wakeup, objs.WakeupNew, objs.Switch, objs.Starts, objs.Watched, objs.Hists,
 		objs.Cfg, objs.Slow)
+	if err := p.startWake(); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("runqlat tp_btf: %w", err)
+	}
 	return p, nil
 }
 
@@ -232,7 +258,7 @@ func loadTracepoint(opts Options) (*Probe, error) {
 			return nil, err
 		}
 	}
-	s, err := spec(opts)
+	s, n, err := spec(opts)
 	if err != nil {
 		return nil, fmt.Errorf("runqlat tracepoint: %w", err)
 	}
@@ -247,10 +273,13 @@ func loadTracepoint(opts Options) (*Probe, error) {
 		WakeupNew *ebpf.Program `ebpf:"tp_sched_wakeup_new"`
 		Switch    *ebpf.Program `ebpf:"tp_sched_switch"`
 	}
-	if err := s.LoadAndAssign(&objs, nil); err != nil {
+	if err := s.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: n.replacements()}); err != nil {
+		if n != nil {
+			_ = n.close()
+		}
 		return nil, classify(fmt.Errorf("runqlat tracepoint: loading: %w", err))
 	}
-	p := newProbe(ModeTracepoint, objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
+	p := newProbe(ModeTracepoint, objs.Watched, objs.Hists, objs.Cfg, objs.Slow, n)
 	progs := []*ebpf.Program{objs.Wakeup, objs.WakeupNew, objs.Switch}
 	for i, prog := range progs {
 		a, err := attachTracepoint(ids[i], prog)
@@ -262,12 +291,16 @@ func loadTracepoint(opts Options) (*Probe, error) {
 	}
 	p.closers = append(p.closers, objs.Wakeup, objs.WakeupNew, objs.Switch, objs.Starts, objs.Tidcg,
 		objs.Watched, objs.Hists, objs.Cfg, objs.Slow)
+	if err := p.startWake(); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("runqlat tracepoint: %w", err)
+	}
 	return p, nil
 }
 
-func newProbe(mode Mode, watched, hists, cfg, slow *ebpf.Map) *Probe {
+func newProbe(mode Mode, watched, hists, cfg, slow *ebpf.Map, n *notifier) *Probe {
 	p := &Probe{
-		mode: mode, watched: watched, hists: hists, cfg: cfg, slow: slow,
+		mode: mode, watched: watched, hists: hists, cfg: cfg, slow: slow, n: n,
 		groups: map[uint64]uint64{},
 		raw:    make([]byte, rawHistogramSize),
 		keys:   make([]uint64, minBatch),
@@ -290,6 +323,18 @@ func (p *Probe) closeAll(extra ...io.Closer) {
 	_ = p.hists.Close()
 	_ = p.cfg.Close()
 	_ = p.slow.Close()
+	if p.n != nil {
+		_ = p.n.close()
+	}
+}
+
+// startWake starts reading the wake-up ring buffer, once the programs are
+// attached; the probe then needs Close.
+func (p *Probe) startWake() error {
+	if p.n == nil {
+		return nil
+	}
+	return p.n.start()
 }
 
 // classify wraps err in ErrPermission when the kernel said EPERM.
@@ -537,6 +582,38 @@ func (p *Probe) SlowEvents() (uint64, error) {
 	return binary.NativeEndian.Uint64(p.word[:]), nil
 }
 
+// Arm makes the next delay at or above SetThreshold's threshold, in any watched
+// cgroup, send one value on Wake; the probe disarms itself as it sends, so a
+// burst of slow delays wakes the reader once, and the reader re-arms when it
+// wants the next. Arming an armed probe does nothing. Without BPF ring buffers
+// (before Linux 5.8) it fails with ErrNoWake: poll SlowEvents instead.
+//
+// Trap: a slow delay between the reader's last look at SlowEvents and Arm
+// sends nothing. Look at SlowEvents once more after Arm.
+func (p *Probe) Arm() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("runqlat: arm: %w", os.ErrClosed)
+	}
+	if p.n == nil {
+		return fmt.Errorf("runqlat: arm: %w", ErrNoWake)
+	}
+	return p.n.arm()
+}
+
+// Wake receives a value after Arm when a watched task waited at least the
+// slow-event threshold (SlowEvents has counted it by then). Values do not
+// queue: one pending value stands for any number of wake-ups. It is nil
+// without ring buffers (ErrNoWake: a nil channel never receives) and closed
+// by Close.
+func (p *Probe) Wake() <-chan struct{} {
+	if p.n == nil {
+		return nil
+	}
+	return p.n.wake
+}
+
 // Close detaches the programs and frees the maps. Later calls do nothing.
 func (p *Probe) Close() error {
 	p.mu.Lock()
@@ -548,6 +625,12 @@ func (p *Probe) Close() error {
 	var errs []error
 	for _, c := range p.closers {
 		if err := c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.n != nil {
+		// After the programs: nothing writes to the ring any more.
+		if err := p.n.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

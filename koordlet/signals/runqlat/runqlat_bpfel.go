@@ -16,7 +16,9 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	runqlatMapArmed                = "armed"
 	runqlatMapCfg                  = "cfg"
+	runqlatMapEvents               = "events"
 	runqlatMapHists                = "hists"
 	runqlatMapSlow                 = "slow"
 	runqlatMapStarts               = "starts"
@@ -84,7 +86,9 @@ type runqlatProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqlatMapSpecs struct {
+	Armed   *ebpf.MapSpec `ebpf:"armed"`
 	Cfg     *ebpf.MapSpec `ebpf:"cfg"`
+	Events  *ebpf.MapSpec `ebpf:"events"`
 	Hists   *ebpf.MapSpec `ebpf:"hists"`
 	Slow    *ebpf.MapSpec `ebpf:"slow"`
 	Starts  *ebpf.MapSpec `ebpf:"starts"`
@@ -118,7 +122,9 @@ func (o *runqlatObjects) Close() error {
 //
 // It can be passed to loadRunqlatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqlatMaps struct {
+	Armed   *ebpf.Map `ebpf:"armed"`
 	Cfg     *ebpf.Map `ebpf:"cfg"`
+	Events  *ebpf.Map `ebpf:"events"`
 	Hists   *ebpf.Map `ebpf:"hists"`
 	Slow    *ebpf.Map `ebpf:"slow"`
 	Starts  *ebpf.Map `ebpf:"starts"`
@@ -128,7 +134,9 @@ type runqlatMaps struct {
 
 func (m *runqlatMaps) Close() error {
 	return _RunqlatClose(
+		m.Armed,
 		m.Cfg,
+		m.Events,
 		m.Hists,
 		m.Slow,
 		m.Starts,

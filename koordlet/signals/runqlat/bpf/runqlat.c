@@ -91,6 +91,34 @@ struct {
 	__type(value, __u64);
 } slow SEC(".maps");
 
+#ifndef RUNQLAT_NO_RINGBUF
+// The slow-event wake-up (Linux 5.8+: ring buffers). While armed holds its
+// one key, the first slow delay deletes it and writes one record to events:
+// the reader wakes at once instead of polling slow[0]. Only the delete that
+// removed the key writes (a hash delete is atomic, and works on every kernel
+// with ring buffers; BPF's xchg and cmpxchg need 5.12), so one arming gives
+// one record; userspace re-arms (../probe.go, Arm). The lookup first keeps a
+// disarmed gate lock-free. RUNQLAT_NO_RINGBUF builds the object for older
+// kernels without either (see ../gen.go).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} armed SEC(".maps");
+
+struct slow_event {
+	__u64 key;     // the histogram (pod) the delay went to
+	__u64 delay_ns;
+};
+
+// max_entries (bytes) is set at load to the page size, the smallest ring.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} events SEC(".maps");
+#endif
+
 // Classic set only: tid -> its cgroup id when it was last switched out (or
 // forked), because a classic sched_wakeup does not say which cgroup the woken
 // task is in.
@@ -204,6 +232,14 @@ static __always_inline void dequeue(__u32 tid)
 		n = bpf_map_lookup_elem(&slow, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
+#ifndef RUNQLAT_NO_RINGBUF
+		// After the count, so the woken reader sees it moved.
+		if (bpf_map_lookup_elem(&armed, &zero) && !bpf_map_delete_elem(&armed, &zero)) {
+			struct slow_event e = {.key = key, .delay_ns = delta};
+
+			bpf_ringbuf_output(&events, &e, sizeof(e), 0);
+		}
+#endif
 	}
 }
 

@@ -46,6 +46,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
 enum {
