@@ -22,7 +22,8 @@ type Options struct {
 	// CPUCgroupRoot is where a pod's cpu.stat with its CFS throttled time lives: the v1
 	// cpu controller's directory on a hybrid node, Cgroup2Root on a v2 one.
 	CPUCgroupRoot string
-	// PollInterval is how often the eBPF source reads its maps.
+	// PollInterval is how often the eBPF source reads its maps while delays past the
+	// threshold keep coming (the probe wakes it at the first one).
 	PollInterval time.Duration
 	// RunqueueQuantile and RunqueueThreshold: an LS pod whose run-queue delay at this
 	// quantile, over one poll interval (up to five while fewer delays arrived), passes the threshold is harmed, provided the

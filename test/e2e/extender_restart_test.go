@@ -55,7 +55,7 @@ func newExtenderProcess(t *testing.T, bin, kubeconfig string) *extenderProcess {
 		e.kill()
 		if t.Failed() {
 			if b, err := os.ReadFile(e.log); err == nil {
-				t.Logf("scheduler-extender log (%s, %d starts):\n%s", e.log, e.starts, tailLines(string(b), 60))
+				t.Logf("scheduler-extender log (%s, %d starts):\n%s", e.log, e.starts, controlplane.TailLines(string(b), 60))
 			}
 		}
 	})

@@ -963,7 +963,7 @@ func startLoopAgent(t *testing.T, n *loopKubelet, bin, kubeconfig string) *loopA
 		a.stop()
 		if t.Failed() {
 			if b, err := os.ReadFile(a.log); err == nil {
-				t.Logf("koordlet log (%s):\n%s", a.log, tailLines(string(b), 80))
+				t.Logf("koordlet log (%s):\n%s", a.log, controlplane.TailLines(string(b), 80))
 			}
 		}
 	})
@@ -1024,12 +1024,4 @@ func freeLoopbackAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -506,7 +506,7 @@ func startExtenderTLS(t *testing.T, ctx context.Context, kubeconfig, certs strin
 		logf.Close()
 		if t.Failed() {
 			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("scheduler-extender log:\n%s", tailLines(string(b), 60))
+				t.Logf("scheduler-extender log:\n%s", controlplane.TailLines(string(b), 60))
 			}
 		}
 	})
@@ -530,7 +530,7 @@ func startExtenderTLS(t *testing.T, ctx context.Context, kubeconfig, certs strin
 		select {
 		case <-done:
 			b, _ := os.ReadFile(logPath)
-			t.Fatalf("scheduler-extender exited during start-up:\n%s", tailLines(string(b), 30))
+			t.Fatalf("scheduler-extender exited during start-up:\n%s", controlplane.TailLines(string(b), 30))
 		default:
 		}
 		if code, _, err := e.call(e.anonymous, http.MethodGet, "/readyz"); err == nil && code == http.StatusOK {
@@ -646,10 +646,10 @@ func testExtenderTLS(t *testing.T, ctx context.Context, cp *controlplane.Control
 		time.Sleep(100 * time.Millisecond)
 	}
 	if log, err := os.ReadFile(e.log); err != nil || strings.Contains(string(log), "forbidden") {
-		t.Errorf("the extender was refused a write (%v):\n%s", err, tailLines(string(log), 30))
+		t.Errorf("the extender was refused a write (%v):\n%s", err, controlplane.TailLines(string(log), 30))
 	}
 	code, body, err := e.call(e.client, http.MethodGet, "/metrics")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, `understory_extender_requests_total{code="200",verb="bind"}`) {
-		t.Errorf("extender metrics (%d, %v) show no successful bind:\n%s", code, err, tailLines(body, 20))
+		t.Errorf("extender metrics (%d, %v) show no successful bind:\n%s", code, err, controlplane.TailLines(body, 20))
 	}
 }

@@ -128,7 +128,7 @@ func (s settings) runBuild(t testing.TB, missing error, extra ...string) {
 	cmd.Stdout = io.MultiWriter(os.Stderr, &out)
 	cmd.Stderr = cmd.Stdout
 	if rerr := cmd.Run(); rerr != nil {
-		t.Fatalf("%s failed: %v\n%s", script, rerr, tailString(out.String(), 40))
+		t.Fatalf("%s failed: %v\n%s", script, rerr, TailLines(out.String(), 40))
 	}
 }
 
@@ -180,7 +180,8 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-func tailString(s string, n int) string {
+// TailLines is the last n lines of s.
+func TailLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

@@ -153,7 +153,7 @@ func findOptionalBinary(t testing.TB, name string) string {
 	cmd.Stdout = io.MultiWriter(os.Stderr, &out)
 	cmd.Stderr = cmd.Stdout
 	if rerr := cmd.Run(); rerr != nil {
-		t.Fatalf("%s --with %s failed: %v\n%s", script, name, rerr, tailString(out.String(), 40))
+		t.Fatalf("%s --with %s failed: %v\n%s", script, name, rerr, TailLines(out.String(), 40))
 	}
 	if p, err = s.locateOptional(name); err != nil {
 		t.Fatalf("%s --with %s ran but %s is still missing: %v", script, name, name, err)

@@ -517,6 +517,6 @@ func TestControllerManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	if i := strings.Index(string(b), " is forbidden"); i >= 0 {
-		t.Errorf("kube-controller-manager was denied: %s", tailString(string(b[:i+len(" is forbidden")]), 1))
+		t.Errorf("kube-controller-manager was denied: %s", TailLines(string(b[:i+len(" is forbidden")]), 1))
 	}
 }

@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -111,17 +110,16 @@ func (p *process) stop() {
 }
 
 // tail returns the last n lines of the process log.
-func (p *process) tail(n int) string {
-	b, err := os.ReadFile(p.logPath)
+func (p *process) tail(n int) string { return TailFile(p.logPath, n) }
+
+// TailFile is the last n lines of the file at path, or why it cannot be read: for the
+// logs tests print when they fail.
+func TailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
+		return fmt.Sprintf("(reading %s: %v)", path, err)
 	}
-	b = bytes.TrimRight(b, "\n")
-	lines := bytes.Split(b, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
+	return TailLines(string(b), n)
 }
 
 // errExited is returned while waiting for a process that exited.

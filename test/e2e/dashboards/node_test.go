@@ -27,6 +27,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/qos"
+	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // cgroupRoot is this machine's cgroupfs.
@@ -287,7 +288,7 @@ func (n *fakeNode) startAgent(t *testing.T, bin string) {
 	n.agent, n.addr = cmd, addr
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("agent log %s, last lines:\n%s", logPath, tail(logPath, 30))
+			t.Logf("agent log %s, last lines:\n%s", logPath, controlplane.TailFile(logPath, 30))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
@@ -301,7 +302,7 @@ func (n *fakeNode) startAgent(t *testing.T, bin string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the agent was not healthy within 30s; log:\n%s", tail(logPath, 30))
+			t.Fatalf("the agent was not healthy within 30s; log:\n%s", controlplane.TailFile(logPath, 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

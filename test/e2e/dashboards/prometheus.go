@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -21,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // installScript prints the Prometheus binary's path, installing Debian's package
@@ -130,7 +131,7 @@ func (p *Prometheus) API() v1.API { return p.api }
 func (p *Prometheus) Stop() { p.stop() }
 
 // LogTail returns the last n lines of the server's log.
-func (p *Prometheus) LogTail(n int) string { return tail(p.log, n) }
+func (p *Prometheus) LogTail(n int) string { return controlplane.TailFile(p.log, n) }
 
 // promConfig is the subset of prometheus.yml the tests write.
 type promConfig struct {
@@ -301,7 +302,7 @@ func startOnce(ctx context.Context, bin, cfgPath, dir string, attempt int) (*Pro
 	for {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("prometheus exited during start-up (%v); log:\n%s", err, tail(logPath, 20))
+			return nil, fmt.Errorf("prometheus exited during start-up (%v); log:\n%s", err, controlplane.TailFile(logPath, 20))
 		case <-ctx.Done():
 			stop()
 			return nil, ctx.Err()
@@ -312,7 +313,7 @@ func startOnce(ctx context.Context, bin, cfgPath, dir string, attempt int) (*Pro
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("prometheus not ready within 60s; log:\n%s", tail(logPath, 20))
+			return nil, fmt.Errorf("prometheus not ready within 60s; log:\n%s", controlplane.TailFile(logPath, 20))
 		}
 	}
 	client, err := api.NewClient(api.Config{Address: url})
@@ -481,23 +482,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// tail returns the last n lines of a file (or why it cannot).
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }

@@ -1,7 +1,6 @@
 package extenderharness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,7 +113,7 @@ func Start(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlane, op
 	tb.Cleanup(func() {
 		logFile.Close()
 		if tb.Failed() {
-			tb.Logf("extender log %s, last lines:\n%s", logPath, tail(logPath, 40))
+			tb.Logf("extender log %s, last lines:\n%s", logPath, controlplane.TailFile(logPath, 40))
 		}
 	})
 	client, dyn := cp.Client(), cp.Dynamic()
@@ -355,22 +353,3 @@ func (e *Extender) Metric(name string, labels ...string) (float64, error) {
 
 // ErrBadArgument marks a misuse of the harness.
 var ErrBadArgument = errors.New("bad harness argument")
-
-// tail returns the last n lines of a file (or why it cannot).
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
-}

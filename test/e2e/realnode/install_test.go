@@ -21,6 +21,7 @@ import (
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
+	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/dashboards"
 )
 
@@ -1208,6 +1209,5 @@ func tailLines(f *os.File, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+	return controlplane.TailLines(string(b), n)
 }
