@@ -228,7 +228,10 @@ func (r *rig) changePods(change func(i int, p *corev1.Pod)) {
 func (r *rig) quota(cg string) float64 {
 	r.t.Helper()
 	if r.kind.IsV2() {
-		f := strings.Fields(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.max"))
+		f := strings.Fields(r.read(cg, "cpu.max"))
+		if len(f) != 2 {
+			r.t.Fatalf("%s cpu.max %q: want quota and period", cg, f)
+		}
 		if f[0] == "max" {
 			return -1
 		}
@@ -236,17 +239,32 @@ func (r *rig) quota(cg string) float64 {
 		p, _ := strconv.ParseFloat(f[1], 64)
 		return q / p
 	}
-	q, _ := strconv.ParseFloat(strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.cfs_quota_us")), 64)
-	p, _ := strconv.ParseFloat(strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, "cpu.cfs_period_us")), 64)
+	q, _ := strconv.ParseFloat(strings.TrimSpace(r.read(cg, "cpu.cfs_quota_us")), 64)
+	p, _ := strconv.ParseFloat(strings.TrimSpace(r.read(cg, "cpu.cfs_period_us")), 64)
 	if q < 0 {
 		return -1
 	}
 	return q / p
 }
 
+// read returns a control file of the fake root. A running control loop rewrites these
+// files with truncate-then-write (a real cgroup file takes each write whole), so a read
+// between the two sees an empty file: read waits for the content, up to a second.
+func (r *rig) read(cg, file string) string {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		s := cgroupstest.Read(r.t, r.root, r.kind, cg, file)
+		if strings.TrimSpace(s) != "" || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (r *rig) file(cg, name string) string {
 	r.t.Helper()
-	return strings.TrimSpace(cgroupstest.Read(r.t, r.root, r.kind, cg, name))
+	return strings.TrimSpace(r.read(cg, name))
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 0.011 }
