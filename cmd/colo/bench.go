@@ -95,7 +95,7 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 			"threads_per_batch_pod": sc.threads, "phase_s": dc.phase.Seconds(), "rounds": bc.rounds,
 			"threshold": dc.threshold, "period_ms": dc.period.Milliseconds(), "tier_parent": sc.tierParent,
 			"variant_rounds": vc.rounds, "variant_phase_s": vc.phase.Seconds(), "signal_paths": vc.paths,
-			"path_steps": vc.steps, "path_overhead_s": vc.overhead.Seconds()}}
+			"path_steps": vc.steps, "path_step_rate": vc.stepRate, "path_overhead_s": vc.overhead.Seconds()}}
 	if bc.rounds > 0 || bc.steps > 0 || len(bc.sweep) > 0 {
 		s, err := newScenario(sc)
 		if err != nil {
@@ -191,16 +191,17 @@ func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchCon
 	}
 	if bc.steps > 0 {
 		printf("reaction: %d LS load steps (idle → busy)\n", bc.steps)
-		reactions, settles, _, err := s.reaction(ctx, dc, bc.steps, logf)
+		steps, _, err := s.reaction(ctx, dc, bc.steps, s.cfg.rate, logf)
 		if err != nil {
 			return err
 		}
-		res.ReactionsMs = reactions
-		sorted := append([]float64(nil), reactions...)
+		sum := summarizeReaction(steps, reactionBusy)
+		res.ReactionsMs = sum.StepMs
+		sorted := append([]float64(nil), sum.StepMs...)
 		sort.Float64s(sorted)
 		res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = fquantile(sorted, .5), fquantile(sorted, .99), sorted[len(sorted)-1]
-		sort.Float64s(settles)
-		res.SettleP50Ms = fquantile(settles, .5)
+		sort.Float64s(sum.SettleMs)
+		res.SettleP50Ms = fquantile(sum.SettleMs, .5)
 		printf("  reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms; settle p50 %.0f ms\n", res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs, res.SettleP50Ms)
 	}
 	if len(bc.sweep) == 0 {
@@ -263,26 +264,44 @@ func (s *scenario) soloP99(ctx context.Context, d time.Duration) (float64, error
 //
 // It also returns what the agent's /metrics said at the end of the steps: the signal
 // source it ran and its own cut-reaction histogram (a zero value if unreadable).
-func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf func(string, ...any)) ([]float64, []float64, agentSignals, error) {
+//
+// rate is the LS load of each step (requests/s). Before each step LS idles at least
+// idleFor and until the limit has stopped rising for restoredFor (at most restoreMax):
+// the agent restores batch slowly after a cut, and a step that starts from a limit still
+// held low by the previous one has little left to cut.
+//
+// Each step also records when LS harm began (OnsetMs), by a probe of the bench's own
+// (onsetWatch) where the machine can load one: a reaction is then timed from the harm,
+// which is what the agent reacts to, and a step that never harmed LS needs no cut.
+func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, rate float64, logf func(string, ...any)) ([]reactionStep, agentSignals, error) {
 	const busyFor = reactionBusy
 	var sig agentSignals
 	const (
-		cutMargin  = 0.1
-		settleBand = 0.05
-		idleFor    = 2 * time.Second
-		poll       = time.Millisecond
+		cutMargin   = 0.1
+		settleBand  = 0.05
+		idleFor     = 2 * time.Second
+		restoredFor = 3 * time.Second // past the agent's hold after a cut (1 s)
+		restoreMax  = 20 * time.Second
+		poll        = time.Millisecond
 	)
 	if err := s.placeBatch(true); err != nil {
-		return nil, nil, sig, err
+		return nil, sig, err
+	}
+	ow, err := newOnsetWatch(s.hier, s.lsCg)
+	if err != nil {
+		logf("warning: reactions timed from the step only: %v", err)
+		ow = nil
+	} else {
+		defer ow.close()
 	}
 	a, err := s.startAgent(dc.threshold, dc.period)
 	if err != nil {
-		return nil, nil, sig, err
+		return nil, sig, err
 	}
 	defer func() { _ = s.stopAgent() }()
 	tier, err := s.hier.Load(s.tier())
 	if err != nil {
-		return nil, nil, sig, err
+		return nil, sig, err
 	}
 	readLimit := func() (float64, error) {
 		q, p, err := tier.CPULimit()
@@ -294,14 +313,14 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 		}
 		return q.Seconds() / p.Seconds(), nil
 	}
-	var reactions, settles []float64
+	var out []reactionStep
 	for i := range steps {
-		if err := sleep(ctx, idleFor); err != nil {
-			return nil, nil, sig, err
+		if err := waitRestored(ctx, readLimit, idleFor, restoredFor, restoreMax); err != nil {
+			return nil, sig, err
 		}
 		before, err := readLimit()
 		if err != nil {
-			return nil, nil, sig, err
+			return nil, sig, err
 		}
 		type sample struct {
 			at    time.Duration
@@ -330,12 +349,20 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 				}
 			}
 		})
-		gen := newOpenLoop("http://"+s.lsAddr+"/work", s.cfg.rate, s.cfg.workers)
+		onset := -1.0
+		if ow != nil {
+			wg.Go(func() {
+				if d, ok := ow.first(pollCtx, t0); ok {
+					onset = float64(d.Microseconds()) / 1000
+				}
+			})
+		}
+		gen := newOpenLoop("http://"+s.lsAddr+"/work", rate, s.cfg.workers)
 		_, err = gen.run(ctx, busyFor)
 		stop()
 		wg.Wait()
 		if err != nil {
-			return nil, nil, sig, err
+			return nil, sig, err
 		}
 		final := trace[len(trace)-1].limit
 		react, settle := -1.0, -1.0
@@ -354,8 +381,7 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 			settle = float64(trace[j].at.Microseconds()) / 1000
 		}
 		if react < 0 {
-			logf("step %d: no cut of ≥ %.1f CPU (limit %.2f → %.2f); counted as the step length", i+1, cutMargin, before, final)
-			react = float64(busyFor.Milliseconds())
+			logf("step %d: no cut of ≥ %.1f CPU (limit %.2f → %.2f, LS harm at %.0f ms)", i+1, cutMargin, before, final, onset)
 		}
 		if react > 2*float64(dc.period.Milliseconds()) {
 			// A slow step: show how the limit moved, to tell a late cut from a small one.
@@ -367,15 +393,83 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, logf 
 					next = at + 50
 				}
 			}
-			logf("step %d: cut after %.0f ms (limit %.2f before); limit over the step:%s", i+1, react, before, b.String())
+			logf("step %d: cut after %.0f ms, LS harm at %.0f ms (limit %.2f before); limit over the step:%s", i+1, react, onset, before, b.String())
 		}
-		reactions = append(reactions, react)
-		settles = append(settles, settle)
+		out = append(out, reactionStep{CutMs: react, SettleMs: settle, OnsetMs: onset, HaveOnset: ow != nil})
 	}
 	if sig, err = readAgentSignals(a); err != nil {
 		logf("warning: reading the agent's signal metrics: %v", err)
 	}
-	return reactions, settles, sig, nil
+	return out, sig, nil
+}
+
+// reactionStep is one LS load step of reaction.
+type reactionStep struct {
+	CutMs     float64 // step → the tier's limit cut; -1: no cut
+	SettleMs  float64 // step → the limit within the settle band of its end
+	OnsetMs   float64 // step → LS harm (onsetWatch); -1: none, or no probe
+	HaveOnset bool    // the bench's probe watched the step
+}
+
+// reactionSummary sums up the steps. StepMs times each step to its cut, a step without
+// one counting as the step's length. FromHarmMs times each harmed step (a probe saw
+// harm) from the harm to the cut: 0 when the cut came first (the agent saw the harm
+// sooner, or cut on utilisation), the rest of the step when no cut followed.
+type reactionSummary struct {
+	StepMs, SettleMs, FromHarmMs   []float64
+	NoCut, Harmed, CutsWithoutHarm int
+	Probed                         bool
+}
+
+func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary {
+	var r reactionSummary
+	busyMs := float64(busy.Milliseconds())
+	for _, st := range steps {
+		r.Probed = r.Probed || st.HaveOnset
+		cut := st.CutMs
+		if cut < 0 {
+			r.NoCut++
+			cut = busyMs
+		}
+		r.StepMs, r.SettleMs = append(r.StepMs, cut), append(r.SettleMs, st.SettleMs)
+		switch {
+		case st.OnsetMs >= 0:
+			r.Harmed++
+			r.FromHarmMs = append(r.FromHarmMs, max(0, cut-st.OnsetMs))
+		case st.HaveOnset && st.CutMs >= 0:
+			r.CutsWithoutHarm++
+		}
+	}
+	return r
+}
+
+// waitRestored sleeps at least minIdle, then until read's value has not risen for
+// stableFor, or until maxIdle in all.
+func waitRestored(ctx context.Context, read func() (float64, error), minIdle, stableFor, maxIdle time.Duration) error {
+	const poll = 100 * time.Millisecond
+	start := time.Now()
+	if err := sleep(ctx, minIdle); err != nil {
+		return err
+	}
+	last, err := read()
+	if err != nil {
+		return err
+	}
+	stableSince := time.Now()
+	for time.Since(stableSince) < stableFor && time.Since(start) < maxIdle {
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+		v, err := read()
+		if err != nil {
+			return err
+		}
+		if v > last+1e-3 {
+			stableSince = time.Now()
+		}
+		last = v
+	}
+	return nil
 }
 
 // reactionBusy is how long each reaction step loads LS; a step without a cut counts as

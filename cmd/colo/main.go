@@ -94,6 +94,8 @@ func run(ctx context.Context, args []string) error {
 		fs.IntVar(&vc.rounds, "variant-rounds", 3, "bench: paired rounds per variant")
 		fs.DurationVar(&vc.phase, "variant-phase", 5*time.Second, "bench: length of each variant phase")
 		fs.IntVar(&vc.steps, "path-steps", 20, "bench: LS load steps per signal path for its reaction time")
+		fs.Float64Var(&vc.stepRate, "path-step-rate", 3000, "bench: LS requests/s of each signal-path step, "+
+			"enough that LS waits for a CPU at once on 2 CPUs (0: -rate)")
 		fs.DurationVar(&vc.overhead, "path-overhead", 20*time.Second, "bench: agent overhead run (110 pods) per signal path")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -105,8 +107,8 @@ func run(ctx context.Context, args []string) error {
 		if vc.variants, err = selectVariants(defaultVariants(sc), *variants); err != nil {
 			return err
 		}
-		if vc.rounds < 0 || vc.steps < 0 || vc.overhead < 0 || (vc.rounds > 0 && len(vc.variants) > 0 && vc.phase <= 0) {
-			return errors.New("-variant-rounds, -path-steps and -path-overhead must be ≥ 0, -variant-phase > 0")
+		if vc.rounds < 0 || vc.steps < 0 || vc.stepRate < 0 || vc.overhead < 0 || (vc.rounds > 0 && len(vc.variants) > 0 && vc.phase <= 0) {
+			return errors.New("-variant-rounds, -path-steps, -path-step-rate and -path-overhead must be ≥ 0, -variant-phase > 0")
 		}
 		for _, f := range strings.Split(*sweep, ",") {
 			if f = strings.TrimSpace(f); f == "" {

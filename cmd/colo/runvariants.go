@@ -15,6 +15,7 @@ type variantConfig struct {
 	rounds   int           // paired rounds per variant
 	phase    time.Duration // length of each measured phase
 	steps    int           // LS load steps per signal path for the reaction time (base scenario)
+	stepRate float64       // LS requests/s of each such step (0: the scenario's rate)
 	overhead time.Duration // agent overhead with 110 pods per signal path
 }
 
@@ -224,10 +225,14 @@ func runSignalPath(ctx context.Context, sc scenarioConfig, dc demoConfig, vc var
 			return sp, err
 		}
 		err = s.startBatch()
-		var reactions, settles []float64
+		var steps []reactionStep
 		var sig agentSignals
 		if err == nil {
-			reactions, settles, sig, err = s.reaction(ctx, dc, vc.steps, logf)
+			rate := vc.stepRate
+			if rate <= 0 {
+				rate = sc.rate
+			}
+			steps, sig, err = s.reaction(ctx, dc, vc.steps, rate, logf)
 		}
 		s.close()
 		if errors.Is(err, errSignalsRejected) {
@@ -239,19 +244,25 @@ func runSignalPath(ctx context.Context, sc scenarioConfig, dc demoConfig, vc var
 			return sp, err
 		}
 		verdict(sig)
-		sp.Reaction, sp.ReactionsMs = &sig, reactions
-		for _, r := range reactions {
-			if r >= float64(reactionBusy.Milliseconds()) {
-				sp.StepsWithoutCut++
-			}
-		}
-		sorted := append([]float64(nil), reactions...)
+		sum := summarizeReaction(steps, reactionBusy)
+		sp.Reaction, sp.ReactionsMs, sp.StepsWithoutCut = &sig, sum.StepMs, sum.NoCut
+		sorted := append([]float64(nil), sum.StepMs...)
 		sort.Float64s(sorted)
-		sort.Float64s(settles)
+		sort.Float64s(sum.SettleMs)
 		sp.ReactionP50Ms, sp.ReactionP99Ms = fquantile(sorted, .5), fquantile(sorted, .99)
-		sp.ReactionMaxMs, sp.SettleP50Ms = sorted[len(sorted)-1], fquantile(settles, .5)
-		printf("  source %q: reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms (%d of %d steps without a cut); settle p50 %.0f ms\n",
-			sig.Source, sp.ReactionP50Ms, sp.ReactionP99Ms, sp.ReactionMaxMs, sp.StepsWithoutCut, len(reactions), sp.SettleP50Ms)
+		sp.ReactionMaxMs, sp.SettleP50Ms = sorted[len(sorted)-1], fquantile(sum.SettleMs, .5)
+		printf("  source %q: from the step, reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms (%d of %d steps without a cut); settle p50 %.0f ms\n",
+			sig.Source, sp.ReactionP50Ms, sp.ReactionP99Ms, sp.ReactionMaxMs, sp.StepsWithoutCut, len(steps), sp.SettleP50Ms)
+		if sp.OnsetProbe = sum.Probed; sum.Probed {
+			sp.HarmedSteps, sp.CutsWithoutHarm, sp.FromHarmMs = sum.Harmed, sum.CutsWithoutHarm, sum.FromHarmMs
+			if len(sum.FromHarmMs) > 0 {
+				h := append([]float64(nil), sum.FromHarmMs...)
+				sort.Float64s(h)
+				sp.FromHarmP50Ms, sp.FromHarmP99Ms = fquantile(h, .5), fquantile(h, .99)
+			}
+			printf("  from LS harm (the bench's probe): %d of %d steps harmed LS, reaction p50 %.0f ms, p99 %.0f ms; %d cuts without harm\n",
+				sp.HarmedSteps, len(steps), sp.FromHarmP50Ms, sp.FromHarmP99Ms, sp.CutsWithoutHarm)
+		}
 	}
 	if vc.overhead > 0 {
 		printf("signal path %s: agent overhead with 110 static pods (%v)\n", path, vc.overhead)

@@ -70,6 +70,8 @@ type scenario struct {
 	// signalsMode, when set, is the agent's signals.mode; the variant runs change it
 	// between agent phases.
 	signalsMode string
+	// lsCg is the LS pod's cgroup, relative to the hierarchy's root.
+	lsCg string
 }
 
 type batchPod struct {
@@ -222,7 +224,8 @@ func (s *scenario) setUp() error {
 	if err := s.enterLoadgen(); err != nil {
 		return err
 	}
-	return s.startLS(s.cg(lsCg))
+	s.lsCg = s.cg(lsCg)
+	return s.startLS(s.lsCg)
 }
 
 // enterLoadgen moves the load generator (this process) from the root cgroup into its

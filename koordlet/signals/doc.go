@@ -45,10 +45,12 @@
 //   - The eBPF gate shuts only while no delay reaches a harm bucket, so it never hides
 //     harm; but the first read after skipped polls spans all of them, and the rule
 //     over the last interval alone is then known only when that interval's slow delays
-//     are at least RunqueueMinSamples (see EBPF.poll). Otherwise harm is reported at
-//     the next poll: at worst two intervals after it began, as when it begins late in
-//     one. Changing RunqueueThreshold means a new source: the kernel's gate threshold
-//     is set from it at open.
+//     are at least RunqueueMinSamples (see EBPF.poll). Otherwise the read carries its
+//     slow delays into the next poll, which it forces to read and which judges them
+//     with its own interval's delays (EBPF.judgeMerged): harm in bursts shorter than a
+//     poll interval, each after a quiet one, is reported one poll after the burst, not
+//     at the next refresh. Slow delays are carried once. Changing RunqueueThreshold
+//     means a new source: the kernel's gate threshold is set from it at open.
 //   - The wake-up is one record per arming, and a slow delay between the poll that
 //     found the count unmoved and the re-arming sends none: the source looks at the
 //     count once more after arming (EBPF.wakeStep). Polling every 20 ms was not free

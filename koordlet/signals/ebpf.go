@@ -92,6 +92,9 @@ type ebpfPod struct {
 	prev     runqlat.Histogram
 	havePrev bool
 	prevAt   time.Time // when prev was read: the start of the window being judged
+	// carried is how many slow delays judgeMerged left out of prev for the next poll to
+	// judge (0: none); a later merged read carries again only if more came since.
+	carried uint64
 	// watchedAt is when Watch took the pod; nextScan when its containers are looked
 	// for again (rescanLocked sets it).
 	watchedAt, nextScan time.Time
@@ -495,34 +498,74 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 			continue
 		}
 		d := h.Sub(pd.prev)
+		span := now.Sub(pd.prevAt)
+		window := accumulateWindow * s.o.PollInterval
+		// A span longer than twice accumulateWindow polls is not judged as one window:
+		// it would dilute or mix old delays. It comes after skipped polls, or at the
+		// first read in a while (a wake-up after a refresh): judgeMerged.
+		if merged || span > 2*window {
+			s.judgeMerged(pd, h, d, now, prevPoll)
+			continue
+		}
 		// Too few delays to judge yet: keep counting from the same baseline for up to
 		// accumulateWindow polls (CPU-bound LS tasks wait a whole slice, a few ms, so
 		// one 20 ms interval may hold fewer than RunqueueMinSamples delays however long
-		// they wait). A longer span (reads only every refreshEvery while quiet) is not
-		// judged: it would dilute or mix old delays.
-		span := now.Sub(pd.prevAt)
-		window := accumulateWindow * s.o.PollInterval
-		if !merged && d.Total() < s.o.RunqueueMinSamples && span < window {
+		// they wait).
+		if d.Total() < s.o.RunqueueMinSamples && span < window {
 			continue
 		}
 		from := pd.prevAt
-		pd.prev, pd.prevAt = h, now
-		if d.Total() < s.o.RunqueueMinSamples || (!merged && span > 2*window) {
+		pd.reset(h, now)
+		if d.Total() < s.o.RunqueueMinSamples {
 			continue
 		}
 		upper := d.Quantile(s.o.RunqueueQuantile)
 		if upper/2 < s.o.RunqueueThreshold {
 			continue
 		}
-		if merged {
-			if s.harmed(d) < s.o.RunqueueMinSamples {
-				continue // not sure: the next poll judges one interval
-			}
-			from = prevPoll // the gate was shut then: every slow delay is later
-		}
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: from, Pod: pd.name, Value: upper})
 	}
 	return moved, nil
+}
+
+// reset makes the read (h, now) the baseline.
+func (pd *ebpfPod) reset(h runqlat.Histogram, now time.Time) {
+	pd.prev, pd.prevAt, pd.carried = h, now, 0
+}
+
+// judgeMerged judges pod pd's delta d (histogram now h) read after skipped polls (see
+// pollMoved): the gate was shut until prevPoll, so every delay of d in a harm bucket came
+// after it. Harm is reported at once when certain; otherwise those slow delays are
+// carried into the next poll's delta (the baseline leaves them out) and that poll is
+// forced to read: it judges them with the delays of its own interval, over the span
+// since prevPoll. Without the carry a burst of slow delays shorter than a poll interval
+// would end in a merged read that is never sure, and LS harmed in such bursts, each
+// after a quiet interval, would go unreported until a refresh. Slow delays carried once
+// and still not judged (the next read was merged again) are carried again only with
+// new ones, so that old evidence cannot wait for a later interval to tip.
+func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll time.Time) {
+	carried := pd.carried
+	pd.reset(h, now)
+	slow := s.harmed(d)
+	if slow <= carried {
+		return
+	}
+	if upper := d.Quantile(s.o.RunqueueQuantile); slow >= s.o.RunqueueMinSamples && upper/2 >= s.o.RunqueueThreshold {
+		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: prevPoll, Pod: pd.name, Value: upper})
+		return
+	}
+	for i := s.harmBucket; i < len(d.Buckets); i++ {
+		pd.prev.Buckets[i] -= d.Buckets[i]
+	}
+	pd.prev.Count -= min(pd.prev.Count, slow)
+	// The carried delays came after prevPoll; once woken, just before now. Either way
+	// they are taken as the last poll interval's: the next read judges them over a
+	// window of two intervals.
+	pd.prevAt = prevPoll
+	if start := now.Add(-s.o.PollInterval); start.After(prevPoll) {
+		pd.prevAt = start
+	}
+	pd.carried, s.fresh = slow, true
 }
 
 // harmed is the number of delays of d in harm buckets.
