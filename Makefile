@@ -75,14 +75,14 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-# The whole co-location benchmark (README "Benchmarks"; ~22 min on 2 CPUs): the paired
+# The whole co-location benchmark (README "Benchmarks"; ~36 min on 2 CPUs): the paired
 # rounds, reaction, sweep, overhead, memory pressure, batch-cpu stability, then every
 # scenario variant under every signal path (ebpf, psi, sampling) with the issue's target
 # checks, all in bench/out/colo.json.
 bench-colo: build
 	$(BIN)/colo bench -out bench/out/colo.json
 
-# The variants and signal paths alone (~13 min): bench/out/colo-variants.json. Narrow it
+# The variants and signal paths alone (~27 min): bench/out/colo-variants.json. Narrow it
 # with e.g. COLO_VARIANTS=base,bursty COLO_PATHS=psi; a quick check of the wiring:
 # COLO_VARIANT_FLAGS="-variant-rounds 1 -variant-phase 1s -path-steps 2 -path-overhead 2s".
 COLO_VARIANTS ?= base,ls-heavy,small-batch,membw,bursty

@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string) error {
 			"bench: the agent's signals.mode for the variants' agent phases and the per-path runs (empty: none)")
 		vc := variantConfig{}
 		fs.IntVar(&vc.rounds, "variant-rounds", 3, "bench: paired rounds per variant")
-		fs.DurationVar(&vc.phase, "variant-phase", 5*time.Second, "bench: length of each variant phase")
+		fs.DurationVar(&vc.phase, "variant-phase", 10*time.Second, "bench: length of each variant phase")
 		fs.IntVar(&vc.steps, "path-steps", 20, "bench: LS load steps per signal path for its reaction time")
 		fs.Float64Var(&vc.stepRate, "path-step-rate", 3000, "bench: LS requests/s of each signal-path step, "+
 			"enough that LS waits for a CPU at once on 2 CPUs (0: -rate)")

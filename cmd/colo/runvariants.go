@@ -289,7 +289,7 @@ func runSignalPath(ctx context.Context, sc scenarioConfig, dc demoConfig, vc var
 const (
 	estAgentCycle    = 1500 * time.Millisecond // agent start, health, stop
 	estScenarioSetUp = 2 * time.Second         // cgroups, manifests, LS server
-	estReactionStep  = 3500 * time.Millisecond // 2 s idle + 1.5 s busy
+	estReactionStep  = 14 * time.Second        // ≥ 2 s idle until the limit restores, 1.5 s busy
 	estMemoryPart    = 90 * time.Second        // the memory-pressure phases
 	estStability     = 5 * time.Second         // the batch-cpu replay
 )
