@@ -75,7 +75,7 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-# The whole co-location benchmark (README "Benchmarks"; ~36 min on 2 CPUs): the paired
+# The whole co-location benchmark (README "Benchmarks"; ~38 min on 2 CPUs): the paired
 # rounds, reaction, sweep, overhead, memory pressure, batch-cpu stability, then every
 # scenario variant under every signal path (ebpf, psi, sampling) with the issue's target
 # checks, all in bench/out/colo.json.

