@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -197,11 +197,8 @@ func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchCon
 		}
 		sum := summarizeReaction(steps, reactionBusy)
 		res.ReactionsMs = sum.StepMs
-		sorted := append([]float64(nil), sum.StepMs...)
-		sort.Float64s(sorted)
-		res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = fquantile(sorted, .5), fquantile(sorted, .99), sorted[len(sorted)-1]
-		sort.Float64s(sum.SettleMs)
-		res.SettleP50Ms = fquantile(sum.SettleMs, .5)
+		res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs = sum.StepP50, sum.StepP99, sum.StepMax
+		res.SettleP50Ms = sum.SettleP50
 		printf("  reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms; settle p50 %.0f ms\n", res.ReactionP50Ms, res.ReactionP99Ms, res.ReactionMaxMs, res.SettleP50Ms)
 	}
 	if len(bc.sweep) == 0 {
@@ -290,7 +287,6 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, rate 
 	ow, err := newOnsetWatch(s.hier, s.lsCg)
 	if err != nil {
 		logf("warning: reactions timed from the step only: %v", err)
-		ow = nil
 	} else {
 		defer ow.close()
 	}
@@ -414,15 +410,20 @@ type reactionStep struct {
 // reactionSummary sums up the steps. StepMs times each step to its cut, a step without
 // one counting as the step's length. FromHarmMs times each harmed step (a probe saw
 // harm) from the harm to the cut: 0 when the cut came first (the agent saw the harm
-// sooner, or cut on utilisation), the rest of the step when no cut followed.
+// sooner, or cut on utilisation), the rest of the step when no cut followed. Both in
+// step order; the quantiles are over them (0 when empty).
 type reactionSummary struct {
-	StepMs, SettleMs, FromHarmMs   []float64
+	StepMs, FromHarmMs             []float64
+	StepP50, StepP99, StepMax      float64
+	SettleP50                      float64
+	FromHarmP50, FromHarmP99       float64
 	NoCut, Harmed, CutsWithoutHarm int
 	Probed                         bool
 }
 
 func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary {
 	var r reactionSummary
+	var settles []float64
 	busyMs := float64(busy.Milliseconds())
 	for _, st := range steps {
 		r.Probed = r.Probed || st.HaveOnset
@@ -431,7 +432,7 @@ func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary
 			r.NoCut++
 			cut = busyMs
 		}
-		r.StepMs, r.SettleMs = append(r.StepMs, cut), append(r.SettleMs, st.SettleMs)
+		r.StepMs, settles = append(r.StepMs, cut), append(settles, st.SettleMs)
 		switch {
 		case st.OnsetMs >= 0:
 			r.Harmed++
@@ -440,6 +441,15 @@ func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary
 			r.CutsWithoutHarm++
 		}
 	}
+	sorted := slices.Sorted(slices.Values(r.StepMs))
+	r.StepP50, r.StepP99 = fquantile(sorted, .5), fquantile(sorted, .99)
+	if len(sorted) > 0 {
+		r.StepMax = sorted[len(sorted)-1]
+	}
+	slices.Sort(settles)
+	r.SettleP50 = fquantile(settles, .5)
+	harm := slices.Sorted(slices.Values(r.FromHarmMs))
+	r.FromHarmP50, r.FromHarmP99 = fquantile(harm, .5), fquantile(harm, .99)
 	return r
 }
 

@@ -95,11 +95,9 @@ func (w *onsetWatch) first(ctx context.Context, t0 time.Time) (time.Duration, bo
 	}
 }
 
-// harmed applies the agent's default rule to the delays d.
+// harmed applies the agent's rule, with its defaults, to the delays d.
 func harmed(d runqlat.Histogram) bool {
-	if d.Total() < signals.DefaultRunqueueMinSamples {
-		return false
-	}
-	// Quantile is a bucket's upper bound; the bucket starts at half of it.
-	return d.Quantile(signals.DefaultRunqueueQuantile)/2 >= signals.DefaultRunqueueThreshold
+	_, h := signals.RunqueueHarm(d, signals.DefaultRunqueueQuantile, signals.DefaultRunqueueThreshold,
+		signals.DefaultRunqueueMinSamples)
+	return h
 }

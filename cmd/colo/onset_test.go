@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/understory/understory/koordlet/signals/runqlat"
 )
 
 func TestSummarizeReaction(t *testing.T) {
@@ -41,39 +39,18 @@ func TestSummarizeReaction(t *testing.T) {
 				r.NoCut != tc.noCut || r.Harmed != tc.harmed || r.CutsWithoutHarm != tc.cutsWithoutHarm || r.Probed != tc.probed {
 				t.Fatalf("summary %+v", r)
 			}
-		})
-	}
-}
-
-// The bench's harm rule is the agent's default: ≥ 20 delays and the 99th percentile in a
-// bucket starting at or above 2 ms.
-func TestOnsetHarmedRule(t *testing.T) {
-	t.Parallel()
-	hist := func(fast, slow uint64) runqlat.Histogram {
-		var h runqlat.Histogram
-		h.Buckets[3] = fast  // [8, 16) µs
-		h.Buckets[11] = slow // [2.048, 4.096) ms
-		h.Count = fast + slow
-		return h
-	}
-	tests := []struct {
-		name       string
-		fast, slow uint64
-		want       bool
-	}{
-		{"too few delays", 10, 9, false},
-		{"one slow in 20: the 99th percentile is it", 19, 1, true},
-		{"one slow in 200: below the 99th percentile", 199, 1, false},
-		{"three slow in 200", 197, 3, true},
-		{"none slow", 500, 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if got := harmed(hist(tc.fast, tc.slow)); got != tc.want {
-				t.Fatalf("harmed(%d fast, %d slow) = %v, want %v", tc.fast, tc.slow, got, tc.want)
+			// Quantiles over the step order's values (nearest rank), 0 when empty.
+			if r.StepMax != slices.Max(tc.stepMs) || r.StepP99 != slices.Max(tc.stepMs) ||
+				(len(tc.fromHarmMs) > 0 && r.FromHarmP99 != slices.Max(tc.fromHarmMs)) ||
+				(len(tc.fromHarmMs) == 0 && r.FromHarmP99 != 0) {
+				t.Fatalf("quantiles %+v", r)
 			}
 		})
+	}
+	// Two steps: the median is the lower (nearest rank), the settle median from settles.
+	r := summarizeReaction([]reactionStep{{CutMs: 90, SettleMs: 300, OnsetMs: -1}, {CutMs: 30, SettleMs: 100, OnsetMs: -1}}, busy)
+	if r.StepP50 != 30 || r.SettleP50 != 100 || !slices.Equal(r.StepMs, []float64{90, 30}) {
+		t.Fatalf("two steps: %+v", r)
 	}
 }
 

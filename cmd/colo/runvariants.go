@@ -246,20 +246,13 @@ func runSignalPath(ctx context.Context, sc scenarioConfig, dc demoConfig, vc var
 		verdict(sig)
 		sum := summarizeReaction(steps, reactionBusy)
 		sp.Reaction, sp.ReactionsMs, sp.StepsWithoutCut = &sig, sum.StepMs, sum.NoCut
-		sorted := append([]float64(nil), sum.StepMs...)
-		sort.Float64s(sorted)
-		sort.Float64s(sum.SettleMs)
-		sp.ReactionP50Ms, sp.ReactionP99Ms = fquantile(sorted, .5), fquantile(sorted, .99)
-		sp.ReactionMaxMs, sp.SettleP50Ms = sorted[len(sorted)-1], fquantile(sum.SettleMs, .5)
+		sp.ReactionP50Ms, sp.ReactionP99Ms, sp.ReactionMaxMs = sum.StepP50, sum.StepP99, sum.StepMax
+		sp.SettleP50Ms = sum.SettleP50
 		printf("  source %q: from the step, reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms (%d of %d steps without a cut); settle p50 %.0f ms\n",
 			sig.Source, sp.ReactionP50Ms, sp.ReactionP99Ms, sp.ReactionMaxMs, sp.StepsWithoutCut, len(steps), sp.SettleP50Ms)
 		if sp.OnsetProbe = sum.Probed; sum.Probed {
 			sp.HarmedSteps, sp.CutsWithoutHarm, sp.FromHarmMs = sum.Harmed, sum.CutsWithoutHarm, sum.FromHarmMs
-			if len(sum.FromHarmMs) > 0 {
-				h := append([]float64(nil), sum.FromHarmMs...)
-				sort.Float64s(h)
-				sp.FromHarmP50Ms, sp.FromHarmP99Ms = fquantile(h, .5), fquantile(h, .99)
-			}
+			sp.FromHarmP50Ms, sp.FromHarmP99Ms = sum.FromHarmP50, sum.FromHarmP99
 			printf("  from LS harm (the bench's probe): %d of %d steps harmed LS, reaction p50 %.0f ms, p99 %.0f ms; %d cuts without harm\n",
 				sp.HarmedSteps, len(steps), sp.FromHarmP50Ms, sp.FromHarmP99Ms, sp.CutsWithoutHarm)
 		}

@@ -43,9 +43,10 @@
 //   - A failed map read or a broken PSI watcher is reported by Take as an error: the
 //     agent is then blind for that period and falls back to utilisation for it.
 //   - The eBPF gate shuts only while no delay reaches a harm bucket, so it never hides
-//     harm; but the first read after skipped polls spans all of them, and the rule
-//     over the last interval alone is then known only when that interval's slow delays
-//     are at least RunqueueMinSamples (see EBPF.poll). Otherwise the read carries its
+//     harm; but the first read after skipped polls (or after a quiet wait for the
+//     wake-up) spans all of them, and the rule over the last interval alone is then
+//     known only when that interval's slow delays are at least RunqueueMinSamples (see
+//     EBPF.poll). Otherwise the read carries its
 //     slow delays into the next poll, which it forces to read and which judges them
 //     with its own interval's delays (EBPF.judgeMerged): harm in bursts shorter than a
 //     poll interval, each after a quiet one, is reported one poll after the burst, not

@@ -439,9 +439,10 @@ func (s *EBPF) isClosed() bool {
 // known. So such a read reports harm only when it is certain the last interval alone
 // would have: S ≥ RunqueueMinSamples and the quantile over the whole delta is in a harm
 // bucket (the interval has at least S and at most all the delays, and fewer delays only
-// raise the quantile). Otherwise it is the baseline, and the next poll, whose read the
-// still-moving counter opens, applies the rule over one interval as before: a harm is
-// reported one poll later at worst, as when it begins late in an interval.
+// raise the quantile). Otherwise its slow delays are carried into the next poll, which
+// judges them with the delays of its own interval (judgeMerged): a harm is reported one
+// poll later at worst, as when it begins late in an interval. The first read in a while
+// (the wake-up after a quiet refresh) spans as much, and is judged the same way.
 func (s *EBPF) poll(now time.Time) error {
 	_, err := s.pollMoved(now, false)
 	return err
@@ -516,11 +517,8 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 		}
 		from := pd.prevAt
 		pd.reset(h, now)
-		if d.Total() < s.o.RunqueueMinSamples {
-			continue
-		}
-		upper := d.Quantile(s.o.RunqueueQuantile)
-		if upper/2 < s.o.RunqueueThreshold {
+		upper, harm := RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples)
+		if !harm {
 			continue
 		}
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: from, Pod: pd.name, Value: upper})
@@ -533,9 +531,9 @@ func (pd *ebpfPod) reset(h runqlat.Histogram, now time.Time) {
 	pd.prev, pd.prevAt, pd.carried = h, now, 0
 }
 
-// judgeMerged judges pod pd's delta d (histogram now h) read after skipped polls (see
-// pollMoved): the gate was shut until prevPoll, so every delay of d in a harm bucket came
-// after it. Harm is reported at once when certain; otherwise those slow delays are
+// judgeMerged judges pod pd's delta d (histogram now h) read after skipped polls, or at
+// the first read in a while (see poll): the count had not moved at prevPoll, so every
+// delay of d in a harm bucket came after it. Harm is reported at once when certain; otherwise those slow delays are
 // carried into the next poll's delta (the baseline leaves them out) and that poll is
 // forced to read: it judges them with the delays of its own interval, over the span
 // since prevPoll. Without the carry a burst of slow delays shorter than a poll interval
@@ -550,7 +548,7 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 	if slow <= carried {
 		return
 	}
-	if upper := d.Quantile(s.o.RunqueueQuantile); slow >= s.o.RunqueueMinSamples && upper/2 >= s.o.RunqueueThreshold {
+	if upper, harm := RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples); harm && slow >= s.o.RunqueueMinSamples {
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: prevPoll, Pod: pd.name, Value: upper})
 		return
 	}
@@ -566,6 +564,18 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 		pd.prevAt = start
 	}
 	pd.carried, s.fresh = slow, true
+}
+
+// RunqueueHarm is the eBPF source's harm rule over the delays d: at least minSamples of
+// them, and the bucket holding their quantile q starting at or above threshold (see
+// EBPF.poll: Quantile is a bucket's upper bound, so the bucket starts at half of it).
+// upper is that bound. The colo bench's own probe judges LS harm with it too.
+func RunqueueHarm(d runqlat.Histogram, q float64, threshold time.Duration, minSamples uint64) (upper time.Duration, harmed bool) {
+	if d.Total() < minSamples {
+		return 0, false
+	}
+	upper = d.Quantile(q)
+	return upper, upper/2 >= threshold
 }
 
 // harmed is the number of delays of d in harm buckets.

@@ -814,3 +814,38 @@ func TestEBPFRunWokenClose(t *testing.T) {
 		t.Fatal("Run did not return after Close")
 	}
 }
+
+// RunqueueHarm, the rule the source and the colo bench share: ≥ minSamples delays and the
+// quantile in a bucket starting at or above the threshold (2 ms: the [2.048, 4.096) ms
+// bucket and up).
+func TestRunqueueHarm(t *testing.T) {
+	t.Parallel()
+	hist := func(fast, slow uint64) runqlat.Histogram {
+		var h runqlat.Histogram
+		h.Buckets[3] = fast  // [8, 16) µs
+		h.Buckets[11] = slow // [2.048, 4.096) ms
+		h.Count = fast + slow
+		return h
+	}
+	tests := []struct {
+		name       string
+		fast, slow uint64
+		want       bool
+	}{
+		{"too few delays", 10, 9, false},
+		{"one slow in 20: the 99th percentile is it", 19, 1, true},
+		{"one slow in 200: below the 99th percentile", 199, 1, false},
+		{"three slow in 200", 197, 3, true},
+		{"none slow", 500, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			upper, got := RunqueueHarm(hist(tc.fast, tc.slow), DefaultRunqueueQuantile, DefaultRunqueueThreshold,
+				DefaultRunqueueMinSamples)
+			if got != tc.want || (got && upper != runqlat.BucketUpper(11)) {
+				t.Fatalf("RunqueueHarm(%d fast, %d slow) = %v, %v; want %v", tc.fast, tc.slow, upper, got, tc.want)
+			}
+		})
+	}
+}

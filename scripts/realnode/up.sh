@@ -185,11 +185,18 @@ done >"$D/state/sysctls"
 } >"$D/state/iptables-preexisting" || true
 
 # --- ports ----------------------------------------------------------------------
+# Below the kernel's ephemeral range: a port in it may be taken, while its server is
+# stopped (stage 8 of TestInstall stops kube-apiserver for 30 s), by an outgoing
+# connection's local port (a client retrying the stopped server from this node's
+# address can even connect to itself), and the restart then fails with "address
+# already in use".
 used=$(ss -Htan | awk '{print $4}' | sed 's/.*://' | sort -u)
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
+[ "$ephemeral_low" -gt 12000 ] || die "ip_local_port_range starts at $ephemeral_low: no room below it for the node's ports"
 port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 25000))
+		p=$((10000 + RANDOM % (ephemeral_low - 10000)))
 		grep -qx "$p" <<<"$used" && continue
 		used+=$'\n'$p
 		echo "$p"
