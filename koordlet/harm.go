@@ -35,11 +35,16 @@ type SignalsConfig struct {
 }
 
 // RunqueueDelayConfig: an LS pod is harmed when its run-queue delay at Quantile, over
-// one poll interval with at least MinSamples wake-ups, is above Threshold.
+// one poll interval with at least MinSamples wake-ups, is above Threshold, and the
+// delays above it that took the CPU from batch are alone enough for that (batch caused
+// it), unless AnyCause.
 type RunqueueDelayConfig struct {
 	Quantile   float64         `json:"quantile,omitempty"`
 	Threshold  metav1.Duration `json:"threshold,omitempty"`
 	MinSamples uint64          `json:"minSamples,omitempty"`
+	// AnyCause counts every slow delay as harm, whatever held the CPU: also delays
+	// behind the pod's own or other LS tasks, which cutting batch cannot shorten.
+	AnyCause bool `json:"anyCause,omitempty"`
 }
 
 // PSIConfig are the kernel PSI triggers on each LS pod: CPUStall of "some" stall per
@@ -123,7 +128,7 @@ func signalOptions(cfg Config, h *cgroups.Hierarchy) signals.Options {
 	s := cfg.Signals
 	o := signals.Options{Mode: signals.Mode(s.Mode), ProcRoot: cfg.ProcRoot, PollInterval: s.PollInterval.Duration,
 		RunqueueQuantile: s.RunqueueDelay.Quantile, RunqueueThreshold: s.RunqueueDelay.Threshold.Duration,
-		RunqueueMinSamples: s.RunqueueDelay.MinSamples, CPUStall: s.PSI.CPUStall.Duration,
+		RunqueueMinSamples: s.RunqueueDelay.MinSamples, RunqueueAnyCause: s.RunqueueDelay.AnyCause, CPUStall: s.PSI.CPUStall.Duration,
 		MemoryStall: s.PSI.MemoryStall.Duration, PSIWindow: s.PSI.Window.Duration}
 	switch h.Layout() {
 	case cgroups.LayoutV2:

@@ -391,7 +391,8 @@ func (s *scenario) reaction(ctx context.Context, dc demoConfig, steps int, rate 
 			}
 			logf("step %d: cut after %.0f ms, LS harm at %.0f ms (limit %.2f before); limit over the step:%s", i+1, react, onset, before, b.String())
 		}
-		out = append(out, reactionStep{CutMs: react, SettleMs: settle, OnsetMs: onset, HaveOnset: ow != nil})
+		out = append(out, reactionStep{CutMs: react, SettleMs: settle, OnsetMs: onset, HaveOnset: ow != nil,
+			OnsetBatch: ow != nil && ow.batch})
 	}
 	if sig, err = readAgentSignals(a); err != nil {
 		logf("warning: reading the agent's signal metrics: %v", err)
@@ -405,6 +406,8 @@ type reactionStep struct {
 	SettleMs  float64 // step → the limit within the settle band of its end
 	OnsetMs   float64 // step → LS harm (onsetWatch); -1: none, or no probe
 	HaveOnset bool    // the bench's probe watched the step
+	// OnsetBatch: the probe counted only harm batch caused (onsetWatch.batch).
+	OnsetBatch bool
 }
 
 // reactionSummary sums up the steps. StepMs times each step to its cut, a step without
@@ -419,6 +422,8 @@ type reactionSummary struct {
 	FromHarmP50, FromHarmP99       float64
 	NoCut, Harmed, CutsWithoutHarm int
 	Probed                         bool
+	// ProbedBatch: the probe counted only harm batch caused.
+	ProbedBatch bool
 }
 
 func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary {
@@ -427,6 +432,7 @@ func summarizeReaction(steps []reactionStep, busy time.Duration) reactionSummary
 	busyMs := float64(busy.Milliseconds())
 	for _, st := range steps {
 		r.Probed = r.Probed || st.HaveOnset
+		r.ProbedBatch = r.ProbedBatch || st.OnsetBatch
 		cut := st.CutMs
 		if cut < 0 {
 			r.NoCut++

@@ -19,10 +19,14 @@ import (
 // DefaultRunqueueMinSamples and their DefaultRunqueueQuantile lies in a bucket at or
 // above DefaultRunqueueThreshold. The agent judges windows of one to a few poll
 // intervals (20 ms), so it may see harm before this 50 ms window shows it: a reaction
-// timed from here counts such a cut as 0.
+// timed from here counts such a cut as 0. Where the probe attributes (tp_btf, Linux
+// 5.15+), harm is also the agent's: batch's slow delays alone put the quantile past the
+// threshold (signals.BatchHarm), since the agent leaves alone harm batch did not cause.
 type onsetWatch struct {
 	p  *runqlat.Probe
 	id uint64
+	// batch: harm must be batch's (the probe attributes).
+	batch bool
 }
 
 const (
@@ -50,11 +54,16 @@ func newOnsetWatch(h *cgroups.Hierarchy, rel string) (*onsetWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNoOnset, err)
 	}
-	if err := p.Watch(id); err != nil {
+	// The threshold makes the kernel count batch's slow delays (Histogram.Batch).
+	err = p.SetThreshold(signals.SlowThreshold(signals.DefaultRunqueueThreshold))
+	if err == nil {
+		err = p.Watch(id)
+	}
+	if err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("%w: %w", errNoOnset, err)
 	}
-	return &onsetWatch{p: p, id: id}, nil
+	return &onsetWatch{p: p, id: id, batch: p.Attributes()}, nil
 }
 
 func (w *onsetWatch) close() { _ = w.p.Close() }
@@ -84,7 +93,7 @@ func (w *onsetWatch) first(ctx context.Context, t0 time.Time) (time.Duration, bo
 		}
 		// Only whole windows: over the first milliseconds of a step a handful of
 		// delays make a 99th percentile of one slow delay.
-		if now.Sub(hist[0].at) >= onsetWindow && harmed(h.Sub(hist[0].h)) {
+		if now.Sub(hist[0].at) >= onsetWindow && harmed(h.Sub(hist[0].h), w.batch) {
 			return now.Sub(t0), true
 		}
 		select {
@@ -95,9 +104,13 @@ func (w *onsetWatch) first(ctx context.Context, t0 time.Time) (time.Duration, bo
 	}
 }
 
-// harmed applies the agent's rule, with its defaults, to the delays d.
-func harmed(d runqlat.Histogram) bool {
+// harmed applies the agent's rule, with its defaults, to the delays d; with batch only
+// batch's slow delays count.
+func harmed(d runqlat.Histogram, batch bool) bool {
 	_, h := signals.RunqueueHarm(d, signals.DefaultRunqueueQuantile, signals.DefaultRunqueueThreshold,
 		signals.DefaultRunqueueMinSamples)
+	if h && batch {
+		h = signals.BatchHarm(d, signals.DefaultRunqueueQuantile)
+	}
 	return h
 }

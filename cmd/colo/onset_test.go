@@ -16,7 +16,7 @@ func TestSummarizeReaction(t *testing.T) {
 		steps                          []reactionStep
 		stepMs, fromHarmMs             []float64
 		noCut, harmed, cutsWithoutHarm int
-		probed                         bool
+		probed, probedBatch            bool
 	}{
 		{name: "no probe: from the step only",
 			steps:  []reactionStep{{CutMs: 40, OnsetMs: -1}, {CutMs: -1, OnsetMs: -1}},
@@ -27,6 +27,9 @@ func TestSummarizeReaction(t *testing.T) {
 		{name: "harm and no cut: the rest of the step",
 			steps:  []reactionStep{{CutMs: -1, OnsetMs: 500, HaveOnset: true}},
 			stepMs: []float64{1500}, fromHarmMs: []float64{1000}, noCut: 1, harmed: 1, probed: true},
+		{name: "a probe counting batch's harm only says so",
+			steps:  []reactionStep{{CutMs: 30, OnsetMs: 10, HaveOnset: true, OnsetBatch: true}},
+			stepMs: []float64{30}, fromHarmMs: []float64{20}, harmed: 1, probed: true, probedBatch: true},
 		{name: "no harm: no cut needed; a cut anyway is counted",
 			steps:  []reactionStep{{CutMs: -1, OnsetMs: -1, HaveOnset: true}, {CutMs: 80, OnsetMs: -1, HaveOnset: true}},
 			stepMs: []float64{1500, 80}, noCut: 1, cutsWithoutHarm: 1, probed: true},
@@ -36,7 +39,8 @@ func TestSummarizeReaction(t *testing.T) {
 			t.Parallel()
 			r := summarizeReaction(tc.steps, busy)
 			if !slices.Equal(r.StepMs, tc.stepMs) || !slices.Equal(r.FromHarmMs, tc.fromHarmMs) ||
-				r.NoCut != tc.noCut || r.Harmed != tc.harmed || r.CutsWithoutHarm != tc.cutsWithoutHarm || r.Probed != tc.probed {
+				r.NoCut != tc.noCut || r.Harmed != tc.harmed || r.CutsWithoutHarm != tc.cutsWithoutHarm || r.Probed != tc.probed ||
+				r.ProbedBatch != tc.probedBatch {
 				t.Fatalf("summary %+v", r)
 			}
 			// Quantiles over the step order's values (nearest rank), 0 when empty.

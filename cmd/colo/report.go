@@ -139,8 +139,11 @@ type signalPathInfo struct {
 	// judged by the agent's default rule over a whole 50 ms window slid every 5 ms,
 	// times when each step began to harm LS. FromHarmMs is, per harmed step, harm →
 	// cut (0 when the cut came first; the rest of the step when none came). A step that
-	// did not harm LS needs no cut; CutsWithoutHarm counts those that got one.
+	// did not harm LS needs no cut; CutsWithoutHarm counts those that got one. With
+	// OnsetBatchOnly the probe counted only harm batch caused (the agent's default rule
+	// where the kernel tells: signals.BatchHarm).
 	OnsetProbe      bool      `json:"onset_probe"`
+	OnsetBatchOnly  bool      `json:"onset_batch_only"`
 	HarmedSteps     int       `json:"harmed_steps"`
 	CutsWithoutHarm int       `json:"cuts_without_harm"`
 	FromHarmP50Ms   float64   `json:"reaction_from_harm_p50_ms"`
@@ -315,7 +318,11 @@ func targetChecks(vs []variantResult, sps []signalPathInfo) []targetCheck {
 			// Timed from the harm where the bench could see it: with a harm signal the
 			// agent cuts on harm only, and a step's time before harm is not its delay.
 			if sp.OnsetProbe {
-				out = append(out, check("reaction_p99_ms (from LS harm)", "", sp.Path, sp.FromHarmP99Ms, "<=",
+				name := "reaction_p99_ms (from LS harm)"
+				if sp.OnsetBatchOnly {
+					name = "reaction_p99_ms (from batch's LS harm)"
+				}
+				out = append(out, check(name, "", sp.Path, sp.FromHarmP99Ms, "<=",
 					targetReactionP99Ms, measured && len(sp.FromHarmMs) > 0, note))
 			} else {
 				out = append(out, check("reaction_p99_ms", "", sp.Path, sp.ReactionP99Ms, "<=", targetReactionP99Ms,

@@ -251,10 +251,15 @@ func runSignalPath(ctx context.Context, sc scenarioConfig, dc demoConfig, vc var
 		printf("  source %q: from the step, reaction p50 %.0f ms, p99 %.0f ms, max %.0f ms (%d of %d steps without a cut); settle p50 %.0f ms\n",
 			sig.Source, sp.ReactionP50Ms, sp.ReactionP99Ms, sp.ReactionMaxMs, sp.StepsWithoutCut, len(steps), sp.SettleP50Ms)
 		if sp.OnsetProbe = sum.Probed; sum.Probed {
+			sp.OnsetBatchOnly = sum.ProbedBatch
 			sp.HarmedSteps, sp.CutsWithoutHarm, sp.FromHarmMs = sum.Harmed, sum.CutsWithoutHarm, sum.FromHarmMs
 			sp.FromHarmP50Ms, sp.FromHarmP99Ms = sum.FromHarmP50, sum.FromHarmP99
-			printf("  from LS harm (the bench's probe): %d of %d steps harmed LS, reaction p50 %.0f ms, p99 %.0f ms; %d cuts without harm\n",
-				sp.HarmedSteps, len(steps), sp.FromHarmP50Ms, sp.FromHarmP99Ms, sp.CutsWithoutHarm)
+			cause := "any cause"
+			if sp.OnsetBatchOnly {
+				cause = "batch's"
+			}
+			printf("  from LS harm (the bench's probe, %s): %d of %d steps harmed LS, reaction p50 %.0f ms, p99 %.0f ms; %d cuts without harm\n",
+				cause, sp.HarmedSteps, len(steps), sp.FromHarmP50Ms, sp.FromHarmP99Ms, sp.CutsWithoutHarm)
 		}
 	}
 	if vc.overhead > 0 {

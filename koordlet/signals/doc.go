@@ -4,7 +4,10 @@
 //   - ebpf (koordlet/signals/runqlat): the run-queue delay of every LS pod's tasks,
 //     judged over one pollInterval (20 ms by default), or up to five while fewer than
 //     minSamples delays arrived. An LS pod whose delay quantile
-//     over the interval passed its threshold is harm (runqueue_delay). Each poll first
+//     over the interval passed its threshold is harm (runqueue_delay), when batch's slow
+//     delays (those that took the CPU from a batch task) alone put it there: the others
+//     were spent behind LS tasks, and a cut cannot shorten them (RunqueueAnyCause
+//     counts them too; a probe that cannot tell counts every one as batch's). Each poll first
 //     reads the kernel's count of delays in harm buckets (memory shared with the
 //     kernel: no syscall) and reads the histograms (one batch lookup) only when it
 //     moved, for new pods, and once a second. The source does not poll a quiet node:
@@ -52,6 +55,10 @@
 //     poll interval, each after a quiet one, is reported one poll after the burst, not
 //     at the next refresh. Slow delays are carried once. Changing RunqueueThreshold
 //     means a new source: the kernel's gate threshold is set from it at open.
+//   - Batch's delays are told by the task the LS task took the CPU from: SCHED_IDLE, or
+//     below a cgroup with cpu.idle (tp_btf on Linux 5.15+; runqlat.Probe.Attributes). A
+//     wait that batch prolonged but an LS task ended is not batch's. Where the probe
+//     cannot tell, the source judges every slow delay and says so in its log.
 //   - The wake-up is one record per arming, and a slow delay between the poll that
 //     found the count unmoved and the re-arming sends none: the source looks at the
 //     count once more after arming (EBPF.wakeStep). Polling every 20 ms was not free

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,6 +23,8 @@ type probe interface {
 	Unwatch(id uint64) error
 	Read(dst map[uint64]runqlat.Histogram) error
 	SetThreshold(d time.Duration) error
+	SetBatchOnly(on bool) error
+	Attributes() bool
 	SlowEvents() (uint64, error)
 	Close() error
 }
@@ -68,6 +71,9 @@ type EBPF struct {
 	// the first bucket whose delays count as harm.
 	gate       bool
 	harmBucket int
+	// batchOnly: only batch's slow delays are harm (Options.RunqueueAnyCause off, and
+	// the probe attributes); the kernel's slow-event count and wake-up count only those.
+	batchOnly bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -136,6 +142,18 @@ func newEBPF(o Options, p probe, cgroupID func(string) (uint64, error), now func
 			s.gate = true
 		}
 	}
+	// Batch's delays are counted against the gate's threshold: without it, none are.
+	switch {
+	case o.RunqueueAnyCause:
+	case !s.gate || !p.Attributes():
+		o.Logger.Info("ebpf: the probe cannot tell batch's run-queue delays from the rest; every slow delay counts")
+	default:
+		if err := p.SetBatchOnly(true); err != nil {
+			o.Logger.Warn("ebpf: every slow delay counts, not only batch's", "err", err)
+		} else {
+			s.batchOnly = true
+		}
+	}
 	return s
 }
 
@@ -156,6 +174,17 @@ func harmBuckets(threshold time.Duration) (bucket int, gate time.Duration) {
 	}
 	return bucket, runqlat.BucketUpper(bucket - 1)
 }
+
+// SlowThreshold is the delay from which the probe's slow-event count (and
+// runqlat.Histogram.Batch) must count for the source's rule under threshold: the lower
+// bound of the first harm bucket (0: every bucket is one, and no count can gate).
+func SlowThreshold(threshold time.Duration) time.Duration {
+	_, gate := harmBuckets(threshold)
+	return gate
+}
+
+// BatchOnly says whether only batch's slow delays are harm (see Options.RunqueueAnyCause).
+func (s *EBPF) BatchOnly() bool { return s.batchOnly }
 
 // Mode is ModeEBPF.
 func (s *EBPF) Mode() Mode { return ModeEBPF }
@@ -429,9 +458,9 @@ func (s *EBPF) isClosed() bool {
 // certainly above it (the effective threshold rounds up to a power of two µs: 2 ms →
 // 2.048 ms). The other way round, 2 ms would fire on quantiles from 1.024 ms.
 //
-// The slow-event gate: the probe counts every delay in a harm bucket (harmBuckets) in
-// one counter that costs no syscall to read. While it does not move, no pod can be
-// harmed, and poll skips the read (one syscall and a quantile per pod), but for a
+// The slow-event gate: the probe counts every delay in a harm bucket (harmBuckets), or
+// with batchOnly every such delay that was batch's, in one counter that costs no
+// syscall to read. While it does not move, no pod can be harmed, and poll skips the read (one syscall and a quantile per pod), but for a
 // refresh every refreshEvery and for new pods' baselines. When it moves after skipped
 // polls, the histograms' delta spans every interval since the last read, not only the
 // last, and the rule over the last interval alone cannot be computed: the delays in harm
@@ -517,7 +546,7 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 		}
 		from := pd.prevAt
 		pd.reset(h, now)
-		upper, harm := RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples)
+		upper, harm := s.judge(d)
 		if !harm {
 			continue
 		}
@@ -545,10 +574,10 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 	carried := pd.carried
 	pd.reset(h, now)
 	slow := s.harmed(d)
-	if slow <= carried {
+	if s.evidence(d, slow) <= carried {
 		return
 	}
-	if upper, harm := RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples); harm && slow >= s.o.RunqueueMinSamples {
+	if upper, harm := s.judge(d); harm && s.evidence(d, slow) >= s.o.RunqueueMinSamples {
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: prevPoll, Pod: pd.name, Value: upper})
 		return
 	}
@@ -556,6 +585,7 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 		pd.prev.Buckets[i] -= d.Buckets[i]
 	}
 	pd.prev.Count -= min(pd.prev.Count, slow)
+	pd.prev.Batch -= min(pd.prev.Batch, d.Batch)
 	// The carried delays came after prevPoll; once woken, just before now. Either way
 	// they are taken as the last poll interval's: the next read judges them over a
 	// window of two intervals.
@@ -563,7 +593,26 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 	if start := now.Add(-s.o.PollInterval); start.After(prevPoll) {
 		pd.prevAt = start
 	}
-	pd.carried, s.fresh = slow, true
+	pd.carried, s.fresh = s.evidence(d, slow), true
+}
+
+// judge is the source's harm rule over the delays d: RunqueueHarm, and with batchOnly
+// BatchHarm too.
+func (s *EBPF) judge(d runqlat.Histogram) (upper time.Duration, harmed bool) {
+	upper, harmed = RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples)
+	if harmed && s.batchOnly {
+		harmed = BatchHarm(d, s.o.RunqueueQuantile)
+	}
+	return upper, harmed
+}
+
+// evidence is how many of d's slow delays (slow of them in harm buckets) count: batch's
+// with batchOnly, else all.
+func (s *EBPF) evidence(d runqlat.Histogram, slow uint64) uint64 {
+	if s.batchOnly {
+		return min(d.Batch, slow)
+	}
+	return slow
 }
 
 // RunqueueHarm is the eBPF source's harm rule over the delays d: at least minSamples of
@@ -576,6 +625,20 @@ func RunqueueHarm(d runqlat.Histogram, q float64, threshold time.Duration, minSa
 	}
 	upper = d.Quantile(q)
 	return upper, upper/2 >= threshold
+}
+
+// BatchHarm says whether batch's slow delays in d (runqlat.Histogram.Batch: those past
+// the probe's threshold, a harm bucket's lower bound, that took the CPU from batch) are
+// alone enough to put d's quantile q in a harm bucket: more of them than the delays
+// ranked above q. Had the others been short, RunqueueHarm would still hold.
+func BatchHarm(d runqlat.Histogram, q float64) bool {
+	total := d.Total()
+	if total == 0 {
+		return false
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	rank = min(max(rank, 1), total)
+	return d.Batch > total-rank
 }
 
 // harmed is the number of delays of d in harm buckets.

@@ -36,6 +36,11 @@ type fakeProbe struct {
 	arms   int
 	armErr error
 	onArm  func() // called by Arm before it arms (without p.mu)
+	// attributes: the probe tells batch's slow delays from the rest (tp_btf on 5.15+);
+	// batchOnly is what SetBatchOnly set.
+	attributes bool
+	batchOnly  bool
+	batchErr   error // SetBatchOnly's
 }
 
 var (
@@ -99,6 +104,18 @@ func (p *fakeProbe) SetThreshold(d time.Duration) error {
 	return nil
 }
 
+func (p *fakeProbe) SetBatchOnly(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.batchErr != nil {
+		return p.batchErr
+	}
+	p.batchOnly = on
+	return nil
+}
+
+func (p *fakeProbe) Attributes() bool { return p.attributes }
+
 func (p *fakeProbe) SlowEvents() (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -149,8 +166,15 @@ func (p *fakeProbe) readCount() int {
 	return p.reads
 }
 
-// add counts n delays in the bucket of d into id's histogram.
-func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) {
+// add counts n delays in the bucket of d into id's histogram, each ended by taking the
+// CPU from batch.
+func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) { p.addFrom(id, d, n, true) }
+
+// addLS counts n delays of d spent behind LS tasks: batch's only to a probe that cannot
+// tell (it counts every slow delay as batch's, as classic tracepoints do).
+func (p *fakeProbe) addLS(id uint64, d time.Duration, n uint64) { p.addFrom(id, d, n, false) }
+
+func (p *fakeProbe) addFrom(id uint64, d time.Duration, n uint64, batch bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.hists[id]
@@ -161,8 +185,14 @@ func (p *fakeProbe) add(id uint64, d time.Duration, n uint64) {
 	h.Buckets[i] += n
 	h.Count += n
 	h.SumNs += n * uint64(d)
+	if !p.attributes {
+		batch = true
+	}
+	if p.threshold > 0 && d >= p.threshold && batch {
+		h.Batch += n
+	}
 	p.hists[id] = h
-	if p.threshold > 0 && d >= p.threshold && n > 0 {
+	if p.threshold > 0 && d >= p.threshold && n > 0 && (batch || !p.batchOnly) {
 		p.slow += n
 		if p.armed && p.wake != nil {
 			p.armed = false
@@ -202,6 +232,12 @@ func newEBPFRig(t *testing.T) *ebpfRig {
 
 func newEBPFRigWith(t *testing.T, p *fakeProbe) *ebpfRig {
 	t.Helper()
+	return newEBPFRigOpts(t, p, Options{})
+}
+
+// newEBPFRigOpts is a rig whose source has o (roots and logger set here).
+func newEBPFRigOpts(t *testing.T, p *fakeProbe, o Options) *ebpfRig {
+	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{podRel, podRel + "/ctr-a", podRel + "/ctr-b"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -212,7 +248,8 @@ func newEBPFRigWith(t *testing.T, p *fakeProbe) *ebpfRig {
 		t.Fatal(err)
 	}
 	r := &ebpfRig{p: p, root: root, now: t0}
-	r.s = newEBPF(Options{Cgroup2Root: root, Logger: discard()}, p, inode, func() time.Time { return r.now })
+	o.Cgroup2Root, o.Logger = root, discard()
+	r.s = newEBPF(o, p, inode, func() time.Time { return r.now })
 	if err := r.s.Watch(Pod{UID: "u1", Namespace: "ns", Name: "ls", Cgroup: podRel}); err != nil {
 		t.Fatal(err)
 	}
@@ -845,6 +882,132 @@ func TestRunqueueHarm(t *testing.T) {
 				DefaultRunqueueMinSamples)
 			if got != tc.want || (got && upper != runqlat.BucketUpper(11)) {
 				t.Fatalf("RunqueueHarm(%d fast, %d slow) = %v, %v; want %v", tc.fast, tc.slow, upper, got, tc.want)
+			}
+		})
+	}
+}
+
+// With a probe that attributes, only the slow delays that took the CPU from batch are
+// harm: enough of them alone to put the 99th percentile in a harm bucket. Delays behind
+// LS tasks neither count nor move the gate. AnyCause, or a probe that cannot tell,
+// counts every slow delay.
+func TestEBPFBatchOnly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                  string
+		attributes, anyCause  bool
+		fast, lsSlow, btSlow  uint64 // 10 µs delays, 5 ms ones behind LS, and behind batch
+		harm, batchOnly, read bool   // read: the poll read the histograms (the gate moved)
+	}{
+		{"slow behind LS only", true, false, 90, 10, 0, false, true, false},
+		{"slow behind batch", true, false, 90, 0, 10, true, true, true},
+		{"one of two slow is batch's: not enough alone", true, false, 98, 1, 1, false, true, true},
+		{"two of three slow are batch's", true, false, 97, 1, 2, true, true, true},
+		{"any cause: LS's count", true, true, 90, 10, 0, true, false, true},
+		{"a probe that cannot tell counts every slow delay", false, false, 90, 10, 0, true, false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newFakeProbe()
+			p.attributes = tc.attributes
+			r := newEBPFRigOpts(t, p, Options{RunqueueAnyCause: tc.anyCause})
+			if p.batchOnly != tc.batchOnly || r.s.batchOnly != tc.batchOnly {
+				t.Fatalf("batch-only: probe %v, source %v; want %v", p.batchOnly, r.s.batchOnly, tc.batchOnly)
+			}
+			r.poll(t) // baseline
+			reads := p.readCount()
+			r.p.add(r.podID, 10*time.Microsecond, tc.fast)
+			r.p.addLS(r.podID, 5*time.Millisecond, tc.lsSlow)
+			r.p.add(r.podID, 5*time.Millisecond, tc.btSlow)
+			h := r.poll(t)
+			if (len(h) == 1) != tc.harm || len(h) > 1 {
+				t.Fatalf("harm %+v, want harm %v", h, tc.harm)
+			}
+			if read := p.readCount() > reads; read != tc.read {
+				t.Fatalf("the poll read the histograms: %v, want %v", read, tc.read)
+			}
+		})
+	}
+
+	t.Run("SetBatchOnly fails: every slow delay counts", func(t *testing.T) {
+		t.Parallel()
+		p := newFakeProbe()
+		p.attributes, p.batchErr = true, errors.New("map update refused")
+		r := newEBPFRigWith(t, p)
+		if r.s.batchOnly {
+			t.Fatal("source batch-only though the probe refused it")
+		}
+		r.poll(t)
+		r.p.add(r.podID, 10*time.Microsecond, 90)
+		r.p.addLS(r.podID, 5*time.Millisecond, 10)
+		if h := r.poll(t); len(h) != 1 {
+			t.Fatalf("harm %+v, want it", h)
+		}
+	})
+}
+
+// A read after skipped polls carries batch's slow delays, not the others, as evidence:
+// a burst of slow delays behind LS after quiet polls is never harm, and a burst of
+// batch's too small to be sure at once is judged with the next poll.
+func TestEBPFBatchOnlyMergedWindow(t *testing.T) {
+	t.Parallel()
+	p := newFakeProbe()
+	p.attributes = true
+	r := newEBPFRigWith(t, p)
+	r.poll(t) // baseline
+	r.p.add(r.podID, 10*time.Microsecond, 2000)
+	r.poll(t) // read: new pod's first interval
+	for range 3 {
+		r.p.add(r.podID, 10*time.Microsecond, 100)
+		if h := r.poll(t); len(h) != 0 {
+			t.Fatalf("quiet poll: harm %+v", h)
+		}
+	}
+	// Slow behind LS: the gate stays shut, nothing is read or carried.
+	r.p.addLS(r.podID, 5*time.Millisecond, 50)
+	if h := r.poll(t); len(h) != 0 || r.s.fresh {
+		t.Fatalf("slow behind LS after quiet polls: harm %+v, forced read %v", h, r.s.fresh)
+	}
+	// Then 10 of batch's with 100 quick ones: merged, not certain (10 < 20): carried.
+	r.p.add(r.podID, 10*time.Microsecond, 100)
+	r.p.add(r.podID, 5*time.Millisecond, 10)
+	if h := r.poll(t); len(h) != 0 || !r.s.fresh {
+		t.Fatalf("batch burst after skipped polls: harm %+v, forced read %v; want none yet, and a forced read", h, r.s.fresh)
+	}
+	// The next interval: 10 quick, 1 of batch's: 11 of at least 120 delays are batch's.
+	r.p.add(r.podID, 10*time.Microsecond, 10)
+	r.p.add(r.podID, 5*time.Millisecond, 1)
+	if h := r.poll(t); len(h) != 1 {
+		t.Fatalf("with the carried burst: harm %+v, want it", h)
+	}
+}
+
+func TestBatchHarm(t *testing.T) {
+	t.Parallel()
+	hist := func(fast, slow, batch uint64) runqlat.Histogram {
+		var h runqlat.Histogram
+		h.Buckets[3], h.Buckets[11] = fast, slow
+		h.Count, h.Batch = fast+slow, batch
+		return h
+	}
+	tests := []struct {
+		name              string
+		fast, slow, batch uint64
+		want              bool
+	}{
+		{"empty", 0, 0, 0, false},
+		{"one slow in 20, batch's", 19, 1, 1, true},
+		{"one slow in 20, not batch's", 19, 1, 0, false},
+		{"two slow in 100, both batch's", 98, 2, 2, true},
+		{"two slow in 100, one batch's", 98, 2, 1, false},
+		{"ten slow in 100, two batch's", 90, 10, 2, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := BatchHarm(hist(tc.fast, tc.slow, tc.batch), DefaultRunqueueQuantile); got != tc.want {
+				t.Fatalf("BatchHarm(%d fast, %d slow, %d batch's) = %v, want %v", tc.fast, tc.slow, tc.batch, got, tc.want)
 			}
 		})
 	}

@@ -104,6 +104,9 @@ type State struct {
 	Active Mode `json:"active"`
 	// Fallbacks are the better sources tried before Active, in order.
 	Fallbacks []Fallback `json:"fallbacks,omitempty"`
+	// BatchOnly: the eBPF source counts only the run-queue delays batch caused as harm
+	// (Options.RunqueueAnyCause off, and the probe tells them apart).
+	BatchOnly bool `json:"batchOnly,omitempty"`
 }
 
 // maxQueued bounds the harm a source keeps between two Takes (one every period at

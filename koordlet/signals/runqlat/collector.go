@@ -15,12 +15,14 @@ type Reader interface {
 var _ Reader = (*Probe)(nil)
 
 // Collector exports the histograms of a Reader as
-// understory_ls_runqueue_delay_seconds{namespace,pod}. Only keys given a pod
-// with Label are exported; keys labelled with the same pod are summed. Safe
-// for concurrent use; register it on a prometheus.Registry.
+// understory_ls_runqueue_delay_seconds{namespace,pod}, and their Batch as
+// understory_ls_runqueue_batch_delays_total{namespace,pod}. Only keys given a
+// pod with Label are exported; keys labelled with the same pod are summed.
+// Safe for concurrent use; register it on a prometheus.Registry.
 type Collector struct {
-	r    Reader
-	desc *prometheus.Desc
+	r     Reader
+	desc  *prometheus.Desc
+	batch *prometheus.Desc
 
 	mu      sync.Mutex
 	pods    map[uint64]podName
@@ -39,6 +41,10 @@ func NewCollector(r Reader) *Collector {
 		desc: prometheus.NewDesc("understory_ls_runqueue_delay_seconds",
 			"Run-queue delay of the tasks of latency-sensitive pods: from wakeup or preemption "+
 				"until running again, measured in the kernel (eBPF), in log2 buckets.",
+			[]string{"namespace", "pod"}, nil),
+		batch: prometheus.NewDesc("understory_ls_runqueue_batch_delays_total",
+			"Run-queue delays of the tasks of latency-sensitive pods at or above the slow-event "+
+				"threshold that ended by taking the CPU from a batch task (with classic tracepoints: all of them).",
 			[]string{"namespace", "pod"}, nil),
 		pods:    map[uint64]podName{},
 		scratch: map[uint64]Histogram{},
@@ -62,7 +68,10 @@ func (c *Collector) Forget(id uint64) {
 }
 
 // Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.batch
+}
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
@@ -70,6 +79,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	if err := c.r.Read(c.scratch); err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		ch <- prometheus.NewInvalidMetric(c.batch, err)
 		return
 	}
 	clear(c.sums)
@@ -94,5 +104,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			m = prometheus.NewInvalidMetric(c.desc, err)
 		}
 		ch <- m
+		ch <- prometheus.MustNewConstMetric(c.batch, prometheus.CounterValue, float64(h.Batch),
+			name.namespace, name.pod)
 	}
 }

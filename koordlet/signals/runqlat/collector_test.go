@@ -33,7 +33,12 @@ func (f *fakeReader) Read(dst map[uint64]Histogram) error {
 var _ Reader = (*fakeReader)(nil)
 
 // goldenHeader and goldenDB/goldenWeb are the exposition of the histograms
-// in TestCollector.
+// in TestCollector, goldenBatch and goldenBatchDB/goldenBatchWeb of their
+// batch's slow delays.
+const goldenBatch = `# HELP understory_ls_runqueue_batch_delays_total Run-queue delays of the tasks of latency-sensitive pods at or above the slow-event threshold that ended by taking the CPU from a batch task (with classic tracepoints: all of them).
+# TYPE understory_ls_runqueue_batch_delays_total counter
+`
+
 const goldenHeader = `# HELP understory_ls_runqueue_delay_seconds Run-queue delay of the tasks of latency-sensitive pods: from wakeup or preemption until running again, measured in the kernel (eBPF), in log2 buckets.
 # TYPE understory_ls_runqueue_delay_seconds histogram
 `
@@ -100,13 +105,19 @@ understory_ls_runqueue_delay_seconds_sum{namespace="shop",pod="web"} 0.002
 understory_ls_runqueue_delay_seconds_count{namespace="shop",pod="web"} 7
 `
 
+const (
+	goldenBatchDB  = "understory_ls_runqueue_batch_delays_total{namespace=\"shop\",pod=\"db\"} 1\n"
+	goldenBatchWeb = "understory_ls_runqueue_batch_delays_total{namespace=\"shop\",pod=\"web\"} 1\n"
+)
+
 func TestCollector(t *testing.T) {
 	t.Parallel()
 	web := Histogram{Count: 5, SumNs: 1_500_000} // Count lags the buckets: a read mid-update
 	web.Buckets[0], web.Buckets[3], web.Buckets[10] = 3, 2, 1
+	web.Batch = 1
 	webSidecar := Histogram{Count: 1, SumNs: 500_000}
 	webSidecar.Buckets[3] = 1
-	db := Histogram{Count: 1, SumNs: 40_000_000_000}
+	db := Histogram{Count: 1, SumNs: 40_000_000_000, Batch: 1}
 	db.Buckets[NumBuckets-1] = 1
 	unlabelled := Histogram{Count: 9}
 	unlabelled.Buckets[0] = 9
@@ -118,11 +129,11 @@ func TestCollector(t *testing.T) {
 	c.Label(200, "shop", "db")
 	c.Label(400, "shop", "gone") // labelled but not read: not exported
 
-	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenHeader+goldenDB+goldenWeb)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenBatch+goldenBatchDB+goldenBatchWeb+goldenHeader+goldenDB+goldenWeb)); err != nil {
 		t.Error(err)
 	}
 	c.Forget(200)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenHeader+goldenWeb)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenBatch+goldenBatchWeb+goldenHeader+goldenWeb)); err != nil {
 		t.Errorf("after Forget: %v", err)
 	}
 }

@@ -19,6 +19,14 @@
 // watched task waited that long, and the histograms can stay unread. Read
 // takes every histogram in one batch lookup into buffers it keeps.
 //
+// Attribution: a slow delay (at or above the threshold) ends by taking the
+// CPU from some task. When that task is batch, SCHED_IDLE or below a cgroup
+// with cpu.idle (how the agent runs batch), the delay also counts in the
+// histogram's Batch (Histogram.Batch; exported as
+// understory_ls_runqueue_batch_delays_total). The rest were spent behind LS
+// or system tasks. After SetBatchOnly(true), SlowEvents and the wake-up
+// count only batch's. Attributes says whether the probe can tell.
+//
 // A poller need not even poll (Linux 5.8+, BPF ring buffers): after Arm, the
 // first delay at or above the threshold disarms the probe and sends one value
 // on Wake (a ring-buffer record, read by a goroutine waiting in the runtime's
@@ -43,6 +51,12 @@
 //     a shared counter only for a delay past the threshold (rare unless the
 //     pods are being harmed); the wake-up then one hash lookup, and a delete
 //     and a ring-buffer write once per Arm.
+//   - Attribution looks at the task switched out (prev at sched_switch) only
+//     for slow delays: its policy, then up to 8 task groups for cpu.idle
+//     (struct task_group's idle, Linux 5.15+; CO-RE, so an older kernel only
+//     sees SCHED_IDLE tasks, and Attributes is false). The classic set has no
+//     typed task to look at and counts every slow delay as batch's. A wait
+//     that batch prolonged but that another task ended is not batch's.
 //   - Arm and a slow delay race: one between the poller's last look at
 //     SlowEvents and Arm sends nothing. Look again after Arm. The gate is a
 //     one-key hash whose delete is the atomic test-and-set: BPF's xchg and
@@ -83,7 +97,7 @@
 //     the classic mode's tid -> cgroup map as much again. With the default
 //     1024 cgroups: 1.4 MB (tp_btf), 2.3 MB (classic); the slow-event
 //     count takes a page. Read's batch buffers grow with the histograms
-//     watched (~230 bytes each, at least 64, doubling). Watch past
+//     watched (~240 bytes each, at least 64, doubling). Watch past
 //     MaxCgroups fails with ErrFull.
 //   - The kernel adds to a histogram's buckets, count and sum one after the
 //     other, without a lock (atomics, several CPUs at once): a Read may see

@@ -13,8 +13,8 @@ import (
 const NumBuckets = 26
 
 // rawHistogramSize is the size of the kernel's struct hist: the buckets,
-// count and sum_ns, each a u64.
-const rawHistogramSize = (NumBuckets + 2) * 8
+// count, sum_ns and batch, each a u64.
+const rawHistogramSize = (NumBuckets + 3) * 8
 
 // ErrMalformed: a raw histogram of the wrong size.
 var ErrMalformed = errors.New("malformed run-queue histogram")
@@ -24,6 +24,14 @@ var ErrMalformed = errors.New("malformed run-queue histogram")
 // (bucket 0 also those under 1 µs, the last one everything from 2^25 µs,
 // about 34 s, up), Count the delays and SumNs their sum.
 //
+// Batch counts the delays at or above the slow-event threshold
+// (Probe.SetThreshold; none while it is 0) that ended by taking the CPU from
+// a batch task: one with SCHED_IDLE, or below a cgroup with cpu.idle (how the
+// agent runs batch). Those are the slow delays batch caused; the others were
+// spent behind LS or system tasks, which taking CPU from batch cannot shorten.
+// A probe attached with classic tracepoints cannot see the task switched out
+// and counts every slow delay here.
+//
 // The kernel adds to the buckets, Count and SumNs one after the other, so a
 // Histogram read while tasks run may have Count differ from the sum of its
 // buckets by a few: Total, Quantile and the collector use the buckets.
@@ -31,6 +39,7 @@ type Histogram struct {
 	Buckets [NumBuckets]uint64
 	Count   uint64
 	SumNs   uint64
+	Batch   uint64
 }
 
 // DecodeHistogram decodes the value of the kernel's histogram map (native
@@ -46,6 +55,7 @@ func DecodeHistogram(b []byte) (Histogram, error) {
 	}
 	h.Count = binary.NativeEndian.Uint64(b[NumBuckets*8:])
 	h.SumNs = binary.NativeEndian.Uint64(b[(NumBuckets+1)*8:])
+	h.Batch = binary.NativeEndian.Uint64(b[(NumBuckets+2)*8:])
 	return h, nil
 }
 
@@ -76,7 +86,7 @@ func (h Histogram) Total() uint64 {
 // watched again, or the probe reloaded) and h itself, all counted since the
 // reset, is returned.
 func (h Histogram) Sub(prev Histogram) Histogram {
-	if h.Count < prev.Count || h.SumNs < prev.SumNs {
+	if h.Count < prev.Count || h.SumNs < prev.SumNs || h.Batch < prev.Batch {
 		return h
 	}
 	for i := range h.Buckets {
@@ -84,7 +94,7 @@ func (h Histogram) Sub(prev Histogram) Histogram {
 			return h
 		}
 	}
-	d := Histogram{Count: h.Count - prev.Count, SumNs: h.SumNs - prev.SumNs}
+	d := Histogram{Count: h.Count - prev.Count, SumNs: h.SumNs - prev.SumNs, Batch: h.Batch - prev.Batch}
 	for i := range h.Buckets {
 		d.Buckets[i] = h.Buckets[i] - prev.Buckets[i]
 	}
@@ -95,6 +105,7 @@ func (h Histogram) Sub(prev Histogram) Histogram {
 func (h Histogram) add(o Histogram) Histogram {
 	h.Count += o.Count
 	h.SumNs += o.SumNs
+	h.Batch += o.Batch
 	for i := range h.Buckets {
 		h.Buckets[i] += o.Buckets[i]
 	}

@@ -15,12 +15,13 @@ func encode(h Histogram) []byte {
 		b = binary.NativeEndian.AppendUint64(b, v)
 	}
 	b = binary.NativeEndian.AppendUint64(b, h.Count)
-	return binary.NativeEndian.AppendUint64(b, h.SumNs)
+	b = binary.NativeEndian.AppendUint64(b, h.SumNs)
+	return binary.NativeEndian.AppendUint64(b, h.Batch)
 }
 
 func TestDecodeHistogram(t *testing.T) {
 	t.Parallel()
-	full := Histogram{Count: 6, SumNs: 123456789}
+	full := Histogram{Count: 6, SumNs: 123456789, Batch: 2}
 	full.Buckets[0], full.Buckets[3], full.Buckets[NumBuckets-1] = 1, 4, 1
 
 	tests := []struct {
@@ -163,7 +164,7 @@ func FuzzDecodeHistogram(f *testing.F) {
 	f.Add(make([]byte, rawHistogramSize))
 	f.Add(make([]byte, rawHistogramSize-1))
 	f.Add(encode(hist(map[int]uint64{0: 90, 6: 9, 12: 1})))
-	f.Add(encode(Histogram{Count: math.MaxUint64, SumNs: math.MaxUint64}))
+	f.Add(encode(Histogram{Count: math.MaxUint64, SumNs: math.MaxUint64, Batch: math.MaxUint64}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := DecodeHistogram(b)
 		if len(b) != rawHistogramSize {
@@ -198,7 +199,7 @@ func FuzzHistogramSubQuantile(f *testing.F) {
 				t.Fatalf("bucket %d: delta %d > now %d", i, d.Buckets[i], now.Buckets[i])
 			}
 		}
-		if d.Count > now.Count || d.SumNs > now.SumNs {
+		if d.Count > now.Count || d.SumNs > now.SumNs || d.Batch > now.Batch {
 			t.Fatalf("delta %+v exceeds now %+v", d, now)
 		}
 		// Without a reset, prev + delta is now.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 // (re-exec of os.Args[0]):
 //
 //   - "burn": a busy loop;
+//   - "idle-burn": a busy loop on a thread with SCHED_IDLE (a batch task);
 //   - "victim": sleeps 1 ms and spins 100 µs, over and over, so it is woken
 //     about 900 times a second and each time waits for the CPU;
 //   - "denied": calls Load (run without BPF privileges) and exits 0 when the
@@ -24,6 +26,7 @@ import (
 const (
 	roleEnv       = "UNDERSTORY_RUNQLAT_TEST_ROLE"
 	helperMaxLife = 30 * time.Second
+	schedIdle     = 5 // SCHED_IDLE (include/uapi/linux/sched.h)
 )
 
 func TestMain(m *testing.M) {
@@ -31,6 +34,16 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "burn":
+		deadline := time.Now().Add(helperMaxLife)
+		for time.Now().Before(deadline) {
+			spin(10 * time.Millisecond)
+		}
+	case "idle-burn":
+		runtime.LockOSThread()
+		if err := unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedIdle}, 0); err != nil {
+			fmt.Printf("sched_setattr(SCHED_IDLE): %v\n", err)
+			os.Exit(1)
+		}
 		deadline := time.Now().Add(helperMaxLife)
 		for time.Now().Before(deadline) {
 			spin(10 * time.Millisecond)

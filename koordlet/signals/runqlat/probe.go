@@ -104,6 +104,15 @@ type Probe struct {
 	noBatch bool              // the kernel has no batch lookups (before 5.6)
 	zero    uint32            // the array maps' only key
 	word    [8]byte           // SlowEvents' buffer
+	conf    config            // what cfg holds
+
+	attributes bool // slow delays are told batch's or not (see Attributes)
+}
+
+// config is the kernel's struct config (bpf/runqlat.c).
+type config struct {
+	SlowNs    uint64
+	BatchOnly uint64
 }
 
 // minBatch is the shortest batch buffer Read keeps.
@@ -203,6 +212,10 @@ func loadBTF(opts Options) (*Probe, error) {
 		}
 		progOpts.KernelTypes = kt
 	}
+	attributes, err := hasGroupIdle(progOpts.KernelTypes)
+	if err != nil {
+		return nil, noBTF(err)
+	}
 	s, n, err := spec(opts)
 	if err != nil {
 		return nil, fmt.Errorf("runqlat tp_btf: %w", err)
@@ -228,6 +241,7 @@ func loadBTF(opts Options) (*Probe, error) {
 		return nil, classify(fmt.Errorf("runqlat tp_btf: loading: %w", err))
 	}
 	p := newProbe(ModeBTF, objs.Watched, objs.Hists, objs.Cfg, objs.Slow, n)
+	p.attributes = attributes
 	// Links go first in closers: detach before the programs and maps close.
 	for _, prog := range []*ebpf.Program{objs.Wakeup, objs.WakeupNew, objs.Switch} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
@@ -313,6 +327,37 @@ func newProbe(mode Mode, watched, hists, cfg, slow *ebpf.Map, n *notifier) *Prob
 	}
 	return p
 }
+
+// hasGroupIdle says whether the kernel's task groups have cpu.idle (Linux
+// 5.15+: struct task_group's idle), from its BTF (nil: the running kernel's).
+func hasGroupIdle(kernel *btf.Spec) (bool, error) {
+	if kernel == nil {
+		var err error
+		if kernel, err = btf.LoadKernelSpec(); err != nil {
+			return false, err
+		}
+	}
+	var tg *btf.Struct
+	switch err := kernel.TypeByName("task_group", &tg); {
+	case errors.Is(err, btf.ErrNotFound):
+		return false, nil // no CONFIG_CGROUP_SCHED
+	case err != nil:
+		return false, err
+	}
+	for _, m := range tg.Members {
+		if m.Name == "idle" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Attributes says whether the probe tells batch's slow delays from the rest
+// (Histogram.Batch): attached with tp_btf on a kernel with cpu.idle (5.15+),
+// where the agent's batch tasks run in idle cgroups. Otherwise Batch counts
+// SCHED_IDLE tasks only (tp_btf on older kernels) or every slow delay
+// (classic tracepoints), and a reader should not take Batch as the cause.
+func (p *Probe) Attributes() bool { return p.attributes }
 
 // closeAll closes what a failed load made: the links so far, then extra.
 func (p *Probe) closeAll(extra ...io.Closer) {
@@ -542,24 +587,48 @@ func (p *Probe) readEach(dst map[uint64]Histogram) (int, error) {
 // SetThreshold makes the programs count every delay of a watched task at or
 // above d as a slow event (SlowEvents); 0 stops counting. Slow events are the
 // cheap gate of a poller: when the count did not move, no watched task
-// waited d or more since, and the histograms need not be read.
+// waited d or more since, and the histograms need not be read. The slow
+// delays that took the CPU from batch are also counted per histogram
+// (Histogram.Batch).
 func (p *Probe) SetThreshold(d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("runqlat: slow-event threshold %v: %w", d, ErrInvalid)
 	}
+	return p.setConfig("the slow-event threshold", func(c *config) { c.SlowNs = uint64(d) })
+}
+
+// SetBatchOnly makes SlowEvents and the wake-up (Arm) count only the slow
+// delays that took the CPU from batch (Histogram.Batch), when on: a poller
+// that acts only on harm batch caused is then not woken by the rest. The
+// histograms count every delay either way. With classic tracepoints every
+// slow delay counts as batch's, so it changes nothing there.
+func (p *Probe) SetBatchOnly(on bool) error {
+	return p.setConfig("batch-only slow events", func(c *config) {
+		c.BatchOnly = 0
+		if on {
+			c.BatchOnly = 1
+		}
+	})
+}
+
+func (p *Probe) setConfig(what string, set func(*config)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("runqlat: set threshold: %w", os.ErrClosed)
+		return fmt.Errorf("runqlat: setting %s: %w", what, os.ErrClosed)
 	}
-	if err := p.cfg.Update(&p.zero, uint64(d), ebpf.UpdateAny); err != nil {
-		return classify(fmt.Errorf("runqlat: setting the slow-event threshold: %w", err))
+	c := p.conf
+	set(&c)
+	if err := p.cfg.Update(&p.zero, &c, ebpf.UpdateAny); err != nil {
+		return classify(fmt.Errorf("runqlat: setting %s: %w", what, err))
 	}
+	p.conf = c
 	return nil
 }
 
 // SlowEvents is the number of delays at or above SetThreshold's threshold
-// counted since Load, in any watched cgroup; it only grows. On Linux 5.5+ it
+// counted since Load, in any watched cgroup (only batch's after
+// SetBatchOnly(true)); it only grows. On Linux 5.5+ it
 // is read from memory shared with the kernel (no syscall, no allocation);
 // before, with one map lookup.
 //

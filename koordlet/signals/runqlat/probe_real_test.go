@@ -165,8 +165,10 @@ func startHelper(t *testing.T, role string, cpu int, cgDir string) *exec.Cmd {
 // the burners, so its histogram must fill with delays well above the
 // microseconds an idle CPU gives, and its delays from the slow-event
 // threshold up must move SlowEvents. An empty watched cgroup must count
-// nothing, and the burners' cgroup (unwatched) must not appear. Not
-// parallel: they need the CPU to themselves (cgroupstest.LockCPU).
+// nothing, and the burners' cgroup (unwatched) must not appear. The burners
+// are not batch: with tp_btf no slow delay is batch's (Histogram.Batch),
+// with classic tracepoints, which cannot tell, every one is. Not parallel:
+// they need the CPU to themselves (cgroupstest.LockCPU).
 func TestProbeBTF(t *testing.T) { testProbe(t, Options{Mode: ModeBTF}, ModeBTF) }
 
 func TestProbeTracepoint(t *testing.T) { testProbe(t, Options{Mode: ModeTracepoint}, ModeTracepoint) }
@@ -262,6 +264,15 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 		t.Errorf("slow events %d, want %d (the victim's delays >= %v), and some",
 			slow, wantSlow, BucketUpper(slowBucket-1))
 	}
+	wantBatch := uint64(0)
+	if want == ModeTracepoint {
+		wantBatch = wantSlow
+	}
+	// Another test's batch task may slip in on a busy shared CPU now and then.
+	if final.Batch != wantBatch && (want == ModeTracepoint || final.Batch*20 > wantSlow) {
+		t.Errorf("%s: %d of %d slow delays counted as batch's behind ordinary burners, want %d",
+			want, final.Batch, wantSlow, wantBatch)
+	}
 	// The lookup per histogram (kernels without batches) reads the same.
 	p.mu.Lock()
 	p.noBatch = true
@@ -289,6 +300,122 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 	}
 	if n := mapLen(t, p.watched); n != 1 {
 		t.Errorf("watched map has %d entries after Unwatch, want 1", n)
+	}
+}
+
+// TestProbeBatchAttribution: a victim in a cgroup of an eighth of the CPU weight
+// shares a CPU with a SCHED_IDLE burner in a cgroup of the default weight
+// (batch pods' tasks with SCHED_IDLE against an LS pod the kernel weighs
+// less: SCHED_IDLE only counts against tasks of its own cgroup). The burner
+// takes long slices from the victim, so its slow delays end by taking the CPU
+// from batch: Histogram.Batch counts them. With SetBatchOnly(true) the
+// slow-event count moves with Batch, and the ordinary burner of a second
+// phase, which also delays it, moves neither.
+func TestProbeBatchAttribution(t *testing.T) {
+	requireRoot(t)
+	cgroupstest.LockCPU(t)
+	p := loadProbe(t, Options{Mode: ModeBTF})
+	const slowBucket = 9
+	if err := p.SetThreshold(BucketUpper(slowBucket - 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetBatchOnly(true); err != nil {
+		t.Fatal(err)
+	}
+	podDir, pod := testCgroup(t, "")
+	burnDir, _ := testCgroup(t, "")
+	if err := p.Watch(pod); err != nil {
+		t.Fatal(err)
+	}
+	cpu := lastCPU(t)
+	victim := startHelper(t, "victim", cpu, podDir)
+	weigh(t, podDir, victim.Process.Pid, false)
+
+	phase := func(role string) (d Histogram, slow uint64) {
+		t.Helper()
+		before := map[uint64]Histogram{}
+		if err := p.Read(before); err != nil {
+			t.Fatal(err)
+		}
+		s0 := slowEvents(t, p)
+		burner := startHelper(t, role, cpu, burnDir)
+		weigh(t, burnDir, burner.Process.Pid, true)
+		time.Sleep(1500 * time.Millisecond)
+		_ = burner.Process.Kill()
+		_ = burner.Wait()
+		time.Sleep(50 * time.Millisecond)
+		s1 := slowEvents(t, p)
+		after := map[uint64]Histogram{}
+		if err := p.Read(after); err != nil {
+			t.Fatal(err)
+		}
+		d = after[pod].Sub(before[pod])
+		t.Logf("%s: %d delays, %d batch's, %d slow events, buckets %v", role, d.Total(), d.Batch, s1-s0, d.Buckets)
+		return d, s1 - s0
+	}
+	slowOf := func(d Histogram) (n uint64) {
+		for _, b := range d.Buckets[slowBucket:] {
+			n += b
+		}
+		return n
+	}
+
+	d, events := phase("idle-burn")
+	slow := slowOf(d)
+	if slow < 20 {
+		t.Fatalf("behind a SCHED_IDLE burner of more weight the victim had %d delays >= %v, want many",
+			slow, BucketUpper(slowBucket-1))
+	}
+	// The rest end while one of the victim's own threads (the Go runtime's) or a kernel
+	// thread has the CPU: about 70 % were batch's here.
+	if d.Batch > slow || d.Batch*2 < slow {
+		t.Errorf("%d of %d slow delays counted as batch's, want at least half", d.Batch, slow)
+	}
+	if events != d.Batch {
+		t.Errorf("batch-only slow events %d, want %d (Histogram.Batch)", events, d.Batch)
+	}
+
+	d, events = phase("burn")
+	if slow := slowOf(d); slow < 20 || d.Batch*20 > slow || events != d.Batch {
+		t.Errorf("behind an ordinary burner: %d slow delays, %d batch's, %d slow events; want many, "+
+			"almost none, as many as batch's", slow, d.Batch, events)
+	}
+}
+
+// weigh gives the process pid an eighth of the default CPU weight (heavy false) or the
+// default (heavy true) in a cgroup of its own: the cgroup2 directory dir's
+// cpu.weight where the cpu controller is enabled there, else a v1 cpu cgroup
+// made for it (hybrid hosts: the unified tree has no controllers).
+func weigh(t *testing.T, dir string, pid int, heavy bool) {
+	t.Helper()
+	weight, shares := "10", "128"
+	if heavy {
+		weight, shares = "100", "1024"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cpu.weight")); err == nil {
+		if err := os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(weight), 0); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	const v1 = "/sys/fs/cgroup/cpu"
+	cg := filepath.Join(v1, filepath.Base(dir))
+	if err := os.Mkdir(cg, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		skipOrFail(t, "no cpu controller for the test's cgroups (cgroup2 without cpu, no v1 at %s): %v", v1, err)
+	}
+	t.Cleanup(func() {
+		procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+		for _, p := range strings.Fields(string(procs)) {
+			_ = os.WriteFile(filepath.Join(v1, "cgroup.procs"), []byte(p), 0)
+		}
+		_ = os.Remove(cg)
+	})
+	for _, w := range []struct{ file, val string }{
+		{"cpu.shares", shares}, {"cgroup.procs", strconv.Itoa(pid)},
+	} {
+		if err := os.WriteFile(filepath.Join(cg, w.file), []byte(w.val), 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

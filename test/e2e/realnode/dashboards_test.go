@@ -60,9 +60,10 @@ var cutReactionPanels = []string{"Cut reaction p50", "Cut reaction p99", "Time f
 
 // cutExemptions exempt cutReactionPanels when the agent ran with an LS harm signal
 // (sources: those understory_signal_source reported active other than sampling).
-// The realnode overlay leaves signals.mode at auto: in the pod, without CAP_BPF,
-// that is PSI where the node has cgroup2 pressure files. Then batch is cut only on
-// measured LS harm, which the test's load does not guarantee (stages 5, 7 and 8 also
+// The realnode overlay leaves signals.mode at auto: eBPF where the pod may load it
+// (here), else PSI where the node has cgroup2 pressure files. Then batch is cut only on
+// measured LS harm (with eBPF: harm batch caused), which the test's load does not
+// guarantee (stages 5, 7 and 8 also
 // accept batch frozen, and the freeze follows the utilisation budget); in sampling
 // mode every LS load cuts and the panels must show data.
 func cutExemptions(sources []string) []dashboards.Exemption {

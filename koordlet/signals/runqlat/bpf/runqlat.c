@@ -10,6 +10,12 @@
 //     cgroup comes from bpf_get_current_cgroup_id() (4.18+) at the moments the
 //     task itself is current (it is switched out, or it forks).
 //
+// Attribution: a slow delay (at or above cfg's slow_ns) that ends by taking the
+// CPU from a batch task (SCHED_IDLE, or in a cgroup with cpu.idle set, which is
+// how the agent runs batch) is counted as batch's in the histogram's batch
+// field. Only the typed set can look at the task switched out; the classic set
+// counts every slow delay as batch's (it cannot tell).
+//
 // sched_switch runs on every context switch of every CPU: for tasks outside
 // watched cgroups each handler costs one or two hash lookups that miss, and
 // nothing is written. Keep it so.
@@ -24,11 +30,16 @@
 // Classic sched_switch reports a preempted task as TASK_REPORT_MAX (0x100
 // since 4.14), whatever its state.
 #define TASK_REPORT_MAX 0x100
+#define SCHED_IDLE 5
+// Cgroup levels looked at for cpu.idle, from the task's own up: kubepods, the
+// tier or QoS class, the pod, the container, and some to spare.
+#define MAX_TG_DEPTH 8
 
 struct hist {
 	__u64 buckets[NUM_BUCKETS]; // bucket i: [2^i, 2^(i+1)) µs, bucket 0 also 0-1 µs
 	__u64 count;
 	__u64 sum_ns;
+	__u64 batch; // slow delays (cfg's slow_ns) that took the CPU from batch
 };
 
 struct start {
@@ -73,8 +84,11 @@ struct {
 // inlines their lookups, and unlike global variables they load on kernels
 // before 5.2 (the classic set's floor is 4.18). BPF_F_MMAPABLE is added by
 // userspace where the kernel has it (5.5+).
+// batch_only (not 0): slow[0] and the wake-up count only the slow delays
+// that are batch's (see Attribution above); the histograms count all.
 struct config {
 	__u64 slow_ns;
+	__u64 batch_only;
 };
 
 struct {
@@ -197,13 +211,40 @@ static __always_inline void enqueue(__u32 tid, __u64 cgid)
 		enqueue_key(tid, *key);
 }
 
-static __always_inline void dequeue(__u32 tid)
+// batch_task: p runs as batch, the agent's way (SCHED_IDLE, or below a
+// cgroup with cpu.idle: Linux 5.15+). Walked only for slow delays.
+static __always_inline bool batch_task(struct task_struct *p)
+{
+	struct task_group *tg;
+	int i;
+
+	if (p->policy == SCHED_IDLE)
+		return true;
+	if (!bpf_core_field_exists(struct task_struct, sched_task_group) ||
+	    !bpf_core_field_exists(struct task_group, idle))
+		return false;
+	tg = p->sched_task_group;
+#pragma unroll
+	for (i = 0; i < MAX_TG_DEPTH; i++) {
+		if (!tg)
+			return false;
+		if (tg->idle)
+			return true;
+		tg = tg->parent;
+	}
+	return false;
+}
+
+// dequeue ends tid's wait as it is switched in; prev is the task it takes the
+// CPU from (NULL: unknown, the classic set).
+static __always_inline void dequeue(__u32 tid, struct task_struct *prev)
 {
 	struct start *s;
 	struct hist *h;
 	struct config *c;
 	__u64 delta, key, us, *n;
 	__u32 slot, zero = 0;
+	bool batch;
 
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s || !s->ts)
@@ -229,6 +270,11 @@ static __always_inline void dequeue(__u32 tid)
 	// rare, so one shared counter's atomic add is cheap.
 	c = bpf_map_lookup_elem(&cfg, &zero);
 	if (c && c->slow_ns && delta >= c->slow_ns) {
+		batch = !prev || batch_task(prev);
+		if (batch)
+			__sync_fetch_and_add(&h->batch, 1);
+		else if (c->batch_only)
+			return;
 		n = bpf_map_lookup_elem(&slow, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
@@ -285,7 +331,7 @@ int BPF_PROG(tp_btf_sched_switch, bool preempt, struct task_struct *prev, struct
 	// now on (bcc's runqlat does the same).
 	if (preempt || task_state(prev) == TASK_RUNNING)
 		enqueue(prev->pid, task_cgid(prev));
-	dequeue(next->pid);
+	dequeue(next->pid, prev);
 	return 0;
 }
 
@@ -361,7 +407,7 @@ int tp_sched_switch(struct tp_sched_switch *ctx)
 			bpf_map_delete_elem(&tidcg, &prev);
 		}
 	}
-	dequeue(ctx->next_pid);
+	dequeue(ctx->next_pid, NULL);
 	return 0;
 }
 

@@ -71,9 +71,16 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 };
 
+struct task_group {
+	int idle;
+	struct task_group *parent;
+};
+
 struct task_struct {
 	unsigned int __state;
 	pid_t pid;
+	unsigned int policy;
+	struct task_group *sched_task_group;
 	struct css_set *cgroups;
 };
 
