@@ -21,7 +21,8 @@ import (
 // intervals (20 ms), so it may see harm before this 50 ms window shows it: a reaction
 // timed from here counts such a cut as 0. Where the probe attributes (tp_btf, Linux
 // 5.15+), harm is also the agent's: batch's slow delays alone put the quantile past the
-// threshold (signals.BatchHarm), since the agent leaves alone harm batch did not cause.
+// threshold (signals.RunqueueHarm's batchOnly), since the agent leaves alone harm batch
+// did not cause.
 type onsetWatch struct {
 	p  *runqlat.Probe
 	id uint64
@@ -108,9 +109,6 @@ func (w *onsetWatch) first(ctx context.Context, t0 time.Time) (time.Duration, bo
 // batch's slow delays count.
 func harmed(d runqlat.Histogram, batch bool) bool {
 	_, h := signals.RunqueueHarm(d, signals.DefaultRunqueueQuantile, signals.DefaultRunqueueThreshold,
-		signals.DefaultRunqueueMinSamples)
-	if h && batch {
-		h = signals.BatchHarm(d, signals.DefaultRunqueueQuantile)
-	}
+		signals.DefaultRunqueueMinSamples, batch)
 	return h
 }

@@ -141,7 +141,7 @@ type signalPathInfo struct {
 	// cut (0 when the cut came first; the rest of the step when none came). A step that
 	// did not harm LS needs no cut; CutsWithoutHarm counts those that got one. With
 	// OnsetBatchOnly the probe counted only harm batch caused (the agent's default rule
-	// where the kernel tells: signals.BatchHarm).
+	// where the kernel tells: signals.RunqueueHarm's batchOnly).
 	OnsetProbe      bool      `json:"onset_probe"`
 	OnsetBatchOnly  bool      `json:"onset_batch_only"`
 	HarmedSteps     int       `json:"harmed_steps"`

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -185,6 +184,8 @@ func SlowThreshold(threshold time.Duration) time.Duration {
 
 // BatchOnly says whether only batch's slow delays are harm (see Options.RunqueueAnyCause).
 func (s *EBPF) BatchOnly() bool { return s.batchOnly }
+
+var _ batchOnlySource = (*EBPF)(nil)
 
 // Mode is ModeEBPF.
 func (s *EBPF) Mode() Mode { return ModeEBPF }
@@ -460,8 +461,8 @@ func (s *EBPF) isClosed() bool {
 //
 // The slow-event gate: the probe counts every delay in a harm bucket (harmBuckets), or
 // with batchOnly every such delay that was batch's, in one counter that costs no
-// syscall to read. While it does not move, no pod can be harmed, and poll skips the read (one syscall and a quantile per pod), but for a
-// refresh every refreshEvery and for new pods' baselines. When it moves after skipped
+// syscall to read. While it does not move, no pod can be harmed, and poll skips the
+// read (one syscall and a quantile per pod), but for a refresh every refreshEvery and for new pods' baselines. When it moves after skipped
 // polls, the histograms' delta spans every interval since the last read, not only the
 // last, and the rule over the last interval alone cannot be computed: the delays in harm
 // buckets (S) are all from the last interval, but how many delays it had in all is not
@@ -562,9 +563,9 @@ func (pd *ebpfPod) reset(h runqlat.Histogram, now time.Time) {
 
 // judgeMerged judges pod pd's delta d (histogram now h) read after skipped polls, or at
 // the first read in a while (see poll): the count had not moved at prevPoll, so every
-// delay of d in a harm bucket came after it. Harm is reported at once when certain; otherwise those slow delays are
-// carried into the next poll's delta (the baseline leaves them out) and that poll is
-// forced to read: it judges them with the delays of its own interval, over the span
+// delay of d in a harm bucket came after it. Harm is reported at once when certain;
+// otherwise those slow delays are carried into the next poll's delta (the baseline
+// leaves them out) and that poll is forced to read: it judges them with the delays of its own interval, over the span
 // since prevPoll. Without the carry a burst of slow delays shorter than a poll interval
 // would end in a merged read that is never sure, and LS harmed in such bursts, each
 // after a quiet interval, would go unreported until a refresh. Slow delays carried once
@@ -574,10 +575,14 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 	carried := pd.carried
 	pd.reset(h, now)
 	slow := s.harmed(d)
-	if s.evidence(d, slow) <= carried {
+	evidence := slow // the slow delays that count
+	if s.batchOnly {
+		evidence = min(d.Batch, slow)
+	}
+	if evidence <= carried {
 		return
 	}
-	if upper, harm := s.judge(d); harm && s.evidence(d, slow) >= s.o.RunqueueMinSamples {
+	if upper, harm := s.judge(d); harm && evidence >= s.o.RunqueueMinSamples {
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: prevPoll, Pod: pd.name, Value: upper})
 		return
 	}
@@ -593,52 +598,38 @@ func (s *EBPF) judgeMerged(pd *ebpfPod, h, d runqlat.Histogram, now, prevPoll ti
 	if start := now.Add(-s.o.PollInterval); start.After(prevPoll) {
 		pd.prevAt = start
 	}
-	pd.carried, s.fresh = s.evidence(d, slow), true
+	pd.carried, s.fresh = evidence, true
 }
 
-// judge is the source's harm rule over the delays d: RunqueueHarm, and with batchOnly
-// BatchHarm too.
+// judge is the source's harm rule over the delays d (RunqueueHarm).
 func (s *EBPF) judge(d runqlat.Histogram) (upper time.Duration, harmed bool) {
-	upper, harmed = RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples)
-	if harmed && s.batchOnly {
-		harmed = BatchHarm(d, s.o.RunqueueQuantile)
-	}
-	return upper, harmed
-}
-
-// evidence is how many of d's slow delays (slow of them in harm buckets) count: batch's
-// with batchOnly, else all.
-func (s *EBPF) evidence(d runqlat.Histogram, slow uint64) uint64 {
-	if s.batchOnly {
-		return min(d.Batch, slow)
-	}
-	return slow
+	return RunqueueHarm(d, s.o.RunqueueQuantile, s.o.RunqueueThreshold, s.o.RunqueueMinSamples, s.batchOnly)
 }
 
 // RunqueueHarm is the eBPF source's harm rule over the delays d: at least minSamples of
 // them, and the bucket holding their quantile q starting at or above threshold (see
-// EBPF.poll: Quantile is a bucket's upper bound, so the bucket starts at half of it).
-// upper is that bound. The colo bench's own probe judges LS harm with it too.
-func RunqueueHarm(d runqlat.Histogram, q float64, threshold time.Duration, minSamples uint64) (upper time.Duration, harmed bool) {
+// EBPF.poll: Quantile is a bucket's upper bound, so the bucket starts at half of it);
+// with batchOnly, batch's slow delays must alone be enough for that (batchHarm). upper
+// is that bound. The colo bench's own probe judges LS harm with it too.
+func RunqueueHarm(d runqlat.Histogram, q float64, threshold time.Duration, minSamples uint64,
+	batchOnly bool) (upper time.Duration, harmed bool) {
 	if d.Total() < minSamples {
 		return 0, false
 	}
 	upper = d.Quantile(q)
-	return upper, upper/2 >= threshold
+	harmed = upper/2 >= threshold
+	if harmed && batchOnly {
+		harmed = batchHarm(d, q)
+	}
+	return upper, harmed
 }
 
-// BatchHarm says whether batch's slow delays in d (runqlat.Histogram.Batch: those past
+// batchHarm says whether batch's slow delays in d (runqlat.Histogram.Batch: those past
 // the probe's threshold, a harm bucket's lower bound, that took the CPU from batch) are
 // alone enough to put d's quantile q in a harm bucket: more of them than the delays
-// ranked above q. Had the others been short, RunqueueHarm would still hold.
-func BatchHarm(d runqlat.Histogram, q float64) bool {
-	total := d.Total()
-	if total == 0 {
-		return false
-	}
-	rank := uint64(math.Ceil(q * float64(total)))
-	rank = min(max(rank, 1), total)
-	return d.Batch > total-rank
+// ranked above q. Had the others been short, the quantile would still be there.
+func batchHarm(d runqlat.Histogram, q float64) bool {
+	return d.Total() > 0 && d.Batch > d.Total()-d.Rank(q)
 }
 
 // harmed is the number of delays of d in harm buckets.

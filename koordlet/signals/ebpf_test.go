@@ -857,6 +857,7 @@ func TestEBPFRunWokenClose(t *testing.T) {
 // bucket and up).
 func TestRunqueueHarm(t *testing.T) {
 	t.Parallel()
+	const allCauses = -1 // batch: every slow delay counts (batchOnly off)
 	hist := func(fast, slow uint64) runqlat.Histogram {
 		var h runqlat.Histogram
 		h.Buckets[3] = fast  // [8, 16) µs
@@ -867,21 +868,32 @@ func TestRunqueueHarm(t *testing.T) {
 	tests := []struct {
 		name       string
 		fast, slow uint64
+		batch      int // batch's slow delays; allCauses: batchOnly off
 		want       bool
 	}{
-		{"too few delays", 10, 9, false},
-		{"one slow in 20: the 99th percentile is it", 19, 1, true},
-		{"one slow in 200: below the 99th percentile", 199, 1, false},
-		{"three slow in 200", 197, 3, true},
-		{"none slow", 500, 0, false},
+		{"too few delays", 10, 9, allCauses, false},
+		{"one slow in 20: the 99th percentile is it", 19, 1, allCauses, true},
+		{"one slow in 200: below the 99th percentile", 199, 1, allCauses, false},
+		{"three slow in 200", 197, 3, allCauses, true},
+		{"none slow", 500, 0, allCauses, false},
+		{"batch only, empty", 0, 0, 0, false},
+		{"batch only, one slow in 20, batch's", 19, 1, 1, true},
+		{"batch only, one slow in 20, not batch's", 19, 1, 0, false},
+		{"batch only, two slow in 100, both batch's", 98, 2, 2, true},
+		{"batch only, two slow in 100, one batch's", 98, 2, 1, false},
+		{"batch only, ten slow in 100, two batch's", 90, 10, 2, true},
+		{"batch only, too few delays", 10, 9, 9, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			upper, got := RunqueueHarm(hist(tc.fast, tc.slow), DefaultRunqueueQuantile, DefaultRunqueueThreshold,
-				DefaultRunqueueMinSamples)
+			h := hist(tc.fast, tc.slow)
+			h.Batch = uint64(max(tc.batch, 0))
+			upper, got := RunqueueHarm(h, DefaultRunqueueQuantile, DefaultRunqueueThreshold,
+				DefaultRunqueueMinSamples, tc.batch != allCauses)
 			if got != tc.want || (got && upper != runqlat.BucketUpper(11)) {
-				t.Fatalf("RunqueueHarm(%d fast, %d slow) = %v, %v; want %v", tc.fast, tc.slow, upper, got, tc.want)
+				t.Fatalf("RunqueueHarm(%d fast, %d slow, batch %d) = %v, %v; want %v",
+					tc.fast, tc.slow, tc.batch, upper, got, tc.want)
 			}
 		})
 	}
@@ -889,28 +901,33 @@ func TestRunqueueHarm(t *testing.T) {
 
 // With a probe that attributes, only the slow delays that took the CPU from batch are
 // harm: enough of them alone to put the 99th percentile in a harm bucket. Delays behind
-// LS tasks neither count nor move the gate. AnyCause, or a probe that cannot tell,
-// counts every slow delay.
+// LS tasks neither count nor move the gate. AnyCause, or a probe that cannot tell or
+// refuses batch-only counting, counts every slow delay.
 func TestEBPFBatchOnly(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name                  string
 		attributes, anyCause  bool
+		batchErr              bool   // SetBatchOnly fails
 		fast, lsSlow, btSlow  uint64 // 10 µs delays, 5 ms ones behind LS, and behind batch
 		harm, batchOnly, read bool   // read: the poll read the histograms (the gate moved)
 	}{
-		{"slow behind LS only", true, false, 90, 10, 0, false, true, false},
-		{"slow behind batch", true, false, 90, 0, 10, true, true, true},
-		{"one of two slow is batch's: not enough alone", true, false, 98, 1, 1, false, true, true},
-		{"two of three slow are batch's", true, false, 97, 1, 2, true, true, true},
-		{"any cause: LS's count", true, true, 90, 10, 0, true, false, true},
-		{"a probe that cannot tell counts every slow delay", false, false, 90, 10, 0, true, false, true},
+		{"slow behind LS only", true, false, false, 90, 10, 0, false, true, false},
+		{"slow behind batch", true, false, false, 90, 0, 10, true, true, true},
+		{"one of two slow is batch's: not enough alone", true, false, false, 98, 1, 1, false, true, true},
+		{"two of three slow are batch's", true, false, false, 97, 1, 2, true, true, true},
+		{"any cause: LS's count", true, true, false, 90, 10, 0, true, false, true},
+		{"a probe that cannot tell counts every slow delay", false, false, false, 90, 10, 0, true, false, true},
+		{"SetBatchOnly fails: every slow delay counts", true, false, true, 90, 10, 0, true, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := newFakeProbe()
 			p.attributes = tc.attributes
+			if tc.batchErr {
+				p.batchErr = errors.New("map update refused")
+			}
 			r := newEBPFRigOpts(t, p, Options{RunqueueAnyCause: tc.anyCause})
 			if p.batchOnly != tc.batchOnly || r.s.batchOnly != tc.batchOnly {
 				t.Fatalf("batch-only: probe %v, source %v; want %v", p.batchOnly, r.s.batchOnly, tc.batchOnly)
@@ -929,22 +946,6 @@ func TestEBPFBatchOnly(t *testing.T) {
 			}
 		})
 	}
-
-	t.Run("SetBatchOnly fails: every slow delay counts", func(t *testing.T) {
-		t.Parallel()
-		p := newFakeProbe()
-		p.attributes, p.batchErr = true, errors.New("map update refused")
-		r := newEBPFRigWith(t, p)
-		if r.s.batchOnly {
-			t.Fatal("source batch-only though the probe refused it")
-		}
-		r.poll(t)
-		r.p.add(r.podID, 10*time.Microsecond, 90)
-		r.p.addLS(r.podID, 5*time.Millisecond, 10)
-		if h := r.poll(t); len(h) != 1 {
-			t.Fatalf("harm %+v, want it", h)
-		}
-	})
 }
 
 // A read after skipped polls carries batch's slow delays, not the others, as evidence:
@@ -980,35 +981,5 @@ func TestEBPFBatchOnlyMergedWindow(t *testing.T) {
 	r.p.add(r.podID, 5*time.Millisecond, 1)
 	if h := r.poll(t); len(h) != 1 {
 		t.Fatalf("with the carried burst: harm %+v, want it", h)
-	}
-}
-
-func TestBatchHarm(t *testing.T) {
-	t.Parallel()
-	hist := func(fast, slow, batch uint64) runqlat.Histogram {
-		var h runqlat.Histogram
-		h.Buckets[3], h.Buckets[11] = fast, slow
-		h.Count, h.Batch = fast+slow, batch
-		return h
-	}
-	tests := []struct {
-		name              string
-		fast, slow, batch uint64
-		want              bool
-	}{
-		{"empty", 0, 0, 0, false},
-		{"one slow in 20, batch's", 19, 1, 1, true},
-		{"one slow in 20, not batch's", 19, 1, 0, false},
-		{"two slow in 100, both batch's", 98, 2, 2, true},
-		{"two slow in 100, one batch's", 98, 2, 1, false},
-		{"ten slow in 100, two batch's", 90, 10, 2, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if got := BatchHarm(hist(tc.fast, tc.slow, tc.batch), DefaultRunqueueQuantile); got != tc.want {
-				t.Fatalf("BatchHarm(%d fast, %d slow, %d batch's) = %v, want %v", tc.fast, tc.slow, tc.batch, got, tc.want)
-			}
-		})
 	}
 }

@@ -146,7 +146,7 @@ func OpenWith(o Options, openers []Opener) (Source, State, error) {
 		src, err := op.Open(o)
 		if err == nil {
 			st.Active = src.Mode()
-			if b, ok := src.(interface{ BatchOnly() bool }); ok {
+			if b, ok := src.(batchOnlySource); ok {
 				st.BatchOnly = b.BatchOnly()
 			}
 			return src, st, nil
@@ -155,6 +155,11 @@ func OpenWith(o Options, openers []Opener) (Source, State, error) {
 	}
 	st.Active = ModeSampling
 	return Sampling(), st, nil
+}
+
+// batchOnlySource is a source that may judge only the harm batch caused (the eBPF one).
+type batchOnlySource interface {
+	BatchOnly() bool
 }
 
 // Reasons of a Fallback.

@@ -112,10 +112,10 @@ func (h Histogram) add(o Histogram) Histogram {
 	return h
 }
 
-// Quantile is the upper bound (BucketUpper) of the bucket holding the q-th
-// quantile of the delays, q in [0, 1] (clamped; NaN reads as 0): a bound the
-// quantile is below, good to a factor of two. An empty histogram gives 0.
-func (h Histogram) Quantile(q float64) time.Duration {
+// Rank is the 1-based rank, among the Total delays, of the q-th quantile
+// (q in [0, 1], clamped; NaN reads as 0): at least the first delay. An empty
+// histogram gives 0.
+func (h Histogram) Rank(q float64) uint64 {
 	total := h.Total()
 	if total == 0 {
 		return 0
@@ -126,10 +126,19 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	if q > 1 {
 		q = 1
 	}
-	// The rank of the quantile, 1-based: at least the first delay.
 	rank := uint64(math.Ceil(q * float64(total)))
 	rank = max(rank, 1)
-	rank = min(rank, total) // float rounding near 2^53
+	return min(rank, total) // float rounding near 2^53
+}
+
+// Quantile is the upper bound (BucketUpper) of the bucket holding the q-th
+// quantile of the delays, q in [0, 1] (clamped; NaN reads as 0): a bound the
+// quantile is below, good to a factor of two. An empty histogram gives 0.
+func (h Histogram) Quantile(q float64) time.Duration {
+	rank := h.Rank(q)
+	if rank == 0 {
+		return 0
+	}
 	var seen uint64
 	for i, b := range h.Buckets {
 		seen += b

@@ -234,3 +234,29 @@ func FuzzHistogramSubQuantile(f *testing.F) {
 		}
 	})
 }
+
+func TestRank(t *testing.T) {
+	t.Parallel()
+	h100 := hist(map[int]uint64{0: 90, 6: 10})
+	tests := []struct {
+		name string
+		h    Histogram
+		q    float64
+		want uint64
+	}{
+		{"empty", Histogram{}, 0.99, 0},
+		{"p99 of 100", h100, 0.99, 99},
+		{"p0 is the first", h100, 0, 1},
+		{"above 1 clamps", h100, 2, 100},
+		{"NaN reads as 0", h100, math.NaN(), 1},
+		{"p99 of 20 is the last", hist(map[int]uint64{3: 20}), 0.99, 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.h.Rank(tc.q); got != tc.want {
+				t.Fatalf("Rank(%v) = %d, want %d", tc.q, got, tc.want)
+			}
+		})
+	}
+}

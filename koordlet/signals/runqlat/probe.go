@@ -652,7 +652,7 @@ func (p *Probe) SlowEvents() (uint64, error) {
 }
 
 // Arm makes the next delay at or above SetThreshold's threshold, in any watched
-// cgroup, send one value on Wake; the probe disarms itself as it sends, so a
+// cgroup (only batch's after SetBatchOnly(true)), send one value on Wake; the probe disarms itself as it sends, so a
 // burst of slow delays wakes the reader once, and the reader re-arms when it
 // wants the next. Arming an armed probe does nothing. Without BPF ring buffers
 // (before Linux 5.8) it fails with ErrNoWake: poll SlowEvents instead.
