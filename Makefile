@@ -11,7 +11,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
 endif
 
-.PHONY: all build demo test vet tracefs k8s-bins fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -99,6 +99,19 @@ bench-colo-variants: build
 # cgo, ~5 min.
 bench-gpu:
 	CGO_ENABLED=1 $(GO) run ./cmd/gpu-bench -out bench/out/gpu.json
+
+# The real-GPU benchmark (issue 20; docs/benchmarks.md, "Real GPU"): PyTorch LS and batch
+# stand-ins on one NVIDIA GPU, alone, with nothing done, with the agent's freeze lever and
+# with MPS, in kubelet-style cgroups with NRI; prints the table and the issue's targets and
+# writes bench/out/gpu-real.json. Root, ~6 min, GPU machine only: elsewhere it stops at
+# once. That machine has no Go: bench-gpu-real-build makes bin/koordlet (cgo, stripped),
+# bin/gpureal-bench and bin/gpureal-bundle.tar.gz (the two, to carry there).
+GPUREAL_FLAGS ?=
+bench-gpu-real:
+	GPUREAL_FLAGS="$(GPUREAL_FLAGS)" scripts/bench-gpu-real.sh
+
+bench-gpu-real-build:
+	BIN=$(BIN) scripts/bench-gpu-real.sh build
 
 # The FGD paper's openb experiment replayed through the extender's placement code
 # (every workload of the paper's table, 4 policies, seeds 42-51; ~10-20 min on 2 cores).

@@ -19,6 +19,7 @@ import (
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -144,6 +145,10 @@ type Agent struct {
 	gpuPodsStale bool
 	gpuMetrics   *metrics.GPU
 	gpuAlloc     gpuAllocReader
+	// mps is the node's MPS control daemon and partitions the MPS clients' planner
+	// (gpu.mps.mode find or run); nil otherwise.
+	mps        *mps.Daemon
+	partitions *gpu.Partitions
 
 	// sig is the LS harm signal source and sigState what Open picked and why; guard
 	// decides the budget from harm (nil in sampling mode: utilisation decides).
@@ -303,6 +308,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// froze, resuming what it suspended) before the control loop's shutdown, and the
 	// evictor after it.
 	defer a.shutdown()
+	// The MPS daemon's watch stops after the GPU loop (deferred calls run last first).
+	if stop := a.runMPS(ctx); stop != nil {
+		defer stop()
+	}
 	if a.gpu != nil {
 		gpuCtx, stopGPU := context.WithCancel(ctx)
 		gpuDone := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/qos"
 )
 
@@ -97,6 +98,13 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 		{"signals: {restoreHold: -1s}", "signals.restoreHold"},
 		{"signals: {restorePercentPerSecond: 2000}", "signals.restorePercentPerSecond"},
 		{"signals: {modes: psi}", "signals"},
+		{"gpu: {mps: {mode: start}}", "gpu.mps: mode"},
+		{"gpu: {mps: {pipeDirectory: tmp/mps}}", "gpu.mps: pipeDirectory"},
+		{"gpu: {mps: {shmDirectory: /dev/shm/}}", "gpu.mps: shmDirectory"},
+		{"gpu: {mps: {controlBinary: 'nvidia-cuda-mps-control -d'}}", "gpu.mps: controlBinary"},
+		{"gpu: {mps: {clientUID: -5}}", "gpu.mps: clientUID"},
+		{"gpu: {mps: {checkPeriod: 1ms}}", "gpu.mps: checkPeriod"},
+		{"gpu: {mps: {pipeDir: /tmp/mps}}", "pipeDir"},
 	} {
 		t.Run(tc.yaml, func(t *testing.T) {
 			t.Parallel()
@@ -151,6 +159,38 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("loaded config has no layout: %v", err)
 		}
 	})
+}
+
+// gpu.mps: defaults (disabled, NVIDIA's directories) and every key.
+func TestLoadConfigMPS(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.GPU.MPS; m.Mode != mps.ModeDisabled || m.PipeDirectory != "/tmp/nvidia-mps" ||
+		m.LogDirectory != "/var/log/nvidia-mps" || m.ShmDirectory != "/dev/shm" ||
+		m.ControlBinary != "nvidia-cuda-mps-control" || m.ClientUID != 0 {
+		t.Fatalf("gpu.mps defaults: %+v", m)
+	}
+	cfg, err = LoadConfig([]byte(`
+gpu:
+  mps:
+    mode: find
+    pipeDirectory: /run/nvidia/mps/nvidia.com/gpu/pipe
+    shmDirectory: /run/nvidia/mps/shm
+    controlBinary: /usr/bin/nvidia-cuda-mps-control
+    checkPeriod: 2s
+    clientUID: 1000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.GPU.MPS; m.Mode != mps.ModeFind || m.PipeDirectory != "/run/nvidia/mps/nvidia.com/gpu/pipe" ||
+		m.ShmDirectory != "/run/nvidia/mps/shm" || m.ControlBinary != "/usr/bin/nvidia-cuda-mps-control" ||
+		m.CheckPeriod.Duration != 2*time.Second || m.ClientUID != 1000 || m.LogDirectory != "/var/log/nvidia-mps" {
+		t.Fatalf("gpu.mps overrides: %+v", m)
+	}
 }
 
 // The configuration shipped in manifests/koordlet loads: every key it sets exists and

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/duty"
+	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/metrics"
@@ -54,6 +56,9 @@ type GPUConfig struct {
 	// PodResourcesSocket is kubelet's PodResources API, read for the real whole-GPU
 	// allocation reported in node-metrics version 2; empty disables it.
 	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
+	// MPS is the node's MPS control daemon (found or run by the agent) and how the NRI
+	// plugin makes MPS clients; mode disabled (the default) turns MPS off.
+	MPS mps.Config `json:"mps"`
 }
 
 // DefaultGPUConfig returns the GPU defaults.
@@ -66,6 +71,7 @@ func DefaultGPUConfig() GPUConfig {
 		Suspend:            duty.DefaultSuspendConfig(),
 		Devices:            devices.Config{}.WithDefaults(),
 		PodResourcesSocket: podsource.DefaultPodResourcesSocket,
+		MPS:                mps.Config{}.WithDefaults(),
 	}
 }
 
@@ -92,6 +98,9 @@ func (c GPUConfig) Validate() error {
 	if err := c.Devices.Validate(); err != nil {
 		return fmt.Errorf("gpu.devices: %w", err)
 	}
+	if err := c.MPS.Validate(); err != nil {
+		return fmt.Errorf("gpu.mps: %w: %w", err, ErrInvalidConfig)
+	}
 	if c.PodResourcesSocket != "" && !strings.HasPrefix(c.PodResourcesSocket, "/") {
 		return fmt.Errorf("gpu.podResourcesSocket: %q must be an absolute path: %w", c.PodResourcesSocket, ErrInvalidConfig)
 	}
@@ -112,6 +121,9 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 		Period: a.cfg.GPU.LoopPeriod.Duration, FullScrapePeriod: a.cfg.GPU.FullScrapePeriod.Duration,
 		Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
 		ProcRoot: a.cfg.ProcRoot, Evict: a.evictor}
+	if err := a.newMPS(&o); err != nil {
+		return err
+	}
 	if a.cfg.GPU.Suspend.Enabled {
 		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
 		if err != nil {
@@ -131,6 +143,75 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	// in-place pods), then decide again.
 	a.thawStaleGPU(ctx)
 	return nil
+}
+
+// newMPS gives the GPU loop the node's MPS control daemon and the partitions the NRI
+// plugin plans clients with (gpu.mps.mode find or run), and turns the loop's lever
+// changes into Events on the batch pods.
+func (a *Agent) newMPS(o *gpu.Options) error {
+	o.OnLever = a.leverEvent
+	if a.cfg.GPU.MPS.Mode == "" || a.cfg.GPU.MPS.Mode == mps.ModeDisabled {
+		return nil
+	}
+	d, err := mps.New(a.cfg.GPU.MPS, a.log.With("component", "gpu-mps"))
+	if err != nil {
+		return fmt.Errorf("gpu.mps: %w", err)
+	}
+	a.mps, a.partitions = d, gpu.NewPartitions(a.cfg.GPU.Throttle.MPS)
+	o.MPS, o.Partitions = d, a.partitions
+	return nil
+}
+
+// runMPS runs the MPS daemon's watch (mode run: it starts one) in its own goroutine;
+// the returned func stops it (mode run: quitting a daemon the agent started) and
+// waits. Nil without MPS.
+func (a *Agent) runMPS(ctx context.Context) (stop func()) {
+	if a.mps == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.mps.Run(ctx); err != nil {
+			a.log.Error("MPS control daemon watch stopped; GPU containers start without MPS", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// MPSPlanner is the NRI plugin's MPS client planner: the GPU loop's partitions, or nil
+// when the agent's MPS is off (gpu.mps.mode disabled, or GPU features off).
+func (a *Agent) MPSPlanner() devices.MPSPlanner {
+	if a.partitions == nil {
+		return nil
+	}
+	return a.partitions
+}
+
+// MPSSetup is how the NRI plugin mounts and restricts MPS clients (gpu.mps).
+func (a *Agent) MPSSetup() devices.MPSSetup {
+	return devices.MPSSetup{ShmDir: a.cfg.GPU.MPS.WithDefaults().ShmDirectory, ClientUID: a.cfg.GPU.MPS.ClientUID}
+}
+
+// leverEvent records a GPU lever change (batch frozen because LS outgrew its MPS
+// partition) as a Warning Event on each of the GPU's batch pods. The GPU loop calls
+// it; the event sinks do not block.
+func (a *Agent) leverEvent(ev gpu.LeverEvent) {
+	if a.events == nil {
+		return
+	}
+	reason := "GPUFrozen"
+	if ev.Reason == qos.GPUReasonMPSCapStale {
+		reason = "MPSCapStale"
+	}
+	for _, p := range ev.BatchPods {
+		a.events.Warn(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.UID, Namespace: p.Namespace, Name: p.Name}},
+			reason, fmt.Sprintf("GPU %d (%s): %s", ev.GPU, ev.UUID, ev.Message))
+	}
 }
 
 // freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods

@@ -1,10 +1,12 @@
 package koordlet
 
 import (
+	"errors"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +51,8 @@ func TestGPUConfigValidate(t *testing.T) {
 		},
 		"fullScrapePeriod zero":     func(c *GPUConfig) { c.FullScrapePeriod.Duration = 0 },
 		"fullScrapePeriod too long": func(c *GPUConfig) { c.FullScrapePeriod.Duration = 11 * time.Second },
-		"throttle":                  func(c *GPUConfig) { c.Throttle.MaxDuty = 2 },
+		"throttle":                  func(c *GPUConfig) { c.Throttle.LSUtilOnPercent = 200 },
+		"throttle mps":              func(c *GPUConfig) { c.Throttle.MPS.MaxBatchPercent = 100 },
 		"suspend":                   func(c *GPUConfig) { c.Suspend.Path = "" },
 		"devices":                   func(c *GPUConfig) { c.Devices.Mode = "magic" },
 		"socket":                    func(c *GPUConfig) { c.PodResourcesSocket = "relative.sock" },
@@ -63,8 +66,19 @@ func TestGPUConfigValidate(t *testing.T) {
 	if err := DefaultGPUConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if _, err := LoadConfig([]byte("gpu:\n  mode: disabled\n  throttle:\n    maxDuty: 0.5\n    activeDuty: 0.2\n")); err != nil {
-		t.Fatalf("loading a GPU config: %v", err)
+	cfg, err := LoadConfig([]byte("gpu:\n  mode: disabled\n  throttle:\n    hold: 2s\n    lsUtilOnPercent: 5\n" +
+		"    mps:\n      maxBatchPercent: 20\n"))
+	if err != nil || cfg.GPU.Throttle.Hold.Duration != 2*time.Second || cfg.GPU.Throttle.MPS.MaxBatchPercent != 20 {
+		t.Fatalf("loading a GPU config: %+v, %v", cfg.GPU.Throttle, err)
+	}
+	// The fractional duty cycle's keys are refused, naming the key and what replaces it.
+	for _, key := range []string{"maxDuty: 0.5", "activeDuty: 0.2", "restorePerSecond: 0.1"} {
+		_, err := LoadConfig([]byte("gpu:\n  throttle:\n    " + key + "\n"))
+		name := strings.SplitN(key, ":", 2)[0]
+		if !errors.Is(err, qos.ErrInvalidConfig) || !errors.Is(err, qos.ErrGPUThrottleKeyRemoved) ||
+			!strings.Contains(err.Error(), "gpu.throttle: gpu throttle "+name) || !strings.Contains(err.Error(), "frozen solid") {
+			t.Errorf("%s: %v", key, err)
+		}
 	}
 	for yaml, want := range map[string]time.Duration{
 		"gpu:\n  fullScrapePeriod: 2s\n":                         2 * time.Second,

@@ -29,18 +29,27 @@ import (
 //     devices or NVIDIA_VISIBLE_DEVICES, and refuses it (the runtime fails the
 //     container with the reason, and the pod gets a Warning Event) when that cannot
 //     be done: no annotation, a malformed one, a device the node does not have, no
-//     GPU inventory.
+//     GPU inventory;
+//   - with the agent's MPS on (NRIOptions.MPS set), makes a GPU container (shared or
+//     whole GPUs) an MPS client when the planner gives it a partition on each of
+//     its GPUs: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
+//     CUDA_MPS_CLIENT_PRIORITY (overriding the pod's), the pipe directory and the
+//     server's /dev/shm mounted (devices.DecideMPS). A batch container whose
+//     planning fails is refused; one that is no client is pointed away from every
+//     MPS daemon (devices.NoMPSPipeDirectory).
 //
 // Other containers are untouched.
 type NRIPlugin struct {
 	layout layout
 	log    *slog.Logger
 
-	pods    nriPodLister
-	gpus    gpuInventory
-	events  eventRecorder
-	gpuCfg  devices.Config
-	podWait time.Duration
+	pods     nriPodLister
+	gpus     gpuInventory
+	events   eventRecorder
+	gpuCfg   devices.Config
+	podWait  time.Duration
+	mps      devices.MPSPlanner
+	mpsSetup devices.MPSSetup
 }
 
 var _ stub.CreateContainerInterface = (*NRIPlugin)(nil)
@@ -56,6 +65,12 @@ type nriPodLister interface {
 // NVML is off or has not been read yet.
 type gpuInventory interface {
 	GPUs() []devices.GPU
+}
+
+// normalEvents is an event recorder that also records Normal events
+// (podsource.EventSink, podsource.LogSink); a recorder without it only logs them.
+type normalEvents interface {
+	Normal(pod *corev1.Pod, reason, message string)
 }
 
 // DefaultNRIPodWait bounds how long CreateContainer waits for a pod that the pod
@@ -85,6 +100,11 @@ type NRIOptions struct {
 	GPU devices.Config
 	// PodWait replaces DefaultNRIPodWait; non-positive values keep the default.
 	PodWait time.Duration
+	// MPS plans the MPS clients (the agent: its GPU manager's partitions). Nil: the
+	// agent's MPS is off and no container's MPS environment is touched.
+	MPS devices.MPSPlanner
+	// MPSSetup is the clients' /dev/shm source and UID (gpu.mps).
+	MPSSetup devices.MPSSetup
 }
 
 // NewNRIPlugin returns the plugin for cfg's driver, kubelet root and tier, without GPU
@@ -110,36 +130,27 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 	if wait <= 0 {
 		wait = DefaultNRIPodWait
 	}
+	if d := opts.MPSSetup.ShmDir; d != "" && (!path.IsAbs(d) || path.Clean(d) != d) {
+		return nil, fmt.Errorf("NRI MPS shm directory %q: not a clean absolute path: %w", d, ErrInvalidConfig)
+	}
 	return &NRIPlugin{layout: l, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
-		gpuCfg: opts.GPU.WithDefaults(), podWait: wait}, nil
+		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup}, nil
 }
 
-// CreateContainer gives shared-GPU containers their devices (or refuses them) and
-// rewrites the cgroups path of batch containers.
+// CreateContainer gives shared-GPU containers their devices (or refuses them), makes
+// GPU containers MPS clients, and rewrites the cgroups path of batch containers.
 func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	var adj *api.ContainerAdjustment
-	if p.pods != nil {
-		a, ok, err := p.gpuDevices(ctx, pod, ctr)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ok {
-			adj = &api.ContainerAdjustment{}
-			for _, name := range a.CDIDevices {
-				adj.AddCDIDevice(&api.CDIDevice{Name: name})
-			}
-			for k, v := range a.Env {
-				adj.AddEnv(k, v)
-			}
-			p.log.Info("GPU devices given to container", "pod", pod.GetNamespace()+"/"+pod.GetName(),
-				"container", ctr.GetName(), "cdi", a.CDIDevices, "env", a.Env)
-		}
-	}
 	orig := ctr.GetLinux().GetCgroupsPath()
 	kpod := podFromNRI(pod)
 	class, err := qos.Classify(kpod)
 	if err != nil {
 		p.log.Warn("invalid QoS annotation; container left where kubelet put it", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", err)
+	}
+	var adj *api.ContainerAdjustment
+	if p.pods != nil {
+		if adj, err = p.gpuAdjust(ctx, pod, ctr, class == qos.ClassBatch); err != nil {
+			return nil, nil, err
+		}
 	}
 	if class != qos.ClassBatch || orig == "" {
 		return adj, nil, nil
@@ -158,10 +169,131 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	return adj, nil, nil
 }
 
-// gpuDevices decides the container's GPU devices. A refusal is logged, recorded as an
-// Event on the pod and returned as the error the runtime fails the container with.
+// gpuAdjust is the GPU part of a container's creation: its devices and its MPS
+// client. Nil: nothing to change.
+func (p *NRIPlugin) gpuAdjust(ctx context.Context, sb *api.PodSandbox, ctr *api.Container,
+	batch bool) (*api.ContainerAdjustment, error) {
+	kpod, a, ok, err := p.gpuDevices(ctx, sb, ctr)
+	if err != nil {
+		return nil, err
+	}
+	var adj *api.ContainerAdjustment
+	if ok {
+		adj = &api.ContainerAdjustment{}
+		for _, name := range a.CDIDevices {
+			adj.AddCDIDevice(&api.CDIDevice{Name: name})
+		}
+		for k, v := range a.Env {
+			adj.AddEnv(k, v)
+		}
+		p.log.Info("GPU devices given to container", "pod", sb.GetNamespace()+"/"+sb.GetName(),
+			"container", ctr.GetName(), "cdi", a.CDIDevices, "env", a.Env)
+	}
+	if p.mps == nil {
+		return adj, nil
+	}
+	d, err := p.mpsClient(kpod, sb, ctr, batch, a.Devices)
+	if err != nil || d.Env == nil {
+		return adj, err
+	}
+	if adj == nil {
+		adj = &api.ContainerAdjustment{}
+	}
+	for _, k := range []string{devices.EnvMPSPipeDirectory, devices.EnvMPSActiveThreadPercentage,
+		devices.EnvMPSClientPriority} {
+		if v, set := d.Env[k]; set {
+			adj.AddEnv(k, v)
+		}
+	}
+	for _, m := range d.Mounts {
+		adj.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind",
+			Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	return adj, nil
+}
+
+// mpsClient decides the container's MPS client (devices.DecideMPS) on the devices
+// it gets: the extender's (shared) or, for whole GPUs, the device plugin's as its
+// environment and CDI devices name them. A refusal is returned as the runtime's
+// error; the outcome is logged and recorded as an Event on the pod.
+func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Container, batch bool,
+	shared []devices.GPU) (devices.MPSDecision, error) {
+	name := ctr.GetName()
+	in := devices.MPSContainer{Pod: kpod, Container: name, Batch: batch, Env: ctr.GetEnv()}
+	if kpod != nil {
+		milli, whole := devices.GPURequest(kpod, name)
+		in.RequestMilli = milli
+		switch {
+		case len(shared) > 0:
+			in.GPUs = shared
+		case whole && p.gpus != nil:
+			var cdi []string
+			for _, c := range ctr.GetCDIDevices() {
+				cdi = append(cdi, c.GetName())
+			}
+			in.GPUs = devices.WholeGPUs(ctr.GetEnv(), cdi, p.gpuCfg.CDIKind, p.gpus.GPUs())
+		}
+		// The runtime's user (the image's USER resolved) where it reports one, else
+		// the spec's runAsUser.
+		if u := ctr.GetUser(); u != nil {
+			in.UID, in.UIDKnown = int64(u.GetUid()), true
+		} else {
+			in.UID, in.UIDKnown = devices.ContainerUID(kpod, name)
+		}
+	}
+	evPod := kpod
+	if evPod == nil {
+		evPod = podFromNRI(sb)
+	}
+	d, err := devices.DecideMPS(p.mps, p.mpsSetup, in)
+	if err != nil {
+		return d, p.refuse(evPod, name, devices.Reason(err), err)
+	}
+	who := []any{"pod", evPod.Namespace + "/" + evPod.Name, "container", name, "batch", batch}
+	switch {
+	case d.OK:
+		msg := fmt.Sprintf("container %s runs as an MPS client on GPU %s: %d %% of the SMs, client priority %d",
+			name, gpuNames(in.GPUs), d.Client.ActiveThreadPercent, d.Client.Priority)
+		p.log.Info("MPS client", append(who, "gpus", gpuNames(in.GPUs), "activeThreadPercent",
+			d.Client.ActiveThreadPercent, "priority", d.Client.Priority)...)
+		p.normal(evPod, "MPSClient", msg)
+	case d.Err != nil:
+		p.log.Warn("MPS planning failed; LS container starts without MPS (time-sliced)", append(who, "err", d.Err)...)
+		if p.events != nil {
+			p.events.Warn(evPod, devices.Reason(d.Err), fmt.Sprintf(
+				"container %s starts without MPS (time-sliced; the agent's freeze protects it): %v", name, d.Err))
+		}
+	case d.Skipped != "":
+		msg := fmt.Sprintf("container %s is no MPS client (time-sliced): %s", name, d.Skipped)
+		p.log.Info("no MPS client", append(who, "gpus", gpuNames(in.GPUs), "why", d.Skipped)...)
+		p.normal(evPod, "NoMPSClient", msg)
+	default:
+		p.log.Info("batch container's MPS variables pointed away from every daemon", who...)
+	}
+	return d, nil
+}
+
+// normal records a Normal Event where the recorder can.
+func (p *NRIPlugin) normal(pod *corev1.Pod, reason, message string) {
+	if n, ok := p.events.(normalEvents); ok {
+		n.Normal(pod, reason, message)
+	}
+}
+
+// gpuNames lists GPUs as "0 (GPU-...)" for messages.
+func gpuNames(gs []devices.GPU) string {
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		parts[i] = fmt.Sprintf("%d (%s)", g.Index, g.UUID)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// gpuDevices decides the container's GPU devices, and returns its pod (nil when the
+// pod source does not list it). A refusal is logged, recorded as an Event on the pod
+// and returned as the error the runtime fails the container with.
 func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
-	ctr *api.Container) (devices.Assignment, bool, error) {
+	ctr *api.Container) (*corev1.Pod, devices.Assignment, bool, error) {
 	kpod := p.lookupPod(ctx, sb)
 	if kpod == nil {
 		if _, annotated := sb.GetAnnotations()[devices.AnnotationDevices]; !annotated {
@@ -170,12 +302,12 @@ func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
 			// source lags (it then gets no GPU from us, never every GPU in mode cdi).
 			p.log.Debug("container's pod not in the pod source; no GPU handling", "pod",
 				sb.GetNamespace()+"/"+sb.GetName(), "uid", sb.GetUid(), "container", ctr.GetName())
-			return devices.Assignment{}, false, nil
+			return nil, devices.Assignment{}, false, nil
 		}
 		// Fail closed: without the spec we cannot tell a shared-GPU container from a
 		// whole-GPU one (the extender annotates both). kubelet retries the container
 		// with back-off; the pod source catches up.
-		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
+		return nil, devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
 			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
 	}
 	var inv []devices.GPU
@@ -184,15 +316,15 @@ func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
 	}
 	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), inv)
 	if err != nil {
-		return devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
+		return kpod, devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
 	}
-	return a, ok, nil
+	return kpod, a, ok, nil
 }
 
 // refuse logs the refusal, records it on the pod and returns the error for the runtime,
 // which fails the container with its text (kubelet shows it as CreateContainerError).
 func (p *NRIPlugin) refuse(pod *corev1.Pod, ctr, reason string, err error) error {
-	p.log.Warn("container refused: no safe GPU device choice", "pod", pod.Namespace+"/"+pod.Name,
+	p.log.Warn("container refused: no safe GPU device or MPS choice", "pod", pod.Namespace+"/"+pod.Name,
 		"container", ctr, "reason", reason, "err", err)
 	if p.events != nil {
 		p.events.Warn(pod, reason, fmt.Sprintf("container %s refused: %v", ctr, err))

@@ -425,3 +425,164 @@ func TestNRIGPUStaticPod(t *testing.T) {
 		t.Fatalf("CreateContainer = %v, %v; want device 1", adj, err)
 	}
 }
+
+func (e *nriEvents) Normal(pod *corev1.Pod, reason, message string) {
+	e.Warn(pod, "normal:"+reason, message)
+}
+
+// mpsPlanner gives GPU 0 a partition (batch 25 % at priority 1, LS 75 % at 0), none
+// on GPU 1, and fails for pods whose UID starts with "err".
+type mpsPlanner struct{}
+
+func (mpsPlanner) MPSClient(req devices.MPSRequest) (devices.MPSClient, bool, error) {
+	switch {
+	case strings.HasPrefix(string(req.PodUID), "err"):
+		return devices.MPSClient{}, false, errors.New("no partition state")
+	case req.GPU.Index != 0:
+		return devices.MPSClient{}, false, nil
+	case req.Batch:
+		return devices.MPSClient{PipeDir: "/tmp/nvidia-mps", ActiveThreadPercent: 25, Priority: 1}, true, nil
+	}
+	return devices.MPSClient{PipeDir: "/tmp/nvidia-mps", ActiveThreadPercent: 75, Priority: 0}, true, nil
+}
+
+// createWith sends CreateContainer for a container shaped by mod.
+func (r *nriRuntime) createWith(sb *api.PodSandbox, name string, mod func(*api.Container)) (*api.CreateContainerResponse, error) {
+	b := r.rt.BlockPluginSync()
+	defer b.Unblock()
+	id := fmt.Sprintf("ctr%d", r.seq.Add(1))
+	c := &api.Container{Id: id, PodSandboxId: sb.Id, Name: name,
+		Linux: &api.LinuxContainer{CgroupsPath: "/kubepods/besteffort/pod" + sb.Uid + "/" + id}}
+	mod(c)
+	return r.rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: sb, Container: c})
+}
+
+func mountsOf(adj *api.ContainerAdjustment) map[string]string {
+	out := map[string]string{}
+	for _, m := range adj.GetMounts() {
+		out[m.Destination] = m.Source + " " + strings.Join(m.Options, ",")
+	}
+	return out
+}
+
+// TestNRIMPSClients drives the MPS injection through NRI's runtime adaptation: GPU
+// containers become MPS clients with the planner's cap and priority (overriding the
+// pod's own values) and get the pipe directory and /dev/shm; batch containers that
+// are no client are pointed away from every daemon; a batch container whose planning
+// fails is refused, an LS one starts without MPS; each outcome is an Event.
+func TestNRIMPSClients(t *testing.T) {
+	t.Parallel()
+	pods, events := &nriPods{}, &nriEvents{}
+	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
+		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/understory/mps-shm"}})
+	podEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
+		"CUDA_MPS_CLIENT_PRIORITY=0"}
+	const no = devices.NoMPSPipeDirectory
+	for _, tc := range []struct {
+		name, uid, devs string
+		batch           bool
+		ctr             string
+		whole           bool // the container requests nvidia.com/gpu instead of gpu-milli
+		mod             func(*api.Container)
+		pipe            string // CUDA_MPS_PIPE_DIRECTORY wanted ("" unset)
+		pct, prio       string
+		event           string // reason of the one event; "refused" checks the error
+	}{
+		{"batch client on GPU 0", "m1", "0", true, "main", false, nil, "/tmp/nvidia-mps", "25", "1", "normal:MPSClient"},
+		{"LS client on GPU 0", "m2", "0", false, "main", false, nil, "/tmp/nvidia-mps", "75", "0", "normal:MPSClient"},
+		{"batch on GPU 1 without MPS", "m3", "1", true, "main", false, nil, no, "", "", "normal:NoMPSClient"},
+		{"LS on GPU 1 without MPS", "m4", "1", false, "main", false, nil, "", "", "", "normal:NoMPSClient"},
+		{"batch planning fails: refused", "err5", "0", true, "main", false, nil, "", "", "", "refused"},
+		{"LS planning fails: time-sliced", "err6", "0", false, "main", false, nil, "", "", "", "MPSPlanningFailed"},
+		{"whole GPU 0 from the device plugin", "m7", "-", false, "main", true, func(c *api.Container) {
+			c.Env = append(c.Env, "NVIDIA_VISIBLE_DEVICES="+nriUUID0)
+		}, "/tmp/nvidia-mps", "75", "0", "normal:MPSClient"},
+		{"batch of another UID", "m8", "0", true, "main", false, func(c *api.Container) {
+			c.User = &api.User{Uid: 1000, Gid: 1000}
+		}, no, "", "", "normal:NoMPSClient"},
+		{"LS of unknown UID (runtime without User, no runAsUser)", "m10", "0", false, "main", false,
+			func(c *api.Container) { c.User = nil }, "", "", "", "normal:NoMPSClient"},
+		{"batch sidecar with MPS variables", "m9", "0", true, "sidecar", false, func(c *api.Container) {
+			c.Env = append(c.Env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
+		}, no, "", "", ""},
+	} {
+		pod, sb := nriGPUPod(tc.uid, tc.devs, tc.batch)
+		if tc.whole {
+			pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{devices.ResourceGPU: resource.MustParse("1")}
+		}
+		pods.add(pod, 0)
+		resp, err := r.createWith(sb, tc.ctr, func(c *api.Container) {
+			c.Env = slices.Clone(podEnv)
+			c.User = &api.User{} // root, as the runtime resolved the image's user
+			if tc.mod != nil {
+				tc.mod(c)
+			}
+		})
+		evs := events.forPod(tc.uid)
+		if tc.event == "refused" {
+			if err == nil || !strings.Contains(err.Error(), "MPS partition planning failed") {
+				t.Fatalf("%s: CreateContainer = %v, %v; want refused", tc.name, resp, err)
+			}
+			if len(evs) != 1 || evs[0].reason != "MPSPlanningFailed" {
+				t.Fatalf("%s: events %+v; want one MPSPlanningFailed", tc.name, evs)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: CreateContainer: %v", tc.name, err)
+		}
+		adj := resp.GetAdjust()
+		env := envOf(adj)
+		if env[devices.EnvMPSPipeDirectory] != tc.pipe || env[devices.EnvMPSActiveThreadPercentage] != tc.pct ||
+			env[devices.EnvMPSClientPriority] != tc.prio {
+			t.Fatalf("%s: MPS env %v; want pipe %q cap %q priority %q", tc.name, env, tc.pipe, tc.pct, tc.prio)
+		}
+		m := mountsOf(adj)
+		if client := tc.pct != ""; client != (len(m) == 2) ||
+			client && (m["/tmp/nvidia-mps"] != "/tmp/nvidia-mps rbind,rw,nosuid,nodev,noexec" ||
+				m["/dev/shm"] != "/run/understory/mps-shm rbind,rw,nosuid,nodev,noexec") {
+			t.Fatalf("%s: mounts %v; client %v", tc.name, m, client)
+		}
+		if tc.event == "" {
+			if len(evs) != 0 {
+				t.Fatalf("%s: events %+v; want none", tc.name, evs)
+			}
+			continue
+		}
+		if len(evs) != 1 || evs[0].reason != tc.event {
+			t.Fatalf("%s: events %+v; want one %s", tc.name, evs, tc.event)
+		}
+		if tc.pct != "" && !strings.Contains(evs[0].message, tc.pct+" % of the SMs, client priority "+tc.prio) {
+			t.Fatalf("%s: event %q does not state the cap and priority", tc.name, evs[0].message)
+		}
+	}
+}
+
+// TestNRIMPSOffLeavesEnvironment: without a planner (the agent's MPS off) no
+// container's MPS variables change, not even a batch container's: NVIDIA's device
+// plugin may run its own MPS there.
+func TestNRIMPSOffLeavesEnvironment(t *testing.T) {
+	t.Parallel()
+	pod, sb := nriGPUPod("u1", "0", true)
+	p, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{Pods: &nriPods{pods: []*corev1.Pod{pod}},
+		GPUs: nriInventory, PodWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adj, _, err := p.CreateContainer(context.Background(), sb, &api.Container{Name: "main",
+		Env: []string{"CUDA_MPS_PIPE_DIRECTORY=/run/nvidia/mps/nvidia.com/gpu/pipe"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range envOf(adj) {
+		if strings.HasPrefix(k, "CUDA_MPS_") {
+			t.Fatalf("MPS off changed %s: %v", k, envOf(adj))
+		}
+	}
+	if len(adj.GetMounts()) != 0 {
+		t.Fatalf("MPS off added mounts %v", adj.GetMounts())
+	}
+	if _, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{MPSSetup: devices.MPSSetup{ShmDir: "dev/shm"}}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("relative shm directory accepted: %v", err)
+	}
+}

@@ -10,6 +10,9 @@
 //     registry (no global registry, no init registration).
 //
 // Traps: the annotation is read by another binary that may be older or newer.
+// New fields are optional (an older agent's document still decodes; LSFreeMilli nil
+// is unknown, never free). GPU UUIDs are checked for NVML's shape: the extender keys
+// its bookings by them.
 // Decode rejects versions it does not know instead of guessing, and a reader
 // must treat a stale or undecodable annotation as "unknown", never as "idle".
 package metrics

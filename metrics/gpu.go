@@ -52,13 +52,19 @@ type GPUDeviceUsage struct {
 
 // GPUThrottle is the GPU-aware batch throttle's state of one GPU.
 type GPUThrottle struct {
-	// Duty is the fraction of each duty period the GPU's batch pods are frozen (0..1).
+	// Duty is 1 while the GPU's batch pods are frozen solid, else 0 (the on/off freeze;
+	// values between are accepted and published as they are).
 	Duty float64
 	// LSUtil is the utilisation (percent) counted as LS: non-batch pods' processes and
 	// processes no pod could be attributed to.
 	LSUtil float64
 	// Reason is the throttle's reason (qos.GPUReason*).
 	Reason string
+	// Lever is how LS is protected on the GPU: "freeze" or "mps" (qos.GPULever*).
+	Lever string
+	// LSCapPercent and BatchCapPercent are the MPS SM caps of the GPU's LS and batch
+	// clients (1..100; 0: none, the series is left out). Published with Lever "mps" only.
+	LSCapPercent, BatchCapPercent int
 }
 
 // GPUPodUsage is one container's use of one GPU.
@@ -82,7 +88,7 @@ type GPU struct {
 	healthy, util, memUtil         *prometheus.Desc
 	memUsed, memTotal              *prometheus.Desc
 	podUtil, podMemUtil, podMemUse *prometheus.Desc
-	duty, lsUtil                   *prometheus.Desc
+	duty, lsUtil, lever, mpsCap    *prometheus.Desc
 
 	mu   sync.Mutex
 	snap GPUSnapshot
@@ -114,13 +120,19 @@ func NewGPU(reg prometheus.Registerer) (*GPU, error) {
 			"last sample period, 0..1.", gpuLabels),
 		memUsed:  d("memory_used_bytes", "GPU memory in use.", gpuLabels),
 		memTotal: d("memory_total_bytes", "GPU memory installed.", gpuLabels),
-		podUtil: d("pod_utilization_ratio", "A container's share of the GPU's SM time over the driver's "+
-			"last per-process sample, 0..1 (0 when it had no sample since the last scrape).", gpuPodLabels),
+		podUtil: d("pod_utilization_ratio", "A container's share of the GPU's SM time in the driver's "+
+			"newest per-process sample, 0..1, held between the driver's samples (0 once it is seen idle).", gpuPodLabels),
 		podMemUtil: d("pod_memory_utilization_ratio", "A container's share of the GPU's memory "+
 			"controller over the driver's last per-process sample, 0..1.", gpuPodLabels),
 		podMemUse: d("pod_memory_used_bytes", "GPU memory held by a container's compute processes.", gpuPodLabels),
-		duty: d("batch_duty_ratio", "Fraction of each duty period the batch pods using the GPU are frozen "+
-			"so that LS pods get the device, 0..1, with the throttle's reason.", append(gpuLabels[:3:3], "reason")),
+		duty: d("batch_duty_ratio", "1 while the batch pods using the GPU are frozen solid so that LS pods "+
+			"get the device, else 0 (the on/off freeze; the name is the former duty cycle's), with the "+
+			"throttle's reason.", append(gpuLabels[:3:3], "reason")),
+		lever: d("lever", "1 for the lever protecting LS on the GPU: lever=\"freeze\" (time-sliced; batch "+
+			"frozen while LS needs the GPU) or lever=\"mps\" (LS and batch in MPS partitions).",
+			append(gpuLabels[:3:3], "lever")),
+		mpsCap: d("mps_sm_cap_ratio", "The SM cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100) of the GPU's "+
+			"MPS clients, by class (ls, batch); only on GPUs using the MPS lever.", append(gpuLabels[:3:3], "class")),
 		lsUtil: d("ls_utilization_ratio", "GPU utilisation counted as LS by the throttle (non-batch pods "+
 			"and processes no pod could be attributed to), 0..1.", gpuLabels),
 	}
@@ -195,6 +207,13 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 			}
 			t.LSUtil = clampPercent(t.LSUtil)
 			t.Reason = validLabel(t.Reason, "throttle reason", bad)
+			t.Lever = validLabel(t.Lever, "throttle lever", bad)
+			for _, c := range []*int{&t.LSCapPercent, &t.BatchCapPercent} {
+				if *c < 0 || *c > 100 {
+					bad("GPU %d: MPS cap %d is not in 0..100", d.Index, *c)
+					*c = 0 // left out
+				}
+			}
 			c.Throttle = &t
 		}
 		c.Pods = nil
@@ -249,7 +268,7 @@ func clampPercent(v float64) float64 {
 // Describe sends every descriptor.
 func (g *GPU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{g.available, g.duration, g.healthy, g.util, g.memUtil, g.memUsed,
-		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil} {
+		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil, g.lever, g.mpsCap} {
 		ch <- d
 	}
 }
@@ -280,6 +299,19 @@ func (g *GPU) Collect(ch chan<- prometheus.Metric) {
 		if t := d.Throttle; t != nil {
 			// Published for an unhealthy GPU too: its duty is held, and still in force.
 			gauge(g.duty, t.Duty, append(labels[:3:3], t.Reason)...)
+			if t.Lever != "" {
+				gauge(g.lever, 1, append(labels[:3:3], t.Lever)...)
+			}
+			if t.Lever == "mps" {
+				for _, c := range []struct {
+					class string
+					pct   int
+				}{{"ls", t.LSCapPercent}, {"batch", t.BatchCapPercent}} {
+					if c.pct > 0 {
+						gauge(g.mpsCap, float64(c.pct)/100, append(labels[:3:3], c.class)...)
+					}
+				}
+			}
 			if d.Healthy && !d.UtilUnknown {
 				gauge(g.lsUtil, t.LSUtil/100, labels...)
 			}

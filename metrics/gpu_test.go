@@ -71,7 +71,7 @@ understory_gpu_pod_memory_used_bytes{UUID="GPU-aaaa",container="trainer",gpu="0"
 # TYPE understory_gpu_pod_memory_utilization_ratio gauge
 understory_gpu_pod_memory_utilization_ratio{UUID="GPU-aaaa",container="infer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="shop",pod="web-0"} 0.15
 understory_gpu_pod_memory_utilization_ratio{UUID="GPU-aaaa",container="trainer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ml",pod="train-0"} 0.05
-# HELP understory_gpu_pod_utilization_ratio A container's share of the GPU's SM time over the driver's last per-process sample, 0..1 (0 when it had no sample since the last scrape).
+# HELP understory_gpu_pod_utilization_ratio A container's share of the GPU's SM time in the driver's newest per-process sample, 0..1, held between the driver's samples (0 once it is seen idle).
 # TYPE understory_gpu_pod_utilization_ratio gauge
 understory_gpu_pod_utilization_ratio{UUID="GPU-aaaa",container="infer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="shop",pod="web-0"} 0.6
 understory_gpu_pod_utilization_ratio{UUID="GPU-aaaa",container="trainer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ml",pod="train-0"} 0.15
@@ -96,17 +96,20 @@ understory_gpu_memory_used_bytes{UUID="GPU-cccc",gpu="0",modelName="NVIDIA H100 
 # TYPE understory_gpu_pod_memory_used_bytes gauge
 understory_gpu_pod_memory_used_bytes{UUID="GPU-cccc",container="c",gpu="0",modelName="NVIDIA H100 80GB HBM3",namespace="ml",pod="p"} 1.073741824e+09
 `},
-		{name: "throttle: duty with its reason, held on a lost GPU", update: &GPUSnapshot{Available: true,
+		{name: "throttle: freeze with its reason and lever, held on a lost GPU; MPS caps", update: &GPUSnapshot{Available: true,
 			CollectSeconds: 0.001, Devices: []GPUDeviceUsage{
 				{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 80, MemTotal: 10,
-					Throttle: &GPUThrottle{Duty: 0.9, LSUtil: 70, Reason: "ls-util-above-threshold"}},
+					Throttle: &GPUThrottle{Duty: 1, LSUtil: 70, Reason: "ls-util-above-threshold", Lever: "freeze"}},
 				{Index: 1, UUID: "GPU-b", Model: "m", Healthy: false,
-					Throttle: &GPUThrottle{Duty: 0.3, Reason: "unknown"}},
+					Throttle: &GPUThrottle{Duty: 1, Reason: "unknown", Lever: "freeze"}},
+				{Index: 2, UUID: "GPU-c", Model: "m", Healthy: false,
+					Throttle: &GPUThrottle{Duty: 0, Reason: "mps-within-cap", Lever: "mps", LSCapPercent: 75, BatchCapPercent: 25}},
 			}}, want: gpuHelp + `understory_gpu_available 1
-# HELP understory_gpu_batch_duty_ratio Fraction of each duty period the batch pods using the GPU are frozen so that LS pods get the device, 0..1, with the throttle's reason.
+# HELP understory_gpu_batch_duty_ratio 1 while the batch pods using the GPU are frozen solid so that LS pods get the device, else 0 (the on/off freeze; the name is the former duty cycle's), with the throttle's reason.
 # TYPE understory_gpu_batch_duty_ratio gauge
-understory_gpu_batch_duty_ratio{UUID="GPU-a",gpu="0",modelName="m",reason="ls-util-above-threshold"} 0.9
-understory_gpu_batch_duty_ratio{UUID="GPU-b",gpu="1",modelName="m",reason="unknown"} 0.3
+understory_gpu_batch_duty_ratio{UUID="GPU-a",gpu="0",modelName="m",reason="ls-util-above-threshold"} 1
+understory_gpu_batch_duty_ratio{UUID="GPU-b",gpu="1",modelName="m",reason="unknown"} 1
+understory_gpu_batch_duty_ratio{UUID="GPU-c",gpu="2",modelName="m",reason="mps-within-cap"} 0
 # HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
 # TYPE understory_gpu_collect_duration_seconds gauge
 understory_gpu_collect_duration_seconds 0.001
@@ -114,6 +117,12 @@ understory_gpu_collect_duration_seconds 0.001
 # TYPE understory_gpu_healthy gauge
 understory_gpu_healthy{UUID="GPU-a",gpu="0",modelName="m"} 1
 understory_gpu_healthy{UUID="GPU-b",gpu="1",modelName="m"} 0
+understory_gpu_healthy{UUID="GPU-c",gpu="2",modelName="m"} 0
+# HELP understory_gpu_lever 1 for the lever protecting LS on the GPU: lever="freeze" (time-sliced; batch frozen while LS needs the GPU) or lever="mps" (LS and batch in MPS partitions).
+# TYPE understory_gpu_lever gauge
+understory_gpu_lever{UUID="GPU-a",gpu="0",lever="freeze",modelName="m"} 1
+understory_gpu_lever{UUID="GPU-b",gpu="1",lever="freeze",modelName="m"} 1
+understory_gpu_lever{UUID="GPU-c",gpu="2",lever="mps",modelName="m"} 1
 # HELP understory_gpu_ls_utilization_ratio GPU utilisation counted as LS by the throttle (non-batch pods and processes no pod could be attributed to), 0..1.
 # TYPE understory_gpu_ls_utilization_ratio gauge
 understory_gpu_ls_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.7
@@ -126,6 +135,10 @@ understory_gpu_memory_used_bytes{UUID="GPU-a",gpu="0",modelName="m"} 0
 # HELP understory_gpu_memory_utilization_ratio GPU memory controller utilisation over the driver's last sample period, 0..1.
 # TYPE understory_gpu_memory_utilization_ratio gauge
 understory_gpu_memory_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_mps_sm_cap_ratio The SM cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100) of the GPU's MPS clients, by class (ls, batch); only on GPUs using the MPS lever.
+# TYPE understory_gpu_mps_sm_cap_ratio gauge
+understory_gpu_mps_sm_cap_ratio{UUID="GPU-c",class="batch",gpu="2",modelName="m"} 0.25
+understory_gpu_mps_sm_cap_ratio{UUID="GPU-c",class="ls",gpu="2",modelName="m"} 0.75
 # HELP understory_gpu_utilization_ratio GPU (SM) utilisation over the driver's last sample period, 0..1 (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100).
 # TYPE understory_gpu_utilization_ratio gauge
 understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.8
@@ -193,6 +206,10 @@ understory_gpu_utilization_ratio{UUID="GPU-b",gpu="1",modelName="m"} 0
 			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m` + "\uFFFD" + `"} 0.1` + "\n"},
 		{"collect duration NaN", GPUSnapshot{Available: true, CollectSeconds: math.NaN(), Devices: []GPUDeviceUsage{ok}},
 			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.1` + "\n"},
+		{"MPS cap out of range: left out", GPUSnapshot{Available: true, Devices: []GPUDeviceUsage{
+			{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 10,
+				Throttle: &GPUThrottle{Lever: "mps", LSCapPercent: 150, BatchCapPercent: -5}}}},
+			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.1` + "\n"},
 		{"pod without a name", GPUSnapshot{Available: true, Devices: []GPUDeviceUsage{
 			{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 10, Pods: []GPUPodUsage{{Namespace: "x"}}}}},
 			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.1` + "\n"},
@@ -240,7 +257,7 @@ func TestGPUUpdateCopies(t *testing.T) {
 # TYPE understory_gpu_healthy gauge
 understory_gpu_healthy{UUID="GPU-aaaa",gpu="0",modelName="NVIDIA A100-SXM4-40GB"} 1
 understory_gpu_healthy{UUID="GPU-bbbb",gpu="1",modelName="NVIDIA A100-SXM4-40GB"} 0
-# HELP understory_gpu_pod_utilization_ratio A container's share of the GPU's SM time over the driver's last per-process sample, 0..1 (0 when it had no sample since the last scrape).
+# HELP understory_gpu_pod_utilization_ratio A container's share of the GPU's SM time in the driver's newest per-process sample, 0..1, held between the driver's samples (0 once it is seen idle).
 # TYPE understory_gpu_pod_utilization_ratio gauge
 understory_gpu_pod_utilization_ratio{UUID="GPU-aaaa",container="infer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="shop",pod="web-0"} 0.6
 understory_gpu_pod_utilization_ratio{UUID="GPU-aaaa",container="trainer",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ml",pod="train-0"} 0.15

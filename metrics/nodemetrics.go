@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -155,7 +156,22 @@ type GPUDevice struct {
 	// Reclaimable is the share of the device (0..1) the agent lets batch use now: what
 	// LS leaves, after the agent's GPU throttle.
 	Reclaimable float64 `json:"reclaim"`
+	// LSFreeMilli is the SM share LS leaves free, in milli-GPU (0..MilliPerGPU), the
+	// unit of understory.io/gpu-milli: MilliPerGPU minus the larger of LS's peak SM
+	// utilisation over the window and, on an MPS GPU, the SM cap LS's MPS clients
+	// hold. nil: unknown (an agent older than the field, or a device not Healthy);
+	// never read it as free. A pointer, so that "unknown" and 0 differ (the Batch
+	// pointer trap applies).
+	LSFreeMilli *int `json:"lsFree,omitempty"`
+	// MPS is true when the GPU runs an MPS server whose clients the agent places
+	// (batch containers start as capped MPS clients there); false also in documents
+	// of agents older than the field.
+	MPS bool `json:"mps,omitempty"`
 }
+
+// MilliPerGPU is one whole GPU in milli-GPU, the unit of understory.io/gpu-milli and
+// of GPUDevice.LSFreeMilli.
+const MilliPerGPU = 1000
 
 // GPUAllocation is which pods hold which whole GPUs, as kubelet allocated them.
 type GPUAllocation struct {
@@ -287,6 +303,9 @@ func (d GPUDevice) validate() error {
 	if err := printable(d.UUID, maxGPUUUID, true); err != nil {
 		return fmt.Errorf("uuid: %w", err)
 	}
+	if err := gpuUUID(d.UUID); err != nil {
+		return fmt.Errorf("uuid: %w", err)
+	}
 	if len(d.Model) > maxGPUModel || !utf8.ValidString(d.Model) {
 		return fmt.Errorf("model: longer than %d bytes or not UTF-8: %w", maxGPUModel, ErrInvalidNodeMetrics)
 	}
@@ -300,6 +319,30 @@ func (d GPUDevice) validate() error {
 	}
 	if d.MemUsed < 0 || d.MemTotal < 0 {
 		return fmt.Errorf("mem: negative (used %d, total %d): %w", d.MemUsed, d.MemTotal, ErrInvalidNodeMetrics)
+	}
+	if f := d.LSFreeMilli; f != nil && (*f < 0 || *f > MilliPerGPU) {
+		return fmt.Errorf("lsFree: %d out of 0..%d: %w", *f, MilliPerGPU, ErrInvalidNodeMetrics)
+	}
+	return nil
+}
+
+// gpuUUIDPrefix starts every NVML UUID of a whole GPU (MIG devices' start "MIG-" and
+// are never listed).
+const gpuUUIDPrefix = "GPU-"
+
+// gpuUUID checks the shape of an NVML GPU UUID: "GPU-" and then letters, digits and
+// dashes (NVML writes hex groups: GPU-8a6f3b5e-1c2d-...). The extender keys its
+// bookings by it, so a UUID that is not one must not reach it.
+func gpuUUID(s string) error {
+	rest, ok := strings.CutPrefix(s, gpuUUIDPrefix)
+	if !ok || rest == "" {
+		return fmt.Errorf("%q: want %s followed by the device's hex groups: %w", s, gpuUUIDPrefix, ErrInvalidNodeMetrics)
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-') {
+			return fmt.Errorf("%q: byte %d is not a letter, digit or dash: %w", s, len(gpuUUIDPrefix)+i,
+				ErrInvalidNodeMetrics)
+		}
 	}
 	return nil
 }

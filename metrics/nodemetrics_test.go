@@ -154,6 +154,10 @@ func FuzzDecodeNodeMetrics(f *testing.F) {
 	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":0,"uuid":"x"}],` +
 		`"alloc":{"pods":[{"ns":"a","name":"b","devs":[0]}]}}}`)
 	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":null}}`)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":0,"uuid":"GPU-0",` +
+		`"ok":true,"lsFree":250,"mps":true}]}}`)
+	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":0,"uuid":"GPU-0",` +
+		`"lsFree":-5,"mps":"yes"}]}}`)
 	f.Add(`{"v":2,"ts":"2026-11-22T03:00:00Z","win":1,"cpu":{"cap":1},"gpu":{"devs":[{"i":-1,"util":NaN}]}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := DecodeNodeMetrics(s)

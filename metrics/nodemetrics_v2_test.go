@@ -226,6 +226,12 @@ func TestDecodeNodeMetricsV2Rejects(t *testing.T) {
 		{"uuid with comma", dev(func(d *GPUDevice) { d.UUID = "GPU-1,GPU-2" })},
 		{"uuid with space", dev(func(d *GPUDevice) { d.UUID = "GPU 1" })},
 		{"uuid too long", dev(func(d *GPUDevice) { d.UUID = strings.Repeat("a", maxGPUUUID+1) })},
+		{"uuid without GPU- prefix", dev(func(d *GPUDevice) { d.UUID = "8a6f3b5e-1c2d-4e5f-8a9b-0c1d2e3f4a5b" })},
+		{"uuid of a MIG device", dev(func(d *GPUDevice) { d.UUID = "MIG-8a6f3b5e-1c2d-4e5f-8a9b-0c1d2e3f4a5b" })},
+		{"uuid prefix only", dev(func(d *GPUDevice) { d.UUID = "GPU-" })},
+		{"uuid with punctuation", dev(func(d *GPUDevice) { d.UUID = "GPU-8a6f;rm" })},
+		{"lsFree negative", dev(func(d *GPUDevice) { d.LSFreeMilli = ptr(-1) })},
+		{"lsFree above a GPU", dev(func(d *GPUDevice) { d.LSFreeMilli = ptr(MilliPerGPU + 1) })},
 		{"model too long", dev(func(d *GPUDevice) { d.Model = strings.Repeat("a", maxGPUModel+1) })},
 		{"util above 100", dev(func(d *GPUDevice) { d.Util = 100.5 })},
 		{"negative ls", dev(func(d *GPUDevice) { d.LSUtil = -1 })},
@@ -266,6 +272,10 @@ func TestDecodeNodeMetricsV2Rejects(t *testing.T) {
 		{"util above 100", `{"devs":[{"i":0,"uuid":"GPU-0","util":1e3}]}`},
 		{"alloc without pods", `{"devs":[],"alloc":{}}`},
 		{"index huge", `{"devs":[{"i":99999999999999999999,"uuid":"GPU-0"}]}`},
+		{"lsFree not a number", `{"devs":[{"i":0,"uuid":"GPU-0","lsFree":"half"}]}`},
+		{"lsFree fractional", `{"devs":[{"i":0,"uuid":"GPU-0","lsFree":500.5}]}`},
+		{"lsFree above a GPU", `{"devs":[{"i":0,"uuid":"GPU-0","lsFree":1001}]}`},
+		{"mps not a bool", `{"devs":[{"i":0,"uuid":"GPU-0","mps":1}]}`},
 	} {
 		s := base + `,"gpu":` + tc.gpu + `}`
 		if _, err := DecodeNodeMetrics(s); !errors.Is(err, ErrInvalidNodeMetrics) {
@@ -282,9 +292,9 @@ func TestNodeMetricsV2Size(t *testing.T) {
 	m.GPU.Devices = make([]GPUDevice, MaxGPUsPerNode)
 	m.GPU.Alloc.Pods = make([]PodGPUs, MaxGPUsPerNode)
 	for i := range MaxGPUsPerNode {
-		m.GPU.Devices[i] = GPUDevice{Index: i, UUID: fmt.Sprintf("MIG-%08d-1c2d-4e5f-8a9b-0c1d2e3f4a5b", i),
+		m.GPU.Devices[i] = GPUDevice{Index: i, UUID: fmt.Sprintf("GPU-%08d-1c2d-4e5f-8a9b-0c1d2e3f4a5b", i),
 			Model: "NVIDIA H100 80GB HBM3", Healthy: true, Util: 99.9, LSUtil: 33.3, MemUsed: 80 << 30,
-			MemTotal: 80 << 30, Reclaimable: 0.333}
+			MemTotal: 80 << 30, Reclaimable: 0.333, LSFreeMilli: ptr(667), MPS: true}
 		m.GPU.Alloc.Pods[i] = PodGPUs{Namespace: strings.Repeat("n", 40), Name: fmt.Sprintf("%s-%d",
 			strings.Repeat("p", 60), i), UID: "0b5e6f1c-1111-4222-8333-444455556666", Devices: []int{i}}
 	}
@@ -329,4 +339,51 @@ func FuzzDecodeNodeAnnotations(f *testing.F) {
 			t.Fatalf("version %d from an absent annotation", m.Version)
 		}
 	})
+}
+
+// TestNodeMetricsV2PerGPUFacts: the LS-free share and the MPS flag round-trip, and a
+// document of an agent older than them (goldenV2) still decodes, with both unknown:
+// LSFreeMilli nil (never read as free), MPS false.
+func TestNodeMetricsV2PerGPUFacts(t *testing.T) {
+	t.Parallel()
+	old, err := DecodeNodeMetrics(goldenV2)
+	if err != nil {
+		t.Fatalf("an older agent's document: %v", err)
+	}
+	for i, d := range old.GPU.Devices {
+		if d.LSFreeMilli != nil || d.MPS {
+			t.Errorf("older document, device %d: lsFree %v, mps %v; want unknown and false", i, d.LSFreeMilli, d.MPS)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		free   *int
+		mps    bool
+		suffix string // what the device's JSON ends with
+	}{
+		{"unknown", nil, false, `"reclaim":0.35}`},
+		{"none free", ptr(0), false, `"reclaim":0.35,"lsFree":0}`},
+		{"all free on MPS", ptr(MilliPerGPU), true, `"reclaim":0.35,"lsFree":1000,"mps":true}`},
+		{"part free", ptr(640), false, `"reclaim":0.35,"lsFree":640}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := validV2()
+			m.GPU.Devices[0].LSFreeMilli, m.GPU.Devices[0].MPS = tc.free, tc.mps
+			b, err := m.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), tc.suffix+`,{"i":1`) {
+				t.Fatalf("encoding %s: device 0 does not end with %s", b, tc.suffix)
+			}
+			got, err := DecodeNodeMetrics(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got.GPU.Devices[0], m.GPU.Devices[0])
+			}
+		})
+	}
 }

@@ -145,7 +145,12 @@
 // restores by restorePercentPerSecond of the node after restoreHold without harm. Its
 // traps are on the type.
 //
-// GPUThrottle (gputhrottle.go) decides, per GPU, the duty: the fraction of each
-// freezer period the batch pods using the GPU stay frozen so LS gets the device.
-// Its rules (cut fast, hold, restore slowly, hysteresis) and traps are on the type.
+// GPUThrottle (gputhrottle.go) decides, per GPU, the lever (an MPS partition or the
+// freeze) and whether the batch pods using the GPU are frozen solid so LS gets the device:
+// at once while LS needs more than its partition protects (without MPS: an LS process
+// arrived, or LS utilisation is high), thawed once LS has been idle for `hold`. Its rules
+// and traps are on the type. gpumps.go chooses the MPS caps (ChooseGPUMPSCaps: batch at
+// most 25 % of the SMs at client priority 1, LS the rest, from LS's demand peak,
+// GPUDemandPeak, and the pods' gpu-milli requests), with the measurements behind the
+// defaults.
 package qos

@@ -69,8 +69,8 @@ const (
 	// EvictReasonCPUStarvation: evict; batch has been starved (at its floor or
 	// frozen) for longer than starvationTimeout.
 	EvictReasonCPUStarvation = "cpu-starvation"
-	// EvictReasonGPUStarvation: evict; a GPU's batch pods have been frozen at the
-	// GPU throttle's maxDuty for longer than its starveAfter (GPUThrottle).
+	// EvictReasonGPUStarvation: evict; a GPU's batch pods have been frozen solid by
+	// the GPU throttle for longer than its starveAfter (GPUThrottle).
 	EvictReasonGPUStarvation = "gpu-starvation"
 )
 

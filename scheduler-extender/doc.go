@@ -82,6 +82,16 @@
 //     moves with the node set and each node's capacity, labels and taints.
 //   - A node-metrics annotation that is stale, missing or undecodable makes
 //     Node.Usage nil, which means unknown, never idle.
+//   - Device slots are NVML indices of the physical GPUs the agent lists in
+//     node-metrics v2 (gpuslots.go), never slots of allocatable nvidia.com/gpu
+//     (time-slicing replicas inflate it, an unhealthy GPU's removal renumbers
+//     it): an unhealthy or unlisted GPU has capacity 0, reservations follow
+//     their GPU's UUID when the list changes (gpuTable.rekey; written
+//     annotations keep their index: the agent resolves it at container
+//     creation), and the allocatable
+//     count over nvidia.com/gpu.replicas is only the fallback without agent
+//     data. ParseDevices must accept exactly what the agent's
+//     devices.ParseAnnotation accepts (metrics/devices_contract_test.go).
 //   - Whole-GPU devices are kubelet's (the device plugin's) choice: once the
 //     agent's node-metrics v2 reports them, the ledger follows (gpualloc.go),
 //     whatever the pod's devices annotation says; shares keep the annotation.

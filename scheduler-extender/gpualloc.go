@@ -106,7 +106,7 @@ func (s *State) reconcileGPUs(e *nodeEntry) {
 		}
 	}
 	for _, p := range guessed {
-		if !devicesFree(e.n, p.req, p.devices) {
+		if !devicesFree(e, p.req, p.devices) {
 			p.devices, p.inferred = placement.InferDevices(e.n, p.req), true
 		}
 		e.n.Charge(p.req, p.devices)
@@ -121,7 +121,7 @@ func (s *State) reportOvercommit(e *nodeEntry, moved []*podEntry) {
 	for _, p := range moved {
 		var over []int
 		for _, d := range p.devices {
-			if e.n.GPUFree[d] < 0 {
+			if e.n.GPUFree[d] < 0 && !e.gpus.isOff(d) {
 				over = append(over, d)
 			}
 		}

@@ -205,8 +205,9 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // ParseModels parses the understory.io/gpu-model annotation: a comma-separated list
 // of GPU model names as they appear in the nvidia.com/gpu.product label. Blanks
-// around names are ignored, duplicates dropped; an empty list, an empty entry or a
-// name that is not a valid label value is an error.
+// around names are ignored, the device plugin's -SHARED suffix is dropped
+// (NormalizeModel), duplicates too; an empty list, an empty entry or a name that
+// is not a valid label value is an error.
 func ParseModels(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("empty model list: %w", ErrInvalidPod)
@@ -224,6 +225,9 @@ func ParseModels(s string) ([]string, error) {
 		if errs := validation.IsValidLabelValue(p); len(errs) > 0 {
 			return nil, fmt.Errorf("model %q: %s: %w", p, strings.Join(errs, "; "), ErrInvalidPod)
 		}
+		if p = NormalizeModel(p); p == "" {
+			return nil, fmt.Errorf("model %d is only %q: %w", i, sharedModelSuffix, ErrInvalidPod)
+		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
@@ -232,23 +236,25 @@ func ParseModels(s string) ([]string, error) {
 }
 
 // ParseDevices parses the understory.io/gpu-devices annotation: comma-separated,
-// distinct, non-negative device indices below MaxGPUsPerNode.
+// distinct device indices (NVML indices, the node agent's GPU list) below
+// MaxGPUsPerNode, blanks around each allowed, decimal digits only (no sign). It
+// accepts exactly what the node agent's NRI plugin accepts (koordlet/gpu/devices
+// ParseAnnotation; metrics/devices_contract_test.go holds both to it), so that a
+// device the extender books is one the agent hands out.
 func ParseDevices(s string) ([]int, error) {
 	if len(s) > maxDevicesAnnotation {
 		return nil, fmt.Errorf("%d bytes exceed %d: %w", len(s), maxDevicesAnnotation, placement.ErrInvalidDevices)
 	}
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("empty device list: %w", placement.ErrInvalidDevices)
 	}
 	var seen uint64
 	var out []int
 	for p := range strings.SplitSeq(s, ",") {
-		d, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil {
-			return nil, fmt.Errorf("device %q: %w", p, placement.ErrInvalidDevices)
-		}
-		if d < 0 || d >= placement.MaxGPUsPerNode {
-			return nil, fmt.Errorf("device %d out of 0..%d: %w", d, placement.MaxGPUsPerNode-1, placement.ErrInvalidDevices)
+		d, ok := deviceIndex(strings.TrimSpace(p))
+		if !ok {
+			return nil, fmt.Errorf("device %q is not an index in 0..%d: %w", p, placement.MaxGPUsPerNode-1,
+				placement.ErrInvalidDevices)
 		}
 		if seen&(1<<uint(d)) != 0 {
 			return nil, fmt.Errorf("device %d twice: %w", d, placement.ErrInvalidDevices)
@@ -257,6 +263,21 @@ func ParseDevices(s string) ([]int, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// deviceIndex parses 1..3 decimal digits below MaxGPUsPerNode.
+func deviceIndex(s string) (int, bool) {
+	if s == "" || len(s) > 3 {
+		return 0, false
+	}
+	d := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		d = 10*d + int(s[i]-'0')
+	}
+	return d, d < placement.MaxGPUsPerNode
 }
 
 // FormatDevices renders device indices for the understory.io/gpu-devices annotation.

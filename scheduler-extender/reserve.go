@@ -159,7 +159,9 @@ func (r *reservations) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob,
 			return job, err
 		}
 	}
-	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) {
+	// A reservation on a GPU that has since gone unhealthy (or off the agent's
+	// list) is placed again: the bind must not book a share on a broken GPU.
+	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) || ix.onUnavailableGPU(p) {
 		e := ix.node(args.Node)
 		if e == nil {
 			return job, fmt.Errorf("node %s unknown to the extender", args.Node)

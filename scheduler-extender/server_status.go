@@ -29,22 +29,31 @@ type Status struct {
 
 // NodeStatus is one node in /status.
 type NodeStatus struct {
-	Name           string      `json:"name"`
-	Model          string      `json:"model,omitempty"`
-	CPUMilli       int64       `json:"cpuMilli"`
-	UsedCPUMilli   int64       `json:"usedCpuMilli"`
-	MemoryMiB      int64       `json:"memoryMiB"`
-	UsedMemoryMiB  int64       `json:"usedMemoryMiB"`
-	Pods           int         `json:"pods"`
-	GPUs           []GPUStatus `json:"gpus,omitempty"`
-	MetricsFresh   bool        `json:"metricsFresh"`
-	MetricsProblem string      `json:"metricsProblem,omitempty"`
-	Learned        bool        `json:"learnedFromArgs,omitempty"`
+	Name          string      `json:"name"`
+	Model         string      `json:"model,omitempty"`
+	CPUMilli      int64       `json:"cpuMilli"`
+	UsedCPUMilli  int64       `json:"usedCpuMilli"`
+	MemoryMiB     int64       `json:"memoryMiB"`
+	UsedMemoryMiB int64       `json:"usedMemoryMiB"`
+	Pods          int         `json:"pods"`
+	GPUs          []GPUStatus `json:"gpus,omitempty"`
+	// GPUSource is where the GPU slots come from: "agent" (the node agent's
+	// node-metrics GPU list: physical GPUs by NVML index, UUID and health) or
+	// "allocatable" (no agent GPU list: allocatable nvidia.com/gpu divided by the
+	// device plugin's nvidia.com/gpu.replicas, indices assumed).
+	GPUSource      string `json:"gpuSource,omitempty"`
+	MetricsFresh   bool   `json:"metricsFresh"`
+	MetricsProblem string `json:"metricsProblem,omitempty"`
+	Learned        bool   `json:"learnedFromArgs,omitempty"`
 }
 
 // GPUStatus is one device's allocation.
 type GPUStatus struct {
-	Index          int      `json:"index"`
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
+	// Unavailable: the agent reports the GPU unhealthy, or does not list its
+	// index; it takes no new booking (capacity 0), pods already there stay.
+	Unavailable    bool     `json:"unavailable,omitempty"`
 	AllocatedMilli int      `json:"allocatedMilli"`
 	Pods           []string `json:"pods,omitempty"`
 }

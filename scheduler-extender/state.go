@@ -85,7 +85,12 @@ type nodeEntry struct {
 	metricsErr string
 	// alloc is kubelet's allocation of whole GPUs from the last decodable
 	// metrics (version 2; nil when unreported): gpualloc.go.
-	alloc    *kubeletAlloc
+	alloc *kubeletAlloc
+	// gpus is the node's physical GPUs by slot (gpuslots.go); gpuList the agent's
+	// newest decoded GPU list, kept while later annotations lack one or do not
+	// decode (what is installed does not change with a stale or broken annotation).
+	gpus     gpuTable
+	gpuList  *metrics.NodeMetrics
 	pods     map[types.UID]*podEntry            // pods charged here
 	learned  bool                               // known only from extender args (nodeCacheCapable false)
 	seen     time.Time                          // last time extender args carried it (learned nodes)
@@ -310,10 +315,21 @@ func (s *State) UpsertNode(obj *corev1.Node) {
 }
 
 func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
-	fresh := nodeFromAPI(obj)
+	// Version 2 (GPU figures, kubelet's allocation) where the agent writes it,
+	// else version 1.
+	m, merr := metrics.DecodeNodeAnnotations(obj.Annotations)
 	e, ok := s.nodes[obj.Name]
+	gpuList := (*metrics.NodeMetrics)(nil)
+	if ok {
+		gpuList = e.gpuList
+	}
+	if merr == nil && m.GPU != nil && len(m.GPU.Devices) > 0 {
+		gpuList = &m
+	}
+	fresh, table := nodeFromAPI(obj, gpuList)
 	if !ok {
-		e = &nodeEntry{n: fresh, meta: nodeMeta(obj), pods: map[types.UID]*podEntry{}, learned: learned}
+		e = &nodeEntry{n: fresh, meta: nodeMeta(obj), pods: map[types.UID]*podEntry{}, learned: learned,
+			gpus: table, gpuList: gpuList}
 		s.nodes[obj.Name] = e
 		s.capGen++
 		// Pods bound here before the node was known, in the order the index
@@ -327,12 +343,23 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 			s.chargeBound(p, e, devs, phase)
 		}
 	} else {
-		if !sameCapacity(e.n, fresh) {
+		e.gpuList = gpuList
+		if !sameCapacity(e.n, fresh) || !e.gpus.equal(&table) {
 			s.capGen++
 			for _, p := range e.pods {
+				// A reservation follows its GPU's UUID to the GPU's index in the
+				// new list: its annotation is written at bind, from these devices.
+				// A pod whose annotation is written (binding, assumed, bound) or
+				// recorded in a gang plan keeps its indices: the NRI plugin
+				// resolves the annotation's index at each container creation.
+				if p.phase == phaseReserved {
+					if devs, moved := table.rekey(&e.gpus, p.devices); moved {
+						p.devices = devs
+					}
+				}
 				fresh.Charge(p.req, p.devices)
 			}
-			e.n = fresh
+			e.n, e.gpus = fresh, table
 		}
 		if !sameMeta(e.meta, obj) {
 			s.capGen++
@@ -343,9 +370,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 		}
 	}
 	e.metrics, e.usage, e.metricsErr, e.alloc = nil, nil, "", nil
-	// Version 2 (GPU figures, kubelet's allocation) where the agent writes it,
-	// else version 1.
-	switch m, err := metrics.DecodeNodeAnnotations(obj.Annotations); {
+	switch err := merr; {
 	case errors.Is(err, metrics.ErrNoNodeMetrics):
 		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
 	case err != nil:
@@ -388,8 +413,11 @@ func usageOf(m *metrics.NodeMetrics) *placement.Usage {
 		// MaxGPUsPerNode; a gap is a device the agent did not report: unknown.
 		u.GPUs = make([]placement.GPUUsage, m.GPU.Devices[len(m.GPU.Devices)-1].Index+1)
 		for _, d := range m.GPU.Devices {
-			u.GPUs[d.Index] = placement.GPUUsage{Known: d.Healthy, Util: d.Util, LSUtil: d.LSUtil,
-				Reclaimable: d.Reclaimable}
+			g := placement.GPUUsage{Known: d.Healthy, Util: d.Util, LSUtil: d.LSUtil, Reclaimable: d.Reclaimable}
+			if d.Healthy && d.LSFreeMilli != nil {
+				g.LSFreeKnown, g.LSFreeMilli = true, *d.LSFreeMilli
+			}
+			u.GPUs[d.Index] = g
 		}
 	}
 	return u
@@ -400,10 +428,11 @@ func sameCapacity(a, b *placement.Node) bool {
 		len(a.GPUFree) == len(b.GPUFree) && a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB
 }
 
-// nodeFromAPI is the empty placement state of a node: allocatable capacity, GPU
-// count from allocatable nvidia.com/gpu (capped at MaxGPUsPerNode) and model from
-// the nvidia.com/gpu.product label.
-func nodeFromAPI(obj *corev1.Node) *placement.Node {
+// nodeFromAPI is the empty placement state of a node: allocatable capacity and
+// its GPU slots, model and table (nodeGPUs: from the agent's GPU list in m when
+// there is one, else from allocatable nvidia.com/gpu over the device plugin's
+// replicas; the model from the nvidia.com/gpu.product label without -SHARED).
+func nodeFromAPI(obj *corev1.Node, m *metrics.NodeMetrics) (*placement.Node, gpuTable) {
 	a := obj.Status.Allocatable
 	n := &placement.Node{Name: obj.Name}
 	if q, ok := a[corev1.ResourceCPU]; ok && q.Sign() > 0 {
@@ -415,21 +444,15 @@ func nodeFromAPI(obj *corev1.Node) *placement.Node {
 	if q, ok := a[corev1.ResourcePods]; ok && q.Sign() > 0 {
 		n.MaxPods = int(min(q.Value(), 1<<20))
 	}
-	if q, ok := a[ResourceGPU]; ok && q.Sign() > 0 {
-		g := int(min(q.Value(), placement.MaxGPUsPerNode))
-		n.GPUFree = make([]int, g)
-		for i := range n.GPUFree {
-			n.GPUFree[i] = placement.MilliPerGPU
-		}
-		n.Model = obj.Labels[LabelGPUProduct]
-	}
+	var t gpuTable
+	n.GPUFree, n.Model, t = nodeGPUs(obj, m)
 	if q, ok := a[ResourceBatchCPU]; ok && q.Sign() > 0 {
 		n.BatchCPUMilli = q.Value()
 	}
 	if q, ok := a[ResourceBatchMemory]; ok && q.Sign() > 0 {
 		n.BatchMemoryMiB = q.Value() / mib
 	}
-	return n
+	return n, t
 }
 
 // DeleteNode forgets a node. Pods bound there wait as orphans for their own delete
@@ -584,7 +607,7 @@ func (s *State) chargeBound(p *podEntry, e *nodeEntry, devs []int, phase podPhas
 		switch {
 		case !placement.ValidDevices(e.n, p.req, devs):
 			devs, inferred = placement.InferDevices(e.n, p.req), true
-		case !devicesFree(e.n, p.req, devs):
+		case !devicesFree(e, p.req, devs):
 			claimed := devs
 			devs, inferred = placement.InferDevices(e.n, p.req), true
 			s.deviceConflict(p, e, claimed, devs)
@@ -594,10 +617,12 @@ func (s *State) chargeBound(p *podEntry, e *nodeEntry, devs []int, phase podPhas
 	p.inferred = inferred
 }
 
-// devicesFree reports whether each of devs has r's milli free on n.
-func devicesFree(n *placement.Node, r placement.Request, devs []int) bool {
+// devicesFree reports whether each of devs has r's milli free on e, for a pod
+// observed there: a slot that takes no new booking (an unhealthy GPU) counts as
+// free, since the pod runs where it runs and the ledger cannot tell better.
+func devicesFree(e *nodeEntry, r placement.Request, devs []int) bool {
 	for _, d := range devs {
-		if n.GPUFree[d] < r.GPUMilli {
+		if e.n.GPUFree[d] < r.GPUMilli && !e.gpus.isOff(d) {
 			return false
 		}
 	}
@@ -727,7 +752,7 @@ func (s *State) emptyNodes() ([]*placement.Node, []*corev1.Node, map[string]int)
 		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
 			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
 		for d := range n.GPUFree {
-			n.GPUFree[d] = placement.MilliPerGPU
+			n.GPUFree[d] = e.gpus.capacity(d)
 		}
 		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
 	}

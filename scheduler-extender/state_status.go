@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/understory/understory/metrics"
-	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 // status fills out's policy, nodes, held pods and pod counts. Call with mu held
@@ -49,8 +48,10 @@ func (e *nodeEntry) status(now time.Time) NodeStatus {
 			ns.MetricsProblem = "stamped in the future beyond the metrics max skew"
 		}
 	}
+	ns.GPUSource = e.gpus.source
 	for i, f := range n.GPUFree {
-		ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: placement.MilliPerGPU - f})
+		ns.GPUs = append(ns.GPUs, GPUStatus{Index: i, AllocatedMilli: e.gpus.capacity(i) - f, UUID: e.gpus.uuid(i),
+			Unavailable: e.gpus.isOff(i)})
 	}
 	for _, p := range e.pods {
 		for _, d := range p.devices {
@@ -70,10 +71,11 @@ func (e *nodeEntry) status(now time.Time) NodeStatus {
 func (s *State) snapshot() metrics.ExtenderSnapshot {
 	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}}
 	for _, e := range s.nodes {
-		out.GPUs += len(e.n.GPUFree)
-		for _, f := range e.n.GPUFree {
-			out.GPUMilliCapacity += placement.MilliPerGPU
-			out.GPUMilliAllocated += int64(placement.MilliPerGPU - f)
+		out.GPUs += e.gpus.usable(len(e.n.GPUFree))
+		for d, f := range e.n.GPUFree {
+			c := e.gpus.capacity(d)
+			out.GPUMilliCapacity += int64(c)
+			out.GPUMilliAllocated += int64(c - f)
 		}
 		if e.n.Usage == nil {
 			out.StaleNodeMetrics++

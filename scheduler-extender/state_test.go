@@ -86,14 +86,14 @@ func TestNodeFromAPI(t *testing.T) {
 	n := testNode("n", "NVIDIA-A100", 8, 96, 512)
 	n.Status.Allocatable[ResourceBatchCPU] = resource.MustParse("12000")
 	n.Status.Allocatable[ResourceBatchMemory] = resource.MustParse("4Gi")
-	got := nodeFromAPI(n)
+	got, _ := nodeFromAPI(n, nil)
 	if got.Model != "NVIDIA-A100" || len(got.GPUFree) != 8 || got.CPUMilli != 96000 || got.MemoryMiB != 512<<10 ||
 		got.MaxPods != 110 || got.BatchCPUMilli != 12000 || got.BatchMemoryMiB != 4096 {
 		t.Fatalf("got %+v", got)
 	}
 	labelOnly := testNode("l", "", 0, 8, 8)
 	labelOnly.Labels[LabelGPUProduct] = "A100"
-	if got := nodeFromAPI(labelOnly); len(got.GPUFree) != 0 || got.Model != "" {
+	if got, _ := nodeFromAPI(labelOnly, nil); len(got.GPUFree) != 0 || got.Model != "" {
 		t.Fatalf("a label without capacity means no GPU: %+v", got)
 	}
 }

@@ -41,9 +41,9 @@ import (
 // BestEffort), as bench-colo's overhead run has them.
 const agentPods = 110
 
-// Per-pod utilisation on the mock, percent: LS on a shared GPU stays below the
-// throttle's lsUtilOffPercent (10), so batch there runs at activeDuty, the common state
-// of a GPU shared with a lightly loaded inference server.
+// Per-pod utilisation on the mock, percent: LS on a shared GPU is above the throttle's
+// lsUtilOnPercent (2), so batch there is frozen solid (the on/off freeze), the common
+// state of a GPU shared with a lightly loaded inference server without MPS.
 const (
 	agentLSSharedUtil = 6
 	agentLSUtil       = 20
@@ -444,14 +444,14 @@ func (n *agentNode) check(st koordlet.Status, gpuOn bool) error {
 			return fmt.Errorf("GPU %d: healthy %t, LS pods %v, batch pods %v; want %d LS and %d batch pods",
 				g.Index, g.Healthy, g.LSPods, g.BatchPods, w.ls, w.batch)
 		}
-		// The steady state: batch duty-cycled at activeDuty next to an LS pod below the
-		// threshold, free alone. Until the agent has published its pods to the GPU loop,
-		// every process counts as LS (the safe side) and batch is cut to maxDuty; that
-		// start-up cut is held and restored slowly, and is not what the window measures.
+		// The steady state: batch frozen solid next to an LS pod above the threshold,
+		// free alone. Until the agent has published its pods to the GPU loop, every
+		// process counts as LS (the safe side) and batch is frozen; that start-up freeze
+		// is thawed after the hold, and is not what the window measures.
 		switch role := n.roles[g.Index]; {
-		case role == roleShared && g.Decision.Reason != qos.GPUReasonLSActive:
+		case role == roleShared && g.Decision.Reason != qos.GPUReasonLSUtil:
 			return fmt.Errorf("GPU %d shared by LS and batch: duty %v (%s), want %s", g.Index, g.Decision.Duty,
-				g.Decision.Reason, qos.GPUReasonLSActive)
+				g.Decision.Reason, qos.GPUReasonLSUtil)
 		case role == roleBatch && g.Decision.Duty != 0:
 			return fmt.Errorf("GPU %d with batch alone: duty %v (%s), want 0", g.Index, g.Decision.Duty,
 				g.Decision.Reason)

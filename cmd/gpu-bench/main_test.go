@@ -177,7 +177,7 @@ func TestReactionAndCollectShort(t *testing.T) {
 		c.Scrapes != 50 || c.ProcsPerGPU != 4 || *res.CollectUSPerDevice != c.USPerDevice {
 		t.Fatalf("collect %+v, collect_us_per_device %v in %s", c, res.CollectUSPerDevice, b)
 	}
-	for _, want := range []string{`"parts": [`, `"reaction",`, `"loop_period_ms": 50`, `"restorePerSecond": 10`,
+	for _, want := range []string{`"parts": [`, `"reaction",`, `"loop_period_ms": 50`, `"lsUtilOnPercent": 2`,
 		`"hold": "100ms"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("JSON lacks %s", want)

@@ -171,13 +171,12 @@ func (c reactionConfig) validate() error {
 	return nil
 }
 
-// benchGPUPolicy is the reaction part's policy: the agent's defaults at the bench's duty
-// period, with a 100 ms hold and a restore of 10 duty per second (0.9 to 0 in 90 ms).
+// benchGPUPolicy is the reaction part's policy: the agent's defaults at the bench's
+// freezer period, with a 100 ms hold (batch thawed 100 ms after LS went idle).
 func benchGPUPolicy(period time.Duration) qos.GPUThrottlePolicy {
 	p := qos.DefaultGPUThrottlePolicy()
 	p.Period = metav1.Duration{Duration: period}
 	p.Hold = metav1.Duration{Duration: 100 * time.Millisecond}
-	p.RestorePerSecond = 10
 	return p
 }
 

@@ -165,7 +165,8 @@ func run() error {
 		// Shared-GPU containers get exactly their devices; on a node without GPU
 		// features they are refused ("no GPU inventory on this node"), never given all.
 		plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{
-			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices})
+			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices,
+			MPS: agent.MPSPlanner(), MPSSetup: agent.MPSSetup()})
 		if err != nil {
 			return err
 		}

@@ -37,10 +37,13 @@ type Collector struct {
 
 	mu     sync.Mutex
 	closed bool
-	// lastSeen is, per device UUID, the newest process-utilisation sample timestamp
-	// read (driver microseconds since the Unix epoch); the next scrape asks only for
-	// newer samples.
-	lastSeen map[string]uint64
+	// samples is, per device UUID, its processes' newest utilisation samples, held
+	// between the driver's sampling passes (samplehold.go), and the newest sample
+	// timestamp read: the next scrape asks only for newer samples.
+	samples map[string]*sampleHold
+	// memV1 is, per device UUID, that the driver has no GetMemoryInfo_v2: memory is read
+	// with v1, whose used memory includes the driver's reserved memory.
+	memV1 map[string]bool
 	// unhealthy is, per device index, whether the last scrape found the device
 	// unhealthy: health changes are logged once, not every scrape.
 	unhealthy map[int]bool
@@ -126,7 +129,8 @@ func NewCollector(lib nvml.Interface, procRoot string) (*Collector, error) {
 		lib:       lib,
 		procRoot:  procRoot,
 		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		lastSeen:  make(map[string]uint64),
+		samples:   make(map[string]*sampleHold),
+		memV1:     make(map[string]bool),
 		unhealthy: make(map[int]bool),
 		attr:      make(map[uint32]attribution),
 		statBuf:   make([]byte, statBufSize),
@@ -172,9 +176,14 @@ func (c *Collector) Collect(ctx context.Context, now time.Time, plan []Scrape) (
 		c.noteHealth(d)
 		s.Devices = append(s.Devices, d)
 	}
-	for uuid := range c.lastSeen {
+	for uuid := range c.samples {
 		if !seen[uuid] {
-			delete(c.lastSeen, uuid) // the device is gone (or unreadable)
+			delete(c.samples, uuid) // the device is gone (or unreadable)
+		}
+	}
+	for uuid := range c.memV1 {
+		if !seen[uuid] {
+			delete(c.memV1, uuid)
 		}
 	}
 	for i := range c.unhealthy {
@@ -283,11 +292,9 @@ func (c *Collector) readDevice(i int, now time.Time, h nvml.Device, running []nv
 	if d.Model, ret = h.GetName(); ret != nvml.SUCCESS {
 		return fail("reading the name", ret)
 	}
-	mem, ret := h.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
+	if ret = c.readMemory(h, &d); ret != nvml.SUCCESS {
 		return fail("reading memory", ret)
 	}
-	d.MemTotal, d.MemUsed = mem.Total, mem.Used
 	util, ret := h.GetUtilizationRates()
 	switch ret {
 	case nvml.SUCCESS:
@@ -297,15 +304,19 @@ func (c *Collector) readDevice(i int, now time.Time, h nvml.Device, running []nv
 	default:
 		return fail("reading utilisation", ret)
 	}
+	canList := true
 	if !listed {
 		running, ret = h.GetComputeRunningProcesses()
 		switch ret {
-		case nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED:
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_SUPPORTED:
+			canList = false
 		default:
 			return fail("listing compute processes", ret)
 		}
 	}
-	samples, ret := c.processSamples(h, d.UUID, now)
+	devIdle := !d.UtilUnsupported && util.Gpu == 0
+	samples, ret := c.processSamples(h, d.UUID, now, devIdle)
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_NOT_SUPPORTED:
@@ -313,55 +324,123 @@ func (c *Collector) readDevice(i int, now time.Time, h nvml.Device, running []nv
 	default:
 		return fail("reading process utilisation", ret)
 	}
-	d.Processes = c.processes(running, samples, now)
+	d.Processes = c.processes(running, canList, samples, now)
 	return d, running
 }
 
-// processSamples returns the newest utilisation sample of each process on the
-// device since the last scrape, and advances the device's timestamp.
-func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time) (map[uint32]nvml.ProcessUtilizationSample, nvml.Return) {
-	since := c.lastSeen[uuid]
+// readMemory reads the device's memory into d: GetMemoryInfo_v2, whose used memory
+// leaves out what the driver reserves (as nvidia-smi shows it; v1 counted it as used,
+// 615 MiB more on an H200), else, on drivers without v2, GetMemoryInfo.
+func (c *Collector) readMemory(h nvml.Device, d *Device) nvml.Return {
+	if !c.memV1[d.UUID] {
+		mem, ret := h.GetMemoryInfo_v2()
+		switch ret {
+		case nvml.SUCCESS:
+			d.MemTotal, d.MemUsed = mem.Total, mem.Used
+			return ret
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+			// An older driver: v1, which counts the reserved memory as used.
+			c.memV1[d.UUID] = true
+			c.log.Info("GPU memory read with NVML v1: used memory includes the driver's reserved memory",
+				"gpu", d.Index, "uuid", d.UUID, "v2", ret.Error())
+		default:
+			return ret
+		}
+	}
+	mem, ret := h.GetMemoryInfo()
+	if ret == nvml.SUCCESS {
+		d.MemTotal, d.MemUsed = mem.Total, mem.Used
+	}
+	return ret
+}
+
+// processSamples reads the device's per-process utilisation samples newer than the last
+// read into its sampleHold and returns the hold: each process's newest sample while it
+// is fresh (samplehold.go; devIdle: the device's utilisation read 0). A read that raced
+// the driver (go-nvml panicked, see getProcessUtilization, or answered
+// ERROR_INSUFFICIENT_SIZE with samples) is retried once, then read as no newer sample.
+func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time, devIdle bool) (*sampleHold,
+	nvml.Return) {
+	hold := c.samples[uuid]
+	if hold == nil {
+		hold = newSampleHold()
+		c.samples[uuid] = hold
+	}
+	since := hold.newest
 	if !now.IsZero() {
 		if floor := now.Add(-processSampleWindow).UnixMicro(); floor > 0 && uint64(floor) > since {
 			since = uint64(floor)
 		}
 	}
-	raw, ret := h.GetProcessUtilization(since)
+	raw, ret, err := getProcessUtilization(h, since)
+	if raced(raw, ret, err) {
+		raw, ret, err = getProcessUtilization(h, since)
+	}
+	hold.begin()
 	switch {
+	case raced(raw, ret, err):
+		// Twice in a row: no sample this scrape; the held ones stay.
+		if err == nil {
+			err = fmt.Errorf("GetProcessUtilization: %d samples: %w", len(raw), ret)
+		}
+		c.log.Warn("GPU process utilisation unread this scrape", "uuid", uuid, "err", err)
+		raw = nil
 	case ret == nvml.SUCCESS:
 	case ret == nvml.ERROR_NOT_FOUND:
 		// No sample newer than since: nothing ran, or the driver has not sampled yet.
-		return nil, nvml.SUCCESS
+		raw = nil
 	case ret == nvml.ERROR_INSUFFICIENT_SIZE && len(raw) == 0:
 		// go-nvml returns this when the driver counted zero samples.
-		return nil, nvml.SUCCESS
+		raw = nil
+	case ret == nvml.ERROR_NOT_SUPPORTED:
+		hold.clear()
+		return hold, ret
 	default:
-		return nil, ret
+		return hold, ret
 	}
-	latest := make(map[uint32]nvml.ProcessUtilizationSample, len(raw))
-	newest := c.lastSeen[uuid]
 	for _, s := range raw {
-		if s.Pid == 0 {
-			continue
+		if s.TimeStamp > since {
+			hold.add(s.Pid, s.SmUtil, s.MemUtil, s.TimeStamp, now)
 		}
-		if old, ok := latest[s.Pid]; !ok || s.TimeStamp >= old.TimeStamp {
-			latest[s.Pid] = s
-		}
-		newest = max(newest, s.TimeStamp)
 	}
-	c.lastSeen[uuid] = newest
-	return latest, nvml.SUCCESS
+	hold.end(now, devIdle)
+	return hold, nvml.SUCCESS
 }
 
-// processes merges the running compute processes (memory) with the utilisation
-// samples (a process the driver sampled may have stopped computing, or exited,
-// since) into one entry per PID, sorted by PID, each attributed to its pod.
-func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvml.ProcessUtilizationSample,
+// raced reports whether a GetProcessUtilization read raced the driver's sampling: it
+// panicked, or the driver's second answer still said ERROR_INSUFFICIENT_SIZE (with an
+// empty list that answer means the driver counted no sample: not a race).
+func raced(raw []nvml.ProcessUtilizationSample, ret nvml.Return, err error) bool {
+	return err != nil || (ret == nvml.ERROR_INSUFFICIENT_SIZE && len(raw) > 0)
+}
+
+// getProcessUtilization is h.GetProcessUtilization, with its panic turned into an error
+// wrapping ErrNVMLPanic. go-nvml asks the driver for the sample count, allocates that
+// many and reads again; a sample that arrives in between makes the second call return
+// ERROR_INSUFFICIENT_SIZE with a larger count, which go-nvml slices its buffer to:
+// "slice bounds out of range". Its API offers no way to pass a larger buffer.
+func getProcessUtilization(h nvml.Device, since uint64) (raw []nvml.ProcessUtilizationSample, ret nvml.Return,
+	err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			raw, ret, err = nil, nvml.ERROR_UNKNOWN, fmt.Errorf("GetProcessUtilization: %w: %v", ErrNVMLPanic, r)
+		}
+	}()
+	raw, ret = h.GetProcessUtilization(since)
+	return raw, ret, nil
+}
+
+// processes merges the compute processes (memory) with the utilisation samples into one
+// entry per PID, sorted by PID, each attributed to its pod. A listed process gets its
+// held sample; a process not listed (it may have stopped computing, or exited) appears
+// only with a sample this read returned, or, where the driver cannot list processes
+// (canList false), while its sample is held.
+func (c *Collector) processes(running []nvml.ProcessInfo, canList bool, hold *sampleHold,
 	now time.Time) []Process {
-	if len(running) == 0 && len(samples) == 0 {
+	if len(running) == 0 && len(hold.procs) == 0 {
 		return nil
 	}
-	byPID := make(map[uint32]*Process, len(running)+len(samples))
+	byPID := make(map[uint32]*Process, len(running)+len(hold.procs))
 	get := func(pid uint32) *Process {
 		p := byPID[pid]
 		if p == nil {
@@ -381,9 +460,18 @@ func (c *Collector) processes(running []nvml.ProcessInfo, samples map[uint32]nvm
 			p.MemUsed += r.UsedGpuMemory // a process on several MIG instances: summed
 		}
 	}
-	for pid, s := range samples {
-		p := get(pid)
-		p.SMUtil, p.MemUtil = percent(s.SmUtil), percent(s.MemUtil)
+	for pid, s := range hold.procs {
+		p := byPID[pid]
+		if p == nil {
+			if canList && !hold.fresh(pid) {
+				continue
+			}
+			p = get(pid)
+		}
+		p.SMUtil, p.MemUtil = percent(s.sm), percent(s.mem)
+	}
+	if len(byPID) == 0 {
+		return nil
 	}
 	out := make([]Process, 0, len(byPID))
 	for pid, p := range byPID {
@@ -404,7 +492,11 @@ const attrRecheck = time.Second
 
 // attribute returns the pod of process pid at scrape time now: the cached one while the
 // process (its PID and start time, read again every attrRecheck) is the same, else read
-// from its cgroup. A process using several GPUs is read once per scrape.
+// from its cgroup. A process using several GPUs is read once per scrape. The cgroup of a
+// process not (fully) attributed, no pod or no container, is read again every
+// attrRecheck too: a process may open its CUDA context before the runtime or a launcher
+// moves it into its container's cgroup, and it would otherwise stay unattributed for
+// its life.
 func (c *Collector) attribute(pid uint32, now time.Time) PodRef {
 	a, cached := c.attr[pid]
 	if cached && a.seen == c.scrapes {
@@ -418,7 +510,8 @@ func (c *Collector) attribute(pid uint32, now time.Time) PodRef {
 		}
 	}
 	start, serr := processStart(c.procRoot, pid, c.statBuf)
-	if serr == nil && cached && a.kept && a.start == start {
+	settled := a.ref.Attributed() && a.ref.ContainerID != ""
+	if serr == nil && cached && a.kept && a.start == start && settled {
 		a.seen, a.checked = c.scrapes, now
 		c.attr[pid] = a
 		return a.ref
@@ -429,11 +522,12 @@ func (c *Collector) attribute(pid uint32, now time.Time) PodRef {
 		c.log.Debug("GPU process not attributed to a pod", "pid", pid, "err", err)
 		ref = PodRef{}
 	}
-	// A process never moves to another pod: its pod (or none) holds for its life,
-	// unless the read failed otherwise, or there is no start time to tell the process
-	// by (it exited): then the entry serves only this scrape. Read after the start
-	// time, a PID reused in between is misattributed for this scrape only: the next
-	// one sees another start time.
+	// A process never moves to another pod: its pod holds for its life (none, or a pod
+	// without its container, only until the next read, attrRecheck later), unless the
+	// read failed otherwise, or there is no start time to tell the process by (it
+	// exited): then the entry serves only this scrape. Read after the start time, a PID
+	// reused in between is misattributed for this scrape only: the next one sees
+	// another start time.
 	kept := serr == nil && (err == nil || errors.Is(err, ErrNotPod))
 	c.attr[pid] = attribution{start: start, checked: now, ref: ref, seen: c.scrapes, kept: kept}
 	return ref

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +43,12 @@ type gpuStep struct {
 	samples       []nvml.ProcessUtilizationSample
 	// procUtilRet overrides GetProcessUtilization's return (e.g. INSUFFICIENT_SIZE).
 	procUtilRet nvml.Return
-	fail        map[string]nvml.Return
+	// procUtilPanics is how many GetProcessUtilization calls of the step panic, as
+	// go-nvml's does when samples arrive between its two driver calls.
+	procUtilPanics int
+	// memV2Ret overrides GetMemoryInfo_v2's return (an older driver, a lost GPU).
+	memV2Ret nvml.Return
+	fail     map[string]nvml.Return
 }
 
 // fakeNode is an 8-GPU DGX A100 from go-nvml's mocks whose per-scrape answers
@@ -50,8 +56,9 @@ type gpuStep struct {
 type fakeNode struct {
 	srv *dgxa100.Server
 
-	mu    sync.Mutex
-	steps map[int]gpuStep
+	mu     sync.Mutex
+	steps  map[int]gpuStep
+	panics map[int]int // GPU → GetProcessUtilization calls left to panic
 }
 
 func newFakeNode() *fakeNode {
@@ -71,13 +78,24 @@ func newFakeNode() *fakeNode {
 			}
 			return d.UUID, nvml.SUCCESS
 		}
+		// v1 counts the driver's reserved memory as used, v2 apart.
 		d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 			if r := failed(qMemory); r != nvml.SUCCESS {
 				return nvml.Memory{}, r
 			}
+			used := f.step(i).memUsed + fakeReserved
+			return nvml.Memory{Total: d.MemoryInfo.Total, Used: used, Free: d.MemoryInfo.Total - used}, nvml.SUCCESS
+		}
+		d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			if r := failed(qMemory); r != nvml.SUCCESS {
+				return nvml.Memory_v2{}, r
+			}
 			s := f.step(i)
-			return nvml.Memory{Total: d.MemoryInfo.Total, Used: s.memUsed, Free: d.MemoryInfo.Total - s.memUsed},
-				nvml.SUCCESS
+			if s.memV2Ret != nvml.SUCCESS {
+				return nvml.Memory_v2{}, s.memV2Ret
+			}
+			return nvml.Memory_v2{Total: d.MemoryInfo.Total, Reserved: fakeReserved, Used: s.memUsed,
+				Free: d.MemoryInfo.Total - fakeReserved - s.memUsed}, nvml.SUCCESS
 		}
 		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			if r := failed(qUtil); r != nvml.SUCCESS {
@@ -96,16 +114,21 @@ func newFakeNode() *fakeNode {
 			if r := failed(qProcUtil); r != nvml.SUCCESS {
 				return nil, r
 			}
-			s := f.step(i)
-			if s.procUtilRet != nvml.SUCCESS {
-				return []nvml.ProcessUtilizationSample{}, s.procUtilRet
+			if f.panicNow(i) {
+				var buf []nvml.ProcessUtilizationSample
+				n := 1
+				return buf[:n], nvml.ERROR_INSUFFICIENT_SIZE // go-nvml's slice past its buffer
 			}
+			s := f.step(i)
 			// Like the driver: only samples newer than since.
 			var out []nvml.ProcessUtilizationSample
 			for _, x := range s.samples {
 				if x.TimeStamp > since {
 					out = append(out, x)
 				}
+			}
+			if s.procUtilRet != nvml.SUCCESS {
+				return append([]nvml.ProcessUtilizationSample{}, out...), s.procUtilRet
 			}
 			if len(out) == 0 {
 				return nil, nvml.ERROR_NOT_FOUND
@@ -133,6 +156,22 @@ func (f *fakeNode) set(steps map[int]gpuStep) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.steps = steps
+	f.panics = map[int]int{}
+	for i, s := range steps {
+		f.panics[i] = s.procUtilPanics
+	}
+}
+
+// panicNow reports whether this GetProcessUtilization call of GPU i panics (the step's
+// procUtilPanics first calls do).
+func (f *fakeNode) panicNow(i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.panics[i] > 0 {
+		f.panics[i]--
+		return true
+	}
+	return false
 }
 
 // sinceArgs returns the lastSeenTimestamp arguments GPU i was asked with.
@@ -146,18 +185,20 @@ func (f *fakeNode) sinceArgs(i int) []uint64 {
 
 // The fake /proc's processes.
 const (
-	pidLS      = 101 // an LS pod (cgroupfs, v2)
-	pidBatch   = 202 // a batch pod below the agent's tier (systemd, v2)
-	pidSystem  = 303 // a system daemon
-	pidExited  = 404 // no /proc entry: exited, or another PID namespace
-	pidLS2     = 505 // a second container of the LS pod (hybrid v1)
-	lsUID      = "11111111-aaaa-4bbb-8ccc-dddddddddddd"
-	batchUID   = "22222222-aaaa-4bbb-8ccc-dddddddddddd"
-	lsCtr      = "aa00000000000000000000000000000000000000000000000000000000000001"
-	lsCtr2     = "aa00000000000000000000000000000000000000000000000000000000000002"
-	batchCtr   = "bb00000000000000000000000000000000000000000000000000000000000001"
-	mib        = 1 << 20
-	scrapeStep = 100 * time.Millisecond
+	pidLS     = 101 // an LS pod (cgroupfs, v2)
+	pidBatch  = 202 // a batch pod below the agent's tier (systemd, v2)
+	pidSystem = 303 // a system daemon
+	pidExited = 404 // no /proc entry: exited, or another PID namespace
+	pidLS2    = 505 // a second container of the LS pod (hybrid v1)
+	lsUID     = "11111111-aaaa-4bbb-8ccc-dddddddddddd"
+	batchUID  = "22222222-aaaa-4bbb-8ccc-dddddddddddd"
+	lsCtr     = "aa00000000000000000000000000000000000000000000000000000000000001"
+	lsCtr2    = "aa00000000000000000000000000000000000000000000000000000000000002"
+	batchCtr  = "bb00000000000000000000000000000000000000000000000000000000000001"
+	mib       = 1 << 20
+	// fakeReserved is the memory the fake driver reserves: v1 counts it as used.
+	fakeReserved = 600 * mib
+	scrapeStep   = 100 * time.Millisecond
 )
 
 var (
@@ -224,6 +265,8 @@ func TestCollectTraces(t *testing.T) {
 				{2: {util: 100, running: running, samples: []nvml.ProcessUtilizationSample{
 					{Pid: pidLS, TimeStamp: us(2) - 1000, SmUtil: 70},
 					{Pid: pidLS, TimeStamp: us(2), SmUtil: 99, MemUtil: 50}}}},
+				{2: {util: 100, running: running, samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(2), SmUtil: 99, MemUtil: 50}}}},
 			},
 			want: []map[int]wantGPU{
 				{2: {util: 30, since: uint64(at(0).Add(-processSampleWindow).UnixMicro()), procs: []Process{
@@ -232,8 +275,13 @@ func TestCollectTraces(t *testing.T) {
 				{2: {util: 95, since: us(0), procs: []Process{
 					{PID: pidLS, SMUtil: 85, MemUtil: 40, MemUsed: 2048 * mib, Pod: lsPod},
 					{PID: pidBatch, SMUtil: 10, MemUtil: 5, MemUsed: 8192 * mib, Pod: batchPod}}}},
-				// The newest of a process's samples counts; batch had none: idle.
+				// The newest of a process's samples counts; batch had none, but its last
+				// one is held: the pass without it counts from the next read on.
 				{2: {util: 100, since: us(1), procs: []Process{
+					{PID: pidLS, SMUtil: 99, MemUtil: 50, MemUsed: 2048 * mib, Pod: lsPod},
+					{PID: pidBatch, SMUtil: 10, MemUtil: 5, MemUsed: 8192 * mib, Pod: batchPod}}}},
+				// A pass a read before returned (scrape 2's) lacked batch: it is idle.
+				{2: {util: 100, since: us(2), procs: []Process{
 					{PID: pidLS, SMUtil: 99, MemUtil: 50, MemUsed: 2048 * mib, Pod: lsPod},
 					{PID: pidBatch, MemUsed: 8192 * mib, Pod: batchPod}}}},
 			},
@@ -249,7 +297,7 @@ func TestCollectTraces(t *testing.T) {
 			},
 		},
 		{
-			name: "flapping",
+			name: "held between the driver's samples",
 			trace: []map[int]gpuStep{
 				{5: {util: 100, running: running[:1], samples: []nvml.ProcessUtilizationSample{
 					{Pid: pidLS, TimeStamp: us(0), SmUtil: 100}}}},
@@ -262,9 +310,9 @@ func TestCollectTraces(t *testing.T) {
 			},
 			want: []map[int]wantGPU{
 				{5: {util: 100, procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
-				{5: {util: 0, since: us(0), procs: []Process{{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, since: us(0), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
 				{5: {util: 100, since: us(0), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
-				{5: {util: 0, since: us(2), procs: []Process{{PID: pidLS, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, since: us(2), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
 			},
 		},
 		{
@@ -750,4 +798,292 @@ func BenchmarkCollect(b *testing.B) {
 		k++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(k)/8/1e3, "us/device")
+}
+
+// TestCollectMemory: used memory is GetMemoryInfo_v2's, without the driver's reserved
+// memory (v1 counted it: 615 MiB above nvidia-smi on an H200); a driver without v2 is
+// read with v1, and v2 is not asked again; a v2 failure is a failure.
+func TestCollectMemory(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		v2       nvml.Return
+		used     uint64
+		v2Calls  int // over two scrapes
+		healthy  bool
+		lostWant bool
+	}{
+		{"v2", nvml.SUCCESS, 3000 * mib, 2, true, false},
+		{"no v2 in the driver", nvml.ERROR_FUNCTION_NOT_FOUND, 3000*mib + fakeReserved, 1, true, false},
+		{"v2 not supported", nvml.ERROR_NOT_SUPPORTED, 3000*mib + fakeReserved, 1, true, false},
+		{"v2 struct too new", nvml.ERROR_ARGUMENT_VERSION_MISMATCH, 3000*mib + fakeReserved, 1, true, false},
+		{"lost", nvml.ERROR_GPU_IS_LOST, 0, 2, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeNode()
+			c, err := NewCollector(f.srv, fakeProc(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			f.set(map[int]gpuStep{1: {memUsed: 3000 * mib, memV2Ret: tc.v2}})
+			for k := range 2 {
+				s, err := c.Collect(context.Background(), at(k), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := s.Devices[1]
+				if d.Healthy != tc.healthy || errors.Is(d.Fault, ErrDeviceLost) != tc.lostWant {
+					t.Fatalf("scrape %d: healthy %t (%v), want %t, lost %t", k, d.Healthy, d.Fault, tc.healthy,
+						tc.lostWant)
+				}
+				if d.MemUsed != tc.used || (tc.healthy && d.MemTotal != 40*1024*mib) {
+					t.Fatalf("scrape %d: memory used %d MiB of %d MiB, want %d MiB", k, d.MemUsed/mib,
+						d.MemTotal/mib, tc.used/mib)
+				}
+				if used := s.Devices[0].MemUsed; used != 0 {
+					t.Fatalf("scrape %d: idle GPU 0 uses %d MiB, want 0 (v2)", k, used/mib)
+				}
+			}
+			if n := len(f.srv.Devices[1].(*dgxa100.Device).GetMemoryInfo_v2Calls()); n != tc.v2Calls {
+				t.Fatalf("GetMemoryInfo_v2 called %d times, want %d", n, tc.v2Calls)
+			}
+		})
+	}
+}
+
+// driverProc is one process as a scripted driver samples it: busy (SM percent) from
+// `from` to `to` (steps of the loop).
+type driverProc struct {
+	pid      uint32
+	sm       uint32
+	from, to int
+}
+
+// TestCollectHoldsSamples drives a scripted driver over many loop steps: it samples
+// every period (a pass; the sample carries the pass's time) and returns a sample only for
+// the processes busy in that pass, and the device's utilisation of its last pass, while
+// the loop reads every 50 ms. A busy process must never read 0 between passes, and an
+// idle one must read 0 within `idleWithin` of the end of its work: one pass and a read
+// when another process computes or the device reads idle, about a second when the
+// device's utilisation does not tell (a graphics client keeps it above 0).
+func TestCollectHoldsSamples(t *testing.T) {
+	t.Parallel()
+	const step = 50 * time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		period     time.Duration // the driver's sample period
+		jitter     time.Duration // each process's sample is stamped up to this after the pass
+		procs      []driverProc
+		steps      int
+		idleWithin time.Duration
+		// otherUtil is device utilisation of no compute process (graphics, another
+		// container's without a sample): the device never reads idle.
+		otherUtil uint32
+	}{
+		{name: "H200: LS stops beside busy batch", period: time.Second / 6, jitter: 3 * time.Millisecond,
+			procs: []driverProc{{pidLS, 40, 0, 100}, {pidBatch, 60, 0, 400}, {pidLS, 35, 200, 300}}, steps: 400,
+			idleWithin: time.Second/6 + 2*step},
+		{name: "H200: both stop (batch frozen, LS idle)", period: time.Second / 6,
+			procs: []driverProc{{pidLS, 40, 0, 100}, {pidBatch, 60, 0, 100}}, steps: 200,
+			idleWithin: 2*time.Second/6 + samplePass + step},
+		{name: "H200: both stop, the device busy otherwise", period: time.Second / 6, otherUtil: 5,
+			procs: []driverProc{{pidLS, 40, 0, 100}, {pidBatch, 60, 0, 100}}, steps: 200,
+			idleWithin: sampleFresh + step},
+		{name: "slow driver: LS alone", period: time.Second,
+			procs: []driverProc{{pidLS, 20, 0, 200}}, steps: 300,
+			idleWithin: 2*time.Second + samplePass + step},
+		{name: "slow driver: LS alone, the device busy otherwise", period: time.Second, otherUtil: 3,
+			procs: []driverProc{{pidLS, 20, 0, 200}}, steps: 300,
+			idleWithin: 2*time.Second + 2*step},
+		{name: "LS computes briefly: its one sample", period: time.Second / 4,
+			procs: []driverProc{{pidLS, 90, 10, 12}}, steps: 100,
+			idleWithin: sampleHoldUnknown + step},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeNode()
+			c, err := NewCollector(f.srv, fakeProc(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			clock := func(k int) time.Time { return t0.Add(time.Duration(k) * step) }
+			busy := func(p driverProc, at time.Time) bool {
+				return !at.Before(clock(p.from)) && at.Before(clock(p.to))
+			}
+			var samples []nvml.ProcessUtilizationSample // every pass so far
+			nextPass := t0.Add(7 * time.Millisecond)
+			zeros := 0
+			util := tc.otherUtil // the device's, over its last pass
+			for k := range tc.steps {
+				now := clock(k)
+				for !nextPass.After(now) {
+					util = tc.otherUtil
+					for j, p := range tc.procs {
+						if busy(p, nextPass) {
+							util = min(util+p.sm, 100)
+							ts := nextPass.Add(time.Duration(j) * tc.jitter / time.Duration(len(tc.procs)))
+							samples = append(samples, nvml.ProcessUtilizationSample{Pid: p.pid,
+								TimeStamp: uint64(ts.UnixMicro()), SmUtil: p.sm})
+						}
+					}
+					nextPass = nextPass.Add(tc.period)
+				}
+				f.set(map[int]gpuStep{0: {util: util, running: running, samples: slices.Clone(samples)}})
+				s, err := c.Collect(context.Background(), now, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[uint32]float64{}
+				for _, p := range s.Devices[0].Processes {
+					got[p.PID] = p.SMUtil
+				}
+				for _, pid := range []uint32{pidLS, pidBatch} {
+					var busyNow, sampled bool
+					var want uint32
+					idleSince := time.Duration(-1)
+					for _, p := range tc.procs {
+						if p.pid != pid {
+							continue
+						}
+						if busy(p, now) {
+							busyNow, want = true, p.sm
+							// Sampled once a pass in its busy interval came.
+							first := t0.Add(7 * time.Millisecond)
+							for first.Before(clock(p.from)) {
+								first = first.Add(tc.period)
+							}
+							sampled = !now.Before(first)
+						} else if !now.Before(clock(p.to)) {
+							idleSince = now.Sub(clock(p.to))
+						}
+					}
+					switch {
+					case busyNow && sampled && got[pid] != float64(want):
+						t.Errorf("step %d: busy pid %d reads %v%%, want %d%%", k, pid, got[pid], want)
+						zeros++
+					case !busyNow && idleSince >= tc.idleWithin && got[pid] != 0:
+						t.Errorf("step %d: pid %d idle for %v reads %v%%, want 0 within %v", k, pid, idleSince,
+							got[pid], tc.idleWithin)
+					}
+				}
+				if zeros > 5 {
+					t.FailNow()
+				}
+			}
+		})
+	}
+}
+
+// TestCollectRecoversProcessUtilizationPanic: go-nvml's GetProcessUtilization panics when
+// samples arrive between its size query and its read. The collector retries once; when
+// that panics too, the scrape reads no new sample (the held ones stay) and the GPU stays
+// healthy. The same for a second answer that still says ERROR_INSUFFICIENT_SIZE.
+func TestCollectRecoversProcessUtilizationPanic(t *testing.T) {
+	t.Parallel()
+	f := newFakeNode()
+	var logs syncBuffer
+	c, err := open(f.srv, fakeProc(t), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sample := func(k int, sm uint32) []nvml.ProcessUtilizationSample {
+		return []nvml.ProcessUtilizationSample{{Pid: pidLS, TimeStamp: us(k), SmUtil: sm}}
+	}
+	for k, tc := range []struct {
+		name   string
+		step   gpuStep
+		want   float64
+		calls  int // GetProcessUtilization calls of the scrape
+		logged int // scrapes that read nothing so far (logged once each)
+	}{
+		{"no panic", gpuStep{running: running, samples: sample(0, 30)}, 30, 1, 0},
+		{"one panic: retried", gpuStep{running: running, samples: sample(1, 45), procUtilPanics: 1}, 45, 2, 0},
+		{"two panics: no sample this scrape, the held one stays",
+			gpuStep{running: running, samples: sample(2, 80), procUtilPanics: 2}, 45, 2, 1},
+		{"next scrape reads again", gpuStep{running: running, samples: sample(3, 70)}, 70, 1, 1},
+		{"INSUFFICIENT_SIZE with samples, twice: a race too", gpuStep{running: running, samples: sample(4, 20),
+			procUtilRet: nvml.ERROR_INSUFFICIENT_SIZE}, 70, 2, 2},
+	} {
+		f.set(map[int]gpuStep{4: tc.step})
+		before := len(f.sinceArgs(4))
+		s, err := c.Collect(context.Background(), at(k), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		d := s.Devices[4]
+		if !d.Healthy {
+			t.Fatalf("%s: unhealthy: %v", tc.name, d.Fault)
+		}
+		if len(d.Processes) != 2 || d.Processes[0].PID != pidLS || d.Processes[0].SMUtil != tc.want {
+			t.Fatalf("%s: processes %+v, want LS at %v%%", tc.name, d.Processes, tc.want)
+		}
+		if n := len(f.sinceArgs(4)) - before; n != tc.calls {
+			t.Fatalf("%s: %d GetProcessUtilization calls, want %d", tc.name, n, tc.calls)
+		}
+		if got := strings.Count(logs.String(), "GPU process utilisation unread"); got != tc.logged {
+			t.Fatalf("%s: %d unread scrapes logged, want %d:\n%s", tc.name, got, tc.logged, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), ErrNVMLPanic.Error()); n != 1 {
+		t.Fatalf("the panic logged %d times, want once:\n%s", n, logs.String())
+	}
+	if _, _, err := getProcessUtilization(&mock.Device{GetProcessUtilizationFunc: func(uint64) (
+		[]nvml.ProcessUtilizationSample, nvml.Return) {
+		panic("runtime error: slice bounds out of range [:3] with capacity 2")
+	}}, 0); !errors.Is(err, ErrNVMLPanic) {
+		t.Fatalf("getProcessUtilization of a panicking call = %v, want ErrNVMLPanic", err)
+	}
+}
+
+// TestCollectAttributesLateJoiner: a process first seen outside its pod's cgroup (it
+// opened its CUDA context before the runtime or a launcher moved it), or in its pod's
+// cgroup but no container's, is attributed once it moves: its cgroup is read again every
+// attrRecheck (no sooner) while it is not fully attributed.
+func TestCollectAttributesLateJoiner(t *testing.T) {
+	t.Parallel()
+	const pid = 707
+	f := newFakeNode()
+	root := fakeProc(t)
+	c, err := NewCollector(f.srv, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f.set(map[int]gpuStep{2: {running: []nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: mib}}}})
+	writeStat(t, root, pid, 700)
+	outside := "0::/system.slice/containerd.service\n"
+	podOnly := "0::/kubepods/burstable/pod" + lsUID + "\n"
+	inside := "0::/kubepods/burstable/pod" + lsUID + "/" + lsCtr + "\n"
+	steps := []struct {
+		name   string
+		after  time.Duration
+		cgroup string // written before the scrape; "" leaves it
+		want   PodRef
+	}{
+		{"first seen outside any pod", 0, outside, PodRef{}},
+		{"moved, within attrRecheck: not read yet", scrapeStep, podOnly, PodRef{}},
+		{"attrRecheck passed: read again, the pod without its container", attrRecheck, "", PodRef{UID: lsUID}},
+		{"moved into its container, within attrRecheck", scrapeStep, inside, PodRef{UID: lsUID}},
+		{"attrRecheck passed: attributed", attrRecheck, "", lsPod},
+		{"attributed for its life: not read again", attrRecheck + scrapeStep, outside, lsPod},
+	}
+	now := t0
+	for _, st := range steps {
+		if st.cgroup != "" {
+			writeCgroup(t, root, pid, st.cgroup)
+		}
+		now = now.Add(st.after)
+		s, err := c.Collect(context.Background(), now, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		ps := s.Devices[2].Processes
+		if len(ps) != 1 || ps[0].Pod != st.want {
+			t.Fatalf("%s: processes %+v, want pid %d in %+v", st.name, ps, pid, st.want)
+		}
+	}
 }

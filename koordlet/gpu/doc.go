@@ -1,15 +1,30 @@
 // Package gpu is the agent's GPU room. It reads every GPU through NVML
 // (github.com/NVIDIA/go-nvml, passed in as nvml.Interface so tests use its mocks),
 // attributes GPU processes to pods through /proc/<pid>/cgroup, and feeds the GPU
-// throttle (qos) and the freezer duty cycle (subpackage duty).
+// throttle (qos) and the freezer (subpackage duty, at duty 1 or 0: the on/off freeze).
 //
 //   - types.go: the shared types (Sample, Device, Process, PodRef, Scrape), Source,
 //     sentinels.
 //   - collector.go (cgo only): Open, NewCollector and Collector, one scrape of
-//     every GPU per Collect: index, UUID, model, memory, utilisation, health, and
-//     per process its SM and memory utilisation (GetProcessUtilization) and memory
+//     every GPU per Collect: index, UUID, model, memory (GetMemoryInfo_v2, else v1),
+//     utilisation, health, and per process its SM and memory utilisation
+//     (GetProcessUtilization, held between the driver's samples) and memory
 //     (GetComputeRunningProcesses); or, where the plan says ScrapeProbe, only the
 //     process list, with the GPU's last full read returned while the list is unchanged.
+//   - samplehold.go (pure Go): sampleHold, each process's newest utilisation sample
+//     held between the driver's sampling passes until the process is seen idle.
+//   - view.go: viewDevice, a scrape's processes sorted by class (batch, or LS: LS and
+//     BE pods, unknown pods and no pod), and the throttle's input.
+//   - levers.go: leverState, the levers' part of a step: LS processes that arrived
+//     (per-GPU PIDs), the MPS server's process taken out of LS (by its command name,
+//     nvidia-cuda-mps-server, only with Options.MPS), the MPS lever where every LS and
+//     batch process on a GPU is a client the partitions handed out, and the lever events
+//     (Options.OnLever) when LS outgrows its MPS partition.
+//   - partitions.go: Partitions, the MPS client planner the NRI plugin asks
+//     (devices.MPSPlanner): caps from qos.ChooseGPUMPSCaps, records per pod container and
+//     GPU, updated by the loop (server readiness, LS demand peak per GPU, pods gone).
+//   - recover.go: a panicking loop step is recovered (logged with its stack, counted,
+//     the cycler thawed, the error in /status) and the loop goes on.
 //   - cadence.go: the GPU loop's plan (pure): which GPU is read in full every period
 //     (batch shares it with other processes), which only probed, and whether the loop
 //     runs at its period or, with no batch on any GPU, at the full-scrape period.
@@ -33,9 +48,12 @@
 //     proc root does not show) is kept, unattributed. The collector keeps each
 //     process's pod while the PID stays on a GPU and its start time (/proc/<pid>/stat
 //     field 22, read again at most every attrRecheck, 1 s) is unchanged: a process never
-//     moves to another pod, and a reused PID has another start time. A PID that exits
-//     and is reused on a GPU within one scrape period is misattributed until the next
-//     start-time read; a PID that leaves every GPU is forgotten.
+//     moves to another pod, and a reused PID has another start time. A process with no
+//     pod, or with its pod but no container, may still be moved into one (it opened its
+//     CUDA context before the runtime or a launcher moved it): its cgroup is read again
+//     every attrRecheck until it names a container. A PID that exits and is reused on
+//     a GPU within one scrape period is misattributed until the next start-time read; a
+//     PID that leaves every GPU is forgotten.
 //   - A probe compares only the PIDs listed: figures of a probed Device are those of
 //     its last full read (Probed, ScrapedAt). The probe cannot see an LS process's
 //     utilisation rise, so the manager reads a GPU that batch shares with other
@@ -48,15 +66,32 @@
 //     On hybrid hosts the v1 memory (else cpu) line is read, never the unified one,
 //     where kubelet and the runtime may not place containers.
 //   - GetProcessUtilization returns only samples newer than the timestamp passed,
-//     so the collector keeps the newest one per device. ERROR_NOT_FOUND (no newer
-//     sample) is normal: every process reads 0. The driver returns samples only
-//     for processes that computed in a sample period, and its period is 1/6 s to
-//     1 s depending on the GPU (NVML's documentation), so scraping faster than that
-//     reads 0 between samples: smooth before acting on it. A
+//     so the collector keeps the newest one per device. The driver returns samples
+//     only for processes that computed in a sample period, and its period is 1/6 s to
+//     1 s depending on the GPU (NVML's documentation), while the loop reads every
+//     50 ms: most reads find no newer sample (ERROR_NOT_FOUND is normal). Read as 0,
+//     a busy LS process read 0 in 328 of 400 steps on an H200. The collector holds
+//     each process's newest sample (samplehold.go) until a later sampling pass of the
+//     device lacks it (another process computed then, this one did not: it reads 0
+//     about one pass after it stopped), the device's utilisation reads 0 a sample
+//     period after it (nothing computed since), or it is stale (about a second, two
+//     sample periods on a slower driver). A
 //     process's newest sample counts, not a mean. The first scrape asks for at most
 //     the last 2 s (the driver's timestamps are microseconds since the Unix epoch),
 //     or a burst long over would read as current. go-nvml answers
 //     ERROR_INSUFFICIENT_SIZE with an empty list when the driver counted no sample.
+//     The device's own utilisation (GetUtilizationRates) is always the last sample
+//     period's and needs no hold.
+//   - go-nvml's GetProcessUtilization asks the driver for the sample count, then reads
+//     into a buffer that size: a sample arriving in between makes it slice past the
+//     buffer and panic (go-nvml v0.13.4-1, device.go; its API takes no buffer of ours).
+//     The collector recovers the panic (ErrNVMLPanic), retries once, and else reads no
+//     new sample that scrape: the device stays healthy and its held samples stand.
+//     Any other panic in a step is recovered by the Manager (recover.go).
+//   - Memory is read with GetMemoryInfo_v2: v1 counts the driver's reserved memory as
+//     used (615 MiB above nvidia-smi on an H200). A driver without v2
+//     (ERROR_FUNCTION_NOT_FOUND, ERROR_NOT_SUPPORTED, ERROR_ARGUMENT_VERSION_MISMATCH)
+//     is read with v1, logged once per GPU.
 //   - Health is per scrape: a device's first failing query stops its scrape and
 //     marks it unhealthy (Err, Fault; ERROR_GPU_IS_LOST wraps ErrDeviceLost), the
 //     other devices are still read, and it reads healthy again once its queries
@@ -65,8 +100,21 @@
 //     no utilisation (UtilUnsupported: 0 means unknown, never idle), and a driver
 //     without process listing gives no processes. NVML_VALUE_NOT_AVAILABLE memory of
 //     a process counts as 0.
+//   - MPS caps are fixed when a client starts. Partitions records what it handed out;
+//     whether a container really started as that client is not checked (a container
+//     that overrides CUDA_MPS_* after the injection still counts as planned). Whether
+//     the driver reports an MPS client's SM utilisation under the client's PID or the
+//     server's is not proven on a real GPU here: the server's share is taken out of LS
+//     either way, so under the second the MPS lever sees no LS demand and only the
+//     partition protects LS.
+//   - node-metrics' per-GPU lsFree (publish.go) is 1000 − the larger of LS's peak
+//     utilisation in the window and, on an MPS GPU, LS's largest MPS cap: the cap
+//     covers the case above where LS's MPS utilisation reads as the server's. The
+//     extender sends shares by it: a published share must never overstate what LS
+//     leaves (the used part is rounded up; unhealthy: absent, never "free").
 //   - NewCollector takes an initialised library over; Close calls nvmlShutdown
 //     (NVML counts Init and Shutdown). go-nvml's mocks panic on any query whose Func
-//     is unset: a mock device needs GetUUID, GetName, GetMemoryInfo,
-//     GetUtilizationRates, GetComputeRunningProcesses and GetProcessUtilization.
+//     is unset: a mock device needs GetUUID, GetName, GetMemoryInfo_v2 (and
+//     GetMemoryInfo where v2 fails), GetUtilizationRates, GetComputeRunningProcesses
+//     and GetProcessUtilization.
 package gpu

@@ -30,7 +30,7 @@ const (
 	evictEvery = 30 * time.Second
 )
 
-// escalate acts on a GPU whose batch has been starved past starveAfter: suspend its
+// escalate acts on a GPU whose batch has been frozen solid past starveAfter: suspend its
 // batch processes (cuda-checkpoint, when enabled), else ask for an eviction, else only
 // report it.
 func (m *Manager) escalate(ctx context.Context, now time.Time, v deviceView, d qos.GPUThrottleDecision) string {
@@ -112,12 +112,12 @@ func (m *Manager) podSuspended(uid types.UID) bool {
 	return false
 }
 
-// resumeReleased resumes the suspended processes of GPUs that LS has left: the
-// throttle's target is 0 and its hold has passed (or the GPU is gone).
+// resumeReleased resumes the suspended processes of GPUs that LS has left: LS has been
+// idle for the hold, so batch would no longer be frozen (or the GPU is gone).
 func (m *Manager) resumeReleased(ctx context.Context, decisions []qos.GPUThrottleDecision) {
 	for pid, s := range m.suspended {
 		d, ok := decisionFor(decisions, s.gpu)
-		if ok && (d.Target > 0 || d.Duty > 0 || d.Reason == qos.GPUReasonUnknown) {
+		if ok && (d.Frozen || d.LSNeedsGPU || d.Reason == qos.GPUReasonUnknown) {
 			continue
 		}
 		m.resume(ctx, pid, s)

@@ -80,14 +80,28 @@ type Options struct {
 	Evict   evictor
 	Metrics *metrics.GPU
 	Log     *slog.Logger
-	// ProcRoot is the host's /proc (to tell an exited process from a failed resume).
+	// ProcRoot is the host's /proc (to tell an exited process from a failed resume, and
+	// the MPS server from LS by its command name).
 	ProcRoot string
+	// MPS is the node's MPS control daemon (mps.Daemon); nil: no MPS on this node, every
+	// GPU uses the freeze lever.
+	MPS mpsServer
+	// Partitions plans and records the MPS clients (the NRI plugin's devices.MPSPlanner);
+	// the loop updates it every step and reads back which pods are clients with which
+	// caps. Nil: no MPS client is ever planned.
+	Partitions *Partitions
+	// OnLever, when set, is called from the loop's goroutine when a GPU's batch is frozen
+	// because LS outgrew its MPS partition (qos.GPUReasonMPSCapStale), once per freeze:
+	// the agent turns it into a Kubernetes Event on the batch pods. It must not block.
+	OnLever func(LeverEvent)
 }
 
 // Manager is the agent's GPU loop: every period it scrapes the GPUs, attributes their
-// processes to pods, decides each GPU's batch duty (qos.GPUThrottle) and hands it to the
-// freezer duty cycle; it escalates starved batch to suspend or eviction, and keeps the
-// snapshot that /status, /metrics, node-metrics and the NRI plugin read.
+// processes to pods, chooses each GPU's lever (MPS partition or freeze) and decides
+// whether its batch is frozen (qos.GPUThrottle), which the freezer cycler applies at
+// duty 1 or 0; it escalates starved batch to suspend or eviction, updates the MPS
+// partitions, and keeps the snapshot that /status, /metrics, node-metrics and the NRI
+// plugin read.
 type Manager struct {
 	o        Options
 	throttle *qos.GPUThrottle
@@ -107,6 +121,8 @@ type Manager struct {
 	cad  []gpuCadence
 	plan []Scrape
 	fast bool
+	rec  stepRecovery // recover.go: panicking steps
+	lev  *leverState  // levers.go: LS arrivals, the MPS lever, lever events
 
 	// status is the last step; Status builds the /status view of it when asked (the
 	// loop runs every 50 ms, /status is read far less often).
@@ -125,6 +141,7 @@ type gpuWindow struct {
 	dev               DeviceID
 	n                 float64
 	util, lsUtil      float64
+	lsPeak            float64 // LS's largest utilisation at a step (publish.go)
 	memUsed, memTotal uint64
 	duty              float64 // the last duty
 	unhealthy         bool    // a query failed in the window
@@ -172,6 +189,16 @@ type Status struct {
 	// Suspended are the batch processes suspended through cuda-checkpoint.
 	Suspended []SuspendedStatus `json:"suspended,omitempty"`
 	Cycler    []duty.KeyStatus  `json:"dutyCycle,omitempty"`
+	// MPS is the MPS partitions' state; nil without Options.Partitions.
+	MPS *MPSStatus `json:"mps,omitempty"`
+}
+
+// MPSStatus is the MPS side of /status.
+type MPSStatus struct {
+	// Ready: the MPS control daemon answers (new clients may start).
+	Ready bool `json:"ready"`
+	// Clients are the MPS clients handed out to containers, with their caps.
+	Clients []PartitionClient `json:"clients"`
 }
 
 // GPUStatus is one GPU's decision with the figures behind it.
@@ -185,9 +212,13 @@ type GPUStatus struct {
 	MemUsed  uint64  `json:"memoryUsedBytes"`
 	MemTotal uint64  `json:"memoryTotalBytes"`
 	// LSPods and BatchPods are the pods with processes on the GPU.
-	LSPods    []string                `json:"lsPods,omitempty"`
-	BatchPods []string                `json:"batchPods,omitempty"`
-	Decision  qos.GPUThrottleDecision `json:"decision"`
+	LSPods    []string `json:"lsPods,omitempty"`
+	BatchPods []string `json:"batchPods,omitempty"`
+	// Decision is the lever ("freeze" or "mps"), whether batch is frozen, the MPS caps
+	// and the reason.
+	Decision qos.GPUThrottleDecision `json:"decision"`
+	// MPS: new containers on the GPU start as clients of the agent's MPS server.
+	MPS bool `json:"mps"`
 	// Cadence is how the loop reads the GPU: CadenceFast (in full every loop period),
 	// CadenceProbe (its process list every period, in full on a change and every
 	// gpu.fullScrapePeriod) or CadenceSlow (no GPU runs batch: in full every
@@ -221,6 +252,8 @@ func NewManager(o Options) (*Manager, error) {
 		return nil, fmt.Errorf("no cgroup loader: %w", ErrOptions)
 	case o.Cycler == nil:
 		return nil, fmt.Errorf("no duty cycler: %w", ErrOptions)
+	case o.MPS != nil && o.Partitions == nil:
+		return nil, fmt.Errorf("an MPS server without partitions to plan its clients: %w", ErrOptions)
 	}
 	if err := o.Policy.Validate(); err != nil {
 		return nil, err
@@ -240,7 +273,7 @@ func NewManager(o Options) (*Manager, error) {
 	}
 	m := &Manager{o: o, throttle: qos.NewGPUThrottle(o.Policy, o.Period), log: o.Log,
 		groups: map[string]*heldGroup{}, keyed: map[int]bool{}, suspended: map[int]suspendedProc{},
-		evictedAt: map[int]time.Time{}, win: map[int]*gpuWindow{}}
+		evictedAt: map[int]time.Time{}, win: map[int]*gpuWindow{}, lev: newLeverState(o)}
 	m.status.Store(&stepState{})
 	m.fast = true
 	return m, nil
@@ -251,6 +284,9 @@ func (m *Manager) Status() Status {
 	r := m.status.Load()
 	s := Status{Time: r.time, Available: r.available, Error: r.err, Suspended: r.suspended,
 		Cycler: m.o.Cycler.Status()}
+	if p := m.o.Partitions; p != nil {
+		s.MPS = &MPSStatus{Ready: m.o.MPS != nil && m.o.MPS.Ready(), Clients: p.Clients()}
+	}
 	if !r.available {
 		return s
 	}
@@ -260,7 +296,8 @@ func (m *Manager) Status() Status {
 		s.GPUs[i] = GPUStatus{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model, Healthy: v.dev.Healthy,
 			Error: v.dev.Err, Util: v.dev.Util, MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal,
 			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i],
-			Cadence: cadenceOf(v.cadence(), r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt}
+			Cadence: cadenceOf(v.cadence(), r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt,
+			MPS: m.o.Partitions != nil && m.o.Partitions.MPSOn(v.dev.UUID)}
 	}
 	return s
 }
@@ -334,6 +371,7 @@ func nextStep(now time.Time, wait time.Duration, anchor time.Time) time.Time {
 
 // Step is one loop period (exported for tests and benchmarks that drive the clock).
 func (m *Manager) Step(ctx context.Context, now time.Time) {
+	defer m.recoverStep(ctx, now) // recover.go
 	m.steps++
 	m.plan = m.plan[:0]
 	for _, g := range m.cad {
@@ -373,6 +411,8 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	}
 	m.noteInventory(s.Devices)
 	m.fast = loopFast(true, m.cad)
+	m.lev.step = m.steps
+	m.lev.complete(now, views, pods, m.in)
 	decisions := m.throttle.Step(now, m.in)
 	st := &stepState{time: now, available: true, fast: m.fast, views: views, decisions: decisions,
 		escalations: make([]string, len(views))}
@@ -381,8 +421,10 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 		m.apply(v, d)
 		st.escalations[i] = m.escalate(ctx, now, v, d)
 	}
+	m.lev.events(now, views, decisions)
 	m.account(views, decisions)
 	m.forgetGone(views)
+	m.lev.forget(views)
 	m.resumeReleased(ctx, decisions)
 	if len(m.suspended) > 0 {
 		st.suspended = m.suspendedStatus()
@@ -496,13 +538,15 @@ func (m *Manager) account(views []deviceView, decisions []qos.GPUThrottleDecisio
 		w.n++
 		w.util += v.dev.Util
 		w.lsUtil += min(v.lsUtil, 100)
+		w.lsPeak = max(w.lsPeak, min(v.lsUtil, 100))
 		w.memUsed, w.memTotal = v.dev.MemUsed, v.dev.MemTotal
 	}
 }
 
 // NodeGPUs returns each GPU's means since the last call (and starts a new window), for
 // node-metrics version 2: utilisation, LS utilisation, memory, and the share reclaimable
-// for batch, (1 − duty) × (1 − LS utilisation). A GPU unreadable at any step of the
+// for batch, (1 − duty) × (1 − LS utilisation), the SM share LS leaves free and the MPS
+// flag (publish.go). A GPU unreadable at any step of the
 // window is reported unhealthy. Alloc is left to the caller.
 func (m *Manager) NodeGPUs() *metrics.GPUMetrics {
 	m.mu.Lock()
@@ -523,6 +567,7 @@ func (m *Manager) NodeGPUs() *metrics.GPUMetrics {
 			d.MemUsed, d.MemTotal = int64(w.memUsed), int64(w.memTotal)
 			d.Reclaimable = (1 - w.duty) * max(0, 1-d.LSUtil/100)
 		}
+		m.publishGPU(&d, w.lsPeak) // LS-free share and MPS flag: publish.go
 		out.Devices = append(out.Devices, d)
 		*w = gpuWindow{dev: w.dev, duty: w.duty}
 	}

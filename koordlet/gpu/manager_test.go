@@ -152,7 +152,6 @@ func newRig(t *testing.T, src Source, suspend bool) *rig {
 	r.policy = qos.DefaultGPUThrottlePolicy()
 	r.policy.StarveAfter.Duration = time.Second
 	r.policy.Hold.Duration = 200 * time.Millisecond
-	r.policy.RestorePerSecond = 10 // restores within a step or two after the hold
 	gm, err := metrics.NewGPU(r.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -198,23 +197,27 @@ func TestManagerTraces(t *testing.T) {
 	stray := sample(device(strayProc(40), batchProc))
 	type step struct {
 		src      func() (Sample, error)
-		wantDuty float64 // the cycler's duty for gpu0 after the step
+		wantDuty float64 // the cycler's duty for gpu0 after the step: 1 frozen solid, 0 not
 		wantWhy  string
 	}
-	max := qos.DefaultGPUMaxDuty
-	active := qos.DefaultGPUActiveDuty
+	const frozen = 1.0
 	tests := []struct {
 		name  string
 		steps []step
 	}{
 		{"batch alone runs free", []step{{idle, 0, qos.GPUReasonIdle}, {idle, 0, qos.GPUReasonIdle}}},
-		{"LS burst cuts at once", []step{{idle, 0, qos.GPUReasonIdle}, {burst, max, qos.GPUReasonLSUtil}}},
-		{"LS present but idle gets the active duty", []step{{lsIdle, active, qos.GPUReasonLSActive}}},
-		{"flapping LS holds the cut", []step{{burst, max, qos.GPUReasonLSUtil}, {idle, max, qos.GPUReasonHold},
-			{burst, max, qos.GPUReasonLSUtil}, {idle, max, qos.GPUReasonHold}}},
-		{"a lost GPU keeps its duty", []step{{burst, max, qos.GPUReasonLSUtil}, {lost, max, ""}}},
-		{"NVML failing holds every duty", []step{{burst, max, qos.GPUReasonLSUtil}, {nvmlGone, max, ""}}},
-		{"an unattributed process counts as LS", []step{{stray, max, qos.GPUReasonLSUtil}}},
+		{"LS burst freezes at once", []step{{idle, 0, qos.GPUReasonIdle}, {burst, frozen, qos.GPUReasonLSUtil}}},
+		// The driver's sample lags the arrival: frozen on the process alone.
+		{"LS arrival freezes at once", []step{{idle, 0, qos.GPUReasonIdle}, {lsIdle, frozen, qos.GPUReasonLSArrived}}},
+		// Hold 200 ms: frozen at 0, 50, 100, 150 ms, thawed at 200 ms, and stays thawed.
+		{"LS holding its context but idle thaws within hold", []step{{lsIdle, frozen, qos.GPUReasonLSArrived},
+			{lsIdle, frozen, qos.GPUReasonHold}, {lsIdle, frozen, qos.GPUReasonHold}, {lsIdle, frozen, qos.GPUReasonHold},
+			{lsIdle, 0, qos.GPUReasonIdle}, {lsIdle, 0, qos.GPUReasonIdle}}},
+		{"flapping LS holds the freeze", []step{{burst, frozen, qos.GPUReasonLSUtil}, {idle, frozen, qos.GPUReasonHold},
+			{burst, frozen, qos.GPUReasonLSUtil}, {idle, frozen, qos.GPUReasonHold}}},
+		{"a lost GPU keeps its freeze", []step{{burst, frozen, qos.GPUReasonLSUtil}, {lost, frozen, ""}}},
+		{"NVML failing holds every freeze", []step{{burst, frozen, qos.GPUReasonLSUtil}, {nvmlGone, frozen, ""}}},
+		{"an unattributed process counts as LS", []step{{stray, frozen, qos.GPUReasonLSUtil}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,15 +239,16 @@ func TestManagerTraces(t *testing.T) {
 					t.Fatalf("step %d: frozen groups %v, want only the batch pod's %s", i, groups, batchCg)
 				}
 				st := r.m.Status()
-				if s.wantWhy != "" && (len(st.GPUs) != 1 || st.GPUs[0].Decision.Reason != s.wantWhy) {
-					t.Fatalf("step %d: status %+v, want reason %s", i, st.GPUs, s.wantWhy)
+				if s.wantWhy != "" && (len(st.GPUs) != 1 || st.GPUs[0].Decision.Reason != s.wantWhy ||
+					st.GPUs[0].Decision.Lever != qos.GPULeverFreeze || st.GPUs[0].MPS || st.MPS != nil) {
+					t.Fatalf("step %d: status %+v, want reason %s with the freeze lever, no MPS", i, st.GPUs, s.wantWhy)
 				}
 			}
 		})
 	}
 }
 
-// TestManagerRestores: after LS leaves, the duty falls back once the hold has passed.
+// TestManagerRestores: after LS leaves, batch is thawed once the hold has passed.
 func TestManagerRestores(t *testing.T) {
 	t.Parallel()
 	src := &scriptSource{steps: []func() (Sample, error){sample(device(lsProc(90), batchProc)), sample(device(batchProc))}}
@@ -255,11 +259,11 @@ func TestManagerRestores(t *testing.T) {
 		now = now.Add(50 * time.Millisecond)
 	}
 	if d, _ := r.cyc.get("gpu0"); d != 0 {
-		t.Fatalf("duty %v one second after LS left, want 0", d)
+		t.Fatalf("duty %v one second after LS left, want 0 (thawed)", d)
 	}
 }
 
-// TestManagerEscalates: batch starved past starveAfter is suspended when suspend is on
+// TestManagerEscalates: batch frozen past starveAfter is suspended when suspend is on
 // (and resumed once LS leaves), else evicted through the evictor.
 func TestManagerEscalates(t *testing.T) {
 	t.Parallel()
@@ -332,11 +336,25 @@ func TestManagerEscalates(t *testing.T) {
 func TestNewManagerRejects(t *testing.T) {
 	t.Parallel()
 	bad := qos.DefaultGPUThrottlePolicy()
-	bad.MaxDuty = 2
+	bad.LSUtilOnPercent = 200
+	old := qos.DefaultGPUThrottlePolicy()
+	old.RemovedMaxDuty = new(float64)
+	ok := Options{Source: &scriptSource{}, Pods: func() PodView { return PodMap(nil) },
+		Groups: cgroups.OpenLayout(t.TempDir(), cgroups.LayoutHybrid), Cycler: newFakeCycler(),
+		Policy: qos.DefaultGPUThrottlePolicy()}
+	with := func(f func(*Options)) Options {
+		o := ok
+		f(&o)
+		return o
+	}
+	if _, err := NewManager(ok); err != nil {
+		t.Fatalf("valid options: %v", err)
+	}
 	for name, o := range map[string]Options{
-		"no source": {},
-		"bad policy": {Source: &scriptSource{}, Pods: func() PodView { return PodMap(nil) },
-			Groups: cgroups.OpenLayout(t.TempDir(), cgroups.LayoutHybrid), Cycler: newFakeCycler(), Policy: bad},
+		"no source":                      {},
+		"bad policy":                     with(func(o *Options) { o.Policy = bad }),
+		"a removed duty-cycle key":       with(func(o *Options) { o.Policy = old }),
+		"an MPS server without planning": with(func(o *Options) { o.MPS = &fakeMPS{} }),
 	} {
 		if _, err := NewManager(o); err == nil {
 			t.Errorf("%s: no error", name)

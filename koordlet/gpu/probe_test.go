@@ -134,7 +134,7 @@ func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
 		batchUID: {UID: batchUID, Namespace: "ml", Name: "train", Class: qos.ClassBatch, Cgroup: batchCg},
 	}
 	policy := qos.DefaultGPUThrottlePolicy()
-	policy.Hold.Duration, policy.RestorePerSecond = 100*time.Millisecond, 20
+	policy.Hold.Duration = 100 * time.Millisecond
 	cyc := newFakeCycler()
 	m, err := NewManager(Options{Source: c, Pods: func() PodView { return pods },
 		Groups: cgroups.OpenLayout(root, cgroups.LayoutHybrid), Cycler: cyc, Policy: policy,
@@ -174,17 +174,17 @@ func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
 		}
 		now = now.Add(50 * time.Millisecond)
 	}
-	max := policy.MaxDuty
+	const frozen = 1.0
 	step("first read", batchOnly, want{true, 0, CadenceProbe})
 	step("batch alone: probed", batchOnly, want{false, 0, CadenceProbe})
 	step("batch alone: probed again", batchOnly, want{false, 0, CadenceProbe})
-	step("LS arrives: read in full, cut at once", withLS, want{true, max, CadenceFast})
-	step("LS stays: read in full every period", withLS, want{true, max, CadenceFast})
-	step("LS leaves: seen at once, duty held", batchOnly, want{true, max, CadenceProbe})
+	step("LS arrives: read in full, frozen at once", withLS, want{true, frozen, CadenceFast})
+	step("LS stays: read in full every period", withLS, want{true, frozen, CadenceFast})
+	step("LS leaves: seen at once, freeze held", batchOnly, want{true, frozen, CadenceProbe})
 	for i := 0; i < 20; i++ {
 		f.set(batchOnly())
 		m.Step(context.Background(), now)
 		now = now.Add(50 * time.Millisecond)
 	}
-	step("duty restored: probed again", batchOnly, want{false, 0, CadenceProbe})
+	step("thawed: probed again", batchOnly, want{false, 0, CadenceProbe})
 }

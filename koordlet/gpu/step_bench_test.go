@@ -88,11 +88,11 @@ func BenchmarkManagerStep(b *testing.B) {
 		m.Step(ctx, now)
 		now = now.Add(DefaultLoopPeriod)
 	}
-	for range 100 { // past the start-up cut's hold and restore: the steady state
+	for range 100 { // past the start-up freeze's hold: the steady state
 		step()
 	}
 	if st := m.Status(); st.GPUs[0].Cadence != CadenceFast || st.GPUs[4].Cadence != CadenceProbe ||
-		st.GPUs[0].Decision.Reason != qos.GPUReasonLSActive || len(st.GPUs[0].BatchPods) != 1 {
+		st.GPUs[0].Decision.Reason != qos.GPUReasonLSUtil || len(st.GPUs[0].BatchPods) != 1 {
 		b.Fatalf("not the bench's steady state: %+v", st.GPUs)
 	}
 	b.ReportAllocs()

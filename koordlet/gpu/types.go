@@ -16,6 +16,10 @@ var (
 	// ErrDeviceLost means a GPU fell off the bus or stopped answering mid-run
 	// (NVML ERROR_GPU_IS_LOST); the device is reported unhealthy, never fatal.
 	ErrDeviceLost = errors.New("GPU lost")
+	// ErrNVMLPanic means a go-nvml call panicked instead of returning an error (its
+	// GetProcessUtilization slices past its buffer when samples arrive between its two
+	// driver calls). The collector recovers it: that read yields no sample.
+	ErrNVMLPanic = errors.New("go-nvml panicked")
 )
 
 // Scrape is how much of one GPU a Collect reads.

@@ -13,8 +13,10 @@ import (
 // deviceView is one GPU of a scrape with its processes sorted by class.
 type deviceView struct {
 	dev Device
-	// lsActive: a non-batch (LS or BE) pod has a process on the GPU. BE pods rank above
-	// batch like on the CPU, so they count with LS here.
+	// lsActive: a process not of a batch pod is on the GPU: of an LS or BE pod (BE pods
+	// rank above batch like on the CPU, so they count with LS here), of a pod the agent
+	// does not know (yet), or of no pod (the safe side: it may be LS, e.g. one that has
+	// not joined its pod cgroup yet, or a host service).
 	lsActive bool
 	// lsUtil is the non-batch processes' utilisation, plus that of processes no pod
 	// could be attributed to (the safe side: they may be LS); batchUtil the batch pods'.
@@ -35,6 +37,8 @@ func viewDevice(d Device, pods PodView) deviceView {
 	v := deviceView{dev: d}
 	for _, p := range d.Processes {
 		if !p.Pod.Attributed() {
+			// No pod: counted as LS, the safe side (docs/gpu.md, Classify).
+			v.lsActive = true
 			v.lsUtil += p.SMUtil
 			v.others++
 			continue
@@ -42,6 +46,7 @@ func viewDevice(d Device, pods PodView) deviceView {
 		info, ok := pods.Pod(p.Pod.UID)
 		if !ok {
 			// A pod the agent does not know (yet): treat like an unattributed process.
+			v.lsActive = true
 			v.lsUtil += p.SMUtil
 			v.others++
 			continue
@@ -76,7 +81,8 @@ func (v deviceView) cadence() gpuCadence {
 }
 
 // input is the GPU throttle's input for the view. A device the collector could not read
-// is Unknown (its duty is held). Where the driver reports no per-process utilisation
+// is Unknown (its freeze is held). levers.go completes it: LS arrivals, the MPS server's
+// share taken out of LS, the MPS lever and caps. Where the driver reports no per-process utilisation
 // (MIG), only the presence of LS counts.
 func (v deviceView) input() qos.GPUThrottleInput {
 	if !v.dev.Healthy {
@@ -111,7 +117,8 @@ func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, took time
 			Util: v.dev.Util, MemUtil: v.dev.MemUtil, UtilUnknown: v.dev.UtilUnsupported,
 			MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal, Healthy: v.dev.Healthy, Pods: v.pods}
 		if d, ok := decisionFor(decisions, v.dev.Index); ok {
-			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: v.lsUtil, Reason: d.Reason}
+			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: d.LSUtil, Reason: d.Reason,
+				Lever: d.Lever, LSCapPercent: d.LSCapPercent, BatchCapPercent: d.BatchCapPercent}
 		}
 	}
 	return s

@@ -137,6 +137,15 @@ func (s *EventSink) Warn(pod *corev1.Pod, reason, message string) {
 	s.recorder.Event(pod, corev1.EventTypeWarning, reason, truncate(message, maxEventMessage))
 }
 
+// Normal records a Normal event on pod, deduplicated and dropped after Shutdown
+// like Warn.
+func (s *EventSink) Normal(pod *corev1.Pod, reason, message string) {
+	if pod == nil || s.stopped.Load() || !s.dedup.allow(pod, reason, message) {
+		return
+	}
+	s.recorder.Event(pod, corev1.EventTypeNormal, reason, truncate(message, maxEventMessage))
+}
+
 // Shutdown stops the broadcaster; events still queued may be dropped.
 // It is safe to call more than once.
 func (s *EventSink) Shutdown() {
@@ -166,6 +175,14 @@ func (s *LogSink) Warn(pod *corev1.Pod, reason, message string) {
 		return
 	}
 	s.logger.Warn(message, "pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID), "reason", reason)
+}
+
+// Normal logs an informational event about pod, deduplicated like EventSink.Normal.
+func (s *LogSink) Normal(pod *corev1.Pod, reason, message string) {
+	if pod == nil || !s.dedup.allow(pod, reason, message) {
+		return
+	}
+	s.logger.Info(message, "pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID), "reason", reason)
 }
 
 // Shutdown exists for symmetry with EventSink; it does nothing.

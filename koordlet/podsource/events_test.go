@@ -177,3 +177,32 @@ func TestTruncate(t *testing.T) {
 		}
 	}
 }
+
+func TestEventSinkRecordsNormalEvents(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset()
+	sink := NewEventSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, "understory-koordlet", testNode)
+	defer sink.Shutdown()
+	pod := kubePod("team-a", "train", testNode)
+	for range 3 {
+		sink.Normal(pod, "MPSClient", "container main runs as an MPS client")
+	}
+	sink.Normal(nil, "Ignored", "nil pod")
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		list, err := client.CoreV1().Events("team-a").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 1 {
+			if e := list.Items[0]; e.Type != corev1.EventTypeNormal || e.Reason != "MPSClient" || e.Count != 1 {
+				t.Fatalf("event %+v; want one Normal MPSClient", e)
+			}
+			return
+		}
+		if len(list.Items) > 1 || time.Now().After(deadline) {
+			t.Fatalf("events %+v; want one", list.Items)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -17,6 +17,10 @@
 //     extender mirrors observed reality with it, which may over-commit a node.
 //   - A nil Node.Usage means unknown (never reported, stale, or from the
 //     future), never idle; the caller decides what is fresh.
+//   - A share prefers the devices whose agent-reported LS-free SM share holds
+//     it (lsFitSet), in every policy; without Usage (the replay) nothing
+//     changes. A device with GPUFree 0 from the start is one the extender
+//     books nothing on (an unhealthy GPU): policies need no other mark.
 //   - A change of any scoring detail moves both the extender's placements and
 //     the replay's published results (make bench-openb-short must stay identical
 //     for a refactoring).

@@ -217,10 +217,13 @@ func lowestFree(free []int, milli, k int) deviceSet {
 
 // bestFitDevice is the device with the least free milli that still holds milli
 // (lowest index on ties), or -1.
-func bestFitDevice(free []int, milli int) int {
+func bestFitDevice(free []int, milli int) int { return bestFitDeviceIn(free, milli, 0) }
+
+// bestFitDeviceIn is bestFitDevice among the candidates of pref (lsFitSet).
+func bestFitDeviceIn(free []int, milli int, pref deviceSet) int {
 	best := -1
 	for i, f := range free {
-		if f >= milli && (best < 0 || f < free[best]) {
+		if f >= milli && pref.candidate(i) && (best < 0 || f < free[best]) {
 			best = i
 		}
 	}

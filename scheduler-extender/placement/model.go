@@ -103,6 +103,66 @@ type GPUUsage struct {
 	Util, LSUtil float64
 	// Reclaimable is the share of the device (0..1) the agent lets batch use now.
 	Reclaimable float64
+	// LSFreeMilli is the SM share latency-sensitive work leaves free on the device,
+	// in milli-GPU (node-metrics lsFree), when LSFreeKnown; an agent older than the
+	// figure leaves it unknown.
+	LSFreeMilli int
+	LSFreeKnown bool
+}
+
+// lsFits reports whether the agent reports device d of u with at least milli of
+// its SM share left free by latency-sensitive work.
+func (u *Usage) lsFits(d, milli int) bool {
+	return u != nil && d >= 0 && d < len(u.GPUs) && u.GPUs[d].Known && u.GPUs[d].LSFreeKnown &&
+		u.GPUs[d].LSFreeMilli >= milli
+}
+
+// lsFitSet is, for a share request, the devices of n with r's milli free in the
+// ledger whose LS-free share (lsFits) holds r as well; 0 for other requests, or
+// when no device qualifies. A share goes to one of them when there is one: the
+// ledger says what may be booked, the agent what LS leaves to batch now.
+func lsFitSet(n *Node, r *Request) deviceSet {
+	if !r.Sharing() || n.Usage == nil {
+		return 0
+	}
+	var s deviceSet
+	for i, f := range n.GPUFree {
+		if f >= r.GPUMilli && n.Usage.lsFits(i, r.GPUMilli) {
+			s |= 1 << uint(i)
+		}
+	}
+	return s
+}
+
+// lsTerm is a share's node-score term for its chosen device d: +0.5 when the
+// agent reports d's LS-free share holds the request, -0.5 when it reports it
+// does not, 0 when unknown (or for a request that is not a share).
+func lsTerm(n *Node, r *Request, d int) float64 {
+	if !r.Sharing() || n.Usage == nil || d < 0 || d >= len(n.Usage.GPUs) {
+		return 0
+	}
+	g := n.Usage.GPUs[d]
+	switch {
+	case !g.Known || !g.LSFreeKnown:
+		return 0
+	case g.LSFreeMilli >= r.GPUMilli:
+		return 0.5
+	}
+	return -0.5
+}
+
+// candidate reports whether a share may take device i under pref (lsFitSet):
+// any device when pref is empty, else only those in it.
+func (pref deviceSet) candidate(i int) bool { return pref == 0 || pref&(1<<uint(i)) != 0 }
+
+// seenBeforeIn is seenBefore among the candidates of pref.
+func seenBeforeIn(free []int, i int, pref deviceSet) bool {
+	for j := 0; j < i; j++ {
+		if free[j] == free[i] && pref.candidate(j) {
+			return true
+		}
+	}
+	return false
 }
 
 // gpuIdle is how idle device d of u is now, in [-0.5, +0.5]: +0.5 for a device

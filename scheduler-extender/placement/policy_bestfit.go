@@ -25,7 +25,7 @@ func (bestFitPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
 	}
 	var devs deviceSet
 	if r.Sharing() {
-		devs = 1 << uint(bestFitDevice(n.GPUFree, r.GPUMilli))
+		devs = 1 << uint(bestFitDeviceIn(n.GPUFree, r.GPUMilli, lsFitSet(n, r)))
 	} else {
 		devs = lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU)
 	}

@@ -34,8 +34,9 @@ func (p *fgdPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
 	copy(free, n.GPUFree)
 	if r.Sharing() {
 		best, dev := -1.0, -1
+		pref := lsFitSet(n, r)
 		for i, f := range n.GPUFree {
-			if f < r.GPUMilli || seenBefore(n.GPUFree, i) {
+			if f < r.GPUMilli || !pref.candidate(i) || seenBeforeIn(n.GPUFree, i, pref) {
 				continue
 			}
 			free[i] = f - r.GPUMilli

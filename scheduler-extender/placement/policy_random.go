@@ -24,8 +24,9 @@ func (p *randomPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
 		return p.rng.Float64(), lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU), true
 	}
 	dev, seen := -1, 0
+	pref := lsFitSet(n, r)
 	for i, f := range n.GPUFree {
-		if f >= r.GPUMilli {
+		if f >= r.GPUMilli && pref.candidate(i) {
 			seen++
 			if p.rng.Intn(seen) == 0 {
 				dev = i

@@ -129,14 +129,15 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 	if r.Sharing() {
 		dev := -1
 		live := p.p.GPUUsage != 0 && n.Usage != nil && len(n.Usage.GPUs) > 0
+		pref := lsFitSet(n, r) // devices whose LS-free share holds the request, if any
 		for i, f := range n.GPUFree {
-			if f < r.GPUMilli {
+			if f < r.GPUMilli || !pref.candidate(i) {
 				continue
 			}
 			// Devices with equal free milli leave equal fragmentation: without live
 			// figures the first of them stands for all (with them, each is scored:
 			// they differ in how idle they are).
-			if !live && seenBefore(n.GPUFree, i) {
+			if !live && seenBeforeIn(n.GPUFree, i, pref) {
 				continue
 			}
 			s := p.level(f0 - after(1<<uint(i)) - reserve)
@@ -148,6 +149,9 @@ func (p *understoryPolicy) score(n *Node, r *Request) (float64, deviceSet, bool)
 			}
 		}
 		devs = 1 << uint(dev)
+		if live {
+			best += p.p.GPUUsage * lsTerm(n, r, dev)
+		}
 	} else {
 		devs = lowestFree(n.GPUFree, r.GPUMilli, r.NumGPU)
 		best = p.level(f0 - after(devs) - reserve)

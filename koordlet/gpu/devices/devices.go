@@ -64,6 +64,10 @@ func Reason(err error) string {
 		return "GPUInventoryInvalid"
 	case errors.Is(err, ErrConflict):
 		return "GPURequestConflict"
+	case errors.Is(err, ErrMPSPlanner):
+		return "MPSPlanningFailed"
+	case errors.Is(err, ErrMPSUnsafe):
+		return "MPSClientUnsafe"
 	}
 	return "GPUDevicesRefused"
 }

@@ -128,7 +128,7 @@ func TestReason(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
 	for _, err := range []error{ErrNoAnnotation, ErrMalformed, ErrAbsentDevice, ErrNoInventory, ErrBadInventory,
-		ErrConflict, errors.New("other")} {
+		ErrConflict, ErrMPSPlanner, ErrMPSUnsafe, errors.New("other")} {
 		r := Reason(errors.Join(errors.New("wrapped"), err))
 		if r == "" || seen[r] || strings.ContainsAny(r, " :") {
 			t.Fatalf("Reason(%v) = %q: want a distinct CamelCase reason", err, r)

@@ -10,6 +10,14 @@
 // (index → UUID, from NVML) and returns the decision. It never imports the extender;
 // ParseAnnotation is the agent's own parser of the annotation.
 //
+// MPS clients (mps.go, mpsclient.go): DecideMPS asks an MPSPlanner (the GPU manager's
+// partitions) once per GPU a container gets (the extender's devices, or the device
+// plugin's whole GPUs as WholeGPUs names them from NVIDIA_VISIBLE_DEVICES and CDI
+// devices) and returns the CUDA_MPS_* variables to set, overriding the pod's, and the
+// mounts (pipe directory, /dev/shm). A batch container whose planning fails or is
+// answered unsafely (ErrMPSPlanner, ErrMPSUnsafe) is refused; a batch container that is
+// no client is pointed at NoMPSPipeDirectory.
+//
 // Traps:
 //   - Whole GPUs (nvidia.com/gpu) are NVIDIA's device plugin's: kubelet allocates them
 //     and the device plugin injects them. Their containers are left alone here, even
@@ -34,4 +42,12 @@
 //   - The device list is decided per container; every gpu-milli container of a pod
 //     gets all of the pod's annotated devices (the extender places a shared pod on one
 //     device).
+//   - An MPS client's connection covers every GPU of its process: a container is a
+//     client only if each of its GPUs has a partition, with the lowest cap and priority.
+//   - MPS runs one server per UID at a time; a client of another UID waits inside CUDA
+//     initialisation. Only containers of MPSSetup.ClientUID (from the runtime's user,
+//     else runAsUser) become clients; an unknown UID is no client.
+//   - The cap and priority are environment variables the client's CUDA driver reads;
+//     the pod's own values are overridden, but a process that rewrites its environment
+//     before CUDA starts is not stopped here (docs/gpu.md).
 package devices

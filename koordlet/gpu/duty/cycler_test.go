@@ -519,3 +519,37 @@ func TestCyclerPin(t *testing.T) {
 	}
 	f.waitState(a.Path(), "FROZEN")
 }
+
+// Duty 1 is the agent's on/off freeze: frozen at once on a rise from 0, and never thawed
+// by a period while it lasts (no write is planned); duty 0 thaws at once.
+func TestCyclerSolidFreeze(t *testing.T) {
+	t.Parallel()
+	f := newFakeRoot(t)
+	g := f.group("pod1")
+	c := newCycler(t, 20*time.Millisecond)
+	startRun(t, c)
+	// Mid-period: the freeze must not wait for the next period start.
+	time.Sleep(time.Until(c.NextPeriod(time.Now()).Add(10 * time.Millisecond)))
+	if err := c.Set("gpu0", []*cgroups.Group{g}, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	gs := c.groups[g.Path()]
+	for at := time.Now(); at.Before(time.Now().Add(time.Second)); at = at.Add(3 * time.Millisecond) {
+		if want, next := c.schedule(gs, at); !want || !next.IsZero() {
+			c.mu.Unlock()
+			t.Fatalf("duty 1 at %v: frozen %v, next look %v; want frozen and no planned write", at, want, next)
+		}
+	}
+	c.mu.Unlock()
+	f.waitState(g.Path(), "FROZEN")
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if s := f.state(g.Path()); s != "FROZEN" {
+			t.Fatalf("thawed (%s) during a solid freeze, 10 periods of 20 ms", s)
+		}
+	}
+	if err := c.Set("gpu0", []*cgroups.Group{g}, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(g.Path(), "THAWED")
+}

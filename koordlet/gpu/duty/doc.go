@@ -1,7 +1,10 @@
-// Package duty applies GPU-aware batch throttling on the node: it duty-cycles the batch
-// pods using a GPU with the cgroup freezer, so that latency-sensitive (LS) work on that
-// GPU gets the device, and it offers "suspend" through NVIDIA's cuda-checkpoint before
-// eviction. qos.GPUThrottle decides the duty per GPU; this package carries it out.
+// Package duty applies GPU-aware batch throttling on the node: it freezes the batch pods
+// using a GPU with the cgroup freezer, so that latency-sensitive (LS) work on that GPU
+// gets the device, and it offers "suspend" through NVIDIA's cuda-checkpoint before
+// eviction. qos.GPUThrottle decides per GPU whether batch is frozen; the agent hands the
+// Cycler duty 1 (frozen solid: one write, no periodic thaw) or 0 (thawed). Fractional
+// duties still work (tests and the bench's duty-error part use them) but the agent no
+// longer sets them: a duty cycle lost on a real GPU (docs/gpu.md, "Levers").
 //
 // Cycler: keys (one per GPU) map to sets of cgroups (the batch pods on that GPU) and a
 // duty d. Each group is frozen for d*period at the start of every period (about 100 ms)
@@ -39,11 +42,12 @@
 //     thawed): Release a pod's cgroup before evicting it. cuda-checkpoint works through a
 //     thread of the target process, so Release before Suspend as well.
 //   - Frozen time counts as no CPU use: the agent's CPU budget and metrics see batch
-//     use less CPU while it is duty-cycled for the GPU.
-//   - kubelet exec probes and `kubectl exec` into a frozen container wait for the thaw;
-//     with maxDuty near 1 they may time out and kubelet may restart the container.
-//     Collectives (NCCL) of a multi-node job wait for a frozen rank; keep maxDuty < 1
-//     and starveAfter well below the job's collective timeout.
+//     use less CPU while it is frozen for the GPU.
+//   - kubelet exec probes and `kubectl exec` into a frozen container wait for the thaw:
+//     frozen solid for longer than their timeout, kubelet may restart the container.
+//     Collectives (NCCL) of a multi-node job wait for a frozen rank; keep
+//     gpu.throttle.starveAfter well below the job's collective timeout (batch frozen that
+//     long is suspended or evicted).
 //   - A window's freeze is not waited for: Status's frozen means "freeze written". A task
 //     in D state keeps a v1 group FREEZING and stops when it wakes; a task forked into
 //     the group while the freeze began may escape it (a v1 race runc retries for) and

@@ -11,12 +11,14 @@
 //
 // Traps:
 //   - It mimics the driver, not go-nvml's defaults: a device's utilisation is the sum
-//     of its processes' (capped at 100 %), its used memory their sum (capped at the
-//     device's total), and GetProcessUtilization returns one sample per process that
-//     computed, stamped at the query (the driver samples continuously), only when
-//     newer than the timestamp asked for; with no such sample it returns
-//     ERROR_NOT_FOUND, as the driver does, which the collector reads as every process
-//     at 0. A process with no SM and no memory utilisation gets no sample.
+//     of its processes' (capped at 100 %), its used memory their sum (capped at what
+//     the driver leaves), GetMemoryInfo_v2 reports the driver's Reserved memory apart
+//     while GetMemoryInfo (v1) counts it as used, as the driver does, and
+//     GetProcessUtilization returns one sample per process that computed, stamped at
+//     the query (a sampling pass at every query: a driver samples every 1/6 s to 1 s),
+//     only when newer than the timestamp asked for; with no such sample it returns
+//     ERROR_NOT_FOUND, as the driver does. A process with no SM and no memory
+//     utilisation gets no sample.
 //   - A batch process (Proc.Batch) computes only while its pod is thawed: its SM time
 //     shrinks with the GPU's duty (SetDuty) as a frozen process's would, by
 //     (1 - duty). Nothing freezes it here: the caller passes in the duty the GPU loop
@@ -26,8 +28,8 @@
 //   - Set replaces a GPU's processes at once; every query reads them again, so a change
 //     shows in the next scrape. A device query on a GPU with nothing set reads idle.
 //   - go-nvml's mocks panic on a query whose Func is unset; New sets the ones the
-//     collector calls beyond the DGX A100 defaults (memory, utilisation, running
-//     processes, process utilisation). Collector calls Init first, which NewCollector
+//     collector calls beyond the DGX A100 defaults (memory v1 and v2, utilisation,
+//     running processes, process utilisation). Collector calls Init first, which NewCollector
 //     expects; the collector's Close shuts the library down.
 //   - The PIDs are names only: they must have entries under the proc root the
 //     collector reads (WriteProc), not be real processes. WriteProc's stat line gives

@@ -41,13 +41,15 @@ func New() *Node {
 	for i, dev := range n.srv.Devices {
 		d := dev.(*dgxa100.Device)
 		total := d.MemoryInfo.Total
+		// v1 counts the driver's reserved memory as used, v2 apart (Reserved).
 		d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-			var used uint64
-			for _, p := range n.now(i) {
-				used += p.MemUsed
-			}
-			used = min(used, total)
+			used := min(n.memUsed(i, total)+Reserved, total)
 			return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
+		}
+		d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			used := n.memUsed(i, total)
+			return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total,
+				Reserved: Reserved, Used: used, Free: total - Reserved - used}, nvml.SUCCESS
 		}
 		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			var u nvml.Utilization
@@ -83,6 +85,20 @@ func New() *Node {
 		}
 	}
 	return n
+}
+
+// Reserved is the memory the mock driver reserves on every GPU: GetMemoryInfo (v1) counts
+// it as used, GetMemoryInfo_v2 reports it apart (615 MiB, as an H200 with driver 580
+// showed).
+const Reserved = 615 << 20
+
+// memUsed is the memory GPU i's processes hold, bounded by what the driver leaves them.
+func (n *Node) memUsed(gpu int, total uint64) uint64 {
+	var used uint64
+	for _, p := range n.now(gpu) {
+		used += p.MemUsed
+	}
+	return min(used, total-Reserved)
 }
 
 // Server is the NVML mock itself (an nvml.Interface), for callers that open their own

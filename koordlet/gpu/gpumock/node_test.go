@@ -46,7 +46,7 @@ func TestNodeDevices(t *testing.T) {
 			util: nvml.Utilization{Gpu: 100, Memory: 100}, running: []uint32{ls1, ls2},
 			smByPID: map[uint32]uint32{ls1: 70, ls2: 50}},
 		{name: "memory caps at total", procs: []Proc{{PID: ls1, MemUsed: total}, {PID: ls2, MemUsed: gib}},
-			memUsed: total, running: []uint32{ls1, ls2}, noSample: true},
+			memUsed: total - Reserved, running: []uint32{ls1, ls2}, noSample: true},
 		{name: "no sample for a process that did not compute", procs: []Proc{{PID: ls1, SMUtil: 40},
 			{PID: ls2, MemUsed: gib}},
 			util: nvml.Utilization{Gpu: 40}, memUsed: gib, running: []uint32{ls1, ls2},
@@ -86,10 +86,16 @@ func TestNodeDevices(t *testing.T) {
 			if ret != nvml.SUCCESS || u != tc.util {
 				t.Errorf("utilisation %+v, %v; want %+v", u, ret, tc.util)
 			}
+			// v2 reports the driver's reserved memory apart, v1 counts it as used.
+			m2, ret := dev.GetMemoryInfo_v2()
+			if want := (nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total,
+				Reserved: Reserved, Used: tc.memUsed, Free: total - Reserved - tc.memUsed}); ret != nvml.SUCCESS ||
+				m2 != want {
+				t.Errorf("memory v2 %+v, %v; want %+v", m2, ret, want)
+			}
 			m, ret := dev.GetMemoryInfo()
-			if want := (nvml.Memory{Total: total, Used: tc.memUsed, Free: total - tc.memUsed}); ret != nvml.SUCCESS ||
-				m != want {
-				t.Errorf("memory %+v, %v; want %+v", m, ret, want)
+			if v1 := tc.memUsed + Reserved; ret != nvml.SUCCESS || m != (nvml.Memory{Total: total, Used: v1, Free: total - v1}) {
+				t.Errorf("memory v1 %+v, %v; want used %d of %d", m, ret, v1, total)
 			}
 			ps, ret := dev.GetComputeRunningProcesses()
 			var pids []uint32

@@ -26,7 +26,7 @@
 // The end-to-end test (e2e_test.go) runs the real agent in static mode on this
 // machine's cgroups with LS, BE and batch pods that burn real CPU, the real
 // scheduler extender on a real control plane, and, as no GPU is available, the
-// agent's real GPU loop (koordlet/gpu: collector, throttle, duty cycle, metrics)
+// agent's real GPU loop (koordlet/gpu: collector, throttle, freezer, metrics)
 // over go-nvml's dgxa100 mock with scripted utilisation; Prometheus scrapes all
 // of them and every panel of every dashboard must show data.
 //

@@ -30,7 +30,7 @@ const haveGPUNode = true
 // gpuNode is a GPU node without GPUs: gpumock's node (go-nvml's 8-GPU DGX A100 mock,
 // answering like the driver from the processes set on it), read by the agent's real
 // GPU loop (koordlet/gpu: collector, attribution through a fake /proc,
-// qos.GPUThrottle, the freezer duty cycle on real cgroups) and exported by the real
+// qos.GPUThrottle, the on/off freeze on real cgroups) and exported by the real
 // metrics.GPU on /metrics, as the agent serves it.
 type gpuNode struct {
 	*gpumock.Node
@@ -57,7 +57,7 @@ func gpuPods() []gpuPod {
 
 // startGPUNode runs the GPU loop over the mock and serves its metrics. The batch
 // pods' cgroups are real (below base, a private kubelet root), empty, and frozen by
-// the duty cycle as the agent would freeze them.
+// the cycler as the agent would freeze them.
 func startGPUNode(ctx context.Context, t *testing.T, h *cgroups.Hierarchy, base string) *gpuNode {
 	t.Helper()
 	n := &gpuNode{Node: gpumock.New()}
@@ -134,7 +134,8 @@ func startGPUNode(ctx context.Context, t *testing.T, h *cgroups.Hierarchy, base 
 	return n
 }
 
-// followDuty keeps each GPU's last duty, which the mock's batch processes follow.
+// followDuty keeps each GPU's last duty (1 frozen, 0 not), which the mock's batch
+// processes follow.
 func (n *gpuNode) followDuty(ctx context.Context) {
 	for {
 		for _, g := range n.m.Status().GPUs {
@@ -155,10 +156,10 @@ func (n *gpuNode) addr() string { return strings.TrimPrefix(n.hs.URL, "http://")
 const pidInference2 = 5005
 
 // lsLoad scripts the GPUs for an LS phase: GPU 0 is shared by the inference service
-// (busy only while LS is loaded: the throttle cuts trainer-0 to its highest duty,
-// then holds and restores) and trainer-0; GPU 1 by the always-on, light embedder
-// (below the on threshold: the active duty) and trainer-1; GPU 2 runs only trainer-2
-// (no LS: duty 0); GPU 3 only the inference service's second replica while LS is
+// (busy only while LS is loaded: the throttle freezes trainer-0 solid, then thaws it
+// `hold` after LS went idle) and trainer-0; GPU 1 by the always-on, light embedder
+// (above the on threshold: trainer-1 frozen solid) and trainer-1; GPU 2 runs only
+// trainer-2 (no LS: never frozen); GPU 3 only the inference service's second replica while LS is
 // loaded; GPUs 4–7 stay idle.
 func (n *gpuNode) lsLoad(on bool) {
 	// PIDs are the pods' (5000 + their index in gpuPods); memory fits the mock's

@@ -1,0 +1,39 @@
+// Command gpureal-bench is the real-GPU benchmark of issue 20 (make bench-gpu-real): an
+// LS inference stand-in and a batch training stand-in (bench/gpureal/workloads, PyTorch)
+// on one NVIDIA GPU, measured alone, with nothing done, and with the agent (bin/koordlet
+// in its no-cluster mode: the freeze lever, then MPS). The driver is the node's
+// container runtime: it hosts NRI's runtime side (the agent's plugin connects to it),
+// creates kubelet-style pod and container cgroups, and starts each stand-in inside its
+// container cgroup with the environment NRI gave it. It prints the table and the
+// issue's targets, and writes bench/out/gpu-real.json. docs/benchmarks.md, "Real GPU".
+//
+// The binary also runs as the launcher of the stand-ins (launch) and as GPU-free fake
+// stand-ins (fake-ls, fake-batch) for a dry run (-fake) and the tests.
+//
+// Files: plan.go (the phases), bench.go (the orchestration), runtime.go (NRI's runtime
+// side), node.go (the cgroups), agentproc.go (the agent process, /status, its CPU),
+// workload.go (the stand-ins' protocol), launch.go (the launcher), fake.go (the fakes),
+// stats.go, targets.go, result.go (figures, verdicts, table, JSON), agentcfg.go (the
+// agent's config and the pods' manifests), gpu.go (nvidia-smi, MPS clean-up).
+//
+// Traps:
+//   - The stand-ins are host processes, not containers: of NRI's adjustments the driver
+//     applies the cgroups path and the environment; a mount whose source is its
+//     destination is in effect anyway; other mounts and CDI devices cannot be, and are
+//     listed as not applied. Devices go as NVIDIA_VISIBLE_DEVICES (gpu.devices.mode env),
+//     which a host process ignores: the machine has one GPU.
+//   - The MPS section's pipe directory is the run's own: a control daemon at the default
+//     /tmp/nvidia-mps would make every CUDA process of the machine its client, the
+//     nothing-done stand-ins too.
+//   - A frozen stand-in handles no input and, on cgroup v1, does not die: stopping one
+//     falls back to thawing the whole tree (the agent freezes pods and its tier).
+//   - The agent's CPU escalation can freeze the batch tier for CPU reasons (a small busy
+//     machine: the Python stand-ins busy-wait a core each in synchronize); a phase in which
+//     it did says so. -cpu-freeze=false turns it off for dry runs.
+//   - Reading /status costs the agent CPU: the steady phases, whose CPU the target
+//     judges, read it once a second, the reaction phases every 100 ms.
+//   - Phases start at absolute times (CLOCK_REALTIME, one clock for every process), so
+//     the stand-ins line up without waiting on each other.
+//   - bin/koordlet without NVML (no GPU) refuses shared-GPU containers ("no GPU inventory"):
+//     a -fake dry run on such a machine needs -ls-gpu-milli 0 -batch-gpu-milli 0.
+package main

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Batch training stand-in of make bench-gpu-real (bench/gpureal, docs/benchmarks.md).
+
+bf16 --size x --size matmuls back to back, a synchronize every --every (8; the
+deep-queue batch 64), so up to --every kernels wait in the GPU's queue. It reports the
+time of each synchronize, from which the driver computes matmuls/s over any window and
+a timeline (the recovery "within 2 s" after LS goes idle).
+
+Protocol (JSON lines; commands on stdin, events on stdout, logs on stderr):
+  {"cmd":"run","phase":P,"start":UNIX,"end":UNIX}   end 0: until {"cmd":"stop"}
+  {"cmd":"stop"}   {"cmd":"quit"}
+  -> {"event":"ready",...}; {"event":"result","phase":P,"start":UNIX,"syncs":[s],"every":N};
+     {"event":"error","error":TEXT}
+PyTorch is imported lazily: without it, or without a CUDA device, the stand-in says so
+and exits 3.
+"""
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+ENV_KEYS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            "CUDA_MPS_CLIENT_PRIORITY", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def fail(msg, code=3):
+    emit({"event": "error", "error": msg})
+    print("batch.py: " + msg, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def load_torch():
+    try:
+        import torch  # noqa: lazily, so that a machine without it gets a clear message
+    except ImportError as e:
+        fail("PyTorch is not installed (%s): the stand-ins run on the GPU machine, see "
+             "docs/benchmarks.md" % e)
+    if not torch.cuda.is_available():
+        fail("PyTorch %s sees no CUDA device: run on the GPU machine (docs/benchmarks.md)"
+             % torch.__version__)
+    return torch
+
+
+def reader(cmds, stop):
+    for line in sys.stdin:
+        try:
+            c = json.loads(line)
+        except ValueError:
+            continue
+        if c.get("cmd") == "stop":
+            stop.set()
+        else:
+            cmds.put(c)
+    stop.set()
+    cmds.put({"cmd": "quit"})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--every", type=int, default=8)
+    args = ap.parse_args()
+    if args.size <= 0 or args.every <= 0:
+        fail("--size and --every must be positive", 2)
+
+    torch = load_torch()
+    dev = torch.device("cuda")
+    a = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(args.size, args.size, device=dev, dtype=torch.bfloat16)
+
+    def burst():
+        for _ in range(args.every):
+            torch.matmul(a, b, out=c)
+        torch.cuda.synchronize()
+
+    t = time.perf_counter()
+    for _ in range(2):
+        burst()
+    warm = (time.perf_counter() - t) * 1e3 / 2
+    env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+    emit({"event": "ready", "pid": os.getpid(), "device": torch.cuda.get_device_name(0),
+          "torch": torch.__version__, "env": env, "warm_ms": warm})
+
+    cmds, stop = queue.Queue(), threading.Event()
+    threading.Thread(target=reader, args=(cmds, stop), daemon=True).start()
+    while True:
+        cmd = cmds.get()
+        if cmd.get("cmd") == "quit":
+            return
+        if cmd.get("cmd") != "run":
+            continue
+        stop.clear()
+        start, end = float(cmd["start"]), float(cmd.get("end") or 0)
+        while not stop.is_set() and time.time() < start:
+            time.sleep(min(0.01, max(0.0, start - time.time())))
+        syncs = []
+        while not stop.is_set():
+            now = time.time()
+            if end and now >= end:
+                break
+            burst()
+            syncs.append(time.time() - start)
+        emit({"event": "result", "phase": cmd.get("phase", ""), "start": start, "syncs": syncs,
+              "every": args.every})
+
+
+if __name__ == "__main__":
+    main()
