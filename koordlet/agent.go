@@ -19,7 +19,6 @@ import (
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
-	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -145,10 +144,9 @@ type Agent struct {
 	gpuPodsStale bool
 	gpuMetrics   *metrics.GPU
 	gpuAlloc     gpuAllocReader
-	// mps is the node's MPS control daemon and partitions the MPS clients' planner
-	// (gpu.mps.mode find or run); nil otherwise.
-	mps        *mps.Daemon
-	partitions *gpu.Partitions
+	// mps is the agent's MPS room (koordlet/mps.go): the node's control daemon and the
+	// MPS clients' planner; nil with GPU features off.
+	mps *gpuMPS
 
 	// sig is the LS harm signal source and sigState what Open picked and why; guard
 	// decides the budget from harm (nil in sampling mode: utilisation decides).
@@ -309,8 +307,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// evictor after it.
 	defer a.shutdown()
 	// The MPS daemon's watch stops after the GPU loop (deferred calls run last first).
-	if stop := a.runMPS(ctx); stop != nil {
-		defer stop()
+	if a.mps != nil {
+		if stop := a.mps.run(ctx); stop != nil {
+			defer stop()
+		}
 	}
 	if a.gpu != nil {
 		gpuCtx, stopGPU := context.WithCancel(ctx)

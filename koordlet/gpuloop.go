@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/cgroups"
@@ -121,9 +120,12 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 		Period: a.cfg.GPU.LoopPeriod.Duration, FullScrapePeriod: a.cfg.GPU.FullScrapePeriod.Duration,
 		Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
 		ProcRoot: a.cfg.ProcRoot, Evict: a.evictor}
-	if err := a.newMPS(&o); err != nil {
+	m, err := newGPUMPS(a.cfg.GPU, a.events, a.log)
+	if err != nil {
 		return err
 	}
+	a.mps = m
+	m.wire(&o)
 	if a.cfg.GPU.Suspend.Enabled {
 		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
 		if err != nil {
@@ -133,11 +135,11 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 			o.Suspend = cp
 		}
 	}
-	m, err := gpu.NewManager(o)
+	mgr, err := gpu.NewManager(o)
 	if err != nil {
 		return err
 	}
-	a.gpu = m
+	a.gpu = mgr
 	// A crashed run may have left batch pods frozen by the duty cycle: thaw every batch
 	// pod cgroup the agent can find now (the tier's children and the rediscovered
 	// in-place pods), then decide again.
@@ -145,73 +147,15 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	return nil
 }
 
-// newMPS gives the GPU loop the node's MPS control daemon and the partitions the NRI
-// plugin plans clients with (gpu.mps.mode find or run), and turns the loop's lever
-// changes into Events on the batch pods.
-func (a *Agent) newMPS(o *gpu.Options) error {
-	o.OnLever = a.leverEvent
-	if a.cfg.GPU.MPS.Mode == "" || a.cfg.GPU.MPS.Mode == mps.ModeDisabled {
-		return nil
-	}
-	d, err := mps.New(a.cfg.GPU.MPS, a.log.With("component", "gpu-mps"))
-	if err != nil {
-		return fmt.Errorf("gpu.mps: %w", err)
-	}
-	a.mps, a.partitions = d, gpu.NewPartitions(a.cfg.GPU.Throttle.MPS)
-	o.MPS, o.Partitions = d, a.partitions
-	return nil
-}
-
-// runMPS runs the MPS daemon's watch (mode run: it starts one) in its own goroutine;
-// the returned func stops it (mode run: quitting a daemon the agent started) and
-// waits. Nil without MPS.
-func (a *Agent) runMPS(ctx context.Context) (stop func()) {
+// MPSOptions are the NRI plugin's MPS client planner (the GPU loop's partitions; nil
+// when the agent's MPS is off: gpu.mps.mode disabled, or GPU features off) and the
+// clients' setup (gpu.mps).
+func (a *Agent) MPSOptions() (devices.MPSPlanner, devices.MPSSetup) {
+	setup := mpsSetup(a.cfg.GPU.MPS)
 	if a.mps == nil {
-		return nil
+		return nil, setup
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.mps.Run(ctx); err != nil {
-			a.log.Error("MPS control daemon watch stopped; GPU containers start without MPS", "err", err)
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
-// MPSPlanner is the NRI plugin's MPS client planner: the GPU loop's partitions, or nil
-// when the agent's MPS is off (gpu.mps.mode disabled, or GPU features off).
-func (a *Agent) MPSPlanner() devices.MPSPlanner {
-	if a.partitions == nil {
-		return nil
-	}
-	return a.partitions
-}
-
-// MPSSetup is how the NRI plugin mounts and restricts MPS clients (gpu.mps).
-func (a *Agent) MPSSetup() devices.MPSSetup {
-	return devices.MPSSetup{ShmDir: a.cfg.GPU.MPS.WithDefaults().ShmDirectory, ClientUID: a.cfg.GPU.MPS.ClientUID}
-}
-
-// leverEvent records a GPU lever change (batch frozen because LS outgrew its MPS
-// partition) as a Warning Event on each of the GPU's batch pods. The GPU loop calls
-// it; the event sinks do not block.
-func (a *Agent) leverEvent(ev gpu.LeverEvent) {
-	if a.events == nil {
-		return
-	}
-	reason := "GPUFrozen"
-	if ev.Reason == qos.GPUReasonMPSCapStale {
-		reason = "MPSCapStale"
-	}
-	for _, p := range ev.BatchPods {
-		a.events.Warn(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.UID, Namespace: p.Namespace, Name: p.Name}},
-			reason, fmt.Sprintf("GPU %d (%s): %s", ev.GPU, ev.UUID, ev.Message))
-	}
+	return a.mps.planner(), setup
 }
 
 // freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods

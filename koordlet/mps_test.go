@@ -55,37 +55,50 @@ func TestAgentMPSWiring(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.GPU.MPS = mps.Config{Mode: mps.ModeFind, PipeDirectory: pipe, ShmDirectory: "/run/mps-shm", ClientUID: 1000,
 		ControlBinary: bin, CheckPeriod: metav1.Duration{Duration: 100 * time.Millisecond}}
-	a := &Agent{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	var o gpu.Options
-	if err := a.newMPS(&o); err != nil {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := newGPUMPS(cfg.GPU, nil, log)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if o.MPS == nil || o.Partitions == nil || o.OnLever == nil || a.MPSPlanner() == nil {
-		t.Fatalf("mode find: options %+v, planner %v", o, a.MPSPlanner())
+	a := &Agent{cfg: cfg, log: log, mps: m}
+	var o gpu.Options
+	m.wire(&o)
+	planner, setup := a.MPSOptions()
+	if o.MPS == nil || o.Partitions == nil || o.OnLever == nil || planner == nil {
+		t.Fatalf("mode find: options %+v, planner %v", o, planner)
 	}
-	if s := a.MPSSetup(); s != (devices.MPSSetup{ShmDir: "/run/mps-shm", ClientUID: 1000}) {
-		t.Fatalf("MPSSetup = %+v", s)
+	if setup != (devices.MPSSetup{ShmDir: "/run/mps-shm", ClientUID: 1000}) {
+		t.Fatalf("MPS setup = %+v", setup)
 	}
-	stop := a.runMPS(context.Background())
+	stop := m.run(context.Background())
 	deadline := time.Now().Add(10 * time.Second)
-	for !a.mps.Ready() {
+	for !m.daemon.Ready() {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon's watch never found the daemon")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
-	if a.mps.Ready() {
+	if m.daemon.Ready() {
 		t.Fatal("ready after the watch stopped")
 	}
 
-	off := &Agent{cfg: DefaultConfig(), log: a.log}
-	var oo gpu.Options
-	if err := off.newMPS(&oo); err != nil {
+	offM, err := newGPUMPS(DefaultConfig().GPU, nil, log)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if oo.MPS != nil || oo.Partitions != nil || off.MPSPlanner() != nil || off.runMPS(context.Background()) != nil {
+	var oo gpu.Options
+	offM.wire(&oo)
+	offPlanner, _ := (&Agent{cfg: DefaultConfig(), mps: offM}).MPSOptions()
+	if oo.MPS != nil || oo.Partitions != nil || oo.OnLever == nil || offPlanner != nil || offM.run(context.Background()) != nil {
 		t.Fatalf("mode disabled wired MPS: %+v", oo)
+	}
+	// GPU features off: no MPS room at all.
+	if p, s := (&Agent{cfg: DefaultConfig()}).MPSOptions(); p != nil || s.ShmDir == "" {
+		t.Fatalf("GPU off: planner %v, setup %+v", p, s)
+	}
+	if _, err := newGPUMPS(GPUConfig{MPS: mps.Config{Mode: "sometimes"}}, nil, log); err == nil {
+		t.Fatal("an invalid gpu.mps.mode was accepted")
 	}
 }
 
@@ -94,7 +107,7 @@ func TestAgentMPSWiring(t *testing.T) {
 func TestLeverEvent(t *testing.T) {
 	t.Parallel()
 	events := &nriEvents{}
-	a := &Agent{events: events}
+	a := &gpuMPS{events: events}
 	a.leverEvent(gpu.LeverEvent{GPU: 1, UUID: nriUUID1, Reason: qos.GPUReasonMPSCapStale,
 		Message:   "LS outgrew its partition; batch frozen until LS is idle or batch restarts",
 		BatchPods: []gpu.EventPod{{UID: "b1", Namespace: "ml", Name: "train-1"}, {UID: "b2", Namespace: "ml", Name: "train-2"}}})
@@ -105,5 +118,5 @@ func TestLeverEvent(t *testing.T) {
 			t.Fatalf("%s: events %+v; want one %s", uid, evs, reason)
 		}
 	}
-	(&Agent{}).leverEvent(gpu.LeverEvent{BatchPods: []gpu.EventPod{{UID: "x"}}}) // no sink: no panic
+	(&gpuMPS{}).leverEvent(gpu.LeverEvent{BatchPods: []gpu.EventPod{{UID: "x"}}}) // no sink: no panic
 }

@@ -72,6 +72,31 @@ func (a *agentProc) status() (map[string]any, error) {
 	return st, json.Unmarshal(b, &st)
 }
 
+// profile saves a CPU profile of secs seconds from /debug/pprof/profile (the agent runs
+// with -pprof) to path.
+func (a *agentProc) profile(ctx context.Context, secs int, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs+10)*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", a.addr, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/debug/pprof/profile: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // waitPods waits until /status lists every pod of uids (the static source read the
 // manifests), so that NRI finds every container's pod.
 func (a *agentProc) waitPods(ctx context.Context, uids []string, timeout time.Duration) (map[string]any, error) {

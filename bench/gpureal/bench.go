@@ -32,7 +32,10 @@ type options struct {
 	CgroupRoot string
 	// AgentCmd is the agent's argv before "-config FILE"; AgentEnv extra environment.
 	AgentCmd []string
-	AgentEnv []string
+	// ProfileAgent: the agent serves /debug/pprof (AgentCmd has -pprof); a CPU profile of
+	// each steady agent phase goes to LogDir.
+	ProfileAgent bool
+	AgentEnv     []string
 	// AgentConfigExtra is merged over the agent's config (agentConfigSpec.Extra).
 	AgentConfigExtra map[string]map[string]any
 	// Self is this binary (the launcher and the fakes).
@@ -263,6 +266,19 @@ func (s *sectionRun) uids() []string {
 		out = append(out, string(p.UID))
 	}
 	return out
+}
+
+// profileAgent saves a CPU profile of the agent over ph's window (from t0, less a second
+// at each end) as LogDir/agent-<phase>.pprof; a failure is printed, never fatal.
+func (b *bench) profileAgent(ctx context.Context, a *agentProc, ph phaseSpec, t0 time.Time) {
+	secs := int((ph.Lead + ph.Window).Seconds()) - 2
+	if secs < 1 || sleepCtx(ctx, time.Until(t0.Add(time.Second))) != nil {
+		return
+	}
+	path := filepath.Join(b.o.LogDir, "agent-"+ph.Name+".pprof")
+	if err := a.profile(ctx, secs, path); err != nil {
+		b.printf("  warning: agent CPU profile of %s: %v\n", ph.Name, err)
+	}
 }
 
 // startAgent writes the section's config and starts the agent, then waits for its pods
@@ -509,6 +525,9 @@ func (b *bench) runPhase(ctx context.Context, ph phaseSpec) (phaseResult, error)
 			period = 100 * time.Millisecond
 		}
 		stopSampler = startSampler(ctx, s.agent, t0, period)
+		if b.o.ProfileAgent && (ph.Name == phAgent || ph.Name == phMPS) {
+			go b.profileAgent(ctx, s.agent, ph, t0)
+		}
 	}
 
 	var batch *workload

@@ -101,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	cpuFreeze := fs.Bool("cpu-freeze", true, "leave the agent's CPU escalation (escalation.freezeAfter) at its default; "+
 		"false turns it off (a dry run on a busy small machine, where it freezes batch for CPU, not GPU, reasons)")
 	fs.StringVar(&o.MPSPipe, "mps-pipe", "", "the MPS section's pipe directory (default: a fresh one of the run's)")
+	profile := fs.Bool("agent-pprof", true, "serve the agent's /debug/pprof and save a CPU profile of it over the "+
+		"steady agent phases into -log-dir (agent-<phase>.pprof)")
 	sections := fs.String("sections", "", "comma-separated sections to run (nothing, agent, agent-mps; default: all)")
 	lsCap := fs.Int("mps-ls-cap", 0, "gpu.throttle.mps.lsCapPercent of the agent (0: its default, LS gets 100 − batch's cap)")
 	fs.DurationVar(&pc.Phase, "phase", pc.Phase, "length of the main phases")
@@ -176,5 +178,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("agent %s is not an executable (make bench-gpu-real-build): %v", a, err)
 	}
 	o.AgentCmd = []string{a}
+	if *profile {
+		// The agent's CPU target is judged on the steady phases: a CPU profile of the
+		// agent over the freeze and MPS phases says where it goes (-log-dir).
+		o.AgentCmd = append(o.AgentCmd, "-pprof")
+		o.ProfileAgent = true
+	}
 	return o, nil
 }

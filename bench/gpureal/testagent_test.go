@@ -83,8 +83,9 @@ func testAgent(cfgPath string) error {
 	srv := &http.Server{Handler: agent.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
+	planner, setup := agent.MPSOptions()
 	plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{Pods: src, GPUs: agent,
-		Events: deps.Events, GPU: cfg.GPU.Devices, MPS: agent.MPSPlanner(), MPSSetup: agent.MPSSetup()})
+		Events: deps.Events, GPU: cfg.GPU.Devices, MPS: planner, MPSSetup: setup})
 	if err != nil {
 		return err
 	}

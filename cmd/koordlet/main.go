@@ -164,9 +164,10 @@ func run() error {
 	if cfg.NRI.Enabled {
 		// Shared-GPU containers get exactly their devices; on a node without GPU
 		// features they are refused ("no GPU inventory on this node"), never given all.
+		planner, setup := agent.MPSOptions()
 		plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{
 			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices,
-			MPS: agent.MPSPlanner(), MPSSetup: agent.MPSSetup()})
+			MPS: planner, MPSSetup: setup})
 		if err != nil {
 			return err
 		}

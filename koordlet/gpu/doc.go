@@ -16,7 +16,7 @@
 //   - view.go: viewDevice, a scrape's processes sorted by class (batch, or LS: LS and
 //     BE pods, unknown pods and no pod), and the throttle's input.
 //   - levers.go: leverState, the levers' part of a step: LS processes that arrived
-//     (per-GPU PIDs), the MPS server's process taken out of LS (by its command name,
+//     (per-GPU PIDs), the MPS server's process taken out of LS (by argv[0] in cmdline,
 //     nvidia-cuda-mps-server, only with Options.MPS), the MPS lever where every LS and
 //     batch process on a GPU is a client the partitions handed out, and the lever events
 //     (Options.OnLever) when LS outgrows its MPS partition.
@@ -102,11 +102,12 @@
 //     a process counts as 0.
 //   - MPS caps are fixed when a client starts. Partitions records what it handed out;
 //     whether a container really started as that client is not checked (a container
-//     that overrides CUDA_MPS_* after the injection still counts as planned). Whether
-//     the driver reports an MPS client's SM utilisation under the client's PID or the
-//     server's is not proven on a real GPU here: the server's share is taken out of LS
-//     either way, so under the second the MPS lever sees no LS demand and only the
-//     partition protects LS.
+//     that overrides CUDA_MPS_* after the injection still counts as planned). On an H200
+//     (driver 580) NVML reported the clients' SM utilisation under the MPS server's PID,
+//     not the clients': the server's share is taken out of LS, so on an MPS GPU the
+//     lever sees no LS demand per pod and the partition alone protects LS. The server
+//     is told by argv[0] (/proc/<pid>/cmdline): its comm is truncated to 15 bytes,
+//     "nvidia-cuda-mps", which the control daemon shares.
 //   - node-metrics' per-GPU lsFree (publish.go) is 1000 − the larger of LS's peak
 //     utilisation in the window and, on an MPS GPU, LS's largest MPS cap: the cap
 //     covers the case above where LS's MPS utilisation reads as the server's. The

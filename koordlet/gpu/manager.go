@@ -81,7 +81,7 @@ type Options struct {
 	Metrics *metrics.GPU
 	Log     *slog.Logger
 	// ProcRoot is the host's /proc (to tell an exited process from a failed resume, and
-	// the MPS server from LS by its command name).
+	// the MPS server from LS by its argv[0]).
 	ProcRoot string
 	// MPS is the node's MPS control daemon (mps.Daemon); nil: no MPS on this node, every
 	// GPU uses the freeze lever.
