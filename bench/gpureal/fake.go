@@ -44,6 +44,29 @@ func newFakeIO(in io.Reader, out io.Writer) *fakeIO {
 	return f
 }
 
+// serve says ready, then runs each "run" command through run and sends its result,
+// until "quit" or the end of input; a "stop" ends the current run (f.stop).
+func (f *fakeIO) serve(run func(c command, res *event)) error {
+	if err := f.out.Encode(event{Event: "ready", PID: os.Getpid(), Device: "fake (CPU)", Env: mpsEnv()}); err != nil {
+		return err
+	}
+	for c := range f.cmds {
+		if c.Cmd == "quit" {
+			return nil
+		}
+		if c.Cmd != "run" {
+			continue
+		}
+		f.stop.Store(false)
+		res := event{Event: "result", Phase: c.Phase, Start: c.Start}
+		run(c, &res)
+		if err := f.out.Encode(res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func spin(d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); {
 	}
@@ -67,41 +90,25 @@ func runFakeLS(args []string, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("-rate %v must be positive", *rate)
 	}
 	f := newFakeIO(in, out)
-	if err := f.out.Encode(event{Event: "ready", PID: os.Getpid(), Device: "fake (CPU)", Env: mpsEnv()}); err != nil {
-		return err
-	}
 	period := 1 / *rate
-	for c := range f.cmds {
-		switch c.Cmd {
-		case "quit":
-			return nil
-		case "run":
-		default:
-			continue
-		}
-		f.stop.Store(false)
-		res := event{Event: "result", Phase: c.Phase, Start: c.Start}
+	return f.serve(func(c command, res *event) {
 		if c.Mode == "idle" {
 			for (c.End == 0 || unix(time.Now()) < c.End) && !f.stop.Load() {
 				time.Sleep(10 * time.Millisecond)
 			}
-		} else {
-			for i := 0; !f.stop.Load(); i++ {
-				sched := c.Start + float64(i)*period
-				if c.End != 0 && sched >= c.End {
-					break
-				}
-				sleepUntilUnix(sched)
-				spin(*work)
-				res.Sched = append(res.Sched, sched-c.Start)
-				res.LatMS = append(res.LatMS, (unix(time.Now())-sched)*1e3)
+			return
+		}
+		for i := 0; !f.stop.Load(); i++ {
+			sched := c.Start + float64(i)*period
+			if c.End != 0 && sched >= c.End {
+				break
 			}
+			sleepUntilUnix(sched)
+			spin(*work)
+			res.Sched = append(res.Sched, sched-c.Start)
+			res.LatMS = append(res.LatMS, (unix(time.Now())-sched)*1e3)
 		}
-		if err := f.out.Encode(res); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // runFakeBatch is the fake batch: sleeping "matmuls", a synchronize every -every.
@@ -116,30 +123,14 @@ func runFakeBatch(args []string, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("-every %d must be positive", *every)
 	}
 	f := newFakeIO(in, out)
-	if err := f.out.Encode(event{Event: "ready", PID: os.Getpid(), Device: "fake (CPU)", Env: mpsEnv()}); err != nil {
-		return err
-	}
-	for c := range f.cmds {
-		switch c.Cmd {
-		case "quit":
-			return nil
-		case "run":
-		default:
-			continue
-		}
-		f.stop.Store(false)
-		res := event{Event: "result", Phase: c.Phase, Start: c.Start}
+	return f.serve(func(c command, res *event) {
 		res.Every = *every
 		sleepUntilUnix(c.Start)
 		for !f.stop.Load() && (c.End == 0 || unix(time.Now()) < c.End) {
 			time.Sleep(time.Duration(*every) * *work)
 			res.Syncs = append(res.Syncs, unix(time.Now())-c.Start)
 		}
-		if err := f.out.Encode(res); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // mpsEnv is the CUDA_MPS_* and NVIDIA_VISIBLE_DEVICES variables the process got (the

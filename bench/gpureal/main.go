@@ -161,7 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	if !o.Fake {
-		for _, f := range []string{"ls.py", "batch.py"} {
+		for _, f := range []string{"ls.py", "batch.py", "standin.py"} {
 			if _, err := os.Stat(filepath.Join(o.Workloads, f)); err != nil {
 				return nil, fmt.Errorf("stand-in %s: %w", f, err)
 			}

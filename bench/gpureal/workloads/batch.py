@@ -15,52 +15,9 @@ PyTorch is imported lazily: without it, or without a CUDA device, the stand-in s
 and exits 3.
 """
 import argparse
-import json
-import os
-import queue
-import sys
-import threading
 import time
 
-ENV_KEYS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-            "CUDA_MPS_CLIENT_PRIORITY", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def fail(msg, code=3):
-    emit({"event": "error", "error": msg})
-    print("batch.py: " + msg, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def load_torch():
-    try:
-        import torch  # noqa: lazily, so that a machine without it gets a clear message
-    except ImportError as e:
-        fail("PyTorch is not installed (%s): the stand-ins run on the GPU machine, see "
-             "docs/benchmarks.md" % e)
-    if not torch.cuda.is_available():
-        fail("PyTorch %s sees no CUDA device: run on the GPU machine (docs/benchmarks.md)"
-             % torch.__version__)
-    return torch
-
-
-def reader(cmds, stop):
-    for line in sys.stdin:
-        try:
-            c = json.loads(line)
-        except ValueError:
-            continue
-        if c.get("cmd") == "stop":
-            stop.set()
-        else:
-            cmds.put(c)
-    stop.set()
-    cmds.put({"cmd": "quit"})
+from standin import commands, emit, fail, load_torch, operands, ready
 
 
 def main():
@@ -72,10 +29,7 @@ def main():
         fail("--size and --every must be positive", 2)
 
     torch = load_torch()
-    dev = torch.device("cuda")
-    a = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
-    c = torch.empty(args.size, args.size, device=dev, dtype=torch.bfloat16)
+    a, b, c = operands(torch, args.size)
 
     def burst():
         for _ in range(args.every):
@@ -85,13 +39,9 @@ def main():
     t = time.perf_counter()
     for _ in range(2):
         burst()
-    warm = (time.perf_counter() - t) * 1e3 / 2
-    env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
-    emit({"event": "ready", "pid": os.getpid(), "device": torch.cuda.get_device_name(0),
-          "torch": torch.__version__, "env": env, "warm_ms": warm})
+    ready(torch, (time.perf_counter() - t) * 1e3 / 2)
 
-    cmds, stop = queue.Queue(), threading.Event()
-    threading.Thread(target=reader, args=(cmds, stop), daemon=True).start()
+    cmds, stop = commands()
     while True:
         cmd = cmds.get()
         if cmd.get("cmd") == "quit":

@@ -19,55 +19,13 @@ PyTorch is imported lazily: without it, or without a CUDA device, the stand-in s
 and exits 3.
 """
 import argparse
-import json
-import os
-import queue
-import sys
-import threading
 import time
 
-ENV_KEYS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-            "CUDA_MPS_CLIENT_PRIORITY", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+from standin import commands, emit, fail, load_torch, operands, ready
 
 # A run gives up this long after its end: requests still unsent count with the
 # latency they had reached (a lower bound), so one stuck phase cannot hang the bench.
 GIVE_UP_AFTER = 5.0
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def fail(msg, code=3):
-    emit({"event": "error", "error": msg})
-    print("ls.py: " + msg, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def load_torch():
-    try:
-        import torch  # noqa: lazily, so that a machine without it gets a clear message
-    except ImportError as e:
-        fail("PyTorch is not installed (%s): the stand-ins run on the GPU machine, see "
-             "docs/benchmarks.md" % e)
-    if not torch.cuda.is_available():
-        fail("PyTorch %s sees no CUDA device: run on the GPU machine (docs/benchmarks.md)"
-             % torch.__version__)
-    return torch
-
-
-def reader(cmds, stop):
-    for line in sys.stdin:
-        try:
-            c = json.loads(line)
-        except ValueError:
-            continue
-        if c.get("cmd") == "stop":
-            stop.set()
-        else:
-            cmds.put(c)
-    cmds.put({"cmd": "quit"})
 
 
 def sleep_until(t, stop):
@@ -89,10 +47,7 @@ def main():
         fail("--rate, --matmuls and --size must be positive", 2)
 
     torch = load_torch()
-    dev = torch.device("cuda")
-    a = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
-    c = torch.empty(args.size, args.size, device=dev, dtype=torch.bfloat16)
+    a, b, c = operands(torch, args.size)
 
     def request():
         for _ in range(args.matmuls):
@@ -105,12 +60,9 @@ def main():
         request()
         warm.append((time.perf_counter() - t) * 1e3)
     warm.sort()
-    env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
-    emit({"event": "ready", "pid": os.getpid(), "device": torch.cuda.get_device_name(0),
-          "torch": torch.__version__, "env": env, "warm_ms": warm[len(warm) // 2] if warm else 0})
+    ready(torch, warm[len(warm) // 2] if warm else 0)
 
-    cmds, stop = queue.Queue(), threading.Event()
-    threading.Thread(target=reader, args=(cmds, stop), daemon=True).start()
+    cmds, stop = commands()
     period = 1.0 / args.rate
     while True:
         cmd = cmds.get()
