@@ -52,43 +52,11 @@ const (
 	loopCgroupFS  = "/sys/fs/cgroup"
 	// loopBaseName prefixes the test's private kubelet --cgroup-root; the pid follows.
 	loopBaseName = "understory-e2e-"
-	// helperEnv selects the helper process's job (see TestLoopHelperProcess).
-	helperEnv = "UNDERSTORY_LOOP_HELPER"
 	// pdbLabel selects the pods of the PodDisruptionBudget.
 	pdbLabel = "understory.io/e2e-pdb"
 	// batchAppLabel selects the batch Deployment's pods (its selector).
 	batchAppLabel = "understory.io/e2e-app"
 )
-
-// TestLoopHelperProcess is not a test: TestLoop re-executes the test binary with
-// helperEnv=cpu:N to run a pod's "container", N CPU-burning goroutines, in the cgroup
-// TestLoop moved it into (memory users are a shell, see startHelper). It waits for a
-// line on stdin, so that it only starts once it is in its cgroup, prints "ready" and
-// runs until killed.
-func TestLoopHelperProcess(t *testing.T) {
-	job := os.Getenv(helperEnv)
-	if job == "" {
-		return // run only as TestLoop's helper process
-	}
-	arg, ok := strings.CutPrefix(job, "cpu:")
-	n, err := strconv.Atoi(arg)
-	if !ok || err != nil || n <= 0 {
-		fmt.Fprintf(os.Stderr, "bad %s=%q\n", helperEnv, job)
-		os.Exit(2)
-	}
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		os.Exit(3)
-	}
-	for range n {
-		go func() {
-			for x := 0; ; x++ {
-				_ = x
-			}
-		}()
-	}
-	fmt.Println("ready")
-	select {} // until killed
-}
 
 // TestLoop proves the whole loop on a real control plane (etcd, kube-apiserver and
 // kube-scheduler v1.34.4 with the extender from manifests/scheduler), the admission
@@ -602,7 +570,6 @@ func sumMetric(body, metric, label string) float64 {
 type loopKubelet struct {
 	hier *cgroups.Hierarchy
 	base string // kubelet --cgroup-root, e.g. understory-e2e-123
-	self string // the test binary, re-executed as the pods' processes
 
 	mu    sync.Mutex
 	procs []*exec.Cmd
@@ -616,12 +583,8 @@ type loopKubelet struct {
 // t.Cleanup (registered before anything runs in it, so it runs last).
 func newLoopNode(t *testing.T, h *cgroups.Hierarchy) *loopKubelet {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sweepStaleLoopTrees(t, h)
-	n := &loopKubelet{hier: h, base: loopBaseName + strconv.Itoa(os.Getpid()), self: self}
+	n := &loopKubelet{hier: h, base: loopBaseName + strconv.Itoa(os.Getpid())}
 	t.Cleanup(func() { n.remove(t) })
 	for _, rel := range []string{"", "kubepods", "kubepods/burstable", "kubepods/besteffort"} {
 		if _, err := h.Create(path.Join(n.base, rel)); err != nil {
@@ -764,20 +727,31 @@ func (n *loopKubelet) startHelper(t *testing.T, p *corev1.Pod, job string) *exec
 	if err != nil {
 		t.Fatalf("creating pod cgroup %s: %v", rel, err)
 	}
+	// The pods' "containers" are shells: a few hundred KiB each, so a pod's memory
+	// use is what its job asks for. (They were the re-executed test binary once:
+	// under -race its init, charged to the pod once moved, plus a 100 MiB job did not
+	// fit a 128 MiB limit on a busy machine and the kernel OOM-killed the job.)
+	// Each waits for a line on stdin, so that it only starts once it is in its cgroup.
 	var cmd *exec.Cmd
 	if mib, ok := strings.CutPrefix(job, "mem:"); ok {
 		// Memory is held in a tmpfs file, charged to the pod's memory cgroup like
-		// anonymous memory (no swap), by a shell: the test binary itself may be built
-		// with -race, whose shadow memory would not fit the pod's limit.
+		// anonymous memory (no swap).
 		file := filepath.Join("/dev/shm", fmt.Sprintf("%s-%s-%s", n.base, p.Name, mib))
 		n.mu.Lock()
 		n.shm = append(n.shm, file)
 		n.mu.Unlock()
 		cmd = exec.Command("sh", "-c", `read go && head -c "$1"M /dev/zero > "$2" && echo ready && exec sleep 100000`,
 			"mem-helper", mib, file)
+	} else if arg, ok := strings.CutPrefix(job, "cpu:"); ok {
+		if k, err := strconv.Atoi(arg); err != nil || k <= 0 {
+			t.Fatalf("helper job %q: want cpu:N with N > 0", job)
+		}
+		// N busy subshells in the helper's process group (kill takes the group).
+		cmd = exec.Command("sh", "-c",
+			`read go && i=0 && while [ "$i" -lt "$1" ]; do (while :; do :; done) & i=$((i+1)); done; echo ready; wait`,
+			"cpu-helper", arg)
 	} else {
-		cmd = exec.Command(n.self, "-test.run=^TestLoopHelperProcess$", "-test.timeout=0")
-		cmd.Env = append(os.Environ(), helperEnv+"="+job)
+		t.Fatalf("helper job %q: want cpu:N or mem:MiB", job)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
