@@ -5,11 +5,33 @@
 // understory.io/batch-cpu (millicores) and understory.io/batch-memory (bytes), and
 // recording the originals in understory.io/original-resources. Kubelet then sees a
 // BestEffort pod and kube-scheduler counts it against the node's batch allocatable.
-// Validation lives in a ValidatingAdmissionPolicy (manifests/admission); ValidatePod
-// is its Go form, served at /validate only for API servers without that API.
-// See docs/admission.md.
+// Validation lives in two ValidatingAdmissionPolicies (manifests/admission):
+// understory-pod-rules, whose Go form is ValidatePod, and
+// understory-gpu-devices-binding, whose Go form is ValidateBinding; /validate serves
+// both only for API servers without that API. The rules: the QoS class keys the node
+// agent honours (understory.io/qos-class, Koordinator's koordinator.sh/qosClass label
+// and annotation; package qos) are immutable after creation, and a BestEffort pod the
+// agent would classify LS through any of them is refused outside namespaces labelled
+// understory.io/allow-ls-besteffort=true; only the scheduler extender's identity
+// (Rules.GPUDevicesWriters) may set understory.io/gpu-devices on a pod or in a Binding,
+// or change it; gang minimums are bounded. See docs/admission.md.
 //
 // Traps:
+//   - "Claims LS" is the agent's precedence, not "any key says LS": the first class key
+//     with a valid value decides (an invalid one is skipped, as qos.Classify skips it),
+//     so understory.io/qos-class: batch with a Koordinator LS label is batch, and an
+//     invalid Koordinator label does not hide an LS annotation. classKeys mirrors
+//     qos.Classify's order and a test and a fuzz target hold it there; the CEL variable
+//     lsClaim mirrors it again, and the e2e test holds the two forms equal.
+//   - The extender writes understory.io/gpu-devices in a Binding (pods/binding CREATE),
+//     which kube-apiserver applies to the pod without a pod UPDATE admission: the
+//     pod rule sees only direct pod writes, hence the separate Binding policy (which
+//     also matches the legacy "bindings" resource, applied the same way). That policy
+//     evaluates only Bindings carrying the key (matchConditions), so binders that copy
+//     a pod's other annotations into their Binding are unaffected.
+//   - The writer is a user name (system:serviceaccount:NS:NAME), named literally in
+//     both policies and in DefaultGPUDevicesWriter: renaming the extender's service
+//     account or its namespace needs all three changed.
 //   - Extended resources cannot be overcommitted: the API server requires request ==
 //     limit and an integer. The batch value is the limit if set, else the request,
 //     and becomes both (a container with only a request is capped at it).

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -100,7 +102,7 @@ func NewMutator(profiles Profiles, cluster Cluster) (*Mutator, error) {
 func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (Result, error) {
 	var res Result
 	out := pod.DeepCopy()
-	if v, ok := pod.Annotations[qos.AnnotationQOSClass]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationQOSClass]; ok {
 		c, err := qos.ParseClass(v)
 		if err != nil {
 			// The ValidatingAdmissionPolicy rejects the pod; do not guess here.
@@ -151,7 +153,7 @@ func (m *Mutator) applyProfile(ctx context.Context, namespace string, out *corev
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[qos.AnnotationQOSClass] = string(class)
+	out.Annotations[contract.AnnotationQOSClass] = string(class)
 	for k, v := range p.Annotations {
 		if _, ok := out.Annotations[k]; !ok {
 			out.Annotations[k] = v
@@ -240,8 +242,8 @@ var batchKinds = [...]struct {
 	format resource.Format
 	value  func(resource.Quantity) int64
 }{
-	{corev1.ResourceCPU, qos.ResourceBatchCPU, resource.DecimalSI, func(q resource.Quantity) int64 { return q.MilliValue() }},
-	{corev1.ResourceMemory, qos.ResourceBatchMemory, resource.BinarySI, func(q resource.Quantity) int64 { return q.Value() }},
+	{corev1.ResourceCPU, contract.ResourceBatchCPU, resource.DecimalSI, func(q resource.Quantity) int64 { return q.MilliValue() }},
+	{corev1.ResourceMemory, contract.ResourceBatchMemory, resource.BinarySI, func(q resource.Quantity) int64 { return q.Value() }},
 }
 
 // moveToBatch moves every container's cpu and memory to the batch resources and
@@ -252,14 +254,14 @@ func moveToBatch(pod *corev1.Pod) error {
 	if r := pod.Spec.Resources; r != nil && (hasCPUOrMemory(r.Requests) || hasCPUOrMemory(r.Limits)) {
 		return fmt.Errorf("%w: spec.resources: pod-level cpu/memory cannot be moved to %s/%s (extended "+
 			"resources are not allowed at pod level); set them per container", ErrRejected,
-			qos.ResourceBatchCPU, qos.ResourceBatchMemory)
+			contract.ResourceBatchCPU, contract.ResourceBatchMemory)
 	}
 	var orig OriginalResources
-	if v, ok := pod.Annotations[qos.AnnotationOriginalResources]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationOriginalResources]; ok {
 		var err error
 		if orig, err = DecodeOriginalResources(v); err != nil {
 			return fmt.Errorf("%w: metadata.annotations[%s]: %w (it is written by the webhook; remove it)",
-				ErrRejected, qos.AnnotationOriginalResources, err)
+				ErrRejected, contract.AnnotationOriginalResources, err)
 		}
 	}
 	moved := false
@@ -284,12 +286,12 @@ func moveToBatch(pod *corev1.Pod) error {
 	}
 	v, err := orig.Encode()
 	if err != nil {
-		return fmt.Errorf("%w: encoding %s: %w", errUnsupported, qos.AnnotationOriginalResources, err)
+		return fmt.Errorf("%w: encoding %s: %w", errUnsupported, contract.AnnotationOriginalResources, err)
 	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[qos.AnnotationOriginalResources] = v
+	pod.Annotations[contract.AnnotationOriginalResources] = v
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/google/go-cmp/cmp"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
@@ -69,11 +71,11 @@ func pod(ann map[string]string, init []corev1.Container, ctrs ...corev1.Containe
 	}
 }
 
-var batchAnn = map[string]string{qos.AnnotationQOSClass: "Batch"}
+var batchAnn = map[string]string{contract.AnnotationQOSClass: "Batch"}
 
 const (
-	bcpu = qos.ResourceBatchCPU
-	bmem = qos.ResourceBatchMemory
+	bcpu = contract.ResourceBatchCPU
+	bmem = contract.ResourceBatchMemory
 )
 
 // applyPatch applies res's patch to p with a JSON Patch library and decodes the result.
@@ -107,9 +109,9 @@ func applyPatch(t *testing.T, p *corev1.Pod, ops []PatchOp) *corev1.Pod {
 
 func originals(t *testing.T, p *corev1.Pod) OriginalResources {
 	t.Helper()
-	v, ok := p.Annotations[qos.AnnotationOriginalResources]
+	v, ok := p.Annotations[contract.AnnotationOriginalResources]
 	if !ok {
-		t.Fatalf("no %s annotation", qos.AnnotationOriginalResources)
+		t.Fatalf("no %s annotation", contract.AnnotationOriginalResources)
 	}
 	o, err := DecodeOriginalResources(v)
 	if err != nil {
@@ -184,7 +186,7 @@ func TestMutateResources(t *testing.T) {
 		},
 		{
 			name:     "LS pod: unchanged",
-			pod:      pod(map[string]string{qos.AnnotationQOSClass: "LS"}, nil, ctr("main", rl("cpu", "1"), nil)),
+			pod:      pod(map[string]string{contract.AnnotationQOSClass: "LS"}, nil, ctr("main", rl("cpu", "1"), nil)),
 			wantCtrs: []corev1.ResourceRequirements{{Requests: rl("cpu", "1")}},
 		},
 		{
@@ -222,7 +224,7 @@ func TestMutateResources(t *testing.T) {
 			}
 			check("containers", got.Spec.Containers, tc.wantCtrs)
 			check("initContainers", got.Spec.InitContainers, tc.wantInit)
-			if _, ok := got.Annotations[qos.AnnotationOriginalResources]; ok != tc.wantOrig {
+			if _, ok := got.Annotations[contract.AnnotationOriginalResources]; ok != tc.wantOrig {
 				t.Fatalf("original-resources annotation present = %v, want %v", ok, tc.wantOrig)
 			}
 			if tc.wantOrig {
@@ -266,7 +268,7 @@ func TestMutateRejects(t *testing.T) {
 		{"both cpu and batch-cpu", pod(batchAnn, nil, ctr("main", rl("cpu", "1", bcpu, "5"), rl(bcpu, "5"))),
 			`spec.containers[0] ("main").resources: sets both cpu and understory.io/batch-cpu`},
 		{"malformed original annotation",
-			pod(map[string]string{qos.AnnotationQOSClass: "batch", qos.AnnotationOriginalResources: "{"}, nil,
+			pod(map[string]string{contract.AnnotationQOSClass: "batch", contract.AnnotationOriginalResources: "{"}, nil,
 				ctr("main", rl("cpu", "1"), nil)),
 			"metadata.annotations[understory.io/original-resources]"},
 	}
@@ -303,7 +305,7 @@ func TestMutateFailsOpenOnUnsupported(t *testing.T) {
 		})
 	}
 	// An invalid class is left to the ValidatingAdmissionPolicy.
-	res, err := m.Mutate(context.Background(), "ns", pod(map[string]string{qos.AnnotationQOSClass: "batch "}, nil,
+	res, err := m.Mutate(context.Background(), "ns", pod(map[string]string{contract.AnnotationQOSClass: "batch "}, nil,
 		ctr("main", rl("cpu", "1"), nil)))
 	if err != nil || len(res.Patch) != 0 || len(res.Problems) != 1 || res.Problems[0] != ProblemInvalidClass {
 		t.Fatalf("invalid class: %+v, %v", res, err)
@@ -401,7 +403,7 @@ profiles:
 			}(),
 			"LS", "", 0, false, nil},
 		{"explicit annotation wins over profiles", "batch-ns",
-			pod(map[string]string{qos.AnnotationQOSClass: "BE"}, nil, ctr("main", rl("cpu", "1"), nil)), "BE", "", 0, false, nil},
+			pod(map[string]string{contract.AnnotationQOSClass: "BE"}, nil, ctr("main", rl("cpu", "1"), nil)), "BE", "", 0, false, nil},
 		{"namespace without profile label", "plain", pod(nil, nil, ctr("main", rl("cpu", "1"), nil)), "", "", 0, false, nil},
 		{"missing PriorityClass: still batch, counted", "broken-ns",
 			withPrio(pod(nil, nil, ctr("main", rl("cpu", "1"), nil)), "", 0), "batch", "", 0, true,
@@ -420,7 +422,7 @@ profiles:
 				t.Errorf("problems %v, want %v", res.Problems, tc.wantProblems)
 			}
 			got := applyPatch(t, tc.pod, res.Patch)
-			if c := got.Annotations[qos.AnnotationQOSClass]; c != tc.wantClass {
+			if c := got.Annotations[contract.AnnotationQOSClass]; c != tc.wantClass {
 				t.Errorf("class annotation %q, want %q", c, tc.wantClass)
 			}
 			if got.Spec.PriorityClassName != tc.wantPC && tc.wantPC != "" {
@@ -432,7 +434,7 @@ profiles:
 			if tc.wantPC == "understory-batch" && (got.Spec.PreemptionPolicy == nil || *got.Spec.PreemptionPolicy != never) {
 				t.Errorf("preemptionPolicy %v, want Never", got.Spec.PreemptionPolicy)
 			}
-			_, moved := got.Annotations[qos.AnnotationOriginalResources]
+			_, moved := got.Annotations[contract.AnnotationOriginalResources]
 			if moved != tc.wantMoved {
 				t.Errorf("moved %v, want %v", moved, tc.wantMoved)
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/understory/understory/contract"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -141,7 +143,7 @@ func compileProfile(p Profile) (compiledProfile, error) {
 		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
 			return cp, fmt.Errorf("annotations[%q]: %s", k, strings.Join(errs, "; "))
 		}
-		if k == qos.AnnotationQOSClass || k == qos.AnnotationOriginalResources {
+		if k == contract.AnnotationQOSClass || k == contract.AnnotationOriginalResources {
 			return cp, fmt.Errorf("annotations[%q]: written by the webhook itself (use qosClass)", k)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +32,11 @@ type Config struct {
 	LookupTimeout time.Duration
 	// MaxGangMinMember is the largest gang minimum /validate accepts.
 	MaxGangMinMember int
-	// ServeValidate serves /validate (the Go form of the ValidatingAdmissionPolicy),
+	// GPUDevicesWriters are the user names /validate lets set or change
+	// understory.io/gpu-devices (on a pod or in a Binding): the scheduler extender's
+	// service account. Keep it equal to the policies' variable gpuDevicesWriters.
+	GPUDevicesWriters []string
+	// ServeValidate serves /validate (the Go form of the ValidatingAdmissionPolicies),
 	// for API servers without ValidatingAdmissionPolicy.
 	ServeValidate bool
 }
@@ -39,9 +44,10 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:     4 << 20,
-		LookupTimeout:    time.Second,
-		MaxGangMinMember: DefaultMaxGangMinMember,
+		MaxBodyBytes:      4 << 20,
+		LookupTimeout:     time.Second,
+		MaxGangMinMember:  DefaultMaxGangMinMember,
+		GPUDevicesWriters: []string{DefaultGPUDevicesWriter},
 	}
 }
 
@@ -56,7 +62,21 @@ func (c Config) Validate() error {
 	if c.MaxGangMinMember < 1 || c.MaxGangMinMember > 999_999_999 {
 		return fmt.Errorf("max gang min member %d must be in 1..999999999", c.MaxGangMinMember)
 	}
+	if len(c.GPUDevicesWriters) == 0 {
+		return errors.New("gpu devices writers: name at least one user (the scheduler extender's service account, " +
+			DefaultGPUDevicesWriter + ")")
+	}
+	for _, w := range c.GPUDevicesWriters {
+		if w == "" || strings.TrimSpace(w) != w || strings.ContainsAny(w, ", \t\n") {
+			return fmt.Errorf("gpu devices writer %q: must be a user name without spaces or commas", w)
+		}
+	}
 	return nil
+}
+
+// rules are the validation rules cfg sets.
+func (c Config) rules() Rules {
+	return Rules{MaxGangMinMember: c.MaxGangMinMember, GPUDevicesWriters: c.GPUDevicesWriters}
 }
 
 // Deps are the server's collaborators.
@@ -143,8 +163,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 // Metrics returns the server's metric set.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
-// Handler serves POST /mutate, POST /validate (with ServeValidate), GET /healthz and
-// GET /metrics.
+// Handler serves POST /mutate, POST /validate (with ServeValidate: pods, and Bindings
+// for the understory.io/gpu-devices rule), GET /healthz and GET /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /mutate", func(w http.ResponseWriter, r *http.Request) { s.serveReview(w, r, "mutate") })
@@ -230,12 +250,12 @@ func (s *Server) serveReview(w http.ResponseWriter, r *http.Request, endpoint st
 		op = "unknown"
 	}
 	var result string
-	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "" {
-		// Only a misconfigured webhook sends anything else: admit it untouched.
-		result = "unchanged"
-		resp.Warnings = []string{fmt.Sprintf("understory admission: %s/%s %s is not a pod; ignored",
-			req.Kind.Group, req.Kind.Kind, req.SubResource)}
-	} else {
+	isPod := req.Kind.Group == "" && req.Kind.Kind == "Pod" && req.SubResource == ""
+	// A Binding comes as pods/binding, or as the legacy resource "bindings".
+	isBinding := req.Kind.Group == "" && req.Kind.Kind == "Binding" &&
+		(req.SubResource == "binding" || (req.Resource.Resource == "bindings" && req.SubResource == ""))
+	switch {
+	case isPod:
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.LookupTimeout)
 		defer cancel()
 		if endpoint == "mutate" {
@@ -243,10 +263,17 @@ func (s *Server) serveReview(w http.ResponseWriter, r *http.Request, endpoint st
 		} else {
 			result, err = s.validate(ctx, req, resp)
 		}
-		if err != nil {
-			bad(http.StatusBadRequest, err)
-			return
-		}
+	case isBinding && endpoint == "validate":
+		result, err = s.validateBinding(req, resp)
+	default:
+		// Only a misconfigured webhook sends anything else: admit it untouched.
+		result = "unchanged"
+		resp.Warnings = []string{fmt.Sprintf("understory admission: %s/%s %s is not a pod; ignored",
+			req.Kind.Group, req.Kind.Kind, req.SubResource)}
+	}
+	if err != nil {
+		bad(http.StatusBadRequest, err)
+		return
 	}
 	s.metrics.Requests.WithLabelValues(op, result).Inc()
 	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: rev.TypeMeta, Response: resp})
@@ -326,7 +353,28 @@ func (s *Server) validate(ctx context.Context, req *admissionv1.AdmissionRequest
 		deny(resp, fmt.Errorf("understory admission: reading namespace %q: %w", req.Namespace, err))
 		return "denied", nil
 	}
-	if err := ValidatePod(req.Operation, old, pod, nsLabels, s.cfg.MaxGangMinMember); err != nil {
+	if err := ValidatePod(PodRequest{Operation: req.Operation, Old: old, Pod: pod, NamespaceLabels: nsLabels,
+		Username: req.UserInfo.Username}, s.cfg.rules()); err != nil {
+		deny(resp, err)
+		return "denied", nil
+	}
+	return "allowed", nil
+}
+
+// validateBinding fills resp for a /validate request about a Binding (pods/binding or
+// bindings CREATE): the Go form of the policy understory-gpu-devices-binding.
+func (s *Server) validateBinding(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) (string, error) {
+	if req.Operation != admissionv1.Create {
+		return "allowed", nil
+	}
+	if len(req.Object.Raw) == 0 {
+		return "", fmt.Errorf("%w: request.object is empty", ErrBadReview)
+	}
+	var b corev1.Binding
+	if err := json.Unmarshal(req.Object.Raw, &b); err != nil {
+		return "", fmt.Errorf("%w: request.object: %w", ErrBadReview, err)
+	}
+	if err := ValidateBinding(&b, req.UserInfo.Username, s.cfg.rules()); err != nil {
 		deny(resp, err)
 		return "denied", nil
 	}

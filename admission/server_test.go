@@ -12,10 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
 )
@@ -66,7 +70,7 @@ func TestServeHTTP(t *testing.T) {
 	s, _ := newTestServer(t, cfg)
 	h := s.Handler()
 	batch := pod(batchAnn, nil, ctr("main", rl("cpu", "1"), nil))
-	ls := pod(map[string]string{qos.AnnotationQOSClass: "LS"}, nil, ctr("main", nil, nil))
+	ls := pod(map[string]string{contract.AnnotationQOSClass: "LS"}, nil, ctr("main", nil, nil))
 	tests := []struct {
 		name, path, ctype string
 		body              []byte
@@ -123,12 +127,95 @@ func TestServeHTTP(t *testing.T) {
 				if err := json.Unmarshal(r.Patch, &ops); err != nil || *r.PatchType != admissionv1.PatchTypeJSONPatch {
 					t.Fatalf("patch %s: %v", r.Patch, err)
 				}
-				if got := applyPatch(t, batch, ops); got.Spec.Containers[0].Resources.Limits[qos.ResourceBatchCPU] == (batch.Spec.Containers[0].Resources.Limits[qos.ResourceBatchCPU]) {
+				if got := applyPatch(t, batch, ops); got.Spec.Containers[0].Resources.Limits[contract.ResourceBatchCPU] == (batch.Spec.Containers[0].Resources.Limits[contract.ResourceBatchCPU]) {
 					t.Fatal("patch did not set batch-cpu")
 				}
 			}
 		})
 	}
+}
+
+// /validate reads the requester from userInfo and serves Bindings (pods/binding) for
+// the understory.io/gpu-devices rule.
+func TestServeValidateWriters(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.ServeValidate = true
+	s, _ := newTestServer(t, cfg)
+	h := s.Handler()
+	gpuPod := pod(map[string]string{contract.AnnotationGPUDevices: "0"}, nil, ctr("main", rl("cpu", "1"), nil))
+	koordLS := pod(nil, nil, ctr("main", nil, nil))
+	koordLS.Labels[qos.LabelKoordinatorQOS] = "LSR"
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+		Annotations: map[string]string{contract.AnnotationGPUDevices: "0"}}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
+	const tenant = "system:serviceaccount:ns:default"
+	tests := []struct {
+		name    string
+		body    []byte
+		allowed bool
+		rule    string
+	}{
+		{"pod with devices from a tenant", reviewAs(t, "Pod", "", tenant, admissionv1.Create, gpuPod), false, RuleGPUDevicesWriter},
+		{"pod with devices from the extender", reviewAs(t, "Pod", "", DefaultGPUDevicesWriter, admissionv1.Create, gpuPod), true, ""},
+		{"BestEffort pod labelled Koordinator LSR", reviewAs(t, "Pod", "", tenant, admissionv1.Create, koordLS), false, RuleLSBestEffort},
+		{"Binding with devices from kube-scheduler", reviewAs(t, "Binding", "binding", "system:kube-scheduler", admissionv1.Create, binding),
+			false, RuleGPUDevicesWriter},
+		{"Binding with devices from the extender", reviewAs(t, "Binding", "binding", DefaultGPUDevicesWriter, admissionv1.Create, binding),
+			true, ""},
+		{"legacy bindings resource with devices from a tenant", reviewAs(t, "Binding", "", tenant, admissionv1.Create, binding),
+			false, RuleGPUDevicesWriter},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var out admissionv1.AdmissionReview
+			if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &out) != nil || out.Response == nil {
+				t.Fatalf("code %d body %s", rec.Code, rec.Body)
+			}
+			r := out.Response
+			if r.Allowed != tc.allowed || len(r.Warnings) > 0 {
+				t.Fatalf("response %+v, want allowed %v and no warnings", r, tc.allowed)
+			}
+			if !tc.allowed && (r.Result == nil || !strings.Contains(r.Result.Message, "(rule "+tc.rule+")")) {
+				t.Fatalf("denial %+v, want rule %s", r.Result, tc.rule)
+			}
+		})
+	}
+}
+
+// resourceOf is the resource the API server names for kind and subresource: a Pod
+// and pods/binding are "pods", a Binding without subresource the legacy "bindings".
+func resourceOf(kind, sub string) string {
+	if kind == "Binding" && sub == "" {
+		return "bindings"
+	}
+	return "pods"
+}
+
+// reviewAs is an AdmissionReview of obj (kind, subresource) sent by user.
+func reviewAs(t *testing.T, kind, sub, user string, op admissionv1.Operation, obj any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: types.UID("u1"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: kind}, SubResource: sub,
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: resourceOf(kind, sub)},
+			Namespace: "ns", Operation: op, Object: runtime.RawExtension{Raw: raw},
+			UserInfo: authenticationv1.UserInfo{Username: user},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestMetricsGolden(t *testing.T) {
@@ -142,7 +229,7 @@ func TestMetricsGolden(t *testing.T) {
 	}
 	send("application/json", review(t, admissionv1.Create, pod(batchAnn, nil, ctr("main", rl("cpu", "1"), nil)), nil))
 	send("application/json", review(t, admissionv1.Create, pod(batchAnn, nil, ctr("main", rl("cpu", "2"), rl("cpu", "1"))), nil))
-	send("application/json", review(t, admissionv1.Create, pod(batchAnn, nil, ctr("main", rl("cpu", "1", qos.ResourceBatchCPU, "1"), nil)), nil))
+	send("application/json", review(t, admissionv1.Create, pod(batchAnn, nil, ctr("main", rl("cpu", "1", contract.ResourceBatchCPU, "1"), nil)), nil))
 	send("text/plain", nil)
 	want := `
 # HELP understory_admission_errors_total Problems by kind; except decode, the pod was admitted (fail open).
@@ -189,5 +276,44 @@ func TestGangKeysMatchExtender(t *testing.T) {
 	}
 	if !strings.Contains(string(data), `expression: "10000"`) {
 		t.Fatal("the policy's maxGangMinMember is not the extender's MaxGangSize")
+	}
+}
+
+// The devices key is the extender's, and the writer is the extender's service account
+// as manifests/scheduler names it; both policies in manifests/admission allow exactly
+// DefaultGPUDevicesWriter.
+func TestGPUDevicesWriterMatchesExtender(t *testing.T) {
+	t.Parallel()
+	if contract.AnnotationGPUDevices != contract.AnnotationGPUDevices {
+		t.Fatalf("devices key %q, the extender writes %q", contract.AnnotationGPUDevices, contract.AnnotationGPUDevices)
+	}
+	ns, name, ok := strings.Cut(strings.TrimPrefix(DefaultGPUDevicesWriter, "system:serviceaccount:"), ":")
+	if !ok {
+		t.Fatalf("DefaultGPUDevicesWriter %q is not a service account", DefaultGPUDevicesWriter)
+	}
+	rbac, err := os.ReadFile("../manifests/scheduler/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(string(rbac), "\n---\n") {
+		var sa corev1.ServiceAccount
+		if yaml.Unmarshal([]byte(doc), &sa) == nil && sa.Kind == "ServiceAccount" && sa.Name == name && sa.Namespace == ns {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("manifests/scheduler/rbac.yaml has no ServiceAccount %s/%s (DefaultGPUDevicesWriter)", ns, name)
+	}
+	data, err := os.ReadFile("../manifests/admission/validatingadmissionpolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `expression: "['` + DefaultGPUDevicesWriter + `']"`
+	if n := strings.Count(string(data), want); n != 2 {
+		t.Fatalf("the policies' gpuDevicesWriters: %d of 2 are %s", n, want)
+	}
+	if !strings.Contains(string(data), "'"+contract.AnnotationGPUDevices+"'") {
+		t.Fatalf("the policies do not name %s", contract.AnnotationGPUDevices)
 	}
 }

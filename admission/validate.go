@@ -6,20 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 )
 
 // Keys the validation rules read. The gang keys are the scheduler extender's
-// (scheduler-extender/gang.go); a test checks they stay equal.
+// (scheduler-extender/gang.go); a test checks they stay equal. The class keys are the
+// node agent's (package qos) and the devices key is the shared contract's
+// (contract.AnnotationGPUDevices): both are imported, never re-declared.
 const (
-	// LabelAllowLSBestEffort on a namespace (value "true") allows pods annotated
-	// understory.io/qos-class: LS that are Kubernetes BestEffort. Elsewhere such a pod
-	// is rejected: LS means "protected", and a BestEffort pod reserves nothing.
+	// LabelAllowLSBestEffort on a namespace (value "true") allows BestEffort pods that
+	// the node agent classifies LS through a class key (understory.io/qos-class: LS, or
+	// Koordinator's koordinator.sh/qosClass label or annotation: LSE, LSR, LS, SYSTEM).
+	// Elsewhere such a pod is rejected: LS means "protected", and a BestEffort pod
+	// reserves nothing.
 	LabelAllowLSBestEffort = "understory.io/allow-ls-besteffort"
 	// AnnotationVolcanoMinMember is Volcano's gang minimum member count.
 	AnnotationVolcanoMinMember = "scheduling.volcano.sh/group-min-member"
@@ -27,62 +34,155 @@ const (
 	AnnotationKoordinatorMinAvailable = "gang.scheduling.koordinator.sh/min-available"
 	// DefaultMaxGangMinMember is the largest gang minimum accepted, the extender's MaxGangSize.
 	DefaultMaxGangMinMember = 10000
+	// DefaultGPUDevicesWriter is the user name of the scheduler extender's service
+	// account (manifests/scheduler: ServiceAccount understory-scheduler-extender in
+	// understory-system), the only writer of understory.io/gpu-devices: it puts the
+	// annotation in the Binding it creates (pods/binding), which kube-apiserver copies
+	// onto the pod. The policy's variable gpuDevicesWriters names it too; a test checks.
+	DefaultGPUDevicesWriter = "system:serviceaccount:understory-system:understory-scheduler-extender"
 )
 
-// Rule names, quoted in every rejection (the ValidatingAdmissionPolicy in
-// manifests/admission uses the same names).
+// Rule names, quoted in every rejection (the ValidatingAdmissionPolicies in
+// manifests/admission use the same names).
 const (
 	RuleQOSClassValue     = "qos-class-value"
 	RuleQOSClassImmutable = "qos-class-immutable"
 	RuleLSBestEffort      = "ls-besteffort-namespace"
 	RuleGangMinMember     = "gang-min-member"
+	RuleGPUDevicesWriter  = "gpu-devices-writer"
 )
 
 // maxGangDigits bounds the digits of a gang minimum (the CEL rule checks the same
 // before int(), which would fail on overflow).
 const maxGangDigits = 9
 
-// ValidatePod is the Go form of the ValidatingAdmissionPolicy
-// understory-pod-rules (manifests/admission/validatingadmissionpolicy.yaml). The
-// cluster enforces the policy; the webhook serves this only at /validate for API
-// servers without ValidatingAdmissionPolicy (before 1.30), and the e2e test checks
-// both agree. op is CREATE or UPDATE (old is nil on CREATE); nsLabels are the labels
-// of the pod's namespace. Every error wraps ErrRejected and names the field and the
-// rule.
-func ValidatePod(op admissionv1.Operation, old, pod *corev1.Pod, nsLabels map[string]string, maxGang int) error {
+// Rules are the parameters of the validation rules: the variables of the
+// ValidatingAdmissionPolicies in manifests/admission (maxGangMinMember,
+// gpuDevicesWriters). DefaultRules matches the shipped policies.
+type Rules struct {
+	// MaxGangMinMember is the largest gang minimum accepted.
+	MaxGangMinMember int
+	// GPUDevicesWriters are the user names (request.userInfo.username) that may set
+	// understory.io/gpu-devices on a pod or a Binding, or change it on a pod.
+	GPUDevicesWriters []string
+}
+
+// DefaultRules returns the rules of the shipped policies.
+func DefaultRules() Rules {
+	return Rules{MaxGangMinMember: DefaultMaxGangMinMember, GPUDevicesWriters: []string{DefaultGPUDevicesWriter}}
+}
+
+// PodRequest is one pod CREATE or UPDATE as the validation rules see it.
+type PodRequest struct {
+	// Operation is CREATE or UPDATE; other operations are not validated.
+	Operation admissionv1.Operation
+	// Old is the pod before an UPDATE (required there); nil on CREATE.
+	Old *corev1.Pod
+	// Pod is the pod being created, or the pod after the UPDATE (required).
+	Pod *corev1.Pod
+	// NamespaceLabels are the labels of the pod's namespace.
+	NamespaceLabels map[string]string
+	// Username is the requesting user (request.userInfo.username).
+	Username string
+}
+
+// classKey is one key the node agent reads a pod's class from (qos.Classify).
+type classKey struct {
+	field string // as rejections name it
+	key   string
+	label bool // a label, else an annotation
+	parse func(string) (qos.Class, error)
+}
+
+// classKeys are the keys qos.Classify reads, in its precedence order (the first
+// present key with a valid value decides). TestLSClaimAgreesWithClassify and
+// FuzzLSClaim hold this to qos.Classify. A function, not a package variable, so
+// there is no package-level mutable state.
+func classKeys() [3]classKey {
+	return [...]classKey{
+		{fmt.Sprintf("metadata.annotations[%s]", contract.AnnotationQOSClass), contract.AnnotationQOSClass, false, qos.ParseClass},
+		{fmt.Sprintf("metadata.labels[%s]", qos.LabelKoordinatorQOS), qos.LabelKoordinatorQOS, true, qos.ParseKoordinatorClass},
+		{fmt.Sprintf("metadata.annotations[%s]", qos.AnnotationKoordinatorQOS), qos.AnnotationKoordinatorQOS, false,
+			qos.ParseKoordinatorClass},
+	}
+}
+
+func (k classKey) get(p *corev1.Pod) (string, bool) {
+	m := p.Annotations
+	if k.label {
+		m = p.Labels
+	}
+	v, ok := m[k.key]
+	return v, ok
+}
+
+// lsClaim returns the class key through which the node agent classifies pod LS, if
+// any: the first key (in qos.Classify's order) with a valid value decides, and an
+// invalid value is skipped as the agent skips it. A pod whose deciding key says BE
+// or batch claims nothing, whatever a lower key says.
+func lsClaim(pod *corev1.Pod) (classKey, bool) {
+	for _, k := range classKeys() {
+		v, ok := k.get(pod)
+		if !ok {
+			continue
+		}
+		c, err := k.parse(v)
+		if err != nil {
+			continue
+		}
+		return k, c == qos.ClassLS
+	}
+	return classKey{}, false
+}
+
+// ValidatePod is the Go form of the ValidatingAdmissionPolicy understory-pod-rules
+// (manifests/admission/validatingadmissionpolicy.yaml). The cluster enforces the
+// policy; the webhook serves this only at /validate for API servers without
+// ValidatingAdmissionPolicy (before 1.30), and the e2e test checks both agree. Every
+// error wraps ErrRejected and names the field and the rule.
+func ValidatePod(r PodRequest, rules Rules) error {
+	if r.Pod == nil || (r.Operation == admissionv1.Update && r.Old == nil) {
+		return fmt.Errorf("%w: %s without the pod (and, on UPDATE, the old pod)", ErrRejected, r.Operation)
+	}
 	var errs []error
-	v, has := pod.Annotations[qos.AnnotationQOSClass]
-	field := fmt.Sprintf("metadata.annotations[%s]", qos.AnnotationQOSClass)
-	switch op {
+	pod := r.Pod
+	switch r.Operation {
 	case admissionv1.Create:
-		if has {
-			c, err := qos.ParseClass(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: must be LS, BE or batch (rule %s)", field, RuleQOSClassValue))
-			} else if c == qos.ClassLS && qos.KubeQOSClass(pod) == corev1.PodQOSBestEffort &&
-				nsLabels[LabelAllowLSBestEffort] != "true" {
-				errs = append(errs, fmt.Errorf("%s: LS on a BestEffort pod is allowed only in namespaces labelled "+
-					"%s=true (rule %s)", field, LabelAllowLSBestEffort, RuleLSBestEffort))
+		if v, has := pod.Annotations[contract.AnnotationQOSClass]; has {
+			if _, err := qos.ParseClass(v); err != nil {
+				errs = append(errs, fmt.Errorf("metadata.annotations[%s]: must be LS, BE or batch (rule %s)",
+					contract.AnnotationQOSClass, RuleQOSClassValue))
 			}
 		}
-	case admissionv1.Update:
-		ov, oldHas := old.Annotations[qos.AnnotationQOSClass]
-		if has != oldHas || v != ov {
-			errs = append(errs, fmt.Errorf("%s: cannot be added, changed or removed after creation (rule %s)",
-				field, RuleQOSClassImmutable))
+		if k, ls := lsClaim(pod); ls && qos.KubeQOSClass(pod) == corev1.PodQOSBestEffort &&
+			r.NamespaceLabels[LabelAllowLSBestEffort] != "true" {
+			errs = append(errs, fmt.Errorf("%s: LS on a BestEffort pod is allowed only in namespaces labelled "+
+				"%s=true (rule %s)", k.field, LabelAllowLSBestEffort, RuleLSBestEffort))
 		}
+	case admissionv1.Update:
+		for _, k := range classKeys() {
+			v, has := k.get(pod)
+			ov, oldHas := k.get(r.Old)
+			if has != oldHas || v != ov {
+				errs = append(errs, fmt.Errorf("%s: cannot be added, changed or removed after creation (rule %s)",
+					k.field, RuleQOSClassImmutable))
+			}
+		}
+	}
+	if err := checkGPUDevicesWriter(r, rules.GPUDevicesWriters); err != nil {
+		errs = append(errs, err)
 	}
 	for _, key := range []string{AnnotationVolcanoMinMember, AnnotationKoordinatorMinAvailable} {
 		v, ok := pod.Annotations[key]
 		if !ok {
 			continue
 		}
-		if op == admissionv1.Update {
-			if ov, oldOK := old.Annotations[key]; oldOK && ov == v {
+		if r.Operation == admissionv1.Update {
+			if ov, oldOK := r.Old.Annotations[key]; oldOK && ov == v {
 				continue // unchanged: never block unrelated updates of existing pods
 			}
 		}
-		if _, err := ParseGangMinMember(v, maxGang); err != nil {
+		if _, err := ParseGangMinMember(v, rules.MaxGangMinMember); err != nil {
 			errs = append(errs, fmt.Errorf("metadata.annotations[%s]: %w (rule %s)", key, err, RuleGangMinMember))
 		}
 	}
@@ -90,6 +190,54 @@ func ValidatePod(op admissionv1.Operation, old, pod *corev1.Pod, nsLabels map[st
 		return fmt.Errorf("%w: %w", ErrRejected, errors.Join(errs...))
 	}
 	return nil
+}
+
+// checkGPUDevicesWriter refuses a pod CREATE that carries understory.io/gpu-devices,
+// or an UPDATE that adds, changes or removes it, unless the requester is one of
+// writers.
+func checkGPUDevicesWriter(r PodRequest, writers []string) error {
+	v, has := r.Pod.Annotations[contract.AnnotationGPUDevices]
+	switch r.Operation {
+	case admissionv1.Create:
+		if !has {
+			return nil
+		}
+	case admissionv1.Update:
+		if ov, oldHas := r.Old.Annotations[contract.AnnotationGPUDevices]; has == oldHas && v == ov {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return gpuDevicesWriterError(r.Username, writers, "set or change it")
+}
+
+// ValidateBinding is the Go form of the ValidatingAdmissionPolicy
+// understory-gpu-devices-binding: a Binding (pods/binding or bindings CREATE) may carry
+// understory.io/gpu-devices, which kube-apiserver copies onto the pod, only from one
+// of rules.GPUDevicesWriters. The error wraps ErrRejected and names the field and the
+// rule.
+func ValidateBinding(b *corev1.Binding, username string, rules Rules) error {
+	if b == nil {
+		return fmt.Errorf("%w: no Binding", ErrRejected)
+	}
+	if _, has := b.Annotations[contract.AnnotationGPUDevices]; !has {
+		return nil
+	}
+	if err := gpuDevicesWriterError(username, rules.GPUDevicesWriters, "set it in a Binding"); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return nil
+}
+
+// gpuDevicesWriterError is nil when username is one of writers.
+func gpuDevicesWriterError(username string, writers []string, what string) error {
+	if slices.Contains(writers, username) {
+		return nil
+	}
+	return fmt.Errorf("metadata.annotations[%s]: only the scheduler extender (%s) may %s, when it binds the "+
+		"pod; not %q (rule %s)", contract.AnnotationGPUDevices, strings.Join(writers, ", "), what, username,
+		RuleGPUDevicesWriter)
 }
 
 // ParseGangMinMember parses a gang minimum: decimal digits only (no sign, no

@@ -48,13 +48,17 @@
 //     besteffort). In particular setting cpu.idle=1 on kubelet's BestEffort
 //     cgroup makes the kernel reject its later cpu.shares writes (EINVAL
 //     while idle) and kubelet then fails to start its ContainerManager on
-//     restart (Koordinator issue 2732). The agent owns a tier cgroup *below*
-//     BestEffort (TierPath) and sets idle there. The only write Create makes
-//     above the new group is containerd/cgroups' cgroup.subtree_control
-//     toggle (v2 "+cpu", hybrid unified ""), a no-op where already enabled.
-//   - The tier name must not start with "pod": kubelet's orphan cleanup
-//     treats every pod*-named child of a QoS cgroup as a pod cgroup and
-//     deletes it when no such pod exists. It must not contain '_' either:
+//     restart (Koordinator issue 2732). The agent owns a tier cgroup of its
+//     own and sets idle there: by default a child of kubepods, a sibling of
+//     kubelet's QoS cgroups (TierPathIn with QOSGuaranteed, whose pods live
+//     in kubepods itself; docs/design.md, "Where the tier sits"), with
+//     tierParent "besteffort" below BestEffort (TierPath). The only write
+//     Create makes above the new group is containerd/cgroups'
+//     cgroup.subtree_control toggle (v2 "+cpu", hybrid unified ""), a no-op
+//     where already enabled.
+//   - The tier name must not contain "pod", in any case: kubelet's orphan
+//     cleanup takes every child of a QoS cgroup (kubepods included) whose name
+//     contains "pod" for a pod cgroup and deletes it when no such pod exists. It must not contain '_' either:
 //     with the systemd driver kubelet escapes '-' to '_' inside a component
 //     and would parse the slice back to a different name.
 //   - cpu.idle quirks (kernel >= 5.15, verified on 6.18): while idle=1,
@@ -74,8 +78,12 @@
 //     there. A cut below a child's own quota (kubelet's container limits
 //     under an in-place batch pod) is clamped to the highest descendant
 //     ratio, and a period change no order can make keeps the old period;
-//     both return a *ClampError (ErrClamped) with the applied limit. The
-//     agent never lowers kubelet's container quotas to make room. A target
+//     both return a *ClampError (ErrClamped) with the applied limit.
+//     SetCPULimit never lowers a descendant itself: the caller does, with
+//     LowerDescendantCPULimits (deepest first, each at its own period), which
+//     returns the limits it changed, and puts them back with
+//     Hierarchy.RaiseDescendantCPULimits (shallowest first, at most the
+//     group's new ratio) when the group is raised. A target
 //     above the parent restores the old value (ErrInvalidValue). Period must
 //     be 1ms..1s, quota >= 1ms. v2 cpu.max is one atomic write and v2 does
 //     not enforce parent ratios (it takes the minimum).

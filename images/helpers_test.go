@@ -15,16 +15,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-)
 
-// skipOrFail skips the test with why, except in CI (CI=true), where it must run.
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("cannot run in CI: %s", why)
-	}
-	t.Skip(why)
-}
+	"github.com/understory/understory/internal/testenv"
+)
 
 // The test programs: they print their name and uid, and the cgo one whether it
 // could dlopen NVML, as go-nvml does.
@@ -65,13 +58,13 @@ func main() { fmt.Printf("hello %s uid=%d nvml=%d\n", os.Args[0], os.Getuid(), C
 func buildHello(t *testing.T, dir, name string, cgo bool) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		skipOrFail(t, "no go command to build the test programs")
+		testenv.SkipOrFailInCI(t, "no go command to build the test programs")
 	}
 	src := t.TempDir()
 	code, cgoEnv := helloStatic, "CGO_ENABLED=0"
 	if cgo {
 		if _, err := exec.LookPath("gcc"); err != nil {
-			skipOrFail(t, "no C compiler for the cgo test program")
+			testenv.SkipOrFailInCI(t, "no C compiler for the cgo test program")
 		}
 		code, cgoEnv = helloCgo, "CGO_ENABLED=1"
 	}

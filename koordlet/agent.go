@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
-	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -67,72 +66,41 @@ type Deps struct {
 	Signals SignalOpener
 }
 
-// Agent is the node agent: it samples usage every period, computes the batch budget and
-// enforces it on the batch tier (NRI mode) or on each batch pod (in-place mode).
+// Agent is the node agent: every period it samples usage (sampler), decides the batch
+// budget and the limits to write (controller, over qos), and writes them on the batch
+// tier (NRI mode) or on each batch pod (in-place mode) (actuator).
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	source  podLister
-	events  eventRecorder
-	metrics *metrics.Agent
-	hier    *cgroups.Hierarchy
-	layout  layout
-	nodeCPU nodeCPUReader
-	budget  *qos.Budgeter
-	publish *publisher
+	cfg        Config
+	log        *slog.Logger
+	source     podLister
+	events     eventRecorder
+	metrics    *metrics.Agent
+	escMetrics *metrics.Escalation
+	hier       *cgroups.Hierarchy
+	layout     layout
+	publish    *publisher
 	// batchSink writes the batch resources to the Node; nil in static mode.
 	batchSink batchResourceSink
-	// escalator decides the graded actions; evictor performs evictions in Run's
-	// goroutine.
-	escalator      *qos.Escalator
-	evictor        evictor
-	escMetrics     *metrics.Escalation
-	lastEscalation qos.EscalationDecision
-	tierFrozen     bool
-	// frozenPods counts the in-place batch pods the agent froze.
-	frozenPods int
+	// evictor performs the escalator's evictions in Run's goroutine.
+	evictor evictor
 
-	// control-loop state, owned by the Run goroutine.
-	pods        map[types.UID]*podState
-	sorted      []*podState
-	nodeRate    collect.Rate
-	kubepods    aggregate
-	besteffort  aggregate // kubelet's BestEffort QoS cgroup
-	tierInBE    bool      // the tier is inside the BestEffort QoS cgroup
-	tier        *cgroups.Group
-	tierQuota   float64 // cores in force on the tier, NaN unknown
-	tierWritten time.Time
-	lastStats   time.Time
-	tierStats   cpuStats
-	splitBuf    []qos.PodDemand
-	inPlaceBuf  []*podState
-	inTierBuf   []*podState
-	tierUsage   aggregate
-	tierDemand  demand
-	tierCores   float64 // the tier's usage this period
-	tierOK      bool
-	last        qos.Budget
-	lastSample  time.Time // the previous node CPU sample's time: the current window's start
-	ticks       uint64
-	podsChanged bool // the pod set changed: read every pod this period
-	// unattributed is the kubepods CPU no known pod accounts for, at the last period
-	// that read every pod; it counts as LS.
-	unattributed float64
-	// restores are pods that left batch whose kubelet values could not be written yet.
-	restores []restore
-	// reclaim computes the batch resources published on the Node.
-	reclaim     *qos.Reclaimer
-	lastReclaim qos.Reclaimed
-	mem         memoryReader
-	tierMemory  memoryLimitState
+	// The control period's three steps: measure, decide, apply. Owned by the Run
+	// goroutine.
+	sampler *sampler
+	ctl     *controller
+	act     *actuator
+	// watch is the LS harm signal source and the pods it watches.
+	watch *harmWatch
+
+	// The pod table, owned by the Run goroutine: pods by UID, sorted by name.
+	pods   map[types.UID]*podState
+	sorted []*podState
 	// lsCPURequests and lsMemRequests are the LS pods' requests (cores, bytes).
 	lsCPURequests, lsMemRequests float64
 	// batchCPURequests and batchMemRequests are what the node's pods request of
 	// understory.io/batch-cpu (cores) and batch-memory (bytes): the floor of the
 	// published values (qos.ResourceUsage.BatchRequest).
 	batchCPURequests, batchMemRequests float64
-	// sourceErrors is the pod source's error count at the last period.
-	sourceErrors uint64
 	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
 	nodeWrites, nodeFailures int64
 
@@ -147,23 +115,6 @@ type Agent struct {
 	// mps is the agent's MPS room (koordlet/mps.go): the node's control daemon and the
 	// MPS clients' planner; nil with GPU features off.
 	mps *gpuMPS
-
-	// sig is the LS harm signal source and sigState what Open picked and why; guard
-	// decides the budget from harm (nil in sampling mode: utilisation decides).
-	sig      signalSource
-	sigState signals.State
-	guard    *qos.Guard
-	harmBuf  []signals.Harm
-	sigErr   error        // the source's last read error, for /status
-	lastHarm signals.Harm // the last harm seen
-	lastCut  cutRecord
-	// lastUtil is the last period's utilisation budget (the Budgeter's), lastUsage its
-	// usage: a wake-up between periods decides from them.
-	lastUtil  qos.Budget
-	lastUsage Usage
-	// watches are the LS pods handed to the signal source, watchedLS how many are watched.
-	watches   map[types.UID]*watchState
-	watchedLS int
 
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
@@ -221,30 +172,27 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		events = logEvents{log: log}
 	}
 	a := &Agent{
-		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, hier: hier, layout: lay,
-		nodeCPU: nodeCPU, budget: qos.NewBudgeter(cfg.Policy), reclaim: qos.NewReclaimer(cfg.BatchResources),
-		tierMemory: memoryLimitState{bytes: nan()}, batchSink: deps.BatchResources,
-		escalator: qos.NewEscalator(cfg.Escalation, cfg.Period.Duration), escMetrics: em,
+		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, escMetrics: em, hier: hier, layout: lay,
+		batchSink: deps.BatchResources,
 		evictor: evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
 			Events: events, Metrics: em, Logger: log}),
-		pods: map[types.UID]*podState{}, tierQuota: nan(),
-		kubepods:   aggregate{path: lay.kubepods()},
-		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
-		tierUsage:  aggregate{path: lay.tier},
+		sampler:    newSampler(cfg, hier, lay, deps.Pods, nodeCPU, m, log),
+		act:        newActuator(cfg, hier, lay.tier, m, log),
+		pods:       map[types.UID]*podState{},
 		gpuMetrics: gm,
-		watches:    map[types.UID]*watchState{},
+		gpuAlloc:   deps.GPUAlloc,
 	}
-	a.tierInBE = strings.HasPrefix(lay.tier, a.besteffort.path+"/")
 	if deps.Publisher != nil {
-		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, a.memory, a.writtenBatch)
+		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration,
+			func() (contract.MemoryMetrics, error) { return a.sampler.memory(a.sorted) },
+			func() *contract.BatchResources { return writtenBatch(a.batchSink) })
 	}
-	a.gpuAlloc = deps.GPUAlloc
-	if err := a.setUpTier(); err != nil {
+	if err := a.act.setUpTier(cfg.Policy.MinBatchCPU); err != nil {
 		return nil, err
 	}
 	// A crashed run may have left batch frozen: thaw first, then decide again.
-	a.tierFrozen = true
-	a.thawAll()
+	a.act.tierFrozen = true
+	a.act.thawAll(a.sorted)
 	a.rediscover()
 	if err := a.newGPU(context.Background(), deps.GPU); err != nil {
 		return nil, err
@@ -252,39 +200,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.publish != nil && a.gpu != nil {
 		a.publish.gpu = a.gpuNodeMetrics
 	}
-	if err := a.openSignals(deps.Signals, reg); err != nil {
+	watch, guard, err := openHarmWatch(cfg, hier, deps.Signals, reg, m, log)
+	if err != nil {
 		return nil, err
 	}
+	a.watch, a.ctl = watch, newController(cfg, guard, m)
 	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier},
-		Signals: a.signalsStatus()})
+		Signals: a.watch.status(cutRecord{})})
 	return a, nil
-}
-
-// setUpTier creates the agent-owned tier below BestEffort with minimum weight and
-// SCHED_IDLE, and bounds it at the policy's minimum until the first period measured
-// the node: a (re)starting agent never unleashes batch.
-func (a *Agent) setUpTier() error {
-	g, err := a.hier.Create(a.layout.tier)
-	if err != nil {
-		return fmt.Errorf("creating batch tier %s: %w", a.layout.tier, err)
-	}
-	// An idle group refuses weight writes (cgroups.ErrIdle): a tier a previous run left
-	// idle already has the weight idle groups get, so that is fine.
-	if err := g.SetCPUShares(minShares); err != nil && !errors.Is(err, cgroups.ErrIdle) {
-		return fmt.Errorf("setting tier weight: %w", err)
-	}
-	if err := g.SetIdle(true); err != nil {
-		if !errors.Is(err, cgroups.ErrUnsupported) {
-			return fmt.Errorf("setting tier SCHED_IDLE: %w", err)
-		}
-		a.log.Warn("kernel has no cpu.idle; the batch tier relies on weight and quota only")
-	}
-	a.tier = g
-	min := a.cfg.Policy.MinBatchCPU
-	if err := a.applyTier(min, time.Now()); err != nil {
-		return fmt.Errorf("bounding tier: %w", err)
-	}
-	return nil
 }
 
 // minShares is kubelet's BestEffort weight, the smallest cpu.shares.
@@ -330,7 +253,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	sigDone := make(chan struct{})
 	go func() {
 		defer close(sigDone)
-		if err := a.sig.Run(sigCtx); err != nil && sigCtx.Err() == nil {
+		if err := a.watch.sig.Run(sigCtx); err != nil && sigCtx.Err() == nil {
 			a.log.Error("harm signal source stopped; utilisation decides from now", "err", err)
 		}
 	}()
@@ -342,7 +265,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	changed := a.source.Changed()
-	wake := a.sig.Wake()
+	wake := a.watch.sig.Wake()
 	dirty := true
 	for {
 		if dirty && a.source.HasSynced() {
@@ -367,221 +290,96 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// tick is one control period: sample, compute the budget, enforce, publish.
+// tick is one control period: sample (every read), plan (qos: attribution, budget,
+// guard, every write and why), apply (the writes, in the plan's order), record
+// (reclaim, escalation, metrics, node metrics, /status).
 func (a *Agent) tick(ctx context.Context, now time.Time) {
 	start := time.Now()
-	a.ticks++
-	a.countSourceErrors()
-	if len(a.restores) > 0 {
-		a.retryRestores()
-	}
-	times, err := a.nodeCPU.Read()
+	a.act.retryRestores()
+	s, err := a.sampler.sample(now, a.sorted, a.lsMemRequests)
 	if err != nil {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
-		a.log.Error("reading node CPU; keeping the last budget", "err", err)
+		a.log.Error("keeping the last budget", "err", err)
 		return
 	}
-	windowStart := a.lastSample
-	a.lastSample = now
-	nodeCores, nodeOK := a.nodeRate.Update(now, times.Busy)
-	kubepodsCores, kpOK, kpErr := a.kubepods.read(a.hier, now)
-	beCores, beOK, _ := a.besteffort.read(a.hier, now)
-	a.readTier(now)
-	// The budget needs the LS usage every period. It is measured from aggregates:
-	// kubepods minus kubelet's BestEffort cgroup minus the tier, corrected by the few
-	// pods whose class does not match where kubelet put them (an LS-annotated
-	// BestEffort pod, a batch- or BE-annotated Burstable one), which are read every
-	// period. Whatever else runs in kubepods counts as LS: the safe side. Every other
-	// pod is read every slowEvery periods: its last sample serves for metrics, status
-	// and the demand the budget is split by (an average over a second anyway). With 110
-	// pods, a pread per pod per period was most of the agent's cost. Without the
-	// aggregates (first period, a read error), LS pods are read one by one as before.
-	fastLS := kpOK && beOK && a.tierOK
-	slow := a.ticks%slowEvery == 1 || a.podsChanged
-	a.podsChanged = false
-	var ls, be, inPlace, lsInBE, otherOutBE float64
-	var counts podCounts
-	hasBatch := false
-	for _, st := range a.sorted {
-		counts.add(st.class)
-		hasBatch = hasBatch || st.class == qos.ClassBatch
-		mismatched := !st.inTier && (st.class == qos.ClassLS) == (st.kubeQOS == cgroups.QOSBestEffort)
-		if slow || (fastLS && mismatched) || (!fastLS && st.class == qos.ClassLS) {
-			a.readPod(st, now)
-		}
-		if fastLS && mismatched && st.fresh {
-			if st.class == qos.ClassLS {
-				lsInBE += st.usage
-			} else {
-				otherOutBE += st.usage
-			}
-		}
-		switch {
-		case st.class == qos.ClassLS && (st.fresh || (fastLS && st.reader != nil)):
-			ls += st.usage
-		case st.class == qos.ClassBE && st.reader != nil:
-			be += st.usage
-		case st.class == qos.ClassBatch && !st.inTier && st.reader != nil:
-			inPlace += st.usage
-		}
-	}
-	if slow {
-		a.syncWatches(now)
-	}
-	if slow && a.gpuPodsStale {
-		a.publishGPUPods()
-		a.gpuPodsStale = false
-	}
-	batch := inPlace
-	if a.tierOK {
-		batch += a.tierCores
-	}
-	if !nodeOK {
+	a.housekeep(s)
+	if !s.nodeOK {
 		// First sample: rates need two. Show the pods already.
-		a.storeStatus(now, Usage{CPUs: float64(times.CPUs)}, a.last, true)
+		a.storeStatus(now, Usage{CPUs: s.CPU.CPUs}, a.ctl.last, true)
 		return
 	}
-	// What runs in kubepods but not in a pod the agent knows (a pod it has not heard
-	// of yet, a pod whose cgroup it cannot read) counts as LS: the safe side. It is
-	// measured when every pod was read in the same period and held in between, so the
-	// period-to-period swings of throttled batch pods never leak into the LS estimate.
-	if slow && kpOK {
-		a.unattributed = math.Max(0, kubepodsCores-(ls+be+batch))
+	if a.ctl.signalled() {
+		s.harm, s.Harm = a.watch.take()
 	}
-	unknown := a.unattributed
-	lsEstimate := ls + unknown
-	if fastLS {
-		tier := a.tierCores
-		if a.tierInBE {
-			tier = 0 // already in BestEffort's usage
+	p := a.ctl.plan(s, a.act.limits(a.sorted, a.sampler.tierDemand))
+	a.act.apply(p, now)
+	a.record(ctx, s, p, start, time.Now())
+}
+
+// housekeep follows what the sample found: a tier removed under the agent is recreated
+// (bounded); on slow periods the LS pods are handed to the signal source and the GPU
+// loop gets a new pod snapshot if a pod or its cgroup changed.
+func (a *Agent) housekeep(s sample) {
+	if a.sampler.tierGone {
+		a.sampler.tierGone = false
+		if err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
+			a.log.Error("recreating the batch tier", "err", err)
 		}
-		lsEstimate = math.Max(0, kubepodsCores-beCores-tier-otherOutBE+lsInBE)
-		unknown = math.Max(0, lsEstimate-ls)
 	}
-	known := ls + be + batch
-	system := nodeCores - kubepodsCores
-	if !kpOK {
-		system = nodeCores - known
+	a.gpuPodsStale = a.gpuPodsStale || a.sampler.cgroupChanged
+	a.sampler.cgroupChanged = false
+	if s.slow {
+		a.watch.sync(s.Now, a.pods, a.sorted)
+		if a.gpuPodsStale {
+			a.publishGPUPods()
+			a.gpuPodsStale = false
+		}
 	}
-	system = math.Max(0, system)
-	cpus := float64(times.CPUs)
-	// In phase with the slow periods (ticks%slowEvery == 1, slowEvery a multiple of
-	// memoryEvery): only a slow memory sample reads the per-pod memory and kubepods' limit.
-	newMemory := a.ticks%memoryEvery == 1 || !a.mem.ok
-	if newMemory {
-		a.readMemory(slow, now)
-	}
-	mu := a.mem.last
-	// The first period after kubepods' usage file was (re)opened has no rate yet: system
-	// usage would then be the node's minus only the pods read this period, batch
-	// included. The budget recovers the next period, but the reclaimer's averages would
-	// carry it for tens of seconds, so it skips such a period (not a persistent error:
-	// then the fallback is all there is), and the agent's first second, whose samples
-	// were seen to count batch as system (`make demo`, in-place phase).
-	if (kpOK || kpErr != nil) && a.ticks > reclaimAfter {
-		a.lastReclaim = a.reclaim.Next(qos.ReclaimInput{Now: now,
-			CPU: qos.ResourceUsage{Capacity: cpus, LSUsage: lsEstimate, LSRequest: a.lsCPURequests, BEUsage: be,
-				SystemUsage: system, BatchRequest: a.batchCPURequests},
+}
+
+// record does what follows the period's writes: the batch resources (qos.Reclaimer) for
+// the Node, the graded actions (escalate), the cut's reaction, metrics, node metrics
+// and /status. written is when the writes were done. A utilisation cut's reaction is
+// from the start of the window in which the rise became visible (the previous sample;
+// the load may have begun right after it, so this bounds LS's wait from above) to the
+// write: s.Now is the sample's time (a fake clock in tests); start, this period's work,
+// began just after it. A harm cut's is from when the signal was seen to written.
+func (a *Agent) record(ctx context.Context, s sample, p qos.Plan, start, written time.Time) {
+	now, at, mu := s.Now, p.Attribution, s.memory
+	if s.reclaim {
+		a.ctl.lastReclaim = a.ctl.reclaim.Next(qos.ReclaimInput{Now: now,
+			CPU: qos.ResourceUsage{Capacity: s.CPU.CPUs, LSUsage: at.LSEstimate, LSRequest: a.lsCPURequests, BEUsage: at.BE,
+				SystemUsage: at.System, BatchRequest: a.batchCPURequests},
 			Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
 				SystemUsage: mu.System, BatchRequest: a.batchMemRequests}})
-		a.publishBatchResources(a.lastReclaim, slow)
+		publishBatchResources(a.batchSink, a.metrics, a.log, a.ctl.lastReclaim, s.slow)
 	}
-	b := a.budget.Next(qos.BudgetInput{NodeCPUs: cpus, LSUsage: lsEstimate, SystemUsage: system})
-	a.lastUtil = b
-	// With a harm signal the guard decides: harm cuts, utilisation alone never does.
-	cause, harm := qos.SignalNone, signals.Harm{}
-	if a.signalled() {
-		var d qos.GuardDecision
-		b, d, harm = a.guarded(b, now)
-		cause = d.Cause
-	}
-	a.enforce(b, now)
-	// A utilisation cut's reaction: from the start of the window in which the rise
-	// became visible (the previous sample; the load may have begun right after it, so
-	// this bounds LS's wait from above) to now, the quota written. now is the sample's
-	// time (a fake clock in tests); start, this period's work, began just after it. A
-	// harm cut's is from when the signal was seen to written.
-	written := time.Now()
-	cutWritten := now.Sub(windowStart) + written.Sub(start)
-	if a.mem.ok {
-		a.enforceTierMemory(mu, a.cfg.BatchResources.Memory.Threshold, now)
-	}
-	a.escalate(a.lastUtil, hasBatch, now)
-	a.recordBudget(b, cause, harm, now, written, cutWritten)
-	u := Usage{Node: nodeCores, LS: ls, UnknownPods: unknown, BE: be, Batch: batch, System: system, CPUs: cpus}
-	a.lastUsage = u
-	a.observe(u, counts, newMemory, now)
+	a.escalate(p.Util, at.HasBatch, now)
+	a.ctl.recordBudget(p.Budget, p.Cause, s.harm, now, written, now.Sub(s.windowStart)+written.Sub(start),
+		a.sampler.ticks > 2)
+	u := Usage{Node: s.CPU.NodeCores, LS: at.LS, UnknownPods: at.UnknownPods, BE: at.BE, Batch: at.Batch,
+		System: at.System, CPUs: s.CPU.CPUs}
+	a.ctl.lastUsage = u
+	a.observe(u, s.counts, s.newMemory, now)
 	if a.publish != nil {
-		a.publish.add(ctx, now, u, b, a.log, a.metrics)
+		a.publish.add(ctx, now, u, p.Budget, a.log, a.metrics)
 	}
-	a.storeStatus(now, u, b, slow)
+	a.storeStatus(now, u, p.Budget, s.slow)
 	a.metrics.LoopDuration.Observe(time.Since(start).Seconds())
 	a.metrics.LastTick.Set(float64(now.UnixNano()) / 1e9)
 	a.healthy.Store(now.UnixNano())
 }
 
-// errorCounter is a pod source that counts its failures (list/watch errors, broken
-// manifests).
-type errorCounter interface{ ErrorCount() uint64 }
-
-// countSourceErrors adds the pod source's new failures to errors_total{kind="pod_source"}.
-func (a *Agent) countSourceErrors() {
-	c, ok := a.source.(errorCounter)
+// react answers a wake-up of the signal source between two periods: harm cuts batch at
+// once, without waiting for the next utilisation sample (controller.react).
+func (a *Agent) react(now time.Time) {
+	h, hs := a.watch.take()
+	p, ok := a.ctl.react(hs, now, a.act.limits(a.sorted, a.sampler.tierDemand))
 	if !ok {
-		return
+		return // a hold: the budget in force stays; the next period's status shows it
 	}
-	if n := c.ErrorCount(); n > a.sourceErrors {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindPodSource).Add(float64(n - a.sourceErrors))
-		a.sourceErrors = n
-	}
-}
-
-// readTier samples the tier's usage, the demand of the pods below it.
-func (a *Agent) readTier(now time.Time) {
-	reopen := !a.tierUsage.opened()
-	cores, ok, err := a.tierUsage.read(a.hier, now)
-	a.tierCores, a.tierOK = cores, ok
-	if err != nil {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
-		if errors.Is(err, cgroups.ErrNotExist) {
-			// Someone removed the tier: recreate it, bounded, next period.
-			if err := a.setUpTier(); err != nil {
-				a.log.Error("recreating the batch tier", "err", err)
-			}
-		}
-		return
-	}
-	if reopen {
-		a.tierDemand = demand{} // a new file: the demand starts over
-	}
-	if ok {
-		a.tierDemand.add(cores, a.cfg.Period.Duration)
-	}
-}
-
-// memory is the node's memory and the working sets of its LS and batch pods, read once
-// per node-metrics window (per-pod memory changes slowly; the CPU loop does not read it).
-func (a *Agent) memory() (metrics.MemoryMetrics, error) {
-	info, err := collect.ReadMemInfo(a.cfg.ProcRoot)
-	if err != nil {
-		return metrics.MemoryMetrics{}, err
-	}
-	m := metrics.MemoryMetrics{Capacity: int64(info.Total), Used: int64(info.Total - min(info.Available, info.Total))}
-	for _, st := range a.sorted {
-		if st.group == nil || (st.class != qos.ClassLS && st.class != qos.ClassBatch) {
-			continue
-		}
-		v, err := st.group.MemoryUsage()
-		if err != nil {
-			continue // no memory controller, or the pod just went: its share stays unknown
-		}
-		if st.class == qos.ClassLS {
-			m.LS += int64(v)
-		} else {
-			m.Batch += int64(v)
-		}
-	}
-	return m, nil
+	a.act.apply(p, now)
+	a.ctl.recordBudget(p.Budget, p.Cause, h, now, time.Now(), 0, a.sampler.ticks > 2)
+	a.storeStatus(now, a.ctl.lastUsage, p.Budget, false)
 }
 
 // observe exports the period's figures.
@@ -593,12 +391,12 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	m.BECPU.Set(u.BE)
 	m.SystemCPU.Set(u.System)
 	m.BatchCPU.Set(u.Batch)
-	m.BatchBudget.Set(a.last.Applied)
+	m.BatchBudget.Set(a.ctl.last.Applied)
 	m.Pods.WithLabelValues(string(qos.ClassLS)).Set(float64(counts.ls))
 	m.Pods.WithLabelValues(string(qos.ClassBE)).Set(float64(counts.be))
 	m.Pods.WithLabelValues(string(qos.ClassBatch)).Set(float64(counts.batch))
-	if newMemory && a.mem.ok {
-		mu := a.mem.last
+	if mem := &a.sampler.mem; newMemory && mem.ok {
+		mu := mem.last
 		for _, kv := range []struct {
 			class string
 			v     float64
@@ -607,19 +405,20 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 			m.Memory.WithLabelValues(kv.class).Set(kv.v)
 		}
 	}
-	if v := a.tierMemory.bytes; !math.IsNaN(v) {
+	if v := a.act.tierMem.Bytes; !math.IsNaN(v) {
 		m.TierMemoryLimit.Set(v)
 	}
 	// Throttling and pressure change slowly and are only exported (Prometheus scrapes
 	// every 15-30 s): read them every statsInterval, not every period. Reading cpu.stat
 	// of every in-place batch pod every second was a third of the agent's work.
-	if now.Sub(a.lastStats) < statsInterval {
+	if !a.sampler.statsDue(now) {
 		return
 	}
-	a.lastStats = now
-	a.readThrottling()
-	if psi, err := a.tier.Pressure(); err == nil {
-		m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)
+	a.sampler.readThrottling(a.act.tier, a.sorted)
+	if a.act.tier != nil {
+		if psi, err := a.act.tier.Pressure(); err == nil {
+			m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)
+		}
 	}
 	if psi, err := collect.ReadPressure(a.cfg.ProcRoot, "cpu"); err == nil {
 		m.CPUPressure.WithLabelValues("node").Set(psi.Some.Avg10 / 100)
@@ -636,87 +435,37 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	}
 }
 
-// reclaimAfter is how many periods the reclaimer waits after start (one slow period,
-// which reads every pod).
-const reclaimAfter = slowEvery + 1
-
-// slowEvery is how many periods pass between reads of the pods the budget does not need
-// every period (all but LS pods).
-const slowEvery = 10
-
-// podCounts counts pods by class.
-type podCounts struct{ ls, be, batch int }
-
-func (c *podCounts) add(class qos.Class) {
-	switch class {
-	case qos.ClassLS:
-		c.ls++
-	case qos.ClassBE:
-		c.be++
-	case qos.ClassBatch:
-		c.batch++
-	}
-}
-
-// statsInterval is how often throttling and pressure are read.
-const statsInterval = 10 * time.Second
-
-// readThrottling adds the batch cgroups' throttling since the last read to the counters.
-func (a *Agent) readThrottling() {
-	a.addThrottling(&a.tierStats, a.tier)
-	for _, st := range a.sorted {
-		if st.class == qos.ClassBatch && st.group != nil && !st.inTier {
-			a.addThrottling(&st.stats, st.group)
-		}
-	}
-}
-
-// addThrottling counts what g was throttled since prev, the first read being the baseline.
-func (a *Agent) addThrottling(prev *cpuStats, g *cgroups.Group) {
-	s, err := g.Stats()
-	if err != nil {
-		return
-	}
-	if prev.valid && s.Throttled >= prev.Throttled && s.NrThrottled >= prev.NrThrottled {
-		a.metrics.BatchThrottled.Add((s.Throttled - prev.Throttled).Seconds())
-		a.metrics.BatchPeriods.Add(float64(s.NrThrottled - prev.NrThrottled))
-	}
-	*prev = cpuStats{CPUStats: s, valid: true}
-}
-
-// cpuStats is a cgroup's last read CPU statistics.
-type cpuStats struct {
-	cgroups.CPUStats
-	valid bool
-}
-
 // shutdown leaves every batch limit bounded: a graceful stop applies the shutdown budget
-// (the policy minimum unless configured) if it is lower than what is in force.
+// (the policy minimum unless configured), or the budget in force if that is lower, to
+// the tier and the in-place pods together, every limit written exactly.
 func (a *Agent) shutdown() {
 	a.stopped.Do(func() {
 		target := a.cfg.Policy.MinBatchCPU
 		if a.cfg.ShutdownBudgetCPU != nil {
 			target = *a.cfg.ShutdownBudgetCPU
 		}
-		if !math.IsNaN(a.last.Applied) && a.last.Applied > 0 && a.last.Applied < target {
-			target = a.last.Applied
+		if last := a.ctl.last.Applied; !math.IsNaN(last) && last > 0 && last < target {
+			target = last
 		}
-		b := qos.Budget{Applied: target, Reason: "shutdown"}
-		a.enforce(b, time.Now())
+		// A batch pod whose cgroup was closed after a failed read still holds its last
+		// quota: reach it too.
+		for _, st := range a.sorted {
+			if st.class == qos.ClassBatch && st.group == nil && st.cgroup != "" {
+				if g, err := a.hier.Load(st.cgroup); err == nil {
+					st.group = g
+				}
+			}
+		}
+		now := time.Now()
+		a.act.apply(a.ctl.final(target, now, a.act.limits(a.sorted, a.sampler.tierDemand)), now)
 		// Freeze never outlives the agent: batch stays bounded by its quota instead.
-		a.thawAll()
+		a.act.thawAll(a.sorted)
 		a.log.Info("agent stopped; batch left bounded", "budget_cores", target)
-		a.unwatchAll()
-		if err := a.sig.Close(); err != nil {
-			a.log.Warn("closing the harm signal source", "err", err)
-		}
+		a.watch.close()
 		for _, st := range a.pods {
 			st.close()
 		}
-		a.kubepods.close()
-		a.besteffort.close()
-		a.tierUsage.close()
-		a.mem.close()
+		a.sampler.close()
 		if a.publish != nil {
 			a.publish.wait()
 		}
@@ -734,8 +483,6 @@ func (a *Agent) Healthy(now time.Time) error {
 	}
 	return nil
 }
-
-func nan() float64 { return math.NaN() }
 
 // logEvents records events in the log only (static mode, no API server).
 type logEvents struct{ log *slog.Logger }

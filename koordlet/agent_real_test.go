@@ -17,10 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/signals"
 )
 
@@ -28,16 +31,12 @@ import (
 // must run) with the reason.
 func realHierarchy(t *testing.T) *cgroups.Hierarchy {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
 	if os.Geteuid() != 0 {
-		skip("real-cgroup test needs root (creates cgroups and moves processes)")
+		testenv.SkipOrFailInCI(t, "real-cgroup test needs root (creates cgroups and moves processes)")
 	}
 	h, err := cgroups.Open(DefaultCgroupRoot)
 	if err != nil {
-		skip("real-cgroup test needs a writable cgroupfs at %s: %v", DefaultCgroupRoot, err)
+		testenv.SkipOrFailInCI(t, "real-cgroup test needs a writable cgroupfs at %s: %v", DefaultCgroupRoot, err)
 	}
 	cgroupstest.LockCPU(t)
 	return h
@@ -224,5 +223,107 @@ func TestAgentRealCgroups(t *testing.T) {
 	}
 	if _, err := h.Load(path.Join(base, "does-not-exist")); !errors.Is(err, cgroups.ErrNotExist) {
 		t.Errorf("Load of a missing group: %v", err)
+	}
+}
+
+// TestAgentRealV1CutBelowContainerLimit: on cgroup v1 an in-place batch pod whose
+// container has its own CFS limit (2 CPUs, as kubelet writes it) is cut below that limit:
+// the container's limit is lowered too, so the pod's share is in force (it used to be
+// clamped at 2 CPUs against a 0.1 budget), and once in force nothing is rewritten while
+// the share is unchanged (it used to be rewritten every period). When the pod leaves
+// batch, the container gets its own limit back.
+func TestAgentRealV1CutBelowContainerLimit(t *testing.T) {
+	h := realHierarchy(t)
+	if h.Layout() == cgroups.LayoutV2 {
+		t.Skip("v2 does not refuse a parent below its children (cpu.max min()s them)")
+	}
+	base := fmt.Sprintf("understory-test-%d-%d", os.Getpid(), rand.Uint32())
+	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
+	container := path.Join(inPlace, "ctr")
+	tier := path.Join(base, "kubepods", DefaultTierName)
+	created := []string{base, path.Join(base, "kubepods"), path.Join(base, "kubepods/besteffort"), inPlace, container}
+	t.Cleanup(func() {
+		for i := len(created); i >= 0; i-- {
+			rel := tier
+			if i < len(created) {
+				rel = created[i]
+			}
+			if g, err := h.Load(rel); err == nil {
+				if err := g.Delete(); err != nil {
+					t.Errorf("cleanup %s: %v", rel, err)
+				}
+			}
+		}
+	})
+	for _, rel := range created {
+		if _, err := h.Create(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctr, err := h.Load(container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctr.SetCPULimit(200*time.Millisecond, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.KubeletCgroupRoot = "/" + base
+	cfg.CFSPeriod.Duration = 100 * time.Millisecond
+	cfg.Policy.MinBatchCPU, cfg.Policy.MaxBatchCPU = 0.1, 0.1
+	cfg.Signals.Mode = string(signals.ModeSampling)
+	pods := newFakePods(testPod("batch-inplace", batchUID1, map[string]string{"understory.io/qos-class": "batch"}, ""))
+	cpu := &fakeCPU{times: collect.CPUTimes{CPUs: 2}}
+	a, err := New(cfg, Deps{Pods: pods, NodeCPU: cpu, Registry: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.shutdown)
+	a.syncPods(pods.List())
+	now := time.Now()
+	tick := func() {
+		now = now.Add(100 * time.Millisecond)
+		cpu.add(20*time.Millisecond, 200*time.Millisecond)
+		a.tick(context.Background(), now)
+	}
+	limit := func(rel string) float64 {
+		t.Helper()
+		g, err := h.Load(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, p, err := g.CPULimit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q < 0 {
+			return -1
+		}
+		return q.Seconds() / p.Seconds()
+	}
+	for range 5 {
+		tick()
+	}
+	st := a.pods[batchUID1]
+	pod, c := limit(inPlace), limit(container)
+	if pod < 0 || pod > cfg.Policy.MaxBatchCPU+1e-6 || c < 0 || c > pod+1e-6 {
+		t.Fatalf("in-place pod %.3f, its container %.3f CPUs; want both within the %.2f budget", pod, c, cfg.Policy.MaxBatchCPU)
+	}
+	if st.quota.Clamped != 0 || st.lastErr != nil {
+		t.Fatalf("pod quota %+v, error %v; want the cut in force, not clamped", st.quota.CPULimit, st.lastErr)
+	}
+	written := st.quota.Written
+	for range 20 {
+		tick()
+	}
+	if st.quota.Written != written {
+		t.Fatalf("pod quota rewritten at %v (first %v) although its share did not change", st.quota.Written, written)
+	}
+	// The pod leaves batch: kubelet's values come back, the container's 2 CPUs included.
+	pods.pods[0].Annotations = nil
+	a.syncPods(pods.List())
+	if pod, c := limit(inPlace), limit(container); pod != -1 || c != 2 {
+		t.Fatalf("after leaving batch: pod %.3f, container %.3f CPUs; want unlimited and 2", pod, c)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +30,7 @@ import (
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
 	"github.com/understory/understory/koordlet/signals"
+	"github.com/understory/understory/qos"
 )
 
 // fakePods is a pod source with a fixed, settable pod list.
@@ -428,8 +431,12 @@ func TestAgentShutdownLeavesTierBounded(t *testing.T) {
 	r := newRig(t, cgroupstest.V2, func(c *Config) { c.Period.Duration = 10 * time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	launched := time.Now()
 	go func() { done <- r.agent.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
+	// Stop once Run has controlled for a few periods (its ticks use the real clock).
+	testenv.WaitFor(t, 10*time.Second, "three control periods of Run", func() bool {
+		return r.agent.Status().Time.After(launched.Add(2 * 10 * time.Millisecond))
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -439,6 +446,82 @@ func TestAgentShutdownLeavesTierBounded(t *testing.T) {
 	}
 	if q := r.quota(r.inPlace); q < 0 || q > 0.1+1e-9 {
 		t.Fatalf("in-place quota after shutdown = %v, want bounded", q)
+	}
+}
+
+// TestAgentShutdownLeavesBatchWithinFloor: after a graceful stop the tier and the
+// in-place batch pods together hold at most the shutdown budget. Cuts smaller than the
+// write deadband used to be skipped at shutdown too, so the pods kept their last shares
+// (0.05 each here, 0.1 in all against a 0.02 floor).
+func TestAgentShutdownLeavesBatchWithinFloor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		kind  cgroupstest.Kind
+		floor float64
+		ls    float64 // LS usage before the stop: 1.7 cuts the budget to its 0.1 minimum
+	}{
+		{"v2 below the minimum", cgroupstest.V2, 0.02, 1.7},
+		{"v1 below the minimum", cgroupstest.V1Separate, 0.02, 1.7},
+		{"v2 at a high budget", cgroupstest.V2, 0.103, 0.1},
+		{"hybrid at a high budget", cgroupstest.Hybrid, 0.103, 0.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, tc.kind, func(c *Config) { c.ShutdownBudgetCPU = &tc.floor })
+			r.warmUp()
+			for range 5 {
+				r.step(tc.ls+0.3, map[string]float64{r.lsCg: tc.ls, r.inPlace: 0.1, r.inTier: 0.1})
+			}
+			r.agent.shutdown()
+			tier, pod := r.quota(r.tier), r.quota(r.inPlace)
+			if tier < 0 || pod < 0 || tier+pod > tc.floor+1e-6 {
+				t.Fatalf("after shutdown tier %.4f + in-place %.4f = %.4f; want bounded within the floor %.3f",
+					tier, pod, tier+pod, tc.floor)
+			}
+		})
+	}
+}
+
+// TestAgentStatusShowsPlan: /status carries the period's write plan as the plan made
+// it: every batch group's share, whether it was written and why (or why not).
+func TestAgentStatusShowsPlan(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	busy := r.warmUp()
+	byID := func() map[string]qos.CPUEntry {
+		m := map[string]qos.CPUEntry{}
+		for _, e := range r.agent.Status().Plan {
+			m[e.ID] = e
+		}
+		return m
+	}
+	plan := byID()
+	tier, pod := plan["tier"], plan["default/batch-inplace"]
+	if tier.Kind != qos.TargetTier || pod.Kind != qos.TargetInPlacePod || !tier.Write || !pod.Write ||
+		tier.Reason == "" || pod.Reason == "" {
+		t.Fatalf("plan %+v: want the tier and the in-place pod written, with reasons", r.agent.Status().Plan)
+	}
+	// The same load: once the demand average has settled nothing moves past the
+	// deadband, nothing is written, and the plan says why.
+	held := func() bool {
+		for _, e := range byID() {
+			if e.Write || !strings.HasPrefix(e.Reason, "held: ") {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; !held(); i++ {
+		if i == 5*slowEvery {
+			t.Fatalf("plan %+v after %d periods of the same load: want every group held, with why",
+				r.agent.Status().Plan, i)
+		}
+		r.step(1.5, busy)
+	}
+	b, err := json.Marshal(r.agent.Status())
+	if err != nil || !strings.Contains(string(b), `"plan":[{"kind":`) {
+		t.Fatalf("/status JSON %s (%v): want a plan", b, err)
 	}
 }
 

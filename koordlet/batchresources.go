@@ -1,6 +1,9 @@
 package koordlet
 
 import (
+	"log/slog"
+
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -20,32 +23,32 @@ var _ batchResourceSink = (*nodestatus.Publisher)(nil)
 // the published values to the Node writer when the reclaimer decided a write is due
 // (a drop, a rise past the deadband, a refresh). Values the reclaimer had to clamp or
 // sanitise are logged and counted.
-func (a *Agent) publishBatchResources(r qos.Reclaimed, export bool) {
+func publishBatchResources(sink batchResourceSink, m *metrics.Agent, log *slog.Logger, r qos.Reclaimed, export bool) {
 	if export { // every second: Prometheus scrapes every 15-30 s
-		a.exportReclaim("cpu", r.CPU)
-		a.exportReclaim("memory", r.Memory)
+		exportReclaim(m, "cpu", r.CPU)
+		exportReclaim(m, "memory", r.Memory)
 	}
 	for _, t := range []struct {
 		name  string
 		terms qos.ReclaimTerms
 	}{{"cpu", r.CPU}, {"memory", r.Memory}} {
 		if t.terms.Sanitized != "" && t.terms.Write {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
-			a.log.Warn("batch resource computed from unusable inputs; clamped", "resource", t.name,
+			m.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
+			log.Warn("batch resource computed from unusable inputs; clamped", "resource", t.name,
 				"note", t.terms.Sanitized, "published", t.terms.Published)
 		}
 	}
-	if a.batchSink == nil || !(r.CPU.Write || r.Memory.Write) {
+	if sink == nil || !(r.CPU.Write || r.Memory.Write) {
 		return
 	}
-	if a.batchSink.Set(nodestatus.Resources{CPUMilli: r.BatchCPUMilli(), MemoryBytes: r.BatchMemoryBytes()}) {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
+	if sink.Set(nodestatus.Resources{CPUMilli: r.BatchCPUMilli(), MemoryBytes: r.BatchMemoryBytes()}) {
+		m.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
 	}
 }
 
 // exportReclaim sets understory_batch_resource{resource,term} for one resource.
-func (a *Agent) exportReclaim(resource string, t qos.ReclaimTerms) {
-	g := a.metrics.BatchResource
+func exportReclaim(m *metrics.Agent, resource string, t qos.ReclaimTerms) {
+	g := m.BatchResource
 	for _, kv := range []struct {
 		term string
 		v    float64
@@ -61,13 +64,13 @@ func (a *Agent) exportReclaim(resource string, t qos.ReclaimTerms) {
 
 // writtenBatch is what the Node writer last wrote, for the node-metrics annotation; nil
 // until the first write (and in static mode).
-func (a *Agent) writtenBatch() *metrics.BatchResources {
-	if a.batchSink == nil {
+func writtenBatch(sink batchResourceSink) *contract.BatchResources {
+	if sink == nil {
 		return nil
 	}
-	w := a.batchSink.Status().Written
+	w := sink.Status().Written
 	if w == nil {
 		return nil
 	}
-	return &metrics.BatchResources{CPU: w.CPUMilli, Memory: w.MemoryBytes}
+	return &contract.BatchResources{CPU: w.CPUMilli, Memory: w.MemoryBytes}
 }

@@ -3,15 +3,26 @@
 // layer (cgroups) into one control loop, and serves /metrics, /healthz and
 // /status.
 //
-// Every period (100 ms by default) the agent reads the node's CPU time and the
-// cumulative usage of every pod cgroup, of kubepods and of its batch tier;
-// computes the batch budget (qos.Budgeter); and enforces it: one CFS quota on
-// the tier for the batch pods below it (placed there by the agent's NRI
-// plugin), and per-pod quotas, SCHED_IDLE and the minimum weight for batch
-// pods left in kubelet's cgroups ("in-place"). The shares of the budget are
-// split by max-min fairness on smoothed demand and never add up to more than
-// the budget (cuts are written before raises); a batch pod's own
-// understory.io/batch-cpu limit caps its share.
+// Every period (100 ms by default) is three steps, then a record (tick):
+//
+//   - measure (sample.go, the sampler): the node's CPU time, the usage of kubepods,
+//     kubelet's BestEffort cgroup, the tier and the pods that need it, memory every
+//     memoryEvery periods, and the harm the signal source queued, into one sample
+//     (a qos.Sample plus what only the agent records);
+//   - decide (the controller, over qos.Controller.Plan in qos/plan.go, pure): the CPU
+//     attributed to LS, BE, batch and system, the budget (qos.Budgeter, qos.Guard),
+//     and every write with its reason: the budget split between the tier and the
+//     in-place pods by max-min fairness on smoothed demand (never more than the
+//     budget, cuts written before raises), the write deadband and raise pacing, the
+//     batch pods' batch-memory limits and the tier's memory limit;
+//   - apply (apply.go, the actuator): the writes in the plan's order, and what is in
+//     force after each: one CFS quota on the tier for the batch pods below it (placed
+//     there by the agent's NRI plugin), per-pod quotas, SCHED_IDLE and the minimum
+//     weight for batch pods left in kubelet's cgroups ("in-place"); a batch pod's own
+//     understory.io/batch-cpu limit caps its share.
+//
+// /status shows the last plan (plan): every group's share and why it was written or
+// held.
 //
 // With an LS harm signal (koordlet/signals: eBPF run-queue delay, else PSI triggers,
 // picked from signals.mode) the budget is qos.Guard's: only harm cuts batch, at once,
@@ -45,8 +56,15 @@
 //     looked for again, never fatal. A pod the agent cannot attribute (its
 //     cgroup unreadable, or not yet listed) counts as LS.
 //   - A (re)starting agent bounds the tier at the policy minimum before it has
-//     measured anything, and a graceful stop leaves batch bounded; quotas live
-//     in the kernel, so a crashed agent leaves the last ones in force.
+//     measured anything, and a graceful stop leaves batch bounded: the shutdown
+//     plan writes every limit that differs from its share (no deadband, no
+//     pacing), so the tier and the in-place pods together hold at most the
+//     shutdown budget. Quotas live in the kernel, so a crashed agent leaves the
+//     last ones in force.
+//   - cgroup v1 refuses a pod quota below its containers' own CFS limits: a cut
+//     there lowers the containers first (their limits come back as the pod is
+//     raised, and when it leaves batch); a cut the kernel still clamps is not
+//     asked for again while unchanged (each attempt would count as a write).
 //   - A freeze never outlives the agent: it thaws on shutdown, at start (a
 //     crashed run may have left batch frozen), for a pod being deleted and for
 //     a pod that leaves batch. Each freeze or thaw is bounded to 50 ms.
@@ -55,6 +73,9 @@
 //     source syncs; a pod that leaves batch gets kubelet's values back.
 //   - The reclaimer is fed only after the first second: the first samples were
 //     seen to count batch as system, and its averages would carry that.
+//   - The GPU loop's files (gpuloop.go, mps.go) read the Agent's pod table and
+//     collaborators directly (a.sorted, a.pods, a.hier, a.layout, ...): those stay
+//     Agent fields.
 //   - The control loop is single-goroutine; /status reads an atomically
 //     swapped snapshot, node metrics, the Node's batch resources and evictions
 //     are written from their own goroutines.

@@ -29,14 +29,15 @@ const freezeTimeout = 50 * time.Millisecond
 // itself), freeze batch while LS leaves it nothing for longer than freezeAfter, and
 // evict batch pods (lowest priority, largest memory, newest first) only when node memory
 // crosses the eviction threshold or batch has been starved past starvationTimeout. Memory
-// is the last sample (a.mem), as old as a.mem.at.
+// is the last sample, as old as the sampler's mem.at.
 func (a *Agent) escalate(b qos.Budget, hasBatch bool, now time.Time) {
-	in := qos.EscalationInput{Now: now, Budget: b, HasBatch: hasBatch, MemoryAt: a.mem.at}
-	if a.mem.ok {
-		in.MemoryUsed, in.MemoryCapacity = int64(a.mem.last.Used), int64(a.mem.last.Capacity)
+	mem := &a.sampler.mem
+	in := qos.EscalationInput{Now: now, Budget: b, HasBatch: hasBatch, MemoryAt: mem.at}
+	if mem.ok {
+		in.MemoryUsed, in.MemoryCapacity = int64(mem.last.Used), int64(mem.last.Capacity)
 	}
-	d := a.escalator.Decide(in)
-	a.lastEscalation = d
+	d := a.ctl.escalator.Decide(in)
+	a.ctl.lastEscalation = d
 	a.escMetrics.Level.Set(float64(d.Level))
 	if d.Froze {
 		a.escMetrics.Freezes.WithLabelValues(qos.EscalationReasonCPUContention).Inc()
@@ -45,9 +46,9 @@ func (a *Agent) escalate(b qos.Budget, hasBatch bool, now time.Time) {
 	if d.Thawed {
 		a.log.Info("LS left room again; thawing batch")
 	}
-	a.setFrozen(d.Freeze)
+	a.act.setFrozen(a.sorted, d.Freeze)
 	if d.Evict != nil {
-		cands := a.evictionCandidates()
+		cands := evictionCandidates(a.sorted)
 		if len(cands) == 0 {
 			return
 		}
@@ -59,9 +60,9 @@ func (a *Agent) escalate(b qos.Budget, hasBatch bool, now time.Time) {
 
 // evictionCandidates are the batch pods the agent knows by name and that are not being
 // deleted already; LS and BE pods are never candidates.
-func (a *Agent) evictionCandidates() []qos.EvictionCandidate {
+func evictionCandidates(pods []*podState) []qos.EvictionCandidate {
 	var out []qos.EvictionCandidate
-	for _, st := range a.sorted {
+	for _, st := range pods {
 		if st.class != qos.ClassBatch || st.terminating || st.namespace == "" {
 			continue
 		}
@@ -75,16 +76,16 @@ func (a *Agent) evictionCandidates() []qos.EvictionCandidate {
 // setFrozen freezes (or thaws) the tier and the in-place batch pods. A pod being deleted
 // is never kept frozen: it could not handle SIGTERM. Groups that fail are retried next
 // period.
-func (a *Agent) setFrozen(freeze bool) {
-	if a.tier != nil && a.tierFrozen != freeze {
-		if err := a.freeze(a.tier, freeze); err == nil {
-			a.tierFrozen = freeze
+func (x *actuator) setFrozen(pods []*podState, freeze bool) {
+	if x.tier != nil && x.tierFrozen != freeze {
+		if err := x.freeze(x.tier, freeze); err == nil {
+			x.tierFrozen = freeze
 		}
 	}
-	if !freeze && a.frozenPods == 0 {
+	if !freeze && x.frozenPods == 0 {
 		return // the common case: nothing to walk
 	}
-	for _, st := range a.sorted {
+	for _, st := range pods {
 		if st.class != qos.ClassBatch || st.inTier || st.group == nil {
 			continue
 		}
@@ -94,27 +95,27 @@ func (a *Agent) setFrozen(freeze bool) {
 		}
 		// A freeze that timed out may have frozen part of the pod (v1 stays FREEZING and
 		// goes on): count it frozen, so that a thaw, and the shutdown's, reach it.
-		if err := a.freeze(st.group, want); err == nil || (want && !errors.Is(err, cgroups.ErrNotExist)) {
-			a.setPodFrozen(st, want)
+		if err := x.freeze(st.group, want); err == nil || (want && !errors.Is(err, cgroups.ErrNotExist)) {
+			x.setPodFrozen(st, want)
 		}
 	}
 }
 
 // setPodFrozen records a pod's freezer state and keeps frozenPods in step.
-func (a *Agent) setPodFrozen(st *podState, frozen bool) {
+func (x *actuator) setPodFrozen(st *podState, frozen bool) {
 	if st.frozen == frozen {
 		return
 	}
 	st.frozen = frozen
 	if frozen {
-		a.frozenPods++
+		x.frozenPods++
 	} else {
-		a.frozenPods--
+		x.frozenPods--
 	}
 }
 
 // freeze freezes or thaws one group within freezeTimeout.
-func (a *Agent) freeze(g *cgroups.Group, freeze bool) error {
+func (x *actuator) freeze(g *cgroups.Group, freeze bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), freezeTimeout)
 	defer cancel()
 	var err error
@@ -124,25 +125,35 @@ func (a *Agent) freeze(g *cgroups.Group, freeze bool) error {
 		err = g.ThawContext(ctx)
 	}
 	if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
-		a.log.Warn("freezing or thawing batch; retrying next period", "cgroup", g.Path(), "freeze", freeze, "err", err)
+		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		x.log.Warn("freezing or thawing batch; retrying next period", "cgroup", g.Path(), "freeze", freeze, "err", err)
 	}
 	return err
 }
 
 // thawAll thaws the tier and every batch pod the agent froze (shutdown), and, at start,
 // a tier a crashed run left frozen.
-func (a *Agent) thawAll() {
-	if a.tier != nil {
-		if err := a.freeze(a.tier, false); err == nil {
-			a.tierFrozen = false
+func (x *actuator) thawAll(pods []*podState) {
+	if x.tier != nil {
+		if err := x.freeze(x.tier, false); err == nil {
+			x.tierFrozen = false
 		}
 	}
-	for _, st := range a.sorted {
+	for _, st := range pods {
 		if st.frozen && st.group != nil {
-			if err := a.freeze(st.group, false); err == nil {
-				a.setPodFrozen(st, false)
+			if err := x.freeze(st.group, false); err == nil {
+				x.setPodFrozen(st, false)
 			}
 		}
 	}
+}
+
+// forget releases a pod the table drops or replaces: a pod the agent froze is thawed
+// (a pod that left batch must run; a gone one no longer counts in frozenPods).
+func (x *actuator) forget(st *podState) {
+	if st.frozen && st.group != nil {
+		_ = x.freeze(st.group, false)
+	}
+	x.setPodFrozen(st, false)
+	st.close()
 }

@@ -11,13 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/duty"
 	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
@@ -268,7 +268,7 @@ var _ gpuMilliSink = (*nodestatus.Publisher)(nil)
 // gpuNodeMetrics is the GPU section of node-metrics version 2 (publisher goroutine):
 // the GPU loop's window means plus kubelet's whole-GPU allocation. It also hands the
 // Node writer understory.io/gpu-milli: 1000 per healthy GPU.
-func (a *Agent) gpuNodeMetrics(ctx context.Context) *metrics.GPUMetrics {
+func (a *Agent) gpuNodeMetrics(ctx context.Context) *contract.GPUMetrics {
 	g := a.gpu.NodeGPUs()
 	if s, ok := a.batchSink.(gpuMilliSink); ok {
 		healthy := int64(0)
@@ -294,14 +294,14 @@ func (a *Agent) gpuNodeMetrics(ctx context.Context) *metrics.GPUMetrics {
 // allocation maps kubelet's device IDs to GPU indices and its pods (namespace/name) to
 // UIDs the agent knows. IDs no GPU of the inventory matches (MIG devices, another
 // plugin's) are left out; a pod left with none is dropped.
-func allocation(a podsource.DeviceAllocation, inv []devices.GPU, pods gpu.PodView) *metrics.GPUAllocation {
+func allocation(a podsource.DeviceAllocation, inv []devices.GPU, pods gpu.PodView) *contract.GPUAllocation {
 	uids := map[string]string{}
 	if m, ok := pods.(gpu.PodMap); ok {
 		for uid, p := range m {
 			uids[p.Namespace+"/"+p.Name] = string(uid)
 		}
 	}
-	out := &metrics.GPUAllocation{Pods: []metrics.PodGPUs{}}
+	out := &contract.GPUAllocation{Pods: []contract.PodGPUs{}}
 	for _, p := range a.Pods {
 		var idx []int
 		for _, id := range p.IDs {
@@ -313,7 +313,7 @@ func allocation(a podsource.DeviceAllocation, inv []devices.GPU, pods gpu.PodVie
 			continue
 		}
 		slices.Sort(idx)
-		out.Pods = append(out.Pods, metrics.PodGPUs{Namespace: p.Namespace, Name: p.Name,
+		out.Pods = append(out.Pods, contract.PodGPUs{Namespace: p.Namespace, Name: p.Name,
 			UID: uids[p.Namespace+"/"+p.Name], Devices: idx})
 	}
 	return out

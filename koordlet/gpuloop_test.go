@@ -2,20 +2,21 @@ package koordlet
 
 import (
 	"errors"
-	"github.com/understory/understory/cgroups/cgroupstest"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/understory/understory/cgroups/cgroupstest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/podsource"
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
@@ -31,7 +32,7 @@ func TestAllocation(t *testing.T) {
 		{Namespace: "ml", Name: "shared", IDs: []string{"GPU-bbb::0", "GPU-bbb::1"}},
 		{Namespace: "ml", Name: "mig", IDs: []string{"MIG-0123"}},
 	}}
-	want := &metrics.GPUAllocation{Pods: []metrics.PodGPUs{
+	want := &contract.GPUAllocation{Pods: []contract.PodGPUs{
 		{Namespace: "ml", Name: "train", UID: "u1", Devices: []int{0, 2}},
 		{Namespace: "ml", Name: "unknown-pod", Devices: []int{1}},
 		{Namespace: "ml", Name: "shared", Devices: []int{1}},

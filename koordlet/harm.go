@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/signals"
@@ -146,52 +148,71 @@ type collectorSource interface {
 	Collector() prometheus.Collector
 }
 
-// openSignals opens the harm signal source, registers its metrics on reg and exports
-// its state.
-func (a *Agent) openSignals(open SignalOpener, reg prometheus.Registerer) error {
+// harmWatch is the agent's room for the LS harm signals: the source, the LS pods it
+// watches, and the harm it reported (read in the measure step of each period, and on a
+// wake-up between two).
+type harmWatch struct {
+	sig     signalSource
+	state   signals.State
+	metrics *metrics.Agent
+	log     *slog.Logger
+	// signalled: the source is eBPF or PSI (the guard decides); in sampling mode
+	// utilisation does and no pod is watched.
+	signalled bool
+	buf       []signals.Harm
+	err       error        // the source's last read error, for /status
+	last      signals.Harm // the last harm seen
+	// watches are the LS pods handed to the source, watched how many are watched.
+	watches map[types.UID]*watchState
+	watched int
+}
+
+// openHarmWatch opens the harm signal source, registers its metrics on reg and exports
+// its state. It returns the guard that decides the budget from harm, nil in sampling
+// mode (utilisation decides).
+func openHarmWatch(cfg Config, h *cgroups.Hierarchy, open SignalOpener, reg prometheus.Registerer, m *metrics.Agent,
+	log *slog.Logger) (*harmWatch, *qos.Guard, error) {
 	if open == nil {
 		open = signals.Open
 	}
-	o := signalOptions(a.cfg, a.hier)
-	o.Logger = a.log
+	o := signalOptions(cfg, h)
+	o.Logger = log
 	src, st, err := open(o)
 	if err != nil {
-		return fmt.Errorf("opening the harm signal source: %w", err)
+		return nil, nil, fmt.Errorf("opening the harm signal source: %w", err)
 	}
-	a.sig, a.sigState = src, st
 	if cs, ok := src.(collectorSource); ok {
 		if c := cs.Collector(); c != nil {
 			if err := reg.Register(c); err != nil {
 				_ = src.Close()
-				return fmt.Errorf("registering the %s source's metrics: %w", st.Active, err)
+				return nil, nil, fmt.Errorf("registering the %s source's metrics: %w", st.Active, err)
 			}
 		}
 	}
-	for _, m := range []string{metrics.SourceEBPF, metrics.SourcePSI, metrics.SourceSampling} {
+	for _, s := range []string{metrics.SourceEBPF, metrics.SourcePSI, metrics.SourceSampling} {
 		v := 0.0
-		if m == string(st.Active) {
+		if s == string(st.Active) {
 			v = 1
 		}
-		a.metrics.SignalSource.WithLabelValues(m).Set(v)
+		m.SignalSource.WithLabelValues(s).Set(v)
 	}
 	for _, f := range st.Fallbacks {
-		a.metrics.SignalUnavailable.WithLabelValues(string(f.Mode), f.Reason).Set(1)
+		m.SignalUnavailable.WithLabelValues(string(f.Mode), f.Reason).Set(1)
 	}
 	switch {
 	case len(st.Fallbacks) > 0 && st.Requested != signals.ModeAuto:
-		a.log.Warn("the requested harm signal source is unavailable; falling back", "state", st.String())
+		log.Warn("the requested harm signal source is unavailable; falling back", "state", st.String())
 	default:
-		a.log.Info("harm signal source", "state", st.String())
+		log.Info("harm signal source", "state", st.String())
 	}
+	w := &harmWatch{sig: src, state: st, metrics: m, log: log, watches: map[types.UID]*watchState{}}
+	var guard *qos.Guard
 	if st.Active != signals.ModeSampling {
-		a.guard = qos.NewGuard(a.cfg.Signals.GuardConfig)
+		w.signalled = true
+		guard = qos.NewGuard(cfg.Signals.GuardConfig)
 	}
-	return nil
+	return w, guard, nil
 }
-
-// signalled reports whether the agent has a harm signal (eBPF or PSI): then only harm
-// cuts batch; in sampling mode utilisation does.
-func (a *Agent) signalled() bool { return a.guard != nil }
 
 // watchBackoff is how long an LS pod whose cgroup could not be watched waits before the
 // next try.
@@ -205,57 +226,100 @@ type watchState struct {
 	retryAt time.Time
 }
 
-// syncWatches brings the source's watched pods in line with the LS pods in the table:
-// new LS pods are watched (a missing cgroup is tried again every watchBackoff), pods that
-// went or left LS are unwatched. Run on slow periods and after the pod set changed.
-func (a *Agent) syncWatches(now time.Time) {
-	if !a.signalled() {
+// sync brings the source's watched pods in line with the LS pods in the table (pods, in
+// the order sorted): new LS pods are watched (a missing cgroup is tried again every
+// watchBackoff), pods that went or left LS are unwatched. Run on slow periods and after
+// the pod set changed.
+func (w *harmWatch) sync(now time.Time, pods map[types.UID]*podState, sorted []*podState) {
+	if !w.signalled {
 		return
 	}
-	for uid, w := range a.watches {
-		if cur := a.pods[uid]; cur != w.st || cur.class != qos.ClassLS {
-			if w.ok {
-				a.sig.Unwatch(string(uid))
+	for uid, ws := range w.watches {
+		if cur := pods[uid]; cur != ws.st || cur.class != qos.ClassLS {
+			if ws.ok {
+				w.sig.Unwatch(string(uid))
 			}
-			delete(a.watches, uid)
+			delete(w.watches, uid)
 		}
 	}
-	a.watchedLS = 0
-	for _, st := range a.sorted {
+	w.watched = 0
+	for _, st := range sorted {
 		if st.class != qos.ClassLS || len(st.candidates) == 0 {
 			continue
 		}
-		w := a.watches[st.uid]
-		if w == nil {
-			w = &watchState{st: st}
-			a.watches[st.uid] = w
+		ws := w.watches[st.uid]
+		if ws == nil {
+			ws = &watchState{st: st}
+			w.watches[st.uid] = ws
 		}
-		if !w.ok && !now.Before(w.retryAt) {
-			err := a.sig.Watch(signals.Pod{UID: string(st.uid), Namespace: st.namespace, Name: st.name,
+		if !ws.ok && !now.Before(ws.retryAt) {
+			err := w.sig.Watch(signals.Pod{UID: string(st.uid), Namespace: st.namespace, Name: st.name,
 				Cgroup: st.candidates[0]})
-			w.ok, w.err = err == nil, err
+			ws.ok, ws.err = err == nil, err
 			if err != nil {
-				w.retryAt = now.Add(watchBackoff)
+				ws.retryAt = now.Add(watchBackoff)
 				if !errors.Is(err, signals.ErrNotExist) {
-					a.log.Debug("LS pod not watched for harm; retrying", "pod", st.key(), "err", err)
+					w.log.Debug("LS pod not watched for harm; retrying", "pod", st.key(), "err", err)
 				}
 			}
 		}
-		if w.ok {
-			a.watchedLS++
+		if ws.ok {
+			w.watched++
 		}
 	}
 }
 
-// unwatchAll stops watching every pod (shutdown).
-func (a *Agent) unwatchAll() {
-	for uid, w := range a.watches {
-		if w.ok {
-			a.sig.Unwatch(string(uid))
+// close stops watching every pod and closes the source (shutdown).
+func (w *harmWatch) close() {
+	for uid, ws := range w.watches {
+		if ws.ok {
+			w.sig.Unwatch(string(uid))
 		}
-		delete(a.watches, uid)
+		delete(w.watches, uid)
 	}
-	a.watchedLS = 0
+	w.watched = 0
+	if err := w.sig.Close(); err != nil {
+		w.log.Warn("closing the harm signal source", "err", err)
+	}
+}
+
+// take takes the harm the source queued since the last call and picks the evidence
+// the guard acts on: the freshest window (the latest Since; a tie goes to the earliest
+// seen), which decides whether this harm may cut again after a cut.
+func (w *harmWatch) take() (signals.Harm, qos.HarmSample) {
+	var err error
+	var h signals.Harm
+	w.buf, err = w.sig.Take(w.buf[:0])
+	if err != nil {
+		w.err = err
+		w.metrics.Errors.WithLabelValues(metrics.ErrKindSignalRead).Inc()
+		w.log.Debug("harm signal unreadable; utilisation decides this period", "err", err)
+	}
+	for i, x := range w.buf {
+		w.metrics.HarmSignals.WithLabelValues(string(x.Signal)).Inc()
+		if i == 0 || x.Since.After(h.Since) || (x.Since.Equal(h.Since) && x.At.Before(h.At)) {
+			h = x
+		}
+	}
+	hs := qos.HarmSample{Blind: err != nil}
+	if len(w.buf) > 0 {
+		w.last = h
+		hs.Found, hs.Signal, hs.Since = true, h.Signal, h.Since
+	}
+	return h, hs
+}
+
+// status is the signal source's part of /status; lastCut is the last budget cut.
+func (w *harmWatch) status(lastCut cutRecord) SignalsStatus {
+	s := SignalsStatus{State: w.state, WatchedPods: w.watched, Error: errString(w.err)}
+	if h := w.last; h.Signal != qos.SignalNone {
+		s.LastHarm = &HarmStatus{Signal: string(h.Signal), Time: h.At, Pod: h.Pod, ValueSeconds: h.Value.Seconds()}
+	}
+	if c := lastCut; c.signal != qos.SignalNone {
+		s.LastCut = &CutStatus{Signal: string(c.signal), Time: c.at, Pod: c.pod, ValueSeconds: c.value.Seconds(),
+			ReactionSeconds: c.reaction.Seconds()}
+	}
+	return s
 }
 
 // cutRecord is the last budget cut, for /status.
@@ -266,85 +330,4 @@ type cutRecord struct {
 	pod      string
 	value    time.Duration
 	reaction time.Duration
-}
-
-// takeHarm takes the harm the source queued since the last call and picks the evidence
-// the guard acts on: the freshest window (the latest Since; a tie goes to the earliest
-// seen), which decides whether this harm may cut again after a cut.
-func (a *Agent) takeHarm() (h signals.Harm, found bool, blind bool) {
-	var err error
-	a.harmBuf, err = a.sig.Take(a.harmBuf[:0])
-	if err != nil {
-		a.sigErr = err
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindSignalRead).Inc()
-		a.log.Debug("harm signal unreadable; utilisation decides this period", "err", err)
-	}
-	for i, x := range a.harmBuf {
-		a.metrics.HarmSignals.WithLabelValues(string(x.Signal)).Inc()
-		if i == 0 || x.Since.After(h.Since) || (x.Since.Equal(h.Since) && x.At.Before(h.At)) {
-			h = x
-		}
-	}
-	if len(a.harmBuf) > 0 {
-		a.lastHarm = h
-	}
-	return h, len(a.harmBuf) > 0, err != nil
-}
-
-// guarded replaces the utilisation budget b by the guard's decision on the harm seen
-// since the last call (signal modes). It returns the harm behind a cut, if any.
-func (a *Agent) guarded(b qos.Budget, now time.Time) (qos.Budget, qos.GuardDecision, signals.Harm) {
-	h, found, blind := a.takeHarm()
-	in := qos.GuardInput{Now: now, Budget: b, Blind: blind}
-	if found {
-		in.Harm, in.HarmSince = h.Signal, h.Since
-	}
-	d := a.guard.Next(in)
-	b.Previous, b.Applied, b.Reason = d.Previous, d.Applied, d.Reason
-	return b, d, h
-}
-
-// react answers a wake-up of the signal source between two periods: harm cuts batch at
-// once, without waiting for the next utilisation sample. The budget's other terms are
-// the last period's.
-func (a *Agent) react(now time.Time) {
-	if a.lastUtil.NodeCPUs <= 0 {
-		// No period has measured the node yet: the tier is still at the start-up bound.
-		_, _, _ = a.takeHarm()
-		return
-	}
-	b, d, h := a.guarded(a.lastUtil, now)
-	if b.Applied == a.last.Applied {
-		// A hold (evidence from before the last cut, batch at its floor): the budget in
-		// force stays; the next period's status shows it.
-		return
-	}
-	a.enforce(b, now)
-	a.recordBudget(b, d.Cause, h, now, time.Now(), 0)
-	a.storeStatus(now, a.lastUsage, b, false)
-}
-
-// recordBudget counts a cut or a restore of the budget in force and remembers it. For a
-// cut by a harm signal the reaction is from when the signal was seen to written, just
-// after the quotas were written; for a utilisation cut it is window (from the start of
-// the sample window in which the rise became visible to the write).
-func (a *Agent) recordBudget(b qos.Budget, cause qos.Signal, h signals.Harm, now, written time.Time,
-	window time.Duration) {
-	switch {
-	case b.Applied < a.last.Applied:
-		if cause == qos.SignalNone {
-			cause = qos.SignalUtilisation
-		}
-		rec := cutRecord{signal: cause, at: now, reaction: window, seen: now.Add(-window)}
-		if cause != qos.SignalUtilisation {
-			rec.reaction, rec.seen, rec.pod, rec.value = max(0, written.Sub(h.At)), h.At, h.Pod, h.Value
-		}
-		a.metrics.Actions.WithLabelValues(metrics.ActionCut).Inc()
-		a.metrics.Cuts.WithLabelValues(string(cause)).Inc()
-		a.metrics.CutReaction.WithLabelValues(string(cause)).Observe(rec.reaction.Seconds())
-		a.lastCut = rec
-	case b.Applied > a.last.Applied && a.ticks > 2:
-		a.metrics.Actions.WithLabelValues(metrics.ActionRestore).Inc()
-	}
-	a.last = b
 }

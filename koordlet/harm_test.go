@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,6 +188,7 @@ func TestAgentHarmWakesTheLoop(t *testing.T) {
 	before := r.quota(r.tier) + r.quota(r.inPlace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	launched := time.Now()
 	go func() { done <- r.agent.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -193,7 +196,10 @@ func TestAgentHarmWakesTheLoop(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	time.Sleep(50 * time.Millisecond) // past Run's first tick
+	// Past Run's first tick (on the real clock): the loop now waits out its 10 s period.
+	testenv.WaitFor(t, 5*time.Second, "Run's first control period", func() bool {
+		return !r.agent.Status().Time.Before(launched)
+	})
 	start := time.Now()
 	src.report(qos.SignalPSICPU, "default/ls")
 	for r.quota(r.tier)+r.quota(r.inPlace) >= before {
@@ -328,8 +334,8 @@ func TestAgentSignalFallback(t *testing.T) {
 					t.Fatalf("understory_signal_source{source=%q} %v, want %v", m, v, want)
 				}
 			}
-			if (tc.active == signals.ModeSampling) == r.agent.signalled() {
-				t.Fatalf("signalled() = %v with %s active", r.agent.signalled(), tc.active)
+			if (tc.active == signals.ModeSampling) == r.agent.ctl.signalled() {
+				t.Fatalf("signalled() = %v with %s active", r.agent.ctl.signalled(), tc.active)
 			}
 		})
 	}

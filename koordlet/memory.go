@@ -1,7 +1,6 @@
 package koordlet
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -55,34 +54,34 @@ type memoryReader struct {
 // within 1 % of a core with 110 pods (every other period cost 0.4 % more).
 const memoryEvery = 5
 
-// readMemory samples the node's memory into a.mem (last, ok, at). When the node's
+// readMemory samples the node's memory into s.mem (last, ok, at). When the node's
 // memory cannot be read the last figures stay; a missing memory controller only leaves
 // the per-class figures at 0.
-func (a *Agent) readMemory(slow bool, now time.Time) {
-	r := &a.mem
-	info, err := collect.ReadMemInfo(a.cfg.ProcRoot)
+func (s *sampler) readMemory(pods []*podState, lsMemRequests float64, slow bool, now time.Time) {
+	r := &s.mem
+	info, err := collect.ReadMemInfo(s.procRoot)
 	if err != nil {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
-		a.log.Error("reading node memory; keeping the last memory figures", "err", err)
+		s.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
+		s.log.Error("reading node memory; keeping the last memory figures", "err", err)
 		return
 	}
 	if slow || !r.ok {
 		r.kubepodsLimit = 0
-		if g := a.loadOnce(&r.kubepods, a.layout.kubepods()); g != nil {
+		if g := s.loadOnce(&r.kubepods, s.layout.kubepods()); g != nil {
 			if max, _, err := g.MemoryLimit(); err == nil && max > 0 && uint64(max) < info.Total {
 				r.kubepodsLimit = float64(max)
 			}
 		}
-		a.podMemory()
+		s.podMemory(pods)
 	}
 	nodeUsed := float64(info.Total - min(info.Available, info.Total))
 	m := MemoryUsage{Capacity: float64(info.Total), Used: nodeUsed}
-	kubepods, kpErr := a.groupMemory(&r.kubepods, &r.kubepodsMem, a.layout.kubepods())
-	be, beErr := a.groupMemory(&r.besteffort, &r.besteffortMem, a.besteffort.path)
-	tier, tierErr := a.groupMemory(&r.tier, &r.tierMem, a.layout.tier)
+	kubepods, kpErr := s.groupMemory(&r.kubepods, &r.kubepodsMem, s.layout.kubepods())
+	be, beErr := s.groupMemory(&r.besteffort, &r.besteffortMem, s.besteffort.path)
+	tier, tierErr := s.groupMemory(&r.tier, &r.tierMem, s.layout.tier)
 	if kpErr == nil && beErr == nil && tierErr == nil {
 		tierOutsideBE := tier
-		if a.tierInBE {
+		if s.tierInBE {
 			tierOutsideBE = 0
 		}
 		m.LS = math.Max(0, kubepods-be-tierOutsideBE-r.otherOutBE+r.lsInBE)
@@ -97,24 +96,24 @@ func (a *Agent) readMemory(slow bool, now time.Time) {
 		// safe side (batch memory is then computed from the node's use alone).
 		m.LS = m.Used
 	}
-	m.LSRequests = a.lsMemRequests
+	m.LSRequests = lsMemRequests
 	r.last, r.ok, r.at = m, true, now
 }
 
 // loadOnce returns *g, loading rel into it first when it is not loaded; nil when rel
 // cannot be loaded (tried again next time).
-func (a *Agent) loadOnce(g **cgroups.Group, rel string) *cgroups.Group {
+func (s *sampler) loadOnce(g **cgroups.Group, rel string) *cgroups.Group {
 	if *g == nil {
-		*g, _ = a.hier.Load(rel)
+		*g, _ = s.hier.Load(rel)
 	}
 	return *g
 }
 
 // groupMemory is one aggregate's working set in bytes, read through *mr; an error drops
 // the loaded group and its reader, so both are opened again next time.
-func (a *Agent) groupMemory(g **cgroups.Group, mr **cgroups.MemoryReader, rel string) (float64, error) {
+func (s *sampler) groupMemory(g **cgroups.Group, mr **cgroups.MemoryReader, rel string) (float64, error) {
 	if *mr == nil {
-		if a.loadOnce(g, rel) == nil {
+		if s.loadOnce(g, rel) == nil {
 			return 0, fmt.Errorf("loading %s: %w", rel, cgroups.ErrNotExist)
 		}
 		r, err := (*g).MemoryReader()
@@ -146,11 +145,11 @@ func (r *memoryReader) close() {
 // podMemory samples the working set of the pods the aggregates cannot attribute, on slow
 // periods: batch pods (eviction candidates, the batch total) and pods of a class other
 // than the one kubelet's cgroup implies.
-func (a *Agent) podMemory() {
-	r := &a.mem
+func (s *sampler) podMemory(pods []*podState) {
+	r := &s.mem
 	r.lsInBE, r.otherOutBE, r.inPlaceInBE, r.inPlace = 0, 0, 0, 0
-	for _, st := range a.sorted {
-		mismatched := !st.inTier && (st.class == qos.ClassLS) == (st.kubeQOS == cgroups.QOSBestEffort)
+	for _, st := range pods {
+		mismatched := st.mismatched()
 		if st.group == nil || (st.class != qos.ClassBatch && !mismatched) {
 			continue
 		}
@@ -184,83 +183,3 @@ func (a *Agent) podMemory() {
 		}
 	}
 }
-
-// Memory limits.
-const (
-	// memoryHighShare is where a v2 memory.high is put below memory.max: reclaim (and
-	// throttling of the allocating task) starts before the OOM killer.
-	memoryHighShare = 0.9
-	// minTierMemory is the smallest memory limit the tier gets: a few pages of headroom
-	// so a cut to "nothing" does not make every batch allocation an OOM kill at once;
-	// LS harm beyond that is the eviction path's job.
-	minTierMemory = 64 << 20
-	// memoryRaiseInterval bounds how often a memory limit is raised.
-	memoryRaiseInterval = time.Second
-)
-
-// memoryLimitState is a memory limit the agent writes.
-type memoryLimitState struct {
-	bytes   float64 // in force; NaN unknown
-	written time.Time
-	// busy is when the kernel last refused a cut (memory in use it could not reclaim);
-	// such a cut is retried at most every memoryRaiseInterval.
-	busy time.Time
-	// err is the last write error, for /status.
-	err error
-}
-
-// enforceTierMemory applies the tier's memory limit: capacity × threshold − LS usage,
-// cut at once, raised past a deadband at most every memoryRaiseInterval.
-func (a *Agent) enforceTierMemory(m MemoryUsage, threshold float64, now time.Time) {
-	want := math.Max(minTierMemory, math.Min(m.Capacity, m.Capacity*threshold-m.LS))
-	a.writeMemoryLimit(a.tier, &a.tierMemory, want, now)
-}
-
-// enforcePodMemory gives a batch pod its own understory.io/batch-memory limit.
-func (a *Agent) enforcePodMemory(st *podState, now time.Time) {
-	if st.spec.batchMemory <= 0 || st.group == nil {
-		return
-	}
-	a.writeMemoryLimit(st.group, &st.memory, float64(st.spec.batchMemory), now)
-	st.wroteMemory = st.wroteMemory || !math.IsNaN(st.memory.bytes)
-}
-
-// writeMemoryLimit writes want (bytes) as g's memory limit when it is a cut, or a raise
-// worth a write. A cut the kernel refuses because the memory is in use keeps the old
-// limit and is reported; it is retried at most every memoryRaiseInterval.
-func (a *Agent) writeMemoryLimit(g *cgroups.Group, s *memoryLimitState, want float64, now time.Time) {
-	cur := s.bytes
-	known := !math.IsNaN(cur) && cur > 0
-	switch {
-	case !known:
-	case want < cur:
-		if !s.busy.IsZero() && now.Sub(s.busy) < memoryRaiseInterval {
-			return
-		}
-	case want-cur < memoryDeadband(cur) || now.Sub(s.written) < memoryRaiseInterval:
-		return
-	}
-	max := int64(want)
-	if err := g.SetMemoryLimit(max, int64(float64(max)*memoryHighShare)); err != nil {
-		s.err = err
-		if errors.Is(err, cgroups.ErrBusy) {
-			s.busy = now
-			a.metrics.Actions.WithLabelValues(metrics.ActionMemoryCutRefused).Inc()
-			return
-		}
-		if !errors.Is(err, cgroups.ErrNotExist) && !errors.Is(err, cgroups.ErrUnsupported) {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
-			a.log.Error("writing memory limit; retrying next period", "cgroup", g.Path(), "err", err)
-		}
-		s.bytes = nan()
-		return
-	}
-	if known && want < cur {
-		a.metrics.Actions.WithLabelValues(metrics.ActionMemoryCut).Inc()
-	}
-	s.bytes, s.written, s.busy, s.err = float64(max), now, time.Time{}, nil
-}
-
-// memoryDeadband is the smallest raise of a memory limit worth a write: 2 % of it, at
-// least 16 MiB.
-func memoryDeadband(cur float64) float64 { return math.Max(16<<20, 0.02*cur) }

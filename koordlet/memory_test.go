@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/qos"
 )
 
 const gib = 1 << 30
@@ -122,7 +123,7 @@ func TestAgentMemoryLimits(t *testing.T) {
 			}
 			if kind.IsV2() {
 				highOf1Gi := float64(gib)
-				highOf1Gi *= memoryHighShare
+				highOf1Gi *= qos.MemoryHighShare
 				if h, _ := strconv.ParseInt(m.memFile(m.inPlace, "memory.high"), 10, 64); h != int64(highOf1Gi) {
 					t.Fatalf("memory.high = %v, want 0.9 of 1Gi", h)
 				}

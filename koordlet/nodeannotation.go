@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/contract"
 )
 
 // NodeAnnotator publishes node metrics on the agent's own Node, with a merge patch that
@@ -33,7 +33,7 @@ func NewNodeAnnotator(nodes nodePatcher, nodeName string) *NodeAnnotator {
 }
 
 // Publish patches both annotations in one write.
-func (n *NodeAnnotator) Publish(ctx context.Context, m metrics.NodeMetrics) error {
+func (n *NodeAnnotator) Publish(ctx context.Context, m contract.NodeMetrics) error {
 	values, err := m.EncodeAnnotations()
 	if err != nil {
 		return fmt.Errorf("encoding node metrics: %w", err)

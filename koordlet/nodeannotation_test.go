@@ -11,15 +11,15 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
-	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/contract"
 )
 
 func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1",
 		Annotations: map[string]string{"other": "kept"}, Labels: map[string]string{"l": "v"}}})
-	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: time.Now().UTC().Truncate(time.Second),
-		WindowMillis: 1000, CPU: metrics.CPUMetrics{Capacity: 2000, Used: 500}}
+	m := contract.NodeMetrics{Version: contract.NodeMetricsVersion, Timestamp: time.Now().UTC().Truncate(time.Second),
+		WindowMillis: 1000, CPU: contract.CPUMetrics{Capacity: 2000, Used: 500}}
 	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -27,25 +27,25 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
+	got, err := contract.DecodeNodeMetrics(n.Annotations[contract.AnnotationNodeMetrics])
 	if err != nil || got != m {
 		t.Fatalf("annotation decodes to %+v, %v; want %+v", got, err, m)
 	}
 	// Version 2 (for readers that know it) carries the same figures, and a GPU section.
-	m.GPU = &metrics.GPUMetrics{Devices: []metrics.GPUDevice{{Index: 0, UUID: "GPU-a", Healthy: true, Util: 40,
+	m.GPU = &contract.GPUMetrics{Devices: []contract.GPUDevice{{Index: 0, UUID: "GPU-a", Healthy: true, Util: 40,
 		LSUtil: 30, MemTotal: 1 << 30, Reclaimable: 0.7}}}
-	m.Version = metrics.NodeMetricsVersion2
+	m.Version = contract.NodeMetricsVersion2
 	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
 	if n, err = client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v1, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
-	if err != nil || v1.Version != metrics.NodeMetricsVersion || v1.GPU != nil || v1.CPU != m.CPU {
+	v1, err := contract.DecodeNodeMetrics(n.Annotations[contract.AnnotationNodeMetrics])
+	if err != nil || v1.Version != contract.NodeMetricsVersion || v1.GPU != nil || v1.CPU != m.CPU {
 		t.Fatalf("v1 annotation decodes to %+v, %v", v1, err)
 	}
-	v2, err := metrics.DecodeNodeAnnotations(n.Annotations)
+	v2, err := contract.DecodeNodeAnnotations(n.Annotations)
 	if err != nil || v2.GPU == nil || len(v2.GPU.Devices) != 1 || v2.GPU.Devices[0].Reclaimable != 0.7 {
 		t.Fatalf("v2 annotation decodes to %+v, %v", v2, err)
 	}
@@ -53,7 +53,7 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 		t.Fatalf("patch touched other fields: %+v", n.ObjectMeta)
 	}
 	// An invalid value is refused before it reaches the API server.
-	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), metrics.NodeMetrics{}); !errors.Is(err, metrics.ErrInvalidNodeMetrics) {
+	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "n1").Publish(context.Background(), contract.NodeMetrics{}); !errors.Is(err, contract.ErrInvalidNodeMetrics) {
 		t.Fatalf("publishing an invalid value: %v", err)
 	}
 	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "missing").Publish(context.Background(), m); err == nil {
@@ -84,9 +84,9 @@ func TestAgentPublishesWindowMeans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.DecodeNodeMetrics(n.Annotations[metrics.AnnotationNodeMetrics])
+	m, err := contract.DecodeNodeMetrics(n.Annotations[contract.AnnotationNodeMetrics])
 	if err != nil {
-		t.Fatalf("annotation %q: %v", n.Annotations[metrics.AnnotationNodeMetrics], err)
+		t.Fatalf("annotation %q: %v", n.Annotations[contract.AnnotationNodeMetrics], err)
 	}
 	if m.CPU.Capacity != 2000 || m.CPU.LS < 390 || m.CPU.LS > 410 || m.CPU.Used < 1490 || m.CPU.Used > 1510 ||
 		m.CPU.Batch < 990 || m.CPU.Batch > 1010 || m.CPU.BatchBudget <= 0 || m.WindowMillis < 1000 {

@@ -1,7 +1,6 @@
 package koordlet
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -66,18 +65,24 @@ type podState struct {
 	// memory is the pod's own memory limit (its understory.io/batch-memory limit) in
 	// force; wroteMemory is set once the agent has written one (kubelet's limit then
 	// goes back when the pod leaves batch).
-	memory      memoryLimitState
+	memory      memState
 	wroteMemory bool
-	// quota is the per-pod limit in force (cores), -1 when unlimited, NaN when unknown
-	// (never written or the last write failed: rewrite next period).
-	quota float64
-	// lastWrite is when quota was written.
-	lastWrite time.Time
+	// quota is the per-pod CFS limit in force (its Cores: -1 when unlimited, NaN when
+	// unknown: never written or the last write failed, rewritten next period) and the
+	// descendants' limits lowered for a v1 cut.
+	quota cpuState
 	// stats are the pod's CPU statistics at the last read (throttling metrics).
 	stats cpuStats
 }
 
 func (p *podState) key() string { return p.namespace + "/" + p.name }
+
+// mismatched reports whether the pod does not run where kubelet's cgroup for its class
+// would put it (an LS pod in BestEffort, a batch or BE pod outside it), below the tier
+// aside.
+func (p *podState) mismatched() bool {
+	return !p.inTier && (p.class == qos.ClassLS) == (p.kubeQOS == cgroups.QOSBestEffort)
+}
 
 // close releases the pod's open files.
 func (p *podState) close() {
@@ -137,16 +142,6 @@ func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, err
 	return joinRoot(kubeletRoot, tier), nil
 }
 
-// TierPodCgroup is where the NRI plugin puts a batch pod's containers: its own cgroup
-// below the tier.
-func TierPodCgroup(d cgroups.Driver, kubeletRoot, parent, name, uid string) (string, error) {
-	tier, err := TierCgroup(d, kubeletRoot, parent, name)
-	if err != nil {
-		return "", err
-	}
-	return nriPodCgroup(d, tier, uid)
-}
-
 func joinRoot(kubeletRoot, rel string) string {
 	if p := strings.Trim(kubeletRoot, "/"); p != "" {
 		return path.Join(p, rel)
@@ -198,12 +193,12 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 		}
 		if st != nil {
 			if st.class == qos.ClassBatch && class != qos.ClassBatch {
-				a.leaveBatch(st, spec)
+				a.act.leaveBatch(st, spec)
 			}
-			a.forget(st)
+			a.act.forget(st)
 		}
 		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
-			classErr: classErr, quota: nan(), spec: spec,
+			classErr: classErr, quota: unknownCPU(), memory: unknownMemory(), spec: spec,
 			terminating: pod.DeletionTimestamp != nil}
 		cgs, err := a.layout.podCgroups(class, kq, pod.UID)
 		if err != nil {
@@ -219,9 +214,9 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 	}
 	for uid, st := range a.pods {
 		if !seen[uid] {
-			a.forget(st)
+			a.act.forget(st)
 			delete(a.pods, uid)
-			a.removeTierPod(st)
+			a.act.removeTierPod(st)
 		}
 	}
 	a.resort()
@@ -230,7 +225,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 // resort rebuilds the sorted pod list and the LS pods' requests after the pod table
 // changed.
 func (a *Agent) resort() {
-	a.podsChanged, a.gpuPodsStale = true, true
+	a.sampler.podsChanged, a.gpuPodsStale = true, true
 	a.sorted = a.sorted[:0]
 	a.lsCPURequests, a.lsMemRequests = 0, 0
 	a.batchCPURequests, a.batchMemRequests = 0, 0
@@ -253,111 +248,21 @@ func (a *Agent) resort() {
 	})
 }
 
-// forget releases a pod the table drops or replaces: a pod the agent froze is thawed
-// (a pod that left batch must run; a gone one no longer counts in frozenPods).
-func (a *Agent) forget(st *podState) {
-	if st.frozen && st.group != nil {
-		_ = a.freeze(st.group, false)
-	}
-	a.setPodFrozen(st, false)
-	st.close()
-}
-
 // podActive reports whether the pod can still run processes.
 func podActive(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// readPod samples one pod's CPU usage, opening its cgroup when needed. A missing
-// cgroup (pod not started yet, or removed under us) is skipped and looked up again later.
-func (a *Agent) readPod(st *podState, now time.Time) {
-	st.fresh = false
-	if len(st.candidates) == 0 {
-		return
-	}
-	if st.reader == nil {
-		if now.Before(st.nextOpen) {
-			return
-		}
-		err := a.openPod(st)
-		if err != nil {
-			st.lastErr = err
-			st.nextOpen = now.Add(reopenBackoff)
-			if !errors.Is(err, cgroups.ErrNotExist) {
-				a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
-			}
-			return
-		}
-	}
-	if st.class == qos.ClassBatch && !st.inTier && !now.Before(st.nextOpen) {
-		// The NRI plugin puts a batch pod's containers below the tier as they are created,
-		// possibly after the agent found the pod's sandbox in kubelet's cgroup: switch.
-		st.nextOpen = now.Add(reopenBackoff)
-		if a.hier.Exists(st.candidates[0]) {
-			st.close()
-			if err := a.openPod(st); err != nil {
-				st.lastErr = err
-				return
-			}
-		}
-	}
-	v, err := st.reader.Read()
-	if err != nil {
-		st.lastErr = err
-		if !errors.Is(err, cgroups.ErrNotExist) {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
-		}
-		a.log.Debug("pod cgroup unreadable; skipping it", "pod", st.key(), "cgroup", st.cgroup, "err", err)
-		st.close()
-		st.nextOpen = now.Add(reopenBackoff)
-		return
-	}
-	if cores, ok := st.rate.Update(now, v); ok {
-		st.usage, st.fresh = cores, true
-		st.demand.add(cores, now.Sub(st.sampledAt))
-	}
-	st.sampledAt = now
-}
-
-// openPod finds the first of the pod's candidate cgroups that exists and opens it.
-func (a *Agent) openPod(st *podState) error {
-	var err error
-	for i, cg := range st.candidates {
-		var g *cgroups.Group
-		if g, err = a.hier.Load(cg); err != nil {
-			continue
-		}
-		r, err := g.UsageReader()
-		if err != nil {
-			return err
-		}
-		if st.memReader != nil { // of the group this one replaces
-			_ = st.memReader.Close()
-			st.memReader = nil
-		}
-		st.group, st.reader, st.lastErr = g, r, nil
-		a.gpuPodsStale = a.gpuPodsStale || st.cgroup != cg
-		st.cgroup, st.inTier = cg, st.class == qos.ClassBatch && i == 0
-		st.nextOpen = time.Time{}
-		st.rate, st.demand = collect.Rate{}, demand{}
-		st.setUp = false
-		st.quota = nan()
-		st.memory = memoryLimitState{bytes: nan()}
-		return nil
-	}
-	return err
-}
-
 // removeTierPod deletes a gone batch pod's cgroup below the tier, which the runtime
 // leaves behind (it removes only the container cgroups). A group still holding tasks is
 // left alone.
-func (a *Agent) removeTierPod(st *podState) {
+func (x *actuator) removeTierPod(st *podState) {
 	if st.class != qos.ClassBatch || len(st.candidates) == 0 {
 		return
 	}
 	// The runtime made it with mkdir -p in every hierarchy, so remove it from all of them.
-	if err := a.hier.RemoveEmpty(st.candidates[0]); err != nil {
-		a.log.Debug("tier cgroup of a gone pod not removed", "cgroup", st.candidates[0], "err", err)
+	if err := x.hier.RemoveEmpty(st.candidates[0]); err != nil {
+		x.log.Debug("tier cgroup of a gone pod not removed", "cgroup", st.candidates[0], "err", err)
 	}
 }
 

@@ -4,11 +4,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/understory/understory/cgroups"
-	"github.com/understory/understory/qos"
 )
 
 // podSpec is what the agent takes from a pod's spec: its requests (LS requests enter the
@@ -57,14 +58,14 @@ func specOf(pod *corev1.Pod, kq cgroups.KubeQOS) podSpec {
 		memRequest: float64(reqs.Memory().Value()),
 		kubelet:    kubeletCgroup{shares: minShares, quota: cgroups.Unlimited, memoryLimit: -1},
 	}
-	if q, ok := limits[qos.ResourceBatchCPU]; ok {
+	if q, ok := limits[contract.ResourceBatchCPU]; ok {
 		s.batchCPU = float64(q.Value()) / 1000 // the resource counts millicores
-	} else if q, ok := reqs[qos.ResourceBatchCPU]; ok {
+	} else if q, ok := reqs[contract.ResourceBatchCPU]; ok {
 		s.batchCPU = float64(q.Value()) / 1000
 	}
-	if q, ok := limits[qos.ResourceBatchMemory]; ok {
+	if q, ok := limits[contract.ResourceBatchMemory]; ok {
 		s.batchMemory = q.Value()
-	} else if q, ok := reqs[qos.ResourceBatchMemory]; ok {
+	} else if q, ok := reqs[contract.ResourceBatchMemory]; ok {
 		s.batchMemory = q.Value()
 	}
 	if pod.Spec.Priority != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -14,7 +15,7 @@ import (
 // nodeMetricsPublisher delivers node metrics to the scheduler (the Node annotation in
 // Kubernetes mode).
 type nodeMetricsPublisher interface {
-	Publish(ctx context.Context, m metrics.NodeMetrics) error
+	Publish(ctx context.Context, m contract.NodeMetrics) error
 }
 
 // publisher averages the per-period figures over the publishing window and hands the
@@ -23,11 +24,11 @@ type nodeMetricsPublisher interface {
 type publisher struct {
 	sink    nodeMetricsPublisher
 	window  time.Duration
-	memory  func() (metrics.MemoryMetrics, error)
-	written func() *metrics.BatchResources
+	memory  func() (contract.MemoryMetrics, error)
+	written func() *contract.BatchResources
 	// gpu returns the GPU section (nil without GPU features); called off the control
 	// loop, as it may ask kubelet for its allocation.
-	gpu func(ctx context.Context) *metrics.GPUMetrics
+	gpu func(ctx context.Context) *contract.GPUMetrics
 
 	start                         time.Time
 	n                             float64
@@ -36,8 +37,8 @@ type publisher struct {
 	inflight                      sync.WaitGroup
 }
 
-func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (metrics.MemoryMetrics, error),
-	written func() *metrics.BatchResources) *publisher {
+func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (contract.MemoryMetrics, error),
+	written func() *contract.BatchResources) *publisher {
 	return &publisher{sink: sink, window: window, memory: memory, written: written, busy: make(chan struct{}, 1)}
 }
 
@@ -55,9 +56,9 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 	if elapsed < p.window {
 		return
 	}
-	nm := metrics.NodeMetrics{
-		Version: metrics.NodeMetricsVersion, Timestamp: now.UTC(), WindowMillis: elapsed.Milliseconds(),
-		CPU: metrics.CPUMetrics{
+	nm := contract.NodeMetrics{
+		Version: contract.NodeMetricsVersion, Timestamp: now.UTC(), WindowMillis: elapsed.Milliseconds(),
+		CPU: contract.CPUMetrics{
 			Capacity:    milli(p.cpus),
 			Used:        milli(p.node / p.n),
 			LS:          milli(p.ls / p.n),
@@ -88,7 +89,7 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 		defer cancel()
 		if p.gpu != nil {
 			if g := p.gpu(ctx); g != nil {
-				nm.Version, nm.GPU = metrics.NodeMetricsVersion2, g
+				nm.Version, nm.GPU = contract.NodeMetricsVersion2, g
 			}
 		}
 		if err := p.sink.Publish(ctx, nm); err != nil {

@@ -52,12 +52,11 @@ func (a *Agent) rediscover() int {
 			// no longer batch gets kubelet's values back (leaveBatch), and a GPU duty
 			// cycle's stale freeze on it is thawed at start.
 			st := &podState{uid: types.UID(uid), name: "(rediscovered " + name + ")",
-				class: qos.ClassBatch, kubeQOS: q, candidates: cands, cgroup: cg, quota: nan()}
+				class: qos.ClassBatch, kubeQOS: q, candidates: cands, cgroup: cg, quota: unknownCPU(),
+				memory: unknownMemory()}
 			// Bound it at once, like the tier: the first budget needs two samples.
-			if err := a.writeQuota(g, a.cfg.MinPodCPU); err != nil {
+			if err := a.act.boundPod(g, &st.quota, a.cfg.MinPodCPU, time.Now()); err != nil {
 				a.log.Warn("bounding a rediscovered in-place batch pod", "cgroup", cg, "err", err)
-			} else {
-				st.quota, st.lastWrite = a.cfg.MinPodCPU, time.Now()
 			}
 			a.pods[types.UID(uid)] = st
 			found++

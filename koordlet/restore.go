@@ -19,69 +19,79 @@ type restore struct {
 	// memory reports whether the agent may have set a memory limit that kubelet's
 	// value must replace.
 	memory bool
+	// lowered are the descendants (containers) whose CFS limits a v1 cut lowered: their
+	// own limits come back after the pod's.
+	lowered []cgroups.LoweredLimit
 }
 
 // leaveBatch queues a running batch pod whose class changed for restoring kubelet's
 // values, and applies them at once. A pod below the tier cannot leave it (its containers
 // were created there); it stays bounded by the tier and is reported.
-func (a *Agent) leaveBatch(st *podState, spec podSpec) {
+func (x *actuator) leaveBatch(st *podState, spec podSpec) {
 	if st.cgroup == "" {
 		return // never found: the agent wrote nothing
 	}
 	if st.inTier {
-		a.log.Warn("pod is no longer batch but runs below the batch tier; it stays there until it is recreated",
+		x.log.Warn("pod is no longer batch but runs below the batch tier; it stays there until it is recreated",
 			logAttrsPod(st))
 		return
 	}
-	r := restore{pod: st.key(), cgroup: st.cgroup, to: spec.kubelet, memory: st.wroteMemory}
-	if err := a.applyRestore(r); err != nil {
-		a.log.Error("restoring kubelet's cgroup values of a pod that left batch; retrying", logAttrsPod(st), "err", err)
-		a.restores = append(a.restores, r)
+	r := restore{pod: st.key(), cgroup: st.cgroup, to: spec.kubelet, memory: st.wroteMemory, lowered: st.quota.lowered}
+	if err := x.applyRestore(r); err != nil {
+		x.log.Error("restoring kubelet's cgroup values of a pod that left batch; retrying", logAttrsPod(st), "err", err)
+		x.restores = append(x.restores, r)
 		return
 	}
-	a.metrics.Actions.WithLabelValues(metrics.ActionRestoreKubelet).Inc()
-	a.log.Info("pod left batch; kubelet's cgroup values restored", logAttrsPod(st))
+	x.metrics.Actions.WithLabelValues(metrics.ActionRestoreKubelet).Inc()
+	x.log.Info("pod left batch; kubelet's cgroup values restored", logAttrsPod(st))
 }
 
 // retryRestores retries the restores that failed, dropping those whose cgroup is gone.
-func (a *Agent) retryRestores() {
-	kept := a.restores[:0]
-	for _, r := range a.restores {
-		err := a.applyRestore(r)
+func (x *actuator) retryRestores() {
+	if len(x.restores) == 0 {
+		return
+	}
+	kept := x.restores[:0]
+	for _, r := range x.restores {
+		err := x.applyRestore(r)
 		switch {
 		case err == nil:
-			a.metrics.Actions.WithLabelValues(metrics.ActionRestoreKubelet).Inc()
-			a.log.Info("pod left batch; kubelet's cgroup values restored", "pod", r.pod, "cgroup", r.cgroup)
+			x.metrics.Actions.WithLabelValues(metrics.ActionRestoreKubelet).Inc()
+			x.log.Info("pod left batch; kubelet's cgroup values restored", "pod", r.pod, "cgroup", r.cgroup)
 		case !errors.Is(err, cgroups.ErrNotExist):
 			kept = append(kept, r)
 		}
 	}
-	clear(a.restores[len(kept):])
-	a.restores = kept
+	clear(x.restores[len(kept):])
+	x.restores = kept
 }
 
 // applyRestore writes kubelet's values: SCHED_IDLE off first (an idle group refuses
 // weight writes), then the weight, the quota over kubelet's period, and the memory limit.
-func (a *Agent) applyRestore(r restore) error {
-	g, err := a.hier.Load(r.cgroup)
+func (x *actuator) applyRestore(r restore) error {
+	g, err := x.hier.Load(r.cgroup)
 	if err != nil {
 		return err
 	}
 	if err := g.SetIdle(false); err != nil && !errors.Is(err, cgroups.ErrUnsupported) {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		return fmt.Errorf("clearing cpu.idle: %w", err)
 	}
 	if err := g.SetCPUShares(r.to.shares); err != nil {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		return fmt.Errorf("restoring weight: %w", err)
 	}
 	if err := g.SetCPULimit(r.to.quota, kubeletCFSPeriod); err != nil {
-		a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		return fmt.Errorf("restoring CFS quota: %w", err)
+	}
+	if _, err := x.hier.RaiseDescendantCPULimits(r.lowered, r.to.quota, kubeletCFSPeriod); err != nil {
+		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+		return fmt.Errorf("restoring the containers' CFS quotas: %w", err)
 	}
 	if r.memory {
 		if err := g.SetMemoryLimit(r.to.memoryLimit, -1); err != nil {
-			a.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
+			x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 			return fmt.Errorf("restoring memory limit: %w", err)
 		}
 	}

@@ -56,6 +56,10 @@ type Status struct {
 	// Signals is the LS harm signal source in use, why the better ones are unavailable,
 	// and the last harm and cut.
 	Signals SignalsStatus `json:"signals"`
+	// Plan is the last period's CPU write plan (qos.WritePolicy.PlanCPU), in the order
+	// it was applied: every group's share of the budget (the tier, pods below it with a
+	// batch-cpu limit, in-place pods), whether it was written, and why or why not.
+	Plan []qos.CPUEntry `json:"plan,omitempty"`
 	// GPU is the GPU loop's state: per GPU its LS and batch pods, utilisation, the batch
 	// duty and why; nil with GPU features off.
 	GPU     *gpu.Status `json:"gpu,omitempty"`
@@ -122,19 +126,6 @@ type BudgetStatus struct {
 	Reason      string  `json:"reason"`
 }
 
-// signalsStatus is the signal source's part of the snapshot.
-func (a *Agent) signalsStatus() SignalsStatus {
-	s := SignalsStatus{State: a.sigState, WatchedPods: a.watchedLS, Error: errString(a.sigErr)}
-	if h := a.lastHarm; h.Signal != qos.SignalNone {
-		s.LastHarm = &HarmStatus{Signal: string(h.Signal), Time: h.At, Pod: h.Pod, ValueSeconds: h.Value.Seconds()}
-	}
-	if c := a.lastCut; c.signal != qos.SignalNone {
-		s.LastCut = &CutStatus{Signal: string(c.signal), Time: c.at, Pod: c.pod, ValueSeconds: c.value.Seconds(),
-			ReactionSeconds: c.reaction.Seconds()}
-	}
-	return s
-}
-
 // TierStatus is the agent-owned batch tier.
 type TierStatus struct {
 	Cgroup     string   `json:"cgroup"`
@@ -191,7 +182,7 @@ const guardFormula = "target = clamp(nodeCPUs × threshold − lsUsage − syste
 // snapshot's is reused: it is immutable once published.
 func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool) {
 	formula := budgetFormula
-	if a.signalled() {
+	if a.ctl.signalled() {
 		formula = guardFormula
 	}
 	s := &Status{
@@ -200,13 +191,14 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		Budget: BudgetStatus{Formula: formula, NodeCPUs: b.NodeCPUs, Threshold: b.Threshold,
 			LSUsage: b.LSUsage, SystemUsage: b.SystemUsage, Raw: b.Raw, Min: b.Min, Max: b.Max,
 			Target: b.Target, Previous: b.Previous, Applied: b.Applied, Reason: b.Reason},
-		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.tierQuota),
-			MemoryLimitBytes: optional(a.tierMemory.bytes), MemoryLimitError: errString(a.tierMemory.err)},
-		Memory:         a.mem.last,
-		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.lastReclaim},
-		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sourceErrors},
-		Escalation:     a.lastEscalation,
-		Signals:        a.signalsStatus(),
+		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.act.tierCPU.Cores),
+			MemoryLimitBytes: optional(a.act.tierMem.Bytes), MemoryLimitError: errString(a.act.tierMem.err)},
+		Plan:           a.act.planStatus(),
+		Memory:         a.sampler.mem.last,
+		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.ctl.lastReclaim},
+		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sampler.sourceErrors},
+		Escalation:     a.ctl.lastEscalation,
+		Signals:        a.watch.status(a.ctl.lastCut),
 	}
 	// The evictor's and the Node writer's states change rarely and cost a lock and a
 	// copy each: taken with the pods (every second), reused in between.
@@ -233,9 +225,9 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 			if st.inTier {
 				e.Placement = "tier"
 			}
-			e.QuotaCores = optional(st.quota)
-			if st.memory.bytes > 0 {
-				e.MemoryLimitBytes = optional(st.memory.bytes)
+			e.QuotaCores = optional(st.quota.Cores)
+			if st.memory.Bytes > 0 {
+				e.MemoryLimitBytes = optional(st.memory.Bytes)
 			}
 			e.MemoryLimitError = errString(st.memory.err)
 		}

@@ -1,18 +1,13 @@
-// Package metrics holds what Understory's two binaries publish about a node and share
-// with each other without importing each other:
+// Package metrics holds Understory's Prometheus metric sets: the node agent's (Agent,
+// GPU, and Escalation for its freezes and evictions) and the scheduler extender's, each
+// built on a caller-supplied registry (no global registry, no init registration).
 //
-//   - NodeMetrics, the versioned JSON the node agent writes to its Node's
-//     understory.io/node-metrics (version 1) and understory.io/node-metrics-v2
-//     (version 2, with GPUs) annotations and the scheduler extender reads
-//     (the contract is documented in docs/node-metrics.md);
-//   - the Prometheus metric sets of the agent (Agent, and Escalation for its
-//     freezes and evictions) and of the extender, each built on a caller-supplied
-//     registry (no global registry, no init registration).
+// What the two binaries say to each other, the node-metrics document included, is
+// package contract's, not this one's.
 //
-// Traps: the annotation is read by another binary that may be older or newer.
-// New fields are optional (an older agent's document still decodes; LSFreeMilli nil
-// is unknown, never free). GPU UUIDs are checked for NVML's shape: the extender keys
-// its bookings by them.
-// Decode rejects versions it does not know instead of guessing, and a reader
-// must treat a stale or undecodable annotation as "unknown", never as "idle".
+// Traps: a metric's name, labels and help are read by dashboards and alerts
+// (manifests/grafana, manifests/monitoring), and the tests compare their exposition
+// text; a renamed label breaks a dashboard silently. Label values come from pods and
+// GPUs: bounded sets only (no request IDs, no timestamps), or the series count grows
+// without end.
 package metrics

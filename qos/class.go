@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -21,11 +23,10 @@ const (
 	ClassBatch Class = "batch"
 )
 
-// Keys read by [Classify].
+// Keys read by [Classify] besides Understory's own annotation,
+// contract.AnnotationQOSClass (values LS, BE, batch, ASCII case-insensitive), which wins
+// over every other source.
 const (
-	// AnnotationQOSClass is Understory's own pod annotation. Values: LS, BE,
-	// batch (ASCII case-insensitive). It wins over every other source.
-	AnnotationQOSClass = "understory.io/qos-class"
 	// AnnotationKoordinatorQOS is Koordinator's QoS key. Values: LSE, LSR, LS,
 	// SYSTEM (all map to [ClassLS]) and BE (maps to [ClassBatch]), ASCII
 	// case-insensitive. Koordinator sets it as a pod LABEL; Classify reads the
@@ -103,7 +104,7 @@ func podLabels(p *corev1.Pod) map[string]string      { return p.Labels }
 // function, not a package variable, so there is no package-level mutable state.
 func classSources() [3]classSource {
 	return [...]classSource{
-		{"annotation", AnnotationQOSClass, podAnnotations, ParseClass},
+		{"annotation", contract.AnnotationQOSClass, podAnnotations, ParseClass},
 		{"label", LabelKoordinatorQOS, podLabels, ParseKoordinatorClass},
 		{"annotation", AnnotationKoordinatorQOS, podAnnotations, ParseKoordinatorClass},
 	}
@@ -156,10 +157,10 @@ func RequestsBatchResources(pod *corev1.Pod) bool {
 		for i := range cs {
 			r := &cs[i].Resources
 			for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
-				if _, ok := l[ResourceBatchCPU]; ok {
+				if _, ok := l[contract.ResourceBatchCPU]; ok {
 					return true
 				}
-				if _, ok := l[ResourceBatchMemory]; ok {
+				if _, ok := l[contract.ResourceBatchMemory]; ok {
 					return true
 				}
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,7 +155,7 @@ func bestEffort() corev1.ResourceRequirements { return res("", "") }
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	const (
-		uq = qos.AnnotationQOSClass
+		uq = contract.AnnotationQOSClass
 		kq = qos.AnnotationKoordinatorQOS
 	)
 	huge := strings.Repeat("x", 300_000)
@@ -338,7 +340,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add("batch", "", "SYSTEM", false, true)
 	f.Add("\xff", "lsr", "x", true, true)
 	f.Fuzz(func(t *testing.T, uqVal, klVal, kaVal string, hasKL, guaranteedSpec bool) {
-		ann := map[string]string{qos.AnnotationQOSClass: uqVal}
+		ann := map[string]string{contract.AnnotationQOSClass: uqVal}
 		if kaVal != "" {
 			ann[qos.AnnotationKoordinatorQOS] = kaVal
 		}
@@ -367,12 +369,12 @@ func FuzzClassify(f *testing.F) {
 			}
 			return
 		}
-		if err == nil || !strings.Contains(err.Error(), qos.AnnotationQOSClass) {
+		if err == nil || !strings.Contains(err.Error(), contract.AnnotationQOSClass) {
 			t.Fatalf("bad annotation %q not reported: %v", uqVal, err)
 		}
 		// Without the bad annotation the class must be the same.
 		without := pod.DeepCopy()
-		delete(without.Annotations, qos.AnnotationQOSClass)
+		delete(without.Annotations, contract.AnnotationQOSClass)
 		c2, _ := qos.Classify(without)
 		if c2 != c {
 			t.Fatalf("bad annotation %q moved the pod: %q vs %q without it", uqVal, c, c2)

@@ -20,9 +20,22 @@
 //   - SplitBudget divides that budget into per-pod CFS shares (max-min fair
 //     on demand) for the in-place mode, where batch pods stay in kubelet's pod
 //     cgroups.
+//   - Controller.Plan (plan.go) is the agent's decide step for one period: it
+//     attributes the sampled CPU to LS, BE, batch and system (Attribute),
+//     calls the Budgeter and the Guard, and plans every CPU and memory limit
+//     write with its reason (WritePolicy.PlanCPU, PlanMemory, TierMemoryLimit):
+//     the write deadband, raises at most once per CFS period, the 1 ms quota
+//     floor, cuts before raises, and the graceful stop's exact writes (Final).
+//     The caller reads before and writes after; the plan keeps no state but
+//     the Budgeter's and the Guard's.
 //
 // Traps:
 //
+//   - A CPULimit whose last cut the kernel clamped (Clamped) is not cut to the
+//     same value again: on cgroup v1 the retry writes nothing and still counts.
+//   - WantsMore's absolute margin (0.02 CPU) is capped at half the quota: an idle
+//     consumer at a quota below 0.02 would otherwise count as hungry and the
+//     split would flip between two consumers every period.
 //   - An invalid class annotation or label never moves a pod: Classify skips
 //     it, returns what the other sources say AND an error wrapping
 //     ErrInvalidClass. The class is usable even when the error is not nil;
@@ -55,10 +68,10 @@
 //     intent; tune restoreStepPercent, not the cut path.
 //   - SplitBudget guarantees sum <= budget in float64, summed in index order.
 //     The cgroup layer must keep that when converting to integer CFS quota
-//     (floor the microseconds, never round up), and the kernel's minimum quota
-//     (1 ms per period) can push the real sum over the budget when a share is
-//     tiny or 0: the agent must handle shares below that minimum (for example
-//     by freezing the pod) rather than raising them.
+//     (floor the microseconds, never round up). The kernel's minimum quota (1 ms
+//     per period) is the plan's floor: a share below it is written as 1 ms, so
+//     the real sum can exceed a tiny budget by up to 1 ms per group and period.
+//     Holding batch below that is the escalation's job (freeze), not the split's.
 //   - A pod with no usage sample must be marked NoHistory (or given a NaN
 //     Usage); with Usage 0 it is taken as idle and gets only minPerPod until
 //     it is seen throttled.

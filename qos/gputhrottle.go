@@ -21,6 +21,11 @@ const (
 	// is frozen at once, before the driver's per-process sample (up to ~1 s late) shows
 	// what the newcomer does.
 	GPUReasonLSArrived = "ls-arrived"
+	// GPUReasonLSWoke: an LS process on the GPU began using the CPU (lsWakeCPUPercent of a
+	// core or more) after a window below it (freeze lever): it is about to send work, so
+	// batch is frozen at once, before the driver's per-process sample shows it. Like an
+	// arrival it holds for `hold`; LS's utilisation keeps batch frozen after that.
+	GPUReasonLSWoke = "ls-woke"
 	// GPUReasonLSUtil: LS utilisation crossed lsUtilOnPercent and has not fallen below
 	// lsUtilOffPercent since (freeze lever): batch frozen.
 	GPUReasonLSUtil = "ls-util-above-threshold"
@@ -57,11 +62,15 @@ const (
 	DefaultGPULSUtilOnPercent  = 2.0
 	DefaultGPULSUtilOffPercent = 1.0
 	DefaultGPUHold             = time.Second
-	DefaultGPUStarveAfter      = 5 * time.Minute
-	MinGPUDutyPeriod           = 10 * time.Millisecond
-	MaxGPUDutyPeriod           = time.Second
-	gpuUtilMaxPercent          = 100.0
-	gpuThrottleSanitizedUnkn   = "unknown GPU: freeze state held, starvation timer restarted"
+	DefaultGPULSWakeCPUPercent = 20.0
+	// MaxGPULSWakeCPUPercent bounds lsWakeCPUPercent: percent of one core, and a GPU's LS
+	// processes are few.
+	MaxGPULSWakeCPUPercent   = 10000.0
+	DefaultGPUStarveAfter    = 5 * time.Minute
+	MinGPUDutyPeriod         = 10 * time.Millisecond
+	MaxGPUDutyPeriod         = time.Second
+	gpuUtilMaxPercent        = 100.0
+	gpuThrottleSanitizedUnkn = "unknown GPU: freeze state held, starvation timer restarted"
 )
 
 // ErrGPUThrottleKeyRemoved is wrapped (with ErrInvalidConfig) by Validate for a
@@ -83,9 +92,14 @@ type GPUThrottlePolicy struct {
 	// [0, lsUtilOnPercent): the hysteresis band.
 	LSUtilOffPercent float64 `json:"lsUtilOffPercent"`
 	// Hold is how long LS must have been idle before batch is thawed, >= 0. It also bounds
-	// how long an LS process that merely arrived (and holds its CUDA context) keeps batch
-	// frozen.
+	// how long an LS process that merely arrived (and holds its CUDA context), or woke on
+	// the CPU without using the GPU, keeps batch frozen.
 	Hold metav1.Duration `json:"hold"`
+	// LSWakeCPUPercent is the CPU use (percent of one core, the busiest LS process of the
+	// GPU over the agent's CPU window) at which an LS process that was below it counts as
+	// waking (freeze lever): batch is frozen at once (GPUReasonLSWoke). 0 turns the signal
+	// off; at most MaxGPULSWakeCPUPercent.
+	LSWakeCPUPercent float64 `json:"lsWakeCPUPercent"`
 	// StarveAfter is how long batch may stay frozen solid before the decision says
 	// Escalate (suspend or evict), >= 0; 0 never escalates.
 	StarveAfter metav1.Duration `json:"starveAfter"`
@@ -108,6 +122,7 @@ func DefaultGPUThrottlePolicy() GPUThrottlePolicy {
 		LSUtilOnPercent:  DefaultGPULSUtilOnPercent,
 		LSUtilOffPercent: DefaultGPULSUtilOffPercent,
 		Hold:             metav1.Duration{Duration: DefaultGPUHold},
+		LSWakeCPUPercent: DefaultGPULSWakeCPUPercent,
 		StarveAfter:      metav1.Duration{Duration: DefaultGPUStarveAfter},
 		MPS:              DefaultGPUMPSPolicy(),
 	}
@@ -152,6 +167,9 @@ func (p GPUThrottlePolicy) Validate() error {
 	if p.Hold.Duration < 0 {
 		bad("hold", p.Hold.Duration, "must be >= 0")
 	}
+	if !(p.LSWakeCPUPercent >= 0 && p.LSWakeCPUPercent <= MaxGPULSWakeCPUPercent) {
+		bad("lsWakeCPUPercent", p.LSWakeCPUPercent, fmt.Sprintf("must be in [0, %v] (0: off)", MaxGPULSWakeCPUPercent))
+	}
 	if p.StarveAfter.Duration < 0 {
 		bad("starveAfter", p.StarveAfter.Duration, "must be >= 0 (0 never escalates)")
 	}
@@ -179,6 +197,9 @@ func forceGPUThrottleRange(p GPUThrottlePolicy) GPUThrottlePolicy {
 	if p.Hold.Duration < 0 {
 		p.Hold.Duration = DefaultGPUHold
 	}
+	if !(p.LSWakeCPUPercent >= 0 && p.LSWakeCPUPercent <= MaxGPULSWakeCPUPercent) {
+		p.LSWakeCPUPercent = DefaultGPULSWakeCPUPercent
+	}
 	if p.StarveAfter.Duration < 0 {
 		p.StarveAfter.Duration = 0
 	}
@@ -198,6 +219,13 @@ type GPUThrottleInput struct {
 	LSArrived bool
 	// LSUtil is the LS pods' utilisation of the GPU, percent of the device (0..100).
 	LSUtil float64
+	// LSCPUPercent is the CPU use of the GPU's busiest LS process over the agent's last
+	// CPU window, percent of one core; LSCPUKnown says it was measured (the agent measures
+	// it only where batch runs beside LS without MPS, and not for a process it sees for
+	// the first time). An LS process crossing lsWakeCPUPercent from below between two
+	// measured steps woke (GPUReasonLSWoke).
+	LSCPUPercent float64
+	LSCPUKnown   bool
 	// BatchUtil is the batch pods' utilisation, percent; reported, not used.
 	BatchUtil float64
 	// BatchPods is the number of batch pods using the GPU; 0 means nothing to freeze.
@@ -230,8 +258,10 @@ type GPUThrottleDecision struct {
 	LSActive  bool    `json:"lsActive"`
 	LSArrived bool    `json:"lsArrived,omitempty"`
 	LSUtil    float64 `json:"lsUtilPercent"`
-	BatchUtil float64 `json:"batchUtilPercent"`
-	BatchPods int     `json:"batchPods"`
+	// LSCPU is LSCPUPercent when measured (absent otherwise).
+	LSCPU     *float64 `json:"lsCpuPercent,omitempty"`
+	BatchUtil float64  `json:"batchUtilPercent"`
+	BatchPods int      `json:"batchPods"`
 	// LSCapPercent and BatchCapPercent are the MPS caps of the GPU's clients (MPS lever
 	// only); ProtectedPercent is the LS demand the partition protects: the smaller of LS's
 	// cap and what batch's cap leaves. LS at or above ProtectedPercent less the margin
@@ -264,9 +294,10 @@ type GPUThrottleDecision struct {
 //
 // Rules, per GPU. LS "needs" the GPU at a step when
 //
-//	freeze lever (no MPS):  an LS process arrived (LSArrived), or LS utilisation is high
-//	                        (hysteresis: on at >= lsUtilOnPercent, off below
-//	                        lsUtilOffPercent);
+//	freeze lever (no MPS):  an LS process arrived (LSArrived), or woke on the CPU (its
+//	                        CPU use crossed lsWakeCPUPercent from below between two
+//	                        measured steps), or LS utilisation is high (hysteresis: on
+//	                        at >= lsUtilOnPercent, off below lsUtilOffPercent);
 //	MPS lever:              LS utilisation >= ProtectedPercent - mps.freezeMarginPercent,
 //	                        ProtectedPercent = min(LS cap, 100 - batch cap).
 //
@@ -283,6 +314,17 @@ type GPUThrottleDecision struct {
 // driver's per-process sample, which lags up to ~1 s: an LS that starts sending is seen
 // at >= 2 % before the hold runs out and keeps batch frozen. 2 % is one 3.3 ms request
 // every 165 ms; LS sparser than that time-slices with batch.
+//
+// The wake covers an LS process that holds its context, was idle, and starts sending
+// while batch runs: the driver's per-process sample shows it late, and on an H200 next
+// to a deep-queue batch it did not cross 2 % for 4.7 s (issue 20). A process that
+// launches work uses the CPU first (a CUDA synchronize spins by default), so a crossing
+// of lsWakeCPUPercent (20 % of a core) freezes batch within the agent's CPU window
+// (100 ms). Only the crossing counts: an LS process busy on the CPU without using the
+// GPU freezes batch for `hold` once, not for as long as it is busy; one with CPU bursts
+// and no GPU work costs batch `hold` per burst (raise lsWakeCPUPercent, or 0 turns the
+// signal off). An LS process that waits for the GPU without spinning (blocking
+// synchronisation) may stay below the threshold: then only its utilisation counts.
 //
 // Traps:
 //
@@ -310,6 +352,8 @@ type gpuThrottleState struct {
 	want         bool      // LS wants batch frozen (needed within hold), whether batch is there or not
 	why          string    // the reason of the last step that needed the GPU
 	engaged      bool      // LS utilisation is "high" (between on and off crossings)
+	cpuKnown     bool      // the last step measured LS's CPU
+	cpuBusy      bool      // ... and found it at or above lsWakeCPUPercent
 	needAt       time.Time // last step that needed the GPU: the hold runs from here
 	frozen       bool      // batch frozen (want and batch present)
 	starvedSince time.Time
@@ -357,6 +401,12 @@ func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDe
 			m.LSActive = m.LSActive || x.LSActive
 			m.LSArrived = m.LSArrived || x.LSArrived
 			m.LSUtil = worstUtil(m.LSUtil, x.LSUtil)
+			switch {
+			case m.LSCPUKnown && x.LSCPUKnown:
+				m.LSCPUPercent = worstUtil(m.LSCPUPercent, x.LSCPUPercent)
+			case x.LSCPUKnown:
+				m.LSCPUPercent, m.LSCPUKnown = x.LSCPUPercent, true
+			}
 			m.BatchUtil = math.Max(m.BatchUtil, x.BatchUtil)
 			m.BatchPods = max(m.BatchPods, x.BatchPods)
 			m.MPS = m.MPS && x.MPS
@@ -440,6 +490,7 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 	if in.Unknown {
 		d.Reason, d.Sanitized = GPUReasonUnknown, gpuThrottleSanitizedUnkn
 		s.starvedSince = now
+		s.cpuKnown = false // no CPU crossing spans an unread step
 		s.fill(p, now, &d)
 		d.Escalate = false
 		return d
@@ -462,6 +513,20 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 	}
 	active := in.LSActive || in.LSArrived || lsUtil > 0
 	d.LSActive, d.LSArrived, d.LSUtil, d.BatchUtil, d.BatchPods = active, in.LSArrived, lsUtil, batchUtil, pods
+	cpuKnown := in.LSCPUKnown
+	if cpuKnown && (math.IsNaN(in.LSCPUPercent) || math.IsInf(in.LSCPUPercent, 0) || in.LSCPUPercent < 0) {
+		note(fmt.Sprintf("lsCpu=%v unusable: not measured", in.LSCPUPercent))
+		cpuKnown = false
+	}
+	cpuBusy := cpuKnown && p.LSWakeCPUPercent > 0 && in.LSCPUPercent >= p.LSWakeCPUPercent
+	if cpuKnown {
+		v := in.LSCPUPercent
+		d.LSCPU = &v
+	}
+	// A wake is a crossing between two measured steps: a process first measured busy, or
+	// measured again after a gap, is no evidence of one (arrivals have their own rule).
+	woke := cpuBusy && s.cpuKnown && !s.cpuBusy && !in.MPS
+	s.cpuKnown, s.cpuBusy = cpuKnown, cpuBusy
 
 	need, why := false, ""
 	if in.MPS {
@@ -493,6 +558,8 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 			need, why = true, GPUReasonLSUtil
 		case in.LSArrived:
 			need, why = true, GPUReasonLSArrived
+		case woke:
+			need, why = true, GPUReasonLSWoke
 		}
 	}
 	d.Sanitized = strings.Join(notes, "; ")

@@ -23,7 +23,7 @@ func TestDefaultGPUThrottlePolicy(t *testing.T) {
 	p := qos.DefaultGPUThrottlePolicy()
 	want := qos.GPUThrottlePolicy{
 		Period: escDur(100 * time.Millisecond), LSUtilOnPercent: 2, LSUtilOffPercent: 1,
-		Hold: escDur(time.Second), StarveAfter: escDur(5 * time.Minute),
+		Hold: escDur(time.Second), LSWakeCPUPercent: 20, StarveAfter: escDur(5 * time.Minute),
 		MPS: qos.GPUMPSPolicy{LSHeadroomPercent: 25, MinBatchPercent: 10, MaxBatchPercent: 25,
 			FreezeMarginPercent: 5, DemandWindow: escDur(time.Minute)},
 	}
@@ -69,6 +69,11 @@ func TestGPUThrottlePolicyValidate(t *testing.T) {
 			wantIn: []string{"hold: -1s must be >= 0"}},
 		{name: "starveAfter negative", p: with(func(p *qos.GPUThrottlePolicy) { p.StarveAfter = escDur(-time.Second) }),
 			wantIn: []string{"starveAfter: -1s must be >= 0"}},
+		{name: "wake off", p: with(func(p *qos.GPUThrottlePolicy) { p.LSWakeCPUPercent = 0 })},
+		{name: "wake negative", p: with(func(p *qos.GPUThrottlePolicy) { p.LSWakeCPUPercent = -1 }),
+			wantIn: []string{"lsWakeCPUPercent: -1 must be in [0, 10000] (0: off)"}},
+		{name: "wake NaN", p: with(func(p *qos.GPUThrottlePolicy) { p.LSWakeCPUPercent = math.NaN() }),
+			wantIn: []string{"lsWakeCPUPercent: NaN"}},
 		{name: "removed activeDuty names its replacement", p: with(func(p *qos.GPUThrottlePolicy) { p.RemovedActiveDuty = fptr(0.3) }),
 			wantIn: []string{"gpu throttle activeDuty: 0.3: key removed with the fractional duty cycle", "gpu.throttle.hold"}},
 		{name: "removed maxDuty", p: with(func(p *qos.GPUThrottlePolicy) { p.RemovedMaxDuty = fptr(0.9) }),
@@ -139,7 +144,7 @@ func TestNewGPUThrottleForcesRange(t *testing.T) {
 	t.Parallel()
 	bad := qos.GPUThrottlePolicy{
 		Period: escDur(time.Hour), LSUtilOnPercent: math.NaN(), LSUtilOffPercent: 50, Hold: escDur(-1),
-		StarveAfter: escDur(-1), RemovedMaxDuty: fptr(2),
+		LSWakeCPUPercent: math.Inf(1), StarveAfter: escDur(-1), RemovedMaxDuty: fptr(2),
 		MPS: qos.GPUMPSPolicy{LSHeadroomPercent: -1, MinBatchPercent: 50, MaxBatchPercent: 100,
 			FreezeMarginPercent: math.Inf(1), DemandWindow: escDur(-1)},
 	}
@@ -181,6 +186,13 @@ func ls(active bool, util float64) qos.GPUThrottleInput {
 func arrive(util float64) qos.GPUThrottleInput {
 	in := ls(true, util)
 	in.LSArrived = true
+	return in
+}
+
+// cpu is ls(true, util) with LS's CPU measured at pct percent of a core.
+func cpu(util, pct float64) qos.GPUThrottleInput {
+	in := ls(true, util)
+	in.LSCPUPercent, in.LSCPUKnown = pct, true
 	return in
 }
 
@@ -264,6 +276,52 @@ func TestGPUThrottleTraces(t *testing.T) {
 			}
 			return out
 		}()},
+		{name: "LS wakes on the CPU before its GPU sample: frozen in the same step", steps: concat(
+			every(0, 500*ms, cpu(0, 1), false, qos.GPUReasonIdle),
+			[]gpuStepCase{{at: 600 * ms, in: cpu(0, 60), frozen: true, reason: qos.GPUReasonLSWoke}},
+			// Still busy on the CPU, the sample not in yet: the hold keeps batch frozen...
+			every(700*ms, 1*s, cpu(0, 60), true, qos.GPUReasonHold),
+			// ... until the driver's sample shows the work.
+			every(1100*ms, 3*s, cpu(33, 60), true, qos.GPUReasonLSUtil),
+		)},
+		{name: "busy on the CPU, never on the GPU: one hold, not a freeze for as long as it is busy", steps: concat(
+			every(0, 100*ms, cpu(0, 0), false, qos.GPUReasonIdle),
+			[]gpuStepCase{{at: 200 * ms, in: cpu(0, 100), frozen: true, reason: qos.GPUReasonLSWoke}},
+			every(300*ms, 1100*ms, cpu(0, 100), true, qos.GPUReasonHold),
+			every(1200*ms, 4*s, cpu(0, 100), false, qos.GPUReasonIdle),
+			// Idle on the CPU, then busy again: a second wake.
+			every(4100*ms, 4100*ms, cpu(0, 5), false, qos.GPUReasonIdle),
+			[]gpuStepCase{{at: 4200 * ms, in: cpu(0, 100), frozen: true, reason: qos.GPUReasonLSWoke}},
+		)},
+		{name: "no wake without a measured step before: first measurement busy, or after a gap", steps: []gpuStepCase{
+			{at: 0, in: cpu(0, 90), frozen: false, reason: qos.GPUReasonIdle},
+			{at: gpuStep, in: ls(true, 0), frozen: false, reason: qos.GPUReasonIdle},
+			{at: 2 * gpuStep, in: cpu(0, 90), frozen: false, reason: qos.GPUReasonIdle},
+			{at: 3 * gpuStep, in: qos.GPUThrottleInput{Unknown: true}, frozen: false, reason: qos.GPUReasonUnknown,
+				sanitized: "unknown GPU"},
+			{at: 4 * gpuStep, in: cpu(0, 0), frozen: false, reason: qos.GPUReasonIdle},
+			{at: 5 * gpuStep, in: cpu(0, 90), frozen: true, reason: qos.GPUReasonLSWoke},
+		}},
+		{name: "wake below the threshold, or the signal off", policy: func(p *qos.GPUThrottlePolicy) {
+			p.LSWakeCPUPercent = 0
+		}, steps: []gpuStepCase{
+			{at: 0, in: cpu(0, 0), frozen: false, reason: qos.GPUReasonIdle},
+			{at: gpuStep, in: cpu(0, 100), frozen: false, reason: qos.GPUReasonIdle},
+		}},
+		{name: "an unusable CPU figure is no wake", steps: []gpuStepCase{
+			{at: 0, in: cpu(0, 0), frozen: false, reason: qos.GPUReasonIdle},
+			{at: gpuStep, in: cpu(0, math.NaN()), frozen: false, reason: qos.GPUReasonIdle, sanitized: "lsCpu=NaN unusable"},
+			{at: 2 * gpuStep, in: cpu(0, 100), frozen: false, reason: qos.GPUReasonIdle},
+		}},
+		{name: "MPS: a wake is no reason to freeze", steps: []gpuStepCase{
+			{at: 0, in: func() qos.GPUThrottleInput { in := mps(10, 75, 25); in.LSCPUKnown = true; return in }(),
+				frozen: false, reason: qos.GPUReasonMPSWithinCap},
+			{at: gpuStep, in: func() qos.GPUThrottleInput {
+				in := mps(10, 75, 25)
+				in.LSCPUPercent, in.LSCPUKnown = 100, true
+				return in
+			}(), frozen: false, reason: qos.GPUReasonMPSWithinCap},
+		}},
 		{name: "hold 0: thawed the step LS goes idle", policy: func(p *qos.GPUThrottlePolicy) { p.Hold = escDur(0) },
 			steps: []gpuStepCase{
 				{at: 0, in: arrive(0), frozen: true, reason: qos.GPUReasonLSArrived},

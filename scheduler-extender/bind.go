@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -121,18 +123,18 @@ func memberOf(p *podEntry) bindMember {
 // maxParallelAPI bounds concurrent API calls of one gang commit.
 const maxParallelAPI = 8
 
-// binder binds pods: it asks the reservations (and through them the gangs)
+// binder binds pods: it asks the reservations (and through them gangBinds)
 // to move a pod to binding, creates the Bindings (apply), reads a pod back
 // when a Binding's answer may have been lost (confirmBinding) and records the
 // outcome. It refuses binds while the node or pod informer is stale. It takes
-// no lock of its own: the reservations and the gangs take the index's.
+// no lock of its own: the reservations and gangBinds take the index's.
 type binder struct {
 	cfg     Config
 	api     podAPI
 	contact *apiContact
 	ix      *State // a pod unknown to the index is fetched and recorded (UpsertPod)
 	res     *reservations
-	gangs   *Gangs
+	binds   *gangBinds
 	out     *outbox
 	met     *metrics.Extender
 	log     *slog.Logger
@@ -174,20 +176,20 @@ func (b *binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		return err
 	}
 	if job.commit {
-		b.gangs.finishBind(job.g, job.plan, b.apply(ctx, job.all))
+		b.binds.finishBind(job.g, job.plan, b.apply(ctx, job.all))
 	}
 	timer := time.NewTimer(b.cfg.GangBindTimeout)
 	defer timer.Stop()
 	select {
 	case <-job.plan.done:
 	case <-timer.C:
-		b.gangs.bindTimeout(job.g, job.plan)
+		b.binds.bindTimeout(job.g, job.plan)
 		<-job.plan.done
 	case <-ctx.Done():
-		b.gangs.bindTimeout(job.g, job.plan)
+		b.binds.bindTimeout(job.g, job.plan)
 		<-job.plan.done
 	}
-	return b.gangs.planResult(job.plan, job.member.uid)
+	return b.binds.planResult(job.plan, job.member.uid)
 }
 
 // bindAnnotations is what a member's Binding writes onto the pod.
@@ -195,7 +197,7 @@ func bindAnnotations(m bindMember) map[string]string {
 	if !m.gpu {
 		return nil
 	}
-	return map[string]string{AnnotationGPUDevices: FormatDevices(m.devices)}
+	return map[string]string{contract.AnnotationGPUDevices: contract.FormatGPUDevices(m.devices)}
 }
 
 // apply creates every member's Binding (its devices annotation inside, one

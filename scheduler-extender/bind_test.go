@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +18,7 @@ import (
 
 func batchCPU(millicores int64) podOpt {
 	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[ResourceBatchCPU] = *resource.NewQuantity(millicores, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Limits[contract.ResourceBatchCPU] = *resource.NewQuantity(millicores, resource.DecimalSI)
 	}
 }
 
@@ -54,7 +56,7 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	for _, name := range []string{"n0", "n1"} {
 		n := testNode(name, "A100", 4, 64, 256)
-		n.Status.Allocatable[ResourceBatchCPU] = *resource.NewQuantity(8000, resource.DecimalSI)
+		n.Status.Allocatable[contract.ResourceBatchCPU] = *resource.NewQuantity(8000, resource.DecimalSI)
 		s.State().UpsertNode(n)
 	}
 	for _, o := range objs {
@@ -79,7 +81,7 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 			if !ok || ev.Type != watch.Modified {
 				continue
 			}
-			v, has := p.Annotations[AnnotationGPUDevices]
+			v, has := p.Annotations[contract.AnnotationGPUDevices]
 			mu.Lock()
 			if p.Spec.NodeName != "" && (len(seen[p.Name]) == 0 || seen[p.Name][len(seen[p.Name])-1].node == "") {
 				boundSeen++
@@ -135,10 +137,10 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 			continue
 		}
 		if !bound.hasDevices {
-			t.Errorf("pod %s: first event showing it bound to %s has no %s", name, bound.node, AnnotationGPUDevices)
+			t.Errorf("pod %s: first event showing it bound to %s has no %s", name, bound.node, contract.AnnotationGPUDevices)
 			continue
 		}
-		if d, err := ParseDevices(bound.devices); err != nil || len(d) != n {
+		if d, err := contract.ParseGPUDevices(bound.devices); err != nil || len(d) != n {
 			t.Errorf("pod %s bound with devices %q (%v), want %d devices", name, bound.devices, err, n)
 		}
 	}
@@ -148,7 +150,7 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 		switch {
 		case strings.HasPrefix(a, "bind "):
 			binds++
-		case strings.Contains(a, AnnotationGPUDevices):
+		case strings.Contains(a, contract.AnnotationGPUDevices):
 			t.Errorf("devices written apart from the Binding: %q", a)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/understory/understory/contract"
+
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -89,7 +91,7 @@ func TestSchedulerConfigManifest(t *testing.T) {
 			t.Errorf("verb %q is not served", verb)
 		}
 	}
-	want := map[string]bool{ResourceGPU: false, ResourceGPUMilli: true, ResourceBatchCPU: true, ResourceBatchMemory: true}
+	want := map[string]bool{contract.ResourceGPU: false, contract.ResourceGPUMilli: true, contract.ResourceBatchCPU: true, contract.ResourceBatchMemory: true}
 	for _, m := range e.ManagedResources {
 		ignored, ok := want[m.Name]
 		if !ok || ignored != m.IgnoredByScheduler {

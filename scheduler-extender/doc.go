@@ -8,23 +8,33 @@
 //
 // Types and their one job (docs/extender.md has the map with files and
 // method counts):
-//   - Server (server*.go) serves HTTP: decodes (the decoded-pod cache),
+//   - Server (server*.go) serves HTTP: decodes (a hand-written scanner with
+//     the decoded-pod and node-list caches, server_decode.go: docs/extender.md
+//     says why it is not a JSON library),
 //     calls the type below whose job it is, encodes; it wires them (NewServer)
 //     and runs informers and housekeeping (Run, Housekeep).
-//   - State (state*.go, gpualloc.go) is the cluster index: nodes, pods,
-//     orphans and the device ledgers (placement.Node), their only owner; it
-//     takes the informers' upserts and deletes, follows node metrics and
-//     kubelet's GPU allocation, and scores requests (verdicts cached per node).
+//   - State (state.go, state_score.go, state_status.go) is the cluster index:
+//     nodes and pods as the informers (or request bodies) show them; it takes
+//     the informers' upserts and deletes, follows node metrics and kubelet's
+//     GPU allocation, answers Prioritize and /status, and holds the one lock.
+//   - ledger (ledger.go, gpualloc.go, gpuslots.go) is the capacity the index
+//     accounts: the node entries and their device ledgers (placement.Node),
+//     its only charger: hold, place, release, chargeBound, reconcileGPUs,
+//     orphans, and the copies planning reads (candidates, emptyNodes).
+//   - scoring (scoring.go) scores requests with the serving policy, its
+//     verdicts cached per node (judge, evaluate, recheck).
 //   - reservations (reserve.go) holds a pod's capacity from its filter to its
 //     binding: reserve on filter, binding and assumed on bind, unconfirmed
 //     holds after a lost Binding answer, expiry.
-//   - Gangs (gangs.go, gang_plan.go, gang_bind.go, gang_resume.go) admits
-//     gangs: gangBook (gangbook.go, podgroup.go) registers members, PodGroups
-//     and plan ids; a member's filter plans the gang outside the lock
-//     (gangJob, placeAll in gang.go), commits, fails, expires and resumes plans,
-//     and binds a plan's members together. It reaches the index only through
-//     gangIndex, which it owns; the index tells it what happens to pods
-//     through podObserver, which the index owns.
+//   - Gangs (gangs.go, gang_plan.go, gang_resume.go) admits gangs: gangBook
+//     (gangbook.go, podgroup.go) registers members, PodGroups and plan ids; a
+//     member's filter plans the gang outside the lock (gangJob, placeAll in
+//     gang.go), commits, fails, expires and resumes plans. It reaches the index
+//     only through gangIndex, gangLedger and policySource, which it owns; the
+//     index tells it what happens to pods through podObserver, which the index
+//     owns.
+//   - gangBinds (gang_bind.go) binds a plan's members together: each waits at
+//     bind until the last arrives, which commits them all.
 //   - binder (bind.go) binds: Bindings, the read back of a lost answer, and
 //     the refusal while informers are stale (apiContact, contact.go).
 //   - informers (informers.go) feed the index and the gangs; outbox
@@ -32,15 +42,15 @@
 //     it; shapeTable and resolvedLists (verdicts.go) key and resolve what
 //     filters score; placement (its own package) decides.
 //
-// One lock: State's sync.RWMutex guards the index, the reservations' phases
-// and the gangs; reservations and Gangs take it through the index (lock,
-// rlock) and call each other's lower-case methods with it held, each keeping
-// its own fields. Scoring runs under the read lock, every change under the
-// write lock, and a filter that scored optimistically re-checks the node's
-// generation before it commits. Gang planning runs on copies without the lock
-// (gangJob) and commits under it. Nothing does I/O under the lock: Events and
-// gang nudges are queued (outbox) and flushed afterwards, and a gang member's
-// bind waits on a channel with no lock held.
+// One lock: State's sync.RWMutex guards the index, the ledger, scoring, the
+// reservations' phases and the gangs; reservations, Gangs and gangBinds take
+// it through the index (lock, rlock) and call each other's lower-case methods
+// with it held, each keeping its own fields. Scoring runs under the read lock,
+// every change under the write lock, and a filter that scored optimistically
+// re-checks the node's generation before it commits. Gang planning runs on
+// copies without the lock (gangJob) and commits under it. Nothing does I/O
+// under the lock: Events and gang nudges are queued (outbox) and flushed
+// afterwards, and a gang member's bind waits on a channel with no lock held.
 //
 // Traps:
 //   - Until the informers have synced (Server.Ready) filter, prioritize and
@@ -75,9 +85,15 @@
 //     gang_resume.go) and resumed after a restart; plan ids must stay unique
 //     across restarts (planIDBase), and a plan this process released must never
 //     be resumed from its records (gangBook.finished).
+//   - A gang plan places its members greedily, largest first, each where
+//     placement.Select would send it. placeAll keeps each node's score between
+//     members (placement.Ranking) and scores again only the node a member was
+//     placed on: valid only while a score is a function of the node and the
+//     request, so never for the random policy (rankable), and every change of
+//     a planning copy must be reported to the rankings (rankings.changed).
 //   - Verdicts are cached per node, keyed by the node's generation, the policy
 //     epoch and the request shape. Every change of a node's placement state
-//     must go through State.bump, and cached device slices are shared: never
+//     must go through ledger.bump, and cached device slices are shared: never
 //     modify them. Gang "can never fit" verdicts are keyed by capGen, which
 //     moves with the node set and each node's capacity, labels and taints.
 //   - A node-metrics annotation that is stale, missing or undecodable makes
@@ -90,16 +106,16 @@
 //     annotations keep their index: the agent resolves it at container
 //     creation), and the allocatable
 //     count over nvidia.com/gpu.replicas is only the fallback without agent
-//     data. ParseDevices must accept exactly what the agent's
-//     devices.ParseAnnotation accepts (metrics/devices_contract_test.go).
+//     data. The annotation is written and read with package contract's codec,
+//     the one the agent's NRI plugin reads it with.
 //   - Whole-GPU devices are kubelet's (the device plugin's) choice: once the
 //     agent's node-metrics v2 reports them, the ledger follows (gpualloc.go),
 //     whatever the pod's devices annotation says; shares keep the annotation.
 //   - Node names in a filter's verdicts alias the request body and per-request
 //     scratch is pooled: nothing may keep them past the request.
 //   - The placement core is package placement (Policy and its implementations,
-//     Workload, Select, Node and Request), shared with cmd/openb-replay through
-//     package openb: it stays free of State, locks, clocks and I/O (its
+//     Workload, Select, Node and Request), shared with the openb replay
+//     (bench/openb): it stays free of State, locks, clocks and I/O (its
 //     TestImports checks), so the extender serialises the one policy that is
 //     not safe for concurrent use (random, see lockedPolicy) and converts node
 //     metrics into placement.Usage itself. A change there moves the replay's

@@ -182,14 +182,21 @@ func planMembersOf(ps []*podEntry) []planMember {
 // nodes[i]: a member goes only to nodes its constraints allow, condition taints
 // counting or not as conditions says (see podConstraints.allows). It reads only
 // its arguments: gang planning runs it without the index lock.
+//
+// Each member goes where placement.Select would send it. With a deterministic
+// policy the scores are kept between members (rankings): placing a member
+// changes one node, so only that node is scored again, and a gang of m members
+// over n nodes costs about n + m scores instead of m·n.
 func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node, idx map[string]int, members []planMember, conditions bool) []planSlot {
 	order := slices.Clone(members)
 	slices.SortStableFunc(order, func(a, b planMember) int {
 		return cmp.Or(cmp.Compare(b.req.GPUTotalMilli(), a.req.GPUTotalMilli()), cmp.Compare(b.req.CPUMilli, a.req.CPUMilli))
 	})
 	cloned := make(map[int]bool)
-	allowed := make(map[string][]int) // constraints key → indices of the nodes they allow
-	cand := make([]*placement.Node, 0, len(nodes))
+	allowed := make(map[string][]int) // constraints key → indices of the nodes they allow, ascending
+	keep := rankable(pol)
+	var ranks rankings
+	var cand []*placement.Node
 	var slots []planSlot
 	for _, m := range order {
 		key := m.cons.cacheKey()
@@ -203,11 +210,20 @@ func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node
 			}
 			allowed[key] = ix
 		}
-		cand = cand[:0]
-		for _, i := range ix {
-			cand = append(cand, nodes[i]) // after clones: nodes[i] is the current copy
+		var (
+			best *placement.Node
+			devs []int
+			err  error
+		)
+		if keep && ranks.worth(key, m.req) {
+			best, devs, err = ranks.of(pol, nodes, ix, key, m.req).Select()
+		} else {
+			cand = cand[:0]
+			for _, i := range ix {
+				cand = append(cand, nodes[i]) // after clones: nodes[i] is the current copy
+			}
+			best, devs, err = placement.Select(pol, cand, m.req, nil)
 		}
-		best, devs, err := placement.Select(pol, cand, m.req, nil)
 		if err != nil {
 			continue
 		}
@@ -218,9 +234,106 @@ func placeAll(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node
 		if nodes[i].Place(m.req, devs) != nil {
 			continue
 		}
+		ranks.changed(i, nodes[i])
 		slots = append(slots, planSlot{p: m.p, node: best.Name, devs: devs})
 	}
 	return slots
+}
+
+// rankable reports whether pol's scores are a function of node and request,
+// so that placeAll may keep them between members: not for the random policy,
+// which the index serves wrapped in lockedPolicy.
+func rankable(pol placement.Policy) bool {
+	if _, locked := pol.(*lockedPolicy); locked {
+		return false
+	}
+	return placement.Concurrent(pol)
+}
+
+// maxRankings bounds the rankings placeAll keeps at once: a gang's members
+// come sorted by size, so members of one shape and constraints mostly follow
+// each other, and one ranking is n scores of memory.
+const maxRankings = 8
+
+// rankings are placeAll's placement.Rankings of its most recent (constraints,
+// request) pairs, most recently used first. A pair gets one only when it comes
+// again (worth): a gang whose members all differ costs what a Select per
+// member costs, not a ranking made and dropped per member.
+type rankings struct {
+	live []ranked
+	seen map[rankKey]bool
+}
+
+// rankKey identifies a (constraints, request) pair, as far as worth needs.
+type rankKey struct {
+	cons string
+	req  reqKey
+}
+
+// worth reports whether the pair (cons, r) is worth a ranking: it has one, or
+// it came before.
+func (rs *rankings) worth(cons string, r placement.Request) bool {
+	for _, e := range rs.live {
+		if e.cons == cons && sameRequest(e.k.Request(), r) {
+			return true
+		}
+	}
+	k := rankKey{cons, keyOf(r)}
+	if rs.seen[k] {
+		return true
+	}
+	if rs.seen == nil {
+		rs.seen = map[rankKey]bool{}
+	}
+	rs.seen[k] = true
+	return false
+}
+
+// ranked is the ranking of one request over the nodes one constraints key
+// allows: ix are their indices in placeAll's nodes, ascending, and the
+// ranking's positions.
+type ranked struct {
+	cons string
+	ix   []int
+	k    *placement.Ranking
+}
+
+// of is the ranking of r over the nodes ix (of nodes) that constraints cons
+// allow, made on first use.
+func (rs *rankings) of(pol placement.Policy, nodes []*placement.Node, ix []int, cons string, r placement.Request) *placement.Ranking {
+	for j, e := range rs.live {
+		if e.cons == cons && sameRequest(e.k.Request(), r) {
+			copy(rs.live[1:j+1], rs.live[:j])
+			rs.live[0] = e
+			return e.k
+		}
+	}
+	cand := make([]*placement.Node, len(ix))
+	for j, i := range ix {
+		cand[j] = nodes[i]
+	}
+	e := ranked{cons: cons, ix: ix, k: placement.NewRanking(pol, cand, r)}
+	if len(rs.live) < maxRankings {
+		rs.live = append(rs.live, ranked{})
+	}
+	copy(rs.live[1:], rs.live[:len(rs.live)-1])
+	rs.live[0] = e
+	return e.k
+}
+
+// changed tells every ranking that holds node i that it is now n.
+func (rs *rankings) changed(i int, n *placement.Node) {
+	for _, e := range rs.live {
+		if j, ok := slices.BinarySearch(e.ix, i); ok {
+			e.k.Update(j, n)
+		}
+	}
+}
+
+// sameRequest reports whether a and b are the same request.
+func sameRequest(a, b placement.Request) bool {
+	return a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.NumGPU == b.NumGPU && a.GPUMilli == b.GPUMilli &&
+		a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB && slices.Equal(a.Models, b.Models)
 }
 
 // everJob is the "can the gang ever fit" check: how many of minMember members
@@ -250,12 +363,12 @@ func (g *gang) everCached(capGen uint64, minMember int, p *podEntry) (int, bool)
 	return 0, false
 }
 
-// newEverJob copies what everJob.run needs from the index (the whole
+// newEverJob copies what everJob.run needs from the ledger (the whole
 // cluster, emptied). Call with the index lock held.
-func newEverJob(ix gangIndex, g *gang, minMember int, p *podEntry) *everJob {
-	_, capGen := ix.generations()
+func newEverJob(led gangLedger, g *gang, minMember int, p *podEntry) *everJob {
+	_, capGen := led.generations()
 	j := &everJob{capGen: capGen, min: minMember, key: keyOf(p.req), cons: p.cons.cacheKey()}
-	j.nodes, j.meta, j.idx = ix.emptyNodes()
+	j.nodes, j.meta, j.idx = led.emptyNodes()
 	members := make([]*podEntry, 0, minMember)
 	for _, m := range sortedMembers(g, p) {
 		if m.reqErr == nil && len(members) < minMember {

@@ -9,16 +9,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// A planned gang binds together: each member's bind waits (binder.Bind) until
-// every member of the plan has reached bind; the last to arrive commits the
-// whole plan (one Binding per member) and finishBind wakes the others.
+// gangBinds binds a planned gang together: each member's bind waits
+// (binder.Bind) until every member of the plan has reached bind; the last to
+// arrive commits the whole plan (one Binding per member) and finishBind wakes
+// the others. It is the gangs' bind coordination, apart from their planning
+// (Gangs): it reads and settles the plans Gangs keeps in its registry, under
+// the index lock, and fails a plan through Gangs.failPlan.
+type gangBinds struct {
+	gs *Gangs
+}
 
 // beginBindLocked moves gang member p to phaseBinding on node if its gang's
 // plan holds it: job.commit when p is the last member to arrive (the caller
 // then binds job.all). gang=false: p is not bound as a gang member (its gang
 // is admitted; it binds like any pod). Call with the index lock held for writing.
-func (gs *Gangs) beginBindLocked(p *podEntry, node string) (job bindJob, err error, gang bool) {
-	g := gs.book.byKey[p.gang.key]
+func (gb *gangBinds) beginBindLocked(p *podEntry, node string) (job bindJob, err error, gang bool) {
+	g := gb.gs.book.byKey[p.gang.key]
 	switch {
 	case g != nil && g.plan != nil && g.plan.has(p):
 	case g != nil && (g.min == 0 || g.bound() < g.min):
@@ -39,7 +45,7 @@ func (gs *Gangs) beginBindLocked(p *podEntry, node string) (job bindJob, err err
 	if g.plan.arrived == len(g.plan.members) && !g.plan.committing {
 		g.plan.committing, g.state = true, GangBinding
 		for uid := range g.plan.members {
-			if m := gs.ix.pod(uid); m != nil {
+			if m := gb.gs.ix.pod(uid); m != nil {
 				job.all = append(job.all, memberOf(m))
 			}
 		}
@@ -51,13 +57,13 @@ func (gs *Gangs) beginBindLocked(p *podEntry, node string) (job bindJob, err err
 
 // finishBind records the outcome of a gang commit (each member's Binding
 // error) and wakes every waiting member.
-func (gs *Gangs) finishBind(g *gang, plan *gangPlan, results map[types.UID]error) {
-	gs.ix.lock()
-	defer gs.ix.unlock()
+func (gb *gangBinds) finishBind(g *gang, plan *gangPlan, results map[types.UID]error) {
+	gb.gs.ix.lock()
+	defer gb.gs.ix.unlock()
 	bound, failed := 0, 0
 	var any *podEntry
 	for uid := range plan.members {
-		p := gs.ix.pod(uid)
+		p := gb.gs.ix.pod(uid)
 		err, tried := results[uid]
 		if !tried {
 			// Gone from the index before the commit: no Binding was attempted.
@@ -78,9 +84,9 @@ func (gs *Gangs) finishBind(g *gang, plan *gangPlan, results map[types.UID]error
 		}
 		switch {
 		case errors.Is(err, ErrBindUnconfirmed):
-			holdUnconfirmed(p, gs.now().Add(gs.cfg.AssumedTTL))
+			holdUnconfirmed(p, gb.gs.now().Add(gb.gs.cfg.AssumedTTL))
 		case err != nil:
-			gs.ix.release(p)
+			gb.gs.led.release(p)
 		default:
 			p.phase = phaseAssumed
 		}
@@ -89,37 +95,37 @@ func (gs *Gangs) finishBind(g *gang, plan *gangPlan, results map[types.UID]error
 	if g.plan == plan {
 		g.plan = nil
 	}
-	gs.book.finish(plan.id, plan.expires)
+	gb.gs.book.finish(plan.id, plan.expires)
 	if failed == 0 {
 		g.state, g.reason = GangAdmitted, ""
-		gs.count("bound")
+		gb.gs.count("bound")
 		if any != nil {
-			gs.out.emit(any, false, "GangBound", fmt.Sprintf("gang %s: %d members bound", g.key, bound))
+			gb.gs.out.emit(any, false, "GangBound", fmt.Sprintf("gang %s: %d members bound", g.key, bound))
 		}
 	} else {
 		reason := fmt.Sprintf("gang %s: %d members bound, %d failed", g.key, bound, failed)
 		g.state, g.reason = GangWaiting, reason
-		gs.count("bind_failed")
+		gb.gs.count("bind_failed")
 		if any != nil {
-			gs.out.emit(any, true, "GangBindFailed", reason)
+			gb.gs.out.emit(any, true, "GangBindFailed", reason)
 		}
 	}
 	close(plan.done)
 }
 
 // bindTimeout fails plan if it is still waiting for members at bind.
-func (gs *Gangs) bindTimeout(g *gang, plan *gangPlan) {
-	gs.ix.lock()
-	defer gs.ix.unlock()
+func (gb *gangBinds) bindTimeout(g *gang, plan *gangPlan) {
+	gb.gs.ix.lock()
+	defer gb.gs.ix.unlock()
 	if g.plan == plan && !plan.committing {
-		gs.failPlan(g, fmt.Sprintf("bind timeout with %d/%d members at bind", plan.arrived, len(plan.members)), "bind_timeout")
+		gb.gs.failPlan(g, fmt.Sprintf("bind timeout with %d/%d members at bind", plan.arrived, len(plan.members)), "bind_timeout")
 	}
 }
 
 // planResult is a member's outcome once plan.done is closed.
-func (gs *Gangs) planResult(plan *gangPlan, uid types.UID) error {
-	gs.ix.rlock()
-	defer gs.ix.runlock()
+func (gb *gangBinds) planResult(plan *gangPlan, uid types.UID) error {
+	gb.gs.ix.rlock()
+	defer gb.gs.ix.runlock()
 	if plan.err != nil {
 		return plan.err
 	}

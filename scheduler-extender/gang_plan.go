@@ -80,7 +80,7 @@ func (gs *Gangs) filterLocked(p *podEntry, names [][]byte, out filterOutcome) (f
 			pending = append(pending, m)
 		}
 	}
-	gen, capGen := gs.ix.generations()
+	gen, capGen := gs.led.generations()
 	key := planCacheKey{gen: gen, capGen: capGen, version: g.version, names: hashNames(gs.seed, names), min: minMember, bound: bound,
 		trigger: p.uid}
 	if key == g.noFit {
@@ -88,10 +88,10 @@ func (gs *Gangs) filterLocked(p *podEntry, names [][]byte, out filterOutcome) (f
 		return gs.waitLocked(g, p, names, out, bound+g.noFitN, minMember, nil), true, nil
 	}
 	job := &gangJob{g: g, trigger: p, key: key, minMember: minMember, bound: bound, need: need, ttl: ttl,
-		policy: gs.ix.servingPolicy(), members: planMembersOf(pending)}
-	job.nodes, job.meta, job.idx = gs.ix.candidates(names)
+		policy: gs.pol.servingPolicy(), members: planMembersOf(pending)}
+	job.nodes, job.meta, job.idx = gs.led.candidates(names)
 	if _, ok := g.everCached(capGen, minMember, p); !ok {
-		job.ever = newEverJob(gs.ix, g, minMember, p)
+		job.ever = newEverJob(gs.led, g, minMember, p)
 	}
 	g.planning = true
 	return out, true, job
@@ -137,7 +137,7 @@ func (gs *Gangs) waitLocked(g *gang, p *podEntry, names [][]byte, out filterOutc
 	if len(g.members) < minMember {
 		reason += fmt.Sprintf(" (%d of %d members exist)", len(g.members), minMember)
 	}
-	_, capGen := gs.ix.generations()
+	_, capGen := gs.led.generations()
 	everFits, ok := g.everCached(capGen, minMember, p)
 	if !ok && ever != nil {
 		g.everStore(capGen, ever)
@@ -197,9 +197,9 @@ func (gs *Gangs) commitPlanAs(g *gang, trigger *podEntry, slots []planSlot, id u
 	plan := &gangPlan{id: id, members: map[types.UID]bool{}, expires: expires,
 		done: make(chan struct{}), results: map[types.UID]error{}}
 	for i, sl := range slots {
-		if err := gs.ix.placeOn(sl.p, sl.node, sl.devs, phasePlanned); err != nil {
+		if err := gs.led.placeOn(sl.p, sl.node, sl.devs, phasePlanned); err != nil {
 			for _, done := range slots[:i] {
-				gs.ix.release(done.p)
+				gs.led.release(done.p)
 			}
 			return fmt.Errorf("reserving gang %s plan: %w", g.key, err)
 		}
@@ -240,7 +240,7 @@ func (gs *Gangs) failPlan(g *gang, reason, metric string) {
 		if m := gs.ix.pod(uid); m != nil {
 			any = m
 			if m.phase == phasePlanned || m.phase == phaseBinding {
-				gs.ix.release(m)
+				gs.led.release(m)
 			}
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,9 +45,9 @@ func withHook(t *testing.T, s *Server) *hookPolicy {
 	st := s.State()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	h := &hookPolicy{Policy: st.policy, entered: make(chan struct{}), release: make(chan struct{})}
-	st.policy = h
-	st.epoch++
+	h := &hookPolicy{Policy: st.sc.policy, entered: make(chan struct{}), release: make(chan struct{})}
+	st.sc.policy = h
+	st.sc.epoch++
 	return h
 }
 
@@ -103,7 +105,7 @@ func TestGangPlanCachedWhileNothingChanges(t *testing.T) {
 	h := withHook(t, s)
 	// Two members of 3 GPUs on two 4-GPU nodes, one of which has 2 GPUs held
 	// by a bound pod: one member fits now, both would fit the empty cluster.
-	s.State().UpsertPod(testPod("ns", "busy", gpus(2), onNode("n0"), annotate(AnnotationGPUDevices, "0,1")))
+	s.State().UpsertPod(testPod("ns", "busy", gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "0,1")))
 	for i, name := range []string{"g0", "g1"} {
 		s.State().UpsertPod(gangPod(name, "g", 2, 3, i))
 	}
@@ -308,7 +310,7 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 // the informers keep feeding the index and the gang's other members are told
 // to retry at once. Everything here must finish while the plan is still
 // running: the order of events is the assertion, not a latency threshold (the
-// lock-hold target lives in cmd/extender-bench).
+// lock-hold target lives in bench/extenderbench).
 func TestHugeGangDoesNotHoldUpPlainFilters(t *testing.T) {
 	t.Parallel()
 	const (

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -28,7 +30,7 @@ type persistedPlan struct {
 
 // formatPlanState is the AnnotationGangState value of a member's slot.
 func formatPlanState(id uint64, sl planSlot, expires time.Time) string {
-	return fmt.Sprintf("planned:%d:%s:%s:%d", id, sl.node, FormatDevices(sl.devs), expires.Unix())
+	return fmt.Sprintf("planned:%d:%s:%s:%d", id, sl.node, contract.FormatGPUDevices(sl.devs), expires.Unix())
 }
 
 // parsePlanState reads an AnnotationGangState value; ok=false for anything but
@@ -48,7 +50,7 @@ func parsePlanState(v string) (persistedPlan, bool) {
 	}
 	pp := persistedPlan{id: id, node: parts[2], expires: time.Unix(exp, 0)}
 	if parts[3] != "" {
-		if pp.devices, err = ParseDevices(parts[3]); err != nil {
+		if pp.devices, err = contract.ParseGPUDevices(parts[3]); err != nil {
 			return persistedPlan{}, false
 		}
 	}

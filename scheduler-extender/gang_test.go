@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -15,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-
-	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func volcano(group string, minMember int) []podOpt {
@@ -151,12 +151,12 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	acts := fc.actions()
 	binds := bindsOnly(acts)
 	for _, a := range acts {
-		if strings.HasPrefix(a, "patch") && strings.Contains(a, AnnotationGPUDevices) {
+		if strings.HasPrefix(a, "patch") && strings.Contains(a, contract.AnnotationGPUDevices) {
 			t.Errorf("devices written apart from the Binding: %q", a)
 		}
 	}
 	for _, a := range binds {
-		if !strings.Contains(a, " "+AnnotationGPUDevices+"=") {
+		if !strings.Contains(a, " "+contract.AnnotationGPUDevices+"=") {
 			t.Errorf("binding without devices: %q", a)
 		}
 	}
@@ -297,7 +297,7 @@ func TestGangPlanExpiryReleasesCapacity(t *testing.T) {
 	}
 	for _, n := range []string{"n0", "n1"} {
 		for _, f := range gpuFree(s, n) {
-			if f != placement.MilliPerGPU {
+			if f != contract.MilliPerGPU {
 				t.Fatalf("%s not released: %v", n, gpuFree(s, n))
 			}
 		}
@@ -373,8 +373,8 @@ func TestGangInvalidSpecIsUnresolvable(t *testing.T) {
 func TestGangRestartMidGangRebuildsFromAnnotations(t *testing.T) {
 	t.Parallel()
 	// m0, m1 were bound by a previous extender; m2, m3 still pending.
-	m0 := testPod("ns", "m0", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(AnnotationGPUDevices, "0,1"))...)
-	m1 := testPod("ns", "m1", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(AnnotationGPUDevices, "2,3"))...)
+	m0 := testPod("ns", "m0", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "0,1"))...)
+	m1 := testPod("ns", "m1", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "2,3"))...)
 	m2, m3 := gangPod("m2", "g", 4, 2, 2), gangPod("m3", "g", 4, 2, 3)
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), testNode("n1", "A100", 4, 64, 256), m0, m1, m2, m3)
 	s := testServer(t, newFakeClock(), Deps{Client: fc})

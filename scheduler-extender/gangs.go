@@ -16,27 +16,29 @@ import (
 
 // Gangs admits gangs all-or-nothing: it keeps the gang registry (gangBook:
 // members, PodGroups, plan ids), decides a gang member's filter and plans the
-// gang (gang_plan.go), commits, fails and expires plans, resumes recorded ones
-// after a restart (gang_resume.go) and binds a plan's members together
-// (gang_bind.go). It holds no capacity of its own: it asks the cluster index
-// (gangIndex) to place and release its members, and the index tells it what
-// happens to pods (podObserver).
+// gang (gang_plan.go), commits, fails and expires plans and resumes recorded
+// ones after a restart (gang_resume.go). Binding a plan's members together is
+// gangBinds' (gang_bind.go). It holds no capacity of its own: it asks the
+// index's ledger (gangLedger) to place and release its members, and the index
+// tells it what happens to pods (podObserver).
 //
 // It shares the index's lock: every lower-case method is called with it held
-// (for writing unless it says otherwise); the exported ones, filter (which
-// drops it while planning), finishBind, bindTimeout and planResult take it.
+// (for writing unless it says otherwise); the exported ones and filter (which
+// drops it while planning) take it.
 type Gangs struct {
 	cfg  Config
 	now  func() time.Time
 	ix   gangIndex
+	led  gangLedger
+	pol  policySource
 	book gangBook
 	out  *outbox           // Events and nudges, sent after the lock
 	met  *metrics.Extender // nil: not counted
 	seed maphash.Seed      // hashes candidate lists (planCacheKey)
 }
 
-// gangIndex is what Gangs needs of the cluster index (State). The lock methods
-// are the index's; every other method is called with its lock held.
+// gangIndex is what Gangs needs of the cluster index (State): its lock and
+// its pods. Every method but the lock's is called with the lock held.
 type gangIndex interface {
 	lock()
 	unlock()
@@ -44,9 +46,13 @@ type gangIndex interface {
 	runlock()
 	// pod is the tracked pod uid, nil when none.
 	pod(uid types.UID) *podEntry
+}
+
+// gangLedger is what Gangs needs of the index's ledger. Call with the index
+// lock held.
+type gangLedger interface {
 	// generations: index (every ledger change) and capacity generation.
 	generations() (gen, capGen uint64)
-	servingPolicy() placement.Policy
 	// candidates copies the known nodes of names (ledger clones), emptyNodes
 	// the whole cluster emptied: what planning reads without the lock.
 	candidates(names [][]byte) ([]*placement.Node, []*corev1.Node, map[string]int)
@@ -56,15 +62,24 @@ type gangIndex interface {
 	release(p *podEntry)
 }
 
+// policySource is the index's serving policy (scoring), for planning. Call
+// with the index lock held.
+type policySource interface {
+	servingPolicy() placement.Policy
+}
+
 var (
-	_ gangIndex   = (*State)(nil)
-	_ podObserver = (*Gangs)(nil)
+	_ gangIndex    = (*State)(nil)
+	_ gangLedger   = (*ledger)(nil)
+	_ policySource = (*scoring)(nil)
+	_ podObserver  = (*Gangs)(nil)
 )
 
 // newGangs returns the gangs of index ix, and makes them its observer. Call
 // before ix is shared.
 func newGangs(cfg Config, ix *State, now func() time.Time) *Gangs {
-	gs := &Gangs{cfg: cfg, now: now, ix: ix, book: newGangBook(cfg, now()), out: ix.out, seed: maphash.MakeSeed()}
+	gs := &Gangs{cfg: cfg, now: now, ix: ix, led: ix.led, pol: ix.sc, book: newGangBook(cfg, now()), out: ix.out,
+		seed: maphash.MakeSeed()}
 	ix.obs = gs
 	return gs
 }

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/understory/understory/contract"
+
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -27,7 +28,7 @@ type kubeletAlloc struct {
 
 // allocOf indexes the allocation of m; nil when m reports none (version 1, no
 // PodResources API on the node).
-func allocOf(m *metrics.NodeMetrics) *kubeletAlloc {
+func allocOf(m *contract.NodeMetrics) *kubeletAlloc {
 	if m == nil || m.GPU == nil || m.GPU.Alloc == nil {
 		return nil
 	}
@@ -66,8 +67,8 @@ func kubeletDevices(e *nodeEntry, p *podEntry) []int {
 // where those are still free, else they are re-inferred around the confirmed
 // ones. What still over-commits a device afterwards (a share booked on a device
 // kubelet gave wholly to a pod, or more whole pods than devices) is reported as a
-// GPUDeviceConflict Event. Call with mu held for writing.
-func (s *State) reconcileGPUs(e *nodeEntry) {
+// GPUDeviceConflict Event. Call with the index lock held for writing.
+func (l *ledger) reconcileGPUs(e *nodeEntry) {
 	if e.alloc == nil || len(e.n.GPUFree) == 0 {
 		return
 	}
@@ -101,8 +102,8 @@ func (s *State) reconcileGPUs(e *nodeEntry) {
 	for _, p := range moved {
 		p.devices, p.inferred = kdevs[p.uid], false
 		e.n.Charge(p.req, p.devices)
-		if s.met != nil {
-			s.met.GPUReconciled.Inc()
+		if l.met != nil {
+			l.met.GPUReconciled.Inc()
 		}
 	}
 	for _, p := range guessed {
@@ -111,13 +112,13 @@ func (s *State) reconcileGPUs(e *nodeEntry) {
 		}
 		e.n.Charge(p.req, p.devices)
 	}
-	s.bump(e)
-	s.reportOvercommit(e, moved)
+	l.bump(e)
+	l.reportOvercommit(e, moved)
 }
 
 // reportOvercommit emits a GPUDeviceConflict Event on each pod of moved whose
 // kubelet-allocated devices are over-committed in the ledger.
-func (s *State) reportOvercommit(e *nodeEntry, moved []*podEntry) {
+func (l *ledger) reportOvercommit(e *nodeEntry, moved []*podEntry) {
 	for _, p := range moved {
 		var over []int
 		for _, d := range p.devices {
@@ -135,11 +136,11 @@ func (s *State) reportOvercommit(e *nodeEntry, moved []*podEntry) {
 			}
 		}
 		slices.Sort(holders)
-		s.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("kubelet allocated devices %s of node %s to %s, but %s "+
-			"also hold them: the devices are over-committed until one of them leaves", FormatDevices(over),
+		l.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("kubelet allocated devices %s of node %s to %s, but %s "+
+			"also hold them: the devices are over-committed until one of them leaves", contract.FormatGPUDevices(over),
 			e.n.Name, p.key(), strings.Join(holders, ", ")))
-		if s.met != nil {
-			s.met.DeviceConflicts.Inc()
+		if l.met != nil {
+			l.met.DeviceConflicts.Inc()
 		}
 	}
 }

@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/understory/understory/contract"
 
-	"github.com/understory/understory/metrics"
-	"github.com/understory/understory/scheduler-extender/placement"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // A node's GPUs are what is physically there, not what kubelet's allocatable
@@ -70,7 +69,7 @@ func (t *gpuTable) capacity(d int) int {
 	if t.isOff(d) {
 		return 0
 	}
-	return placement.MilliPerGPU
+	return contract.MilliPerGPU
 }
 
 // slotOf is the slot of the GPU with this UUID; -1 when the table has none.
@@ -127,8 +126,8 @@ func (t *gpuTable) usable(slots int) int {
 // they come from: the agent's GPU list in m when it has one, else allocatable
 // nvidia.com/gpu over the device plugin's replicas (gpuTable). A node without
 // allocatable nvidia.com/gpu has none (the device plugin is what runs GPU pods).
-func nodeGPUs(obj *corev1.Node, m *metrics.NodeMetrics) ([]int, string, gpuTable) {
-	q, ok := obj.Status.Allocatable[ResourceGPU]
+func nodeGPUs(obj *corev1.Node, m *contract.NodeMetrics) ([]int, string, gpuTable) {
+	q, ok := obj.Status.Allocatable[contract.ResourceGPU]
 	if !ok || q.Sign() <= 0 {
 		return nil, "", gpuTable{}
 	}
@@ -145,7 +144,7 @@ func nodeGPUs(obj *corev1.Node, m *metrics.NodeMetrics) ([]int, string, gpuTable
 			t.uuids[d.Index] = d.UUID
 			if d.Healthy {
 				t.off &^= 1 << uint(d.Index)
-				free[d.Index] = placement.MilliPerGPU
+				free[d.Index] = contract.MilliPerGPU
 			}
 			if model == "" && d.Model != "" {
 				model = NormalizeModel(strings.ReplaceAll(d.Model, " ", "-")) // GPU feature discovery's spelling
@@ -160,9 +159,9 @@ func nodeGPUs(obj *corev1.Node, m *metrics.NodeMetrics) ([]int, string, gpuTable
 	if c, err := strconv.ParseInt(obj.Labels[LabelGPUCount], 10, 64); err == nil && c > 0 {
 		n = min(n, c)
 	}
-	free := make([]int, min(n, placement.MaxGPUsPerNode))
+	free := make([]int, min(n, contract.MaxGPUsPerNode))
 	for i := range free {
-		free[i] = placement.MilliPerGPU
+		free[i] = contract.MilliPerGPU
 	}
 	return free, model, gpuTable{source: gpuSourceAllocatable, uuids: make([]string, len(free))}
 }
@@ -175,8 +174,8 @@ func NormalizeModel(model string) string {
 }
 
 // onUnavailableGPU reports whether p holds a device its node's agent now reports
-// unavailable (unhealthy, or not listed). Call with mu held.
-func (s *State) onUnavailableGPU(p *podEntry) bool {
-	e := s.nodes[p.node]
+// unavailable (unhealthy, or not listed). Call with the index lock held.
+func (l *ledger) onUnavailableGPU(p *podEntry) bool {
+	e := l.nodes[p.node]
 	return p.charged && e != nil && e.gpus.offIn(p.devices)
 }

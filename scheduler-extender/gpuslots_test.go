@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -26,10 +27,10 @@ func sharedNode(name string, gpus, replicas int) *corev1.Node {
 }
 
 // withAgentGPUs adds node-metrics version 2 listing devs, stamped at stamp.
-func withAgentGPUs(t *testing.T, n *corev1.Node, stamp time.Time, devs ...metrics.GPUDevice) *corev1.Node {
+func withAgentGPUs(t *testing.T, n *corev1.Node, stamp time.Time, devs ...contract.GPUDevice) *corev1.Node {
 	t.Helper()
-	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion2, Timestamp: stamp, WindowMillis: 10000,
-		CPU: metrics.CPUMetrics{Capacity: 64000}, GPU: &metrics.GPUMetrics{Devices: devs}}
+	m := contract.NodeMetrics{Version: contract.NodeMetricsVersion2, Timestamp: stamp, WindowMillis: 10000,
+		CPU: contract.CPUMetrics{Capacity: 64000}, GPU: &contract.GPUMetrics{Devices: devs}}
 	ann, err := m.EncodeAnnotations()
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +39,8 @@ func withAgentGPUs(t *testing.T, n *corev1.Node, stamp time.Time, devs ...metric
 	return n
 }
 
-func gpuDev(i int, uuid string, healthy bool) metrics.GPUDevice {
-	return metrics.GPUDevice{Index: i, UUID: uuid, Model: "NVIDIA H100 80GB HBM3", Healthy: healthy, Reclaimable: 1}
+func gpuDev(i int, uuid string, healthy bool) contract.GPUDevice {
+	return contract.GPUDevice{Index: i, UUID: uuid, Model: "NVIDIA H100 80GB HBM3", Healthy: healthy, Reclaimable: 1}
 }
 
 // TestNodeGPUsPhysical: a node's GPU slots are its physical GPUs: the agent's list
@@ -47,7 +48,7 @@ func gpuDev(i int, uuid string, healthy bool) metrics.GPUDevice {
 func TestNodeGPUsPhysical(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	four := []metrics.GPUDevice{gpuDev(0, "GPU-a", true), gpuDev(1, "GPU-b", true), gpuDev(2, "GPU-c", true),
+	four := []contract.GPUDevice{gpuDev(0, "GPU-a", true), gpuDev(1, "GPU-b", true), gpuDev(2, "GPU-c", true),
 		gpuDev(3, "GPU-d", true)}
 	tests := []struct {
 		name   string
@@ -81,7 +82,7 @@ func TestNodeGPUsPhysical(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := metrics.DecodeNodeAnnotations(tc.node.Annotations)
+			m, err := contract.DecodeNodeAnnotations(tc.node.Annotations)
 			mp := &m
 			if err != nil {
 				mp = nil
@@ -109,13 +110,13 @@ func TestSharesAvoidUnhealthyGPU(t *testing.T) {
 	s.UpsertNode(withAgentGPUs(t, testNode("n", h100, 3, 64, 256), clock.Now(), gpuDev(0, "GPU-a", true),
 		gpuDev(1, "GPU-b", false), gpuDev(2, "GPU-c", true), gpuDev(3, "GPU-d", true)))
 	// A share that ran on GPU 1 before it broke.
-	s.UpsertPod(testPod("ns", "old", milli(300), onNode("n"), annotate(AnnotationGPUDevices, "1")))
+	s.UpsertPod(testPod("ns", "old", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
 	s.lock()
 	defer s.unlock()
-	e := s.node("n")
+	e := s.led.node("n")
 	for i := range 4 {
 		p := s.podFromArgs(testPod("ns", fmt.Sprint("share-", i), milli(600)))
-		_, devs, ok := s.servingPolicy().Score(e.n, p.req)
+		_, devs, ok := s.sc.servingPolicy().Score(e.n, p.req)
 		if i == 3 {
 			if ok {
 				t.Fatalf("a fourth 600-milli share fits three healthy GPUs: devices %v", devs)
@@ -125,7 +126,7 @@ func TestSharesAvoidUnhealthyGPU(t *testing.T) {
 		if !ok || slices.Contains(devs, 1) {
 			t.Fatalf("share %d: devices %v, ok %v: never GPU 1, which is unhealthy", i, devs, ok)
 		}
-		if err := s.place(p, e, devs, phaseReserved); err != nil {
+		if err := s.led.place(p, e, devs, phaseReserved); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,14 +152,14 @@ func TestBookingsFollowUUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := func(devs ...metrics.GPUDevice) *corev1.Node {
+	node := func(devs ...contract.GPUDevice) *corev1.Node {
 		return withAgentGPUs(t, testNode("n", h100, 3, 64, 256), clock.Now(), devs...)
 	}
 	s.UpsertNode(node(gpuDev(0, "GPU-a", true), gpuDev(1, "GPU-b", true), gpuDev(2, "GPU-c", true)))
-	s.UpsertPod(testPod("ns", "bound", milli(300), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+	s.UpsertPod(testPod("ns", "bound", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
 	s.lock()
 	reserved := s.podFromArgs(testPod("ns", "reserved", milli(500)))
-	if err := s.place(reserved, s.node("n"), []int{1}, phaseReserved); err != nil {
+	if err := s.led.place(reserved, s.led.node("n"), []int{1}, phaseReserved); err != nil {
 		t.Fatal(err)
 	}
 	s.unlock()
@@ -177,7 +178,7 @@ func TestBookingsFollowUUID(t *testing.T) {
 	} {
 		s.UpsertNode(step.node)
 		s.mu.RLock()
-		free := fmt.Sprint(s.nodes["n"].n.GPUFree)
+		free := fmt.Sprint(s.led.nodes["n"].n.GPUFree)
 		held, got := s.pods[reserved.uid].devices, s.pods[testPod("ns", "bound").UID].devices
 		s.mu.RUnlock()
 		if free != step.free || !slices.Equal(held, step.held) || !slices.Equal(got, step.got) {
@@ -245,8 +246,8 @@ func TestBindReplacesShareOnGPUGoneUnhealthy(t *testing.T) {
 	if msg := bind(t, url, pod, "n"); msg != "" {
 		t.Fatalf("bind: %s", msg)
 	}
-	if got := fc.pod(t, "ns", "share").Annotations[AnnotationGPUDevices]; got != "0" {
-		t.Fatalf("bound with %s=%q, want 0 (GPU 1 is unhealthy)", AnnotationGPUDevices, got)
+	if got := fc.pod(t, "ns", "share").Annotations[contract.AnnotationGPUDevices]; got != "0" {
+		t.Fatalf("bound with %s=%q, want 0 (GPU 1 is unhealthy)", contract.AnnotationGPUDevices, got)
 	}
 	if got := fmt.Sprint(gpuFree(s, "n")); got != "[600 0]" {
 		t.Fatalf("after bind: GPUFree %s", got)

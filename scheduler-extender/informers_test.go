@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -44,7 +46,7 @@ func TestRunSyncedMeansIndexed(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n-%d", i), Labels: map[string]string{LabelGPUProduct: "A100"}},
 					Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
 						corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
-						corev1.ResourcePods: resource.MustParse("110"), ResourceGPU: resource.MustParse("4"),
+						corev1.ResourcePods: resource.MustParse("110"), contract.ResourceGPU: resource.MustParse("4"),
 					}},
 				})
 			}
@@ -94,7 +96,7 @@ func TestNotReadyRefuses(t *testing.T) {
 	node := testNode("n1", "A100", 1, 8, 32)
 	holder := testPod("ns", "holder", gpus(1))
 	holder.Spec.NodeName = "n1"
-	holder.Annotations[AnnotationGPUDevices] = "0"
+	holder.Annotations[contract.AnnotationGPUDevices] = "0"
 	srv := testServer(t, nil, Deps{Client: fake.NewClientset(node, holder)})
 	url := startHTTP(t, srv)
 	pod := testPod("ns", "new", gpus(1))

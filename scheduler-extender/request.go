@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/understory/understory/contract"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,8 +23,6 @@ const (
 	mib = 1 << 20
 	// maxModels bounds the models one understory.io/gpu-model annotation may list.
 	maxModels = 32
-	// maxDevicesAnnotation bounds the understory.io/gpu-devices value we parse.
-	maxDevicesAnnotation = 512
 )
 
 // PodRequest turns a pod into what it asks of a node. CPU and memory follow
@@ -48,13 +47,13 @@ func PodRequest(pod *corev1.Pod) (placement.Request, error) {
 	r.BatchMemoryMiB = ceilDiv(sum.batchMem, mib)
 	switch {
 	case sum.gpus > 0 && sum.milli > 0:
-		return r, fmt.Errorf("pod asks for both %s and %s: %w", ResourceGPU, ResourceGPUMilli, ErrInvalidPod)
-	case sum.gpus > placement.MaxGPUsPerNode:
-		return r, fmt.Errorf("%s %d exceeds %d: %w", ResourceGPU, sum.gpus, placement.MaxGPUsPerNode, ErrInvalidPod)
+		return r, fmt.Errorf("pod asks for both %s and %s: %w", contract.ResourceGPU, contract.ResourceGPUMilli, ErrInvalidPod)
+	case sum.gpus > contract.MaxGPUsPerNode:
+		return r, fmt.Errorf("%s %d exceeds %d: %w", contract.ResourceGPU, sum.gpus, contract.MaxGPUsPerNode, ErrInvalidPod)
 	case sum.gpus > 0:
-		r.NumGPU, r.GPUMilli = int(sum.gpus), placement.MilliPerGPU
-	case sum.milli > placement.MilliPerGPU:
-		return r, fmt.Errorf("%s %d exceeds one gpu (%d): %w", ResourceGPUMilli, sum.milli, placement.MilliPerGPU, ErrInvalidPod)
+		r.NumGPU, r.GPUMilli = int(sum.gpus), contract.MilliPerGPU
+	case sum.milli > contract.MilliPerGPU:
+		return r, fmt.Errorf("%s %d exceeds one gpu (%d): %w", contract.ResourceGPUMilli, sum.milli, contract.MilliPerGPU, ErrInvalidPod)
 	case sum.milli > 0:
 		r.NumGPU, r.GPUMilli = 1, int(sum.milli)
 	}
@@ -155,8 +154,8 @@ func resourceSum(what string, req, lim corev1.ResourceList) (podSum, error) {
 		name corev1.ResourceName
 		dst  *int64
 	}{
-		{ResourceGPU, &s.gpus}, {ResourceGPUMilli, &s.milli},
-		{ResourceBatchCPU, &s.batchCPU}, {ResourceBatchMemory, &s.batchMem},
+		{contract.ResourceGPU, &s.gpus}, {contract.ResourceGPUMilli, &s.milli},
+		{contract.ResourceBatchCPU, &s.batchCPU}, {contract.ResourceBatchMemory, &s.batchMem},
 	} {
 		q, ok := get(f.name)
 		if !ok {
@@ -168,8 +167,8 @@ func resourceSum(what string, req, lim corev1.ResourceList) (podSum, error) {
 		}
 		*f.dst = v
 	}
-	if s.milli < 0 || (s.milli == 0 && hasResource(req, lim, ResourceGPUMilli)) {
-		return s, fmt.Errorf("%s: %s must be 1..%d: %w", what, ResourceGPUMilli, placement.MilliPerGPU, ErrInvalidPod)
+	if s.milli < 0 || (s.milli == 0 && hasResource(req, lim, contract.ResourceGPUMilli)) {
+		return s, fmt.Errorf("%s: %s must be 1..%d: %w", what, contract.ResourceGPUMilli, contract.MilliPerGPU, ErrInvalidPod)
 	}
 	return s, nil
 }
@@ -233,61 +232,4 @@ func ParseModels(s string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// ParseDevices parses the understory.io/gpu-devices annotation: comma-separated,
-// distinct device indices (NVML indices, the node agent's GPU list) below
-// MaxGPUsPerNode, blanks around each allowed, decimal digits only (no sign). It
-// accepts exactly what the node agent's NRI plugin accepts (koordlet/gpu/devices
-// ParseAnnotation; metrics/devices_contract_test.go holds both to it), so that a
-// device the extender books is one the agent hands out.
-func ParseDevices(s string) ([]int, error) {
-	if len(s) > maxDevicesAnnotation {
-		return nil, fmt.Errorf("%d bytes exceed %d: %w", len(s), maxDevicesAnnotation, placement.ErrInvalidDevices)
-	}
-	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("empty device list: %w", placement.ErrInvalidDevices)
-	}
-	var seen uint64
-	var out []int
-	for p := range strings.SplitSeq(s, ",") {
-		d, ok := deviceIndex(strings.TrimSpace(p))
-		if !ok {
-			return nil, fmt.Errorf("device %q is not an index in 0..%d: %w", p, placement.MaxGPUsPerNode-1,
-				placement.ErrInvalidDevices)
-		}
-		if seen&(1<<uint(d)) != 0 {
-			return nil, fmt.Errorf("device %d twice: %w", d, placement.ErrInvalidDevices)
-		}
-		seen |= 1 << uint(d)
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// deviceIndex parses 1..3 decimal digits below MaxGPUsPerNode.
-func deviceIndex(s string) (int, bool) {
-	if s == "" || len(s) > 3 {
-		return 0, false
-	}
-	d := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		d = 10*d + int(s[i]-'0')
-	}
-	return d, d < placement.MaxGPUsPerNode
-}
-
-// FormatDevices renders device indices for the understory.io/gpu-devices annotation.
-func FormatDevices(devs []int) string {
-	var b strings.Builder
-	for i, d := range devs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(d))
-	}
-	return b.String()
 }

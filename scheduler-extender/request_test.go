@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -40,7 +42,7 @@ func TestPodRequest(t *testing.T) {
 	overhead := podWith([]corev1.ResourceList{rl("cpu", "1", "memory", "1Gi")}, nil, nil)
 	overhead.Spec.Overhead = rl("cpu", "250m", "memory", "64Mi")
 	limitsOnly := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
-		Limits: rl(ResourceGPU, "2")}}}}}
+		Limits: rl(contract.ResourceGPU, "2")}}}}}
 
 	tests := []struct {
 		name    string
@@ -54,25 +56,25 @@ func TestPodRequest(t *testing.T) {
 			placement.Request{CPUMilli: 3000}, ""},
 		{"sidecars add up", sidecar, placement.Request{CPUMilli: 2500}, ""},
 		{"overhead", overhead, placement.Request{CPUMilli: 1250, MemoryMiB: 1088}, ""},
-		{"whole gpus", podWith([]corev1.ResourceList{rl(ResourceGPU, "2"), rl(ResourceGPU, "1")}, nil, nil),
+		{"whole gpus", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "2"), rl(contract.ResourceGPU, "1")}, nil, nil),
 			placement.Request{NumGPU: 3, GPUMilli: 1000}, ""},
 		{"gpu from limits", limitsOnly, placement.Request{NumGPU: 2, GPUMilli: 1000}, ""},
-		{"one share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "300")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 300}, ""},
-		{"full share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1000")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 1000}, ""},
-		{"share over one gpu", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "1001")}, nil, nil), placement.Request{}, "exceeds one gpu"},
-		{"shares summed over containers", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "600"), rl(ResourceGPUMilli, "600")}, nil, nil), placement.Request{}, "exceeds one gpu"},
-		{"zero share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "0")}, nil, nil), placement.Request{}, "must be 1..1000"},
-		{"negative share", podWith([]corev1.ResourceList{rl(ResourceGPUMilli, "-5")}, nil, nil), placement.Request{}, "negative"},
-		{"fractional gpu", podWith([]corev1.ResourceList{rl(ResourceGPU, "500m")}, nil, nil), placement.Request{}, "not a whole number"},
-		{"both kinds", podWith([]corev1.ResourceList{rl(ResourceGPU, "1", ResourceGPUMilli, "100")}, nil, nil), placement.Request{}, "both"},
-		{"too many gpus", podWith([]corev1.ResourceList{rl(ResourceGPU, "65")}, nil, nil), placement.Request{}, "exceeds 64"},
+		{"one share", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "300")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 300}, ""},
+		{"full share", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "1000")}, nil, nil), placement.Request{NumGPU: 1, GPUMilli: 1000}, ""},
+		{"share over one gpu", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "1001")}, nil, nil), placement.Request{}, "exceeds one gpu"},
+		{"shares summed over containers", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "600"), rl(contract.ResourceGPUMilli, "600")}, nil, nil), placement.Request{}, "exceeds one gpu"},
+		{"zero share", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "0")}, nil, nil), placement.Request{}, "must be 1..1000"},
+		{"negative share", podWith([]corev1.ResourceList{rl(contract.ResourceGPUMilli, "-5")}, nil, nil), placement.Request{}, "negative"},
+		{"fractional gpu", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "500m")}, nil, nil), placement.Request{}, "not a whole number"},
+		{"both kinds", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "1", contract.ResourceGPUMilli, "100")}, nil, nil), placement.Request{}, "both"},
+		{"too many gpus", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "65")}, nil, nil), placement.Request{}, "exceeds 64"},
 		{"huge memory", podWith([]corev1.ResourceList{rl("memory", "10Ei")}, nil, nil), placement.Request{}, "too large"},
-		{"batch resources", podWith([]corev1.ResourceList{rl(ResourceBatchCPU, "1500", ResourceBatchMemory, "2Gi")}, nil, nil),
+		{"batch resources", podWith([]corev1.ResourceList{rl(contract.ResourceBatchCPU, "1500", contract.ResourceBatchMemory, "2Gi")}, nil, nil),
 			placement.Request{BatchCPUMilli: 1500, BatchMemoryMiB: 2048}, ""},
-		{"models", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " A100-SXM4-80GB , Tesla-T4,A100-SXM4-80GB"}),
+		{"models", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " A100-SXM4-80GB , Tesla-T4,A100-SXM4-80GB"}),
 			placement.Request{NumGPU: 1, GPUMilli: 1000, Models: []string{"A100-SXM4-80GB", "Tesla-T4"}}, ""},
-		{"empty model list", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " "}), placement.Request{}, "empty model list"},
-		{"bad model", podWith([]corev1.ResourceList{rl(ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: "a b"}), placement.Request{}, "model \"a b\""},
+		{"empty model list", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: " "}), placement.Request{}, "empty model list"},
+		{"bad model", podWith([]corev1.ResourceList{rl(contract.ResourceGPU, "1")}, nil, map[string]string{AnnotationGPUModel: "a b"}), placement.Request{}, "model \"a b\""},
 		{"nil pod", nil, placement.Request{}, "no pod"},
 	}
 	for _, tc := range tests {
@@ -95,66 +97,6 @@ func TestPodRequest(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestParseDevices(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   string
-		want []int
-		ok   bool
-	}{
-		{"0", []int{0}, true},
-		{"3,1, 2", []int{3, 1, 2}, true},
-		{"63", []int{63}, true},
-		{"", nil, false},
-		{"64", nil, false},
-		{"-1", nil, false},
-		{"1,1", nil, false},
-		{"1,", nil, false},
-		{"a", nil, false},
-		{strings.Repeat("1,", 300), nil, false},
-	}
-	for _, tc := range tests {
-		got, err := ParseDevices(tc.in)
-		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
-			t.Errorf("ParseDevices(%q) = %v, %v", tc.in, got, err)
-		}
-		if err != nil && !errors.Is(err, placement.ErrInvalidDevices) {
-			t.Errorf("error %v does not wrap ErrInvalidDevices", err)
-		}
-		if err == nil {
-			if back, _ := ParseDevices(FormatDevices(got)); !slices.Equal(back, got) {
-				t.Errorf("round trip of %v gave %v", got, back)
-			}
-		}
-	}
-}
-
-func FuzzParseDevices(f *testing.F) {
-	for _, s := range []string{"0", "1,2,3", "", "-1", "1,1", "63", " 7 ,8", "9999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		devs, err := ParseDevices(s)
-		if err != nil {
-			if !errors.Is(err, placement.ErrInvalidDevices) {
-				t.Fatalf("error %v does not wrap ErrInvalidDevices", err)
-			}
-			return
-		}
-		seen := map[int]bool{}
-		for _, d := range devs {
-			if d < 0 || d >= placement.MaxGPUsPerNode || seen[d] {
-				t.Fatalf("%q gave bad device list %v", s, devs)
-			}
-			seen[d] = true
-		}
-		back, err := ParseDevices(FormatDevices(devs))
-		if err != nil || !slices.Equal(back, devs) {
-			t.Fatalf("round trip %v: %v %v", devs, back, err)
-		}
-	})
 }
 
 func FuzzParseModels(f *testing.F) {
@@ -189,8 +131,8 @@ func FuzzPodRequest(f *testing.F) {
 	f.Add("1e3", "1.5", "9Ei", "1e100", "x", "", "x y")
 	f.Fuzz(func(t *testing.T, gpu, gpuMilli, cpuQ, memQ, batchCPU, batchMem, models string) {
 		res := corev1.ResourceList{}
-		for name, v := range map[corev1.ResourceName]string{ResourceGPU: gpu, ResourceGPUMilli: gpuMilli,
-			corev1.ResourceCPU: cpuQ, corev1.ResourceMemory: memQ, ResourceBatchCPU: batchCPU, ResourceBatchMemory: batchMem} {
+		for name, v := range map[corev1.ResourceName]string{contract.ResourceGPU: gpu, contract.ResourceGPUMilli: gpuMilli,
+			corev1.ResourceCPU: cpuQ, corev1.ResourceMemory: memQ, contract.ResourceBatchCPU: batchCPU, contract.ResourceBatchMemory: batchMem} {
 			if q, err := resource.ParseQuantity(v); err == nil {
 				res[name] = q
 			}

@@ -13,8 +13,9 @@ import (
 // showing it bound: a filter reserves the best node (Filter), a bind assumes it
 // (beginBind, finishBind), a Binding whose outcome is unknown keeps it held
 // (holdUnconfirmed), and reservations no bind came for expire (expire). Gang
-// members are handed to Gangs, which plans and binds them together. The
-// capacity itself is the index's (State.place, State.release).
+// members are handed to Gangs, which plans them, and to gangBinds, which binds
+// them together. The capacity itself is the ledger's (ledger.place,
+// ledger.release), the scores scoring's (evaluateNames, recheck).
 //
 // It has no fields to guard: it takes the index's lock (filters score under
 // the read lock and commit under the write lock, re-checking the node's
@@ -23,7 +24,10 @@ type reservations struct {
 	cfg   Config
 	now   func() time.Time
 	ix    *State
+	led   *ledger  // the index's
+	sc    *scoring // the index's
 	gangs *Gangs
+	binds *gangBinds
 }
 
 // maxCommitRetries bounds optimistic commits before a filter evaluates under the write lock.
@@ -65,7 +69,7 @@ func (r *reservations) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learn
 	}
 	switch {
 	case p.phase == phaseReserved && !p.unconfirmed:
-		ix.release(p)
+		r.led.release(p)
 	case p.phase == phasePending:
 	default:
 		node, reason := p.node, fmt.Sprintf("pod is %s on node %s", p.phase, p.node)
@@ -79,7 +83,7 @@ func (r *reservations) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learn
 		}
 		return out
 	}
-	sh := ix.shapes.of(p.req)
+	sh := r.sc.shapes.of(p.req)
 	ix.unlock()
 
 	for attempt := 0; ; attempt++ {
@@ -89,10 +93,10 @@ func (r *reservations) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learn
 		var found bool
 		if last {
 			ix.lock()
-			best, found = ix.evaluateNames(&sh, names, raw, &out)
+			best, found = r.sc.evaluateNames(&sh, names, raw, &out)
 		} else {
 			ix.rlock()
-			best, found = ix.evaluateNames(&sh, names, raw, &out)
+			best, found = r.sc.evaluateNames(&sh, names, raw, &out)
 			ix.runlock()
 			ix.lock()
 		}
@@ -106,8 +110,8 @@ func (r *reservations) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learn
 			out.failAll(names, "pod was deleted", false)
 			return out
 		}
-		if e, devs, ok := ix.recheck(best, &sh); ok {
-			if err := ix.place(p, e, devs, phaseReserved); err == nil {
+		if e, devs, ok := r.sc.recheck(best, &sh); ok {
+			if err := r.led.place(p, e, devs, phaseReserved); err == nil {
 				p.expires = r.now().Add(r.cfg.AssumedTTL)
 				ix.unlock()
 				out.passed = append(out.passed[:0], e.n.Name)
@@ -124,7 +128,7 @@ func (r *reservations) Filter(pod *corev1.Pod, names [][]byte, raw []byte, learn
 }
 
 // beginBind moves a pod to phaseBinding on args.Node: from its reservation, from
-// its gang plan (Gangs.beginBindLocked), or by placing it now if it has neither
+// its gang plan (gangBinds.beginBindLocked), or by placing it now if it has neither
 // (e.g. after a restart).
 func (r *reservations) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error) {
 	ix := r.ix
@@ -155,26 +159,26 @@ func (r *reservations) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob,
 		return job, fmt.Errorf("pod %s: a bind is already in progress", p.key())
 	}
 	if p.hasGang {
-		if job, err, gang := r.gangs.beginBindLocked(p, args.Node); gang {
+		if job, err, gang := r.binds.beginBindLocked(p, args.Node); gang {
 			return job, err
 		}
 	}
 	// A reservation on a GPU that has since gone unhealthy (or off the agent's
 	// list) is placed again: the bind must not book a share on a broken GPU.
-	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) || ix.onUnavailableGPU(p) {
-		e := ix.node(args.Node)
+	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) || r.led.onUnavailableGPU(p) {
+		e := r.led.node(args.Node)
 		if e == nil {
 			return job, fmt.Errorf("node %s unknown to the extender", args.Node)
 		}
-		ix.release(p)
+		r.led.release(p)
 		if err := e.n.Fit(p.req); err != nil {
 			return job, fmt.Errorf("pod %s does not fit now: %w", p.key(), err)
 		}
-		_, devs, ok := ix.servingPolicy().Score(e.n, p.req)
+		_, devs, ok := r.sc.servingPolicy().Score(e.n, p.req)
 		if !ok {
 			return job, fmt.Errorf("pod %s: no device placement on node %s", p.key(), args.Node)
 		}
-		if err := ix.place(p, e, devs, phaseBinding); err != nil {
+		if err := r.led.place(p, e, devs, phaseBinding); err != nil {
 			return job, fmt.Errorf("pod %s: %w", p.key(), err)
 		}
 	}
@@ -201,7 +205,7 @@ func (r *reservations) settle(p *podEntry, err error) {
 	case errors.Is(err, ErrBindUnconfirmed):
 		holdUnconfirmed(p, r.now().Add(r.cfg.AssumedTTL))
 	case err != nil:
-		r.ix.release(p)
+		r.led.release(p)
 	default:
 		p.phase = phaseAssumed
 	}
@@ -224,7 +228,7 @@ func (r *reservations) expire(now time.Time) int {
 	n := 0
 	r.ix.forEachPod(func(p *podEntry) {
 		if p.phase == phaseReserved && now.After(p.expires) {
-			r.ix.release(p)
+			r.led.release(p)
 			n++
 		}
 	})

@@ -123,7 +123,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	s.state, s.out, s.contact = st, st.out, newAPIContact(s.now)
 	s.out.setSink(recorder, api, s.client != nil, cfg.APITimeout, s.log)
 	s.gangs = newGangs(cfg, st, s.now)
-	s.res = &reservations{cfg: cfg, now: s.now, ix: st, gangs: s.gangs}
+	binds := &gangBinds{gs: s.gangs}
+	s.res = &reservations{cfg: cfg, now: s.now, ix: st, led: st.led, sc: st.sc, gangs: s.gangs, binds: binds}
 	if s.client != nil {
 		s.feed = &informers{cfg: cfg, client: s.client, dynamic: deps.Dynamic, ix: st, gangs: s.gangs,
 			contact: s.contact, out: s.out, log: s.log}
@@ -132,8 +133,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.met, s.gangs.met = s.met, s.met
-	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, gangs: s.gangs, out: s.out,
+	st.led.met, s.gangs.met = s.met, s.met
+	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, binds: binds, out: s.out,
 		met: s.met, log: s.log}
 	var holds []prometheus.Observer
 	if deps.LockHold != nil {

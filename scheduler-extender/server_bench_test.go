@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -25,7 +27,7 @@ func benchState(b *testing.B) (*Server, []*extenderArgs) {
 		s.State().UpsertNode(testNode(n, "A100", g, 96, 512))
 		for d := 0; d < g; d++ {
 			if rng.Intn(3) == 0 {
-				s.State().UpsertPod(testPod("b", fmt.Sprintf("p-%d-%d", i, d), gpus(1), onNode(n), annotate(AnnotationGPUDevices, fmt.Sprint(d))))
+				s.State().UpsertPod(testPod("b", fmt.Sprintf("p-%d-%d", i, d), gpus(1), onNode(n), annotate(contract.AnnotationGPUDevices, fmt.Sprint(d))))
 			}
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +52,7 @@ func testNode(name, model string, gpus, cpu, memGi int) *corev1.Node {
 		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
 	}
 	if gpus > 0 {
-		n.Status.Allocatable[ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+		n.Status.Allocatable[contract.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
 		n.Labels[LabelGPUProduct] = model
 	}
 	return n
@@ -61,13 +63,13 @@ type podOpt func(*corev1.Pod)
 
 func gpus(n int) podOpt {
 	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
 	}
 }
 
 func milli(m int) podOpt {
 	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[ResourceGPUMilli] = *resource.NewQuantity(int64(m), resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPUMilli] = *resource.NewQuantity(int64(m), resource.DecimalSI)
 	}
 }
 
@@ -217,7 +219,7 @@ func passedOne(t *testing.T, res extenderv1.ExtenderFilterResult) string {
 func gpuFree(s *Server, node string) []int {
 	s.state.mu.RLock()
 	defer s.state.mu.RUnlock()
-	e := s.state.nodes[node]
+	e := s.state.led.nodes[node]
 	if e == nil {
 		return nil
 	}

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
-
-	"github.com/understory/understory/scheduler-extender/placement"
 )
 
 func TestFilterVerdicts(t *testing.T) {
@@ -67,7 +67,7 @@ func TestFilterVerdicts(t *testing.T) {
 				s.State().UpsertNode(n)
 			}
 			// a2 is half busy: one GPU taken by a bound pod.
-			s.State().UpsertPod(testPod("ns", "busy", gpus(1), onNode("a2"), annotate(AnnotationGPUDevices, "0")))
+			s.State().UpsertPod(testPod("ns", "busy", gpus(1), onNode("a2"), annotate(contract.AnnotationGPUDevices, "0")))
 			url := startHTTP(t, s)
 			res := filter(t, url, tc.pod, "a2", "a8", "t4", "cpu")
 			if len(tc.wantPass) > 0 {
@@ -181,7 +181,7 @@ func TestPrioritizeScoresInRange(t *testing.T) {
 		testNode("n2", "A100", 2, 64, 256), testNode("cpu", "", 0, 8, 32)} {
 		s.State().UpsertNode(n)
 	}
-	s.State().UpsertPod(testPod("ns", "busy", gpus(6), onNode("n1"), annotate(AnnotationGPUDevices, "0,1,2,3,4,5")))
+	s.State().UpsertPod(testPod("ns", "busy", gpus(6), onNode("n1"), annotate(contract.AnnotationGPUDevices, "0,1,2,3,4,5")))
 	url := startHTTP(t, s)
 	pod := testPod("ns", "p", milli(500))
 	all := []string{"n0", "n1", "n2", "cpu", "ghost"}
@@ -237,13 +237,13 @@ func TestBindWritesDevicesInTheBinding(t *testing.T) {
 	}
 	// One write: the Binding, carrying the devices annotation.
 	acts := fc.actions()
-	if len(acts) != 1 || !strings.HasPrefix(acts[0], "bind ns/p n "+AnnotationGPUDevices+"=") {
-		t.Fatalf("want one binding carrying %s, got %q", AnnotationGPUDevices, acts)
+	if len(acts) != 1 || !strings.HasPrefix(acts[0], "bind ns/p n "+contract.AnnotationGPUDevices+"=") {
+		t.Fatalf("want one binding carrying %s, got %q", contract.AnnotationGPUDevices, acts)
 	}
 	got := fc.pod(t, "ns", "p")
-	devs, err := ParseDevices(got.Annotations[AnnotationGPUDevices])
+	devs, err := contract.ParseGPUDevices(got.Annotations[contract.AnnotationGPUDevices])
 	if err != nil || len(devs) != 2 {
-		t.Fatalf("annotation %q: %v", got.Annotations[AnnotationGPUDevices], err)
+		t.Fatalf("annotation %q: %v", got.Annotations[contract.AnnotationGPUDevices], err)
 	}
 	if got.Spec.NodeName != "n" {
 		t.Fatalf("pod not bound: %q", got.Spec.NodeName)
@@ -280,7 +280,7 @@ func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {
 		t.Fatalf("want the binding error, got %q", e)
 	}
-	if got := gpuFree(s, "n"); got[0] != placement.MilliPerGPU {
+	if got := gpuFree(s, "n"); got[0] != contract.MilliPerGPU {
 		t.Fatalf("failed bind must release the device: %v", got)
 	}
 	ghost := testPod("ns", "ghost", gpus(1))

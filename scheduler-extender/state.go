@@ -7,17 +7,17 @@ import (
 	"hash/maphash"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/understory/understory/contract"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -80,7 +80,7 @@ type nodeEntry struct {
 	meta *corev1.Node
 	// metrics is the node's last decodable node-metrics annotation and usage its
 	// placement form; n.Usage is usage while the metrics are fresh.
-	metrics    *metrics.NodeMetrics
+	metrics    *contract.NodeMetrics
 	usage      *placement.Usage
 	metricsErr string
 	// alloc is kubelet's allocation of whole GPUs from the last decodable
@@ -90,7 +90,7 @@ type nodeEntry struct {
 	// newest decoded GPU list, kept while later annotations lack one or do not
 	// decode (what is installed does not change with a stale or broken annotation).
 	gpus     gpuTable
-	gpuList  *metrics.NodeMetrics
+	gpuList  *contract.NodeMetrics
 	pods     map[types.UID]*podEntry            // pods charged here
 	learned  bool                               // known only from extender args (nodeCacheCapable false)
 	seen     time.Time                          // last time extender args carried it (learned nodes)
@@ -98,40 +98,38 @@ type nodeEntry struct {
 	nextSlot atomic.Uint32
 }
 
-// State is the cluster index: the nodes, the pods the informers (or request
-// bodies) show and the device ledgers (placement.Node) they are charged on. It
-// is the only owner of those ledgers: it charges, holds and releases (hold,
-// place, release), takes the informers' upserts and deletes, keeps pods bound to
-// unknown nodes as orphans, follows node metrics (usage, kubelet's GPU
-// allocation: gpualloc.go) and scores requests with the serving policy, its
-// verdicts cached per node (judge, evaluate, Prioritize: state_score.go).
+// State is the cluster index: the nodes and the pods the informers (or
+// request bodies) show. It takes the informers' upserts and deletes (and what
+// only request bodies carry: podFromArgs, learnNodes, forgetArgsOnly), follows
+// node metrics (usage, kubelet's GPU allocation) and answers Prioritize and
+// /status. Two parts of it have their own types:
+//   - ledger (ledger.go) holds the node entries and their device ledgers
+//     (placement.Node): it charges, holds and releases pods on them (hold,
+//     place, release, chargeBound, reconcileGPUs), keeps pods bound to unknown
+//     nodes as orphans and copies the ledgers for planning; the index adds,
+//     refreshes and deletes the entries themselves;
+//   - scoring (scoring.go) holds the serving policy and scores requests, its
+//     verdicts cached per node (judge, evaluate, recheck).
 //
-// Its RWMutex (lock, rlock) is the one lock of the extender's decisions: the
-// reservations coordinator (reserve.go) and the gang planner (Gangs) take it
-// and call the index's lower-case methods with it held; each keeps its own
-// fields. Scoring runs under the read lock, every change under the write lock.
-// The index never calls them: what it does to pods it tells its podObserver
-// (the gangs), under the lock.
+// Bind coordination lives outside the index: reservations (reserve.go) moves a
+// pod from its filter's hold to its binding, and gangBinds (gang_bind.go)
+// binds a gang plan's members together. They, the gang planner (Gangs) and the
+// index share one lock, State's RWMutex (lock, rlock): it is the one lock of
+// the extender's decisions, and every lower-case method of the index, the
+// ledger and scoring is called with it held. Scoring runs under the read lock,
+// every change under the write lock. The index never calls the gangs: what it
+// does to pods it tells its podObserver (the gangs), under the lock.
 type State struct {
 	cfg Config
 	now func() time.Time
 
-	mu        sync.RWMutex
-	nodes     map[string]*nodeEntry
-	pods      map[types.UID]*podEntry
-	orphans   map[string]map[types.UID]*podEntry // bound to a node not (yet) in the index
-	gen       uint64                             // source of nodeEntry.gen
-	podSeq    uint64                             // source of podEntry.seq
-	capGen    uint64                             // bumped when the node set or a node's capacity, labels or taints change (keys gang "ever fits" checks)
-	policy    placement.Policy
-	workload  *placement.Workload // the policy's target workload (nil: none yet)
-	epoch     uint64              // bumped when policy changes
-	cacheable bool                // the policy is deterministic: verdicts may be cached
-	shapes    shapeTable          // request shapes: verdict cache keys
-	lists     resolvedLists       // NodeNames lists resolved to entries
-	out       *outbox             // Events to send once the lock is released
-	met       *metrics.Extender
-	obs       podObserver // told what happens to pods (the gangs); never nil
+	mu     sync.RWMutex
+	pods   map[types.UID]*podEntry
+	podSeq uint64 // source of podEntry.seq
+	led    *ledger
+	sc     *scoring
+	out    *outbox     // Events to send once the lock is released
+	obs    podObserver // told what happens to pods (the gangs); never nil
 
 	// lockHold observes every hold of the write lock in seconds (nil: not
 	// measured, and lock/unlock cost one nil check more than mu's own).
@@ -190,31 +188,16 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	if now == nil {
 		now = time.Now
 	}
+	out := &outbox{}
+	led := &ledger{nodes: map[string]*nodeEntry{}, orphans: map[string]map[types.UID]*podEntry{}, out: out}
 	s := &State{
-		cfg: cfg, now: now,
-		nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podEntry{},
-		orphans: map[string]map[types.UID]*podEntry{}, out: &outbox{}, obs: noObserver{},
-		lists: resolvedLists{seed: maphash.MakeSeed()},
+		cfg: cfg, now: now, pods: map[types.UID]*podEntry{}, led: led, out: out, obs: noObserver{},
+		sc: &scoring{policyName: cfg.Policy, led: led, lists: resolvedLists{seed: maphash.MakeSeed()}},
 	}
-	if err := s.setPolicy(nil); err != nil {
+	if err := s.sc.setPolicy(nil); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// setPolicy rebuilds the policy for workload w. Call with mu held for writing (or before sharing s).
-func (s *State) setPolicy(w *placement.Workload) error {
-	p, err := placement.NewPolicy(s.cfg.Policy, w, nil)
-	if err != nil {
-		return fmt.Errorf("building policy: %w", err)
-	}
-	s.cacheable = placement.Concurrent(p)
-	if !s.cacheable {
-		p = &lockedPolicy{p: p}
-	}
-	s.policy, s.workload = p, w
-	s.epoch++
-	return nil
 }
 
 // lockedPolicy serialises a policy that is not safe for concurrent use (random:
@@ -251,57 +234,7 @@ func (s *State) RefreshWorkload() error {
 	w := placement.NewWorkload(reqs, coverage)
 	s.lock()
 	defer s.unlock()
-	return s.setPolicy(w)
-}
-
-// bump marks e changed. Call with mu held for writing.
-func (s *State) bump(e *nodeEntry) {
-	s.gen++
-	e.gen = s.gen
-}
-
-// hold charges p on node e in the given phase; devices must be valid for p (checked
-// by reserve) or observed. Call with mu held for writing.
-func (s *State) hold(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
-	s.release(p)
-	p.node, p.devices, p.phase, p.charged = e.n.Name, devs, phase, true
-	e.n.Charge(p.req, devs)
-	e.pods[p.uid] = p
-	s.bump(e)
-}
-
-// place places p on e in phase if it fits there with devs (Node.Place checks
-// both): the reservations' and the gang plans' way to hold capacity. Call with
-// mu held for writing.
-func (s *State) place(p *podEntry, e *nodeEntry, devs []int, phase podPhase) error {
-	if p.charged {
-		s.release(p)
-	}
-	if err := e.n.Place(p.req, devs); err != nil {
-		return err
-	}
-	e.n.Discharge(p.req, devs) // Place charged it; hold charges it again symmetrically
-	s.hold(p, e, slices.Clone(devs), phase)
-	return nil
-}
-
-// release frees whatever p holds and makes it pending. Call with mu held for writing.
-func (s *State) release(p *podEntry) {
-	if p.charged {
-		if e, ok := s.nodes[p.node]; ok {
-			e.n.Discharge(p.req, p.devices)
-			delete(e.pods, p.uid)
-			s.bump(e)
-		}
-	}
-	if o, ok := s.orphans[p.node]; ok {
-		delete(o, p.uid)
-		if len(o) == 0 {
-			delete(s.orphans, p.node)
-		}
-	}
-	p.charged, p.node, p.devices, p.phase, p.inferred, p.expires = false, "", nil, phasePending, false, time.Time{}
-	p.unconfirmed = false
+	return s.sc.setPolicy(w)
 }
 
 // UpsertNode adds or refreshes a node from the API object.
@@ -317,9 +250,9 @@ func (s *State) UpsertNode(obj *corev1.Node) {
 func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 	// Version 2 (GPU figures, kubelet's allocation) where the agent writes it,
 	// else version 1.
-	m, merr := metrics.DecodeNodeAnnotations(obj.Annotations)
-	e, ok := s.nodes[obj.Name]
-	gpuList := (*metrics.NodeMetrics)(nil)
+	m, merr := contract.DecodeNodeAnnotations(obj.Annotations)
+	e, ok := s.led.nodes[obj.Name]
+	gpuList := (*contract.NodeMetrics)(nil)
 	if ok {
 		gpuList = e.gpuList
 	}
@@ -330,22 +263,22 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 	if !ok {
 		e = &nodeEntry{n: fresh, meta: nodeMeta(obj), pods: map[types.UID]*podEntry{}, learned: learned,
 			gpus: table, gpuList: gpuList}
-		s.nodes[obj.Name] = e
-		s.capGen++
+		s.led.nodes[obj.Name] = e
+		s.led.capGen++
 		// Pods bound here before the node was known, in the order the index
 		// learned them: the first to claim a device keeps it.
-		orphans := slices.SortedFunc(maps.Values(s.orphans[obj.Name]), func(a, b *podEntry) int {
+		orphans := slices.SortedFunc(maps.Values(s.led.orphans[obj.Name]), func(a, b *podEntry) int {
 			return cmp.Compare(a.seq, b.seq)
 		})
-		delete(s.orphans, obj.Name)
+		delete(s.led.orphans, obj.Name)
 		for _, p := range orphans {
 			phase, devs := p.phase, p.devices
-			s.chargeBound(p, e, devs, phase)
+			s.led.chargeBound(p, e, devs, phase)
 		}
 	} else {
 		e.gpuList = gpuList
 		if !sameCapacity(e.n, fresh) || !e.gpus.equal(&table) {
-			s.capGen++
+			s.led.capGen++
 			for _, p := range e.pods {
 				// A reservation follows its GPU's UUID to the GPU's index in the
 				// new list: its annotation is written at bind, from these devices.
@@ -362,7 +295,7 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 			e.n, e.gpus = fresh, table
 		}
 		if !sameMeta(e.meta, obj) {
-			s.capGen++
+			s.led.capGen++
 			e.meta = nodeMeta(obj)
 		}
 		if !learned {
@@ -371,23 +304,23 @@ func (s *State) upsertNodeLocked(obj *corev1.Node, learned bool) *nodeEntry {
 	}
 	e.metrics, e.usage, e.metricsErr, e.alloc = nil, nil, "", nil
 	switch err := merr; {
-	case errors.Is(err, metrics.ErrNoNodeMetrics):
-		e.metricsErr = "no " + metrics.AnnotationNodeMetrics + " annotation"
+	case errors.Is(err, contract.ErrNoNodeMetrics):
+		e.metricsErr = "no " + contract.AnnotationNodeMetrics + " annotation"
 	case err != nil:
 		e.metricsErr = err.Error()
 	default:
 		e.metrics, e.usage, e.alloc = &m, usageOf(&m), allocOf(&m)
 	}
 	s.refreshUsage(e, s.now())
-	s.reconcileGPUs(e)
-	s.bump(e)
+	s.led.reconcileGPUs(e)
+	s.led.bump(e)
 	return e
 }
 
 // refreshUsage sets n.Usage from the node's metrics while they are fresh; nil otherwise.
 func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	var u *placement.Usage
-	if e.metrics != nil && metricsFresh(e.metrics, now, s.cfg.MetricsMaxAge, s.cfg.MetricsMaxSkew) {
+	if e.metrics != nil && e.metrics.Fresh(now, s.cfg.MetricsMaxAge, s.cfg.MetricsMaxSkew) {
 		u = e.usage
 	}
 	if u == e.n.Usage {
@@ -397,15 +330,8 @@ func (s *State) refreshUsage(e *nodeEntry, now time.Time) bool {
 	return true
 }
 
-// metricsFresh reports whether m is at most maxAge old at now and stamped at
-// most maxSkew in the future: a future timestamp (a node clock ahead of ours, a
-// hand-written annotation) would otherwise read as fresh forever.
-func metricsFresh(m *metrics.NodeMetrics, now time.Time, maxAge, maxSkew time.Duration) bool {
-	return m.Timestamp.Sub(now) <= maxSkew && m.Fresh(now, maxAge)
-}
-
 // usageOf is the part of the node agent's metrics placement scores on.
-func usageOf(m *metrics.NodeMetrics) *placement.Usage {
+func usageOf(m *contract.NodeMetrics) *placement.Usage {
 	u := &placement.Usage{CPUCapacity: m.CPU.Capacity, CPUUsed: m.CPU.Used, CPULS: m.CPU.LS,
 		MemoryCapacity: m.Memory.Capacity, MemoryUsed: m.Memory.Used}
 	if m.GPU != nil && len(m.GPU.Devices) > 0 {
@@ -432,7 +358,7 @@ func sameCapacity(a, b *placement.Node) bool {
 // its GPU slots, model and table (nodeGPUs: from the agent's GPU list in m when
 // there is one, else from allocatable nvidia.com/gpu over the device plugin's
 // replicas; the model from the nvidia.com/gpu.product label without -SHARED).
-func nodeFromAPI(obj *corev1.Node, m *metrics.NodeMetrics) (*placement.Node, gpuTable) {
+func nodeFromAPI(obj *corev1.Node, m *contract.NodeMetrics) (*placement.Node, gpuTable) {
 	a := obj.Status.Allocatable
 	n := &placement.Node{Name: obj.Name}
 	if q, ok := a[corev1.ResourceCPU]; ok && q.Sign() > 0 {
@@ -446,10 +372,10 @@ func nodeFromAPI(obj *corev1.Node, m *metrics.NodeMetrics) (*placement.Node, gpu
 	}
 	var t gpuTable
 	n.GPUFree, n.Model, t = nodeGPUs(obj, m)
-	if q, ok := a[ResourceBatchCPU]; ok && q.Sign() > 0 {
+	if q, ok := a[contract.ResourceBatchCPU]; ok && q.Sign() > 0 {
 		n.BatchCPUMilli = q.Value()
 	}
-	if q, ok := a[ResourceBatchMemory]; ok && q.Sign() > 0 {
+	if q, ok := a[contract.ResourceBatchMemory]; ok && q.Sign() > 0 {
 		n.BatchMemoryMiB = q.Value() / mib
 	}
 	return n, t
@@ -464,32 +390,23 @@ func (s *State) DeleteNode(name string) {
 }
 
 func (s *State) deleteNodeLocked(name string) {
-	e, ok := s.nodes[name]
+	e, ok := s.led.nodes[name]
 	if !ok {
 		return
 	}
-	delete(s.nodes, name)
-	s.capGen++
+	delete(s.led.nodes, name)
+	s.led.capGen++
 	for _, p := range e.pods {
 		switch p.phase {
 		case phaseBound, phaseAssumed:
 			p.charged = false
-			s.addOrphan(p)
+			s.led.addOrphan(p)
 		default:
 			p.charged = false
 			s.obs.podReleasing(p, fmt.Sprintf("node %s deleted", name))
-			s.release(p)
+			s.led.release(p)
 		}
 	}
-}
-
-func (s *State) addOrphan(p *podEntry) {
-	o := s.orphans[p.node]
-	if o == nil {
-		o = map[types.UID]*podEntry{}
-		s.orphans[p.node] = o
-	}
-	o[p.uid] = p
 }
 
 // UpsertPod records a pod from the informer (or from a fetch).
@@ -558,7 +475,7 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 	if !fromAnnotation && same {
 		devs = p.devices
 	}
-	e, known := s.nodes[node]
+	e, known := s.led.nodes[node]
 	var kdevs []int // what kubelet allocated: the truth for whole GPUs
 	if known {
 		if kdevs = kubeletDevices(e, p); kdevs != nil {
@@ -576,78 +493,23 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		return p
 	}
 	s.obs.podReleasing(p, "pod bound elsewhere")
-	s.release(p)
+	s.led.release(p)
 	p.node, p.phase = node, phaseBound
 	if !known {
 		p.devices = devs
-		s.addOrphan(p)
+		s.led.addOrphan(p)
 		return p
 	}
 	if kdevs != nil {
 		// kubelet's word: held as reported, then the node's other whole-GPU pods
 		// are moved around it (and what still over-commits is reported).
-		s.hold(p, e, kdevs, phaseBound)
-		s.reconcileGPUs(e)
+		s.led.hold(p, e, kdevs, phaseBound)
+		s.led.reconcileGPUs(e)
 	} else {
-		s.chargeBound(p, e, devs, phaseBound)
+		s.led.chargeBound(p, e, devs, phaseBound)
 	}
 	s.obs.podBound(p)
 	return p
-}
-
-// chargeBound charges p, bound (or assumed) on e, on the devices devs its
-// annotation names (nil when missing or malformed). Devices that are not
-// r.NumGPU distinct devices of e are replaced by inferred ones; so are devices
-// that pods charged before p already fill (a pod copied with its devices
-// annotation, or two pods claiming one device): the first pod keeps them, and
-// the conflict is reported as an Event on p and counted. Call with mu held for writing.
-func (s *State) chargeBound(p *podEntry, e *nodeEntry, devs []int, phase podPhase) {
-	inferred := false
-	if p.req.NumGPU > 0 {
-		switch {
-		case !placement.ValidDevices(e.n, p.req, devs):
-			devs, inferred = placement.InferDevices(e.n, p.req), true
-		case !devicesFree(e, p.req, devs):
-			claimed := devs
-			devs, inferred = placement.InferDevices(e.n, p.req), true
-			s.deviceConflict(p, e, claimed, devs)
-		}
-	}
-	s.hold(p, e, devs, phase)
-	p.inferred = inferred
-}
-
-// devicesFree reports whether each of devs has r's milli free on e, for a pod
-// observed there: a slot that takes no new booking (an unhealthy GPU) counts as
-// free, since the pod runs where it runs and the ledger cannot tell better.
-func devicesFree(e *nodeEntry, r placement.Request, devs []int) bool {
-	for _, d := range devs {
-		if e.n.GPUFree[d] < r.GPUMilli && !e.gpus.isOff(d) {
-			return false
-		}
-	}
-	return true
-}
-
-// deviceConflict reports that p claims devices (claimed) which pods charged
-// on e before it hold: they keep them, and p is accounted on devs.
-func (s *State) deviceConflict(p *podEntry, e *nodeEntry, claimed, devs []int) {
-	var holders []string
-	for _, o := range e.pods {
-		for _, d := range o.devices {
-			if slices.Contains(claimed, d) {
-				holders = append(holders, o.key())
-				break
-			}
-		}
-	}
-	slices.Sort(holders)
-	s.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
-		"the first holder keeps them; %s is accounted on devices %s instead", AnnotationGPUDevices,
-		FormatDevices(claimed), e.n.Name, strings.Join(holders, ", "), p.key(), FormatDevices(devs)))
-	if s.met != nil {
-		s.met.DeviceConflicts.Inc()
-	}
 }
 
 // DeletePod forgets a pod and frees what it held.
@@ -663,7 +525,7 @@ func (s *State) deletePodLocked(uid types.UID) {
 		return
 	}
 	s.obs.podReleasing(p, fmt.Sprintf("member %s deleted", p.key()))
-	s.release(p)
+	s.led.release(p)
 	s.obs.podDeleted(p)
 	delete(s.pods, uid)
 }
@@ -684,7 +546,7 @@ func (s *State) forgetArgsOnly(now time.Time) {
 			s.deletePodLocked(uid)
 		}
 	}
-	for name, e := range s.nodes {
+	for name, e := range s.led.nodes {
 		if e.learned && now.Sub(e.seen) > life {
 			s.deleteNodeLocked(name)
 		}
@@ -693,9 +555,9 @@ func (s *State) forgetArgsOnly(now time.Time) {
 
 // refreshAllUsage re-applies the metrics max age to every node.
 func (s *State) refreshAllUsage(now time.Time) {
-	for _, e := range s.nodes {
+	for _, e := range s.led.nodes {
 		if s.refreshUsage(e, now) {
-			s.bump(e)
+			s.led.bump(e)
 		}
 	}
 }
@@ -711,71 +573,13 @@ func (s *State) forEachPod(f func(*podEntry)) {
 	}
 }
 
-// generations is the index generation (every ledger change moves it) and the
-// capacity generation (node set, capacity, labels, taints). Call with mu held.
-func (s *State) generations() (gen, capGen uint64) { return s.gen, s.capGen }
-
-// servingPolicy is the policy filters score with. Call with mu held.
-func (s *State) servingPolicy() placement.Policy { return s.policy }
-
-// candidates copies the known nodes of names (each once, in order) for planning
-// without the lock: clones of their ledgers, their names, labels and taints,
-// and each name's index. Call with mu held.
-func (s *State) candidates(names [][]byte) ([]*placement.Node, []*corev1.Node, map[string]int) {
-	idx := make(map[string]int, len(names))
-	var nodes []*placement.Node
-	var meta []*corev1.Node
-	for _, b := range names {
-		if e, ok := s.nodes[string(b)]; ok {
-			if _, dup := idx[e.n.Name]; !dup {
-				idx[e.n.Name] = len(nodes)
-				nodes = append(nodes, e.n.Clone())
-				meta = append(meta, e.meta)
-			}
-		}
-	}
-	return nodes, meta, idx
-}
-
-// emptyNodes copies every node, sorted by name, emptied of every pod (full
-// capacity, no usage), with its name, labels and taints: the cluster a gang
-// "can it ever fit" check plans on. Call with mu held.
-func (s *State) emptyNodes() ([]*placement.Node, []*corev1.Node, map[string]int) {
-	entries := make([]*nodeEntry, 0, len(s.nodes))
-	for _, e := range s.nodes {
-		entries = append(entries, e)
-	}
-	slices.SortFunc(entries, func(a, b *nodeEntry) int { return strings.Compare(a.n.Name, b.n.Name) })
-	nodes, meta := make([]*placement.Node, len(entries)), make([]*corev1.Node, len(entries))
-	idx := make(map[string]int, len(entries))
-	for i, e := range entries {
-		n := &placement.Node{Name: e.n.Name, Model: e.n.Model, CPUMilli: e.n.CPUMilli, MemoryMiB: e.n.MemoryMiB, MaxPods: e.n.MaxPods,
-			BatchCPUMilli: e.n.BatchCPUMilli, BatchMemoryMiB: e.n.BatchMemoryMiB, GPUFree: make([]int, len(e.n.GPUFree))}
-		for d := range n.GPUFree {
-			n.GPUFree[d] = e.gpus.capacity(d)
-		}
-		nodes[i], meta[i], idx[n.Name] = n, e.meta, i
-	}
-	return nodes, meta, idx
-}
-
-// placeOn places p on the node named node (place); an error when the node is
-// unknown or p does not fit there with devs. Call with mu held for writing.
-func (s *State) placeOn(p *podEntry, node string, devs []int, phase podPhase) error {
-	e := s.nodes[node]
-	if e == nil {
-		return fmt.Errorf("node %s vanished", node)
-	}
-	return s.place(p, e, devs, phase)
-}
-
 // learnNodes records nodes a nodeCacheCapable=false request body carried that
 // the informer does not know (they expire: forgetArgsOnly). Call with mu held
 // for writing.
 func (s *State) learnNodes(learned []*corev1.Node) {
 	now := s.now()
 	for _, n := range learned {
-		if e, ok := s.nodes[n.Name]; !ok || e.learned {
+		if e, ok := s.led.nodes[n.Name]; !ok || e.learned {
 			s.upsertNodeLocked(n, true).seen = now
 		}
 	}
@@ -798,6 +602,3 @@ func (s *State) podFromArgs(pod *corev1.Pod) *podEntry {
 	}
 	return p
 }
-
-// node is the node named name (nil when unknown). Call with mu held.
-func (s *State) node(name string) *nodeEntry { return s.nodes[name] }

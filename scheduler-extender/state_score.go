@@ -118,61 +118,6 @@ type scored struct {
 	ok         bool  // the policy found a placement
 }
 
-// judge is fitReason plus the policy's score of sh on e, cached per node
-// generation and policy epoch (kube-scheduler asks filter and prioritize about
-// the same pod, and a job's pods share a shape). Call with mu held.
-func (s *State) judge(e *nodeEntry, sh *shape) *scored {
-	if s.cacheable {
-		for i := range e.cache {
-			if c := e.cache[i].Load(); c != nil && c.gen == e.gen && c.epoch == s.epoch && c.shape == sh.id {
-				return c
-			}
-		}
-	}
-	c := &scored{shape: sh.id, gen: e.gen, epoch: s.epoch}
-	c.reason, c.never = fitReason(e.n, &sh.r)
-	if c.reason == "" {
-		c.score, c.devs, c.ok = s.policy.Score(e.n, sh.r)
-		if c.ok && (math.IsNaN(c.score) || math.IsInf(c.score, 0)) {
-			c.ok = false
-		}
-	}
-	if s.cacheable {
-		e.cache[e.nextSlot.Add(1)%scoreSlots].Store(c)
-	}
-	return c
-}
-
-// evaluate fits and scores a valid request on every node, recording refusals in
-// out (when non-nil) and returning the best-scoring node. Ties keep the first.
-// Call with mu held.
-func (s *State) evaluate(sh *shape, names [][]byte, entries []*nodeEntry, out *filterOutcome) (candidate, bool) {
-	var best candidate
-	found := false
-	for i, e := range entries {
-		if e == nil {
-			if out != nil {
-				out.fail(names[i], reasonUnknownNode, false)
-			}
-			continue
-		}
-		c := s.judge(e, sh)
-		switch {
-		case c.reason != "":
-			if out != nil {
-				out.fail(names[i], c.reason, c.never)
-			}
-		case !c.ok:
-			if out != nil {
-				out.fail(names[i], reasonNoDevice, false)
-			}
-		case !found || c.score > best.score:
-			best, found = candidate{e: e, gen: e.gen, score: c.score, devs: c.devs}, true
-		}
-	}
-	return best, found
-}
-
 // Prioritize scores names for pod in [MinExtenderPriority, MaxExtenderPriority]: the
 // node holding the pod's reservation or plan gets the maximum, others the
 // policy's score mapped linearly from [min, max] over the nodes that fit.
@@ -202,14 +147,14 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 		}
 		return scores, raws
 	}
-	entries := s.lists.resolve(names, raw, s.capGen, s.nodes)
-	sh := s.shapes.of(r)
+	entries := s.sc.lists.resolve(names, raw, s.led.capGen, s.led.nodes)
+	sh := s.sc.shapes.of(r)
 	raws = raws[:0]
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, e := range entries {
 		v := math.NaN()
 		if e != nil {
-			if c := s.judge(e, &sh); c.reason == "" && c.ok {
+			if c := s.sc.judge(e, &sh); c.reason == "" && c.ok {
 				v = c.score
 				lo, hi = min(lo, v), max(hi, v)
 			}
@@ -232,29 +177,4 @@ func (s *State) Prioritize(pod *corev1.Pod, names [][]byte, raw []byte, scores [
 		scores = append(scores, sc)
 	}
 	return scores, raws
-}
-
-// evaluateNames is evaluate over the candidate list names (raw: its JSON, a
-// cache key, nil if unknown) resolved to the index's nodes. Call with mu held.
-func (s *State) evaluateNames(sh *shape, names [][]byte, raw []byte, out *filterOutcome) (candidate, bool) {
-	return s.evaluate(sh, names, s.lists.resolve(names, raw, s.capGen, s.nodes), out)
-}
-
-// recheck returns c's node and devices if the node is still the index's and,
-// when it changed since c was scored (its generation moved), sh still fits it
-// with a device placement (scored again). Call with mu held for writing.
-func (s *State) recheck(c candidate, sh *shape) (*nodeEntry, []int, bool) {
-	e, ok := s.nodes[c.e.n.Name]
-	if !ok || e != c.e {
-		return nil, nil, false
-	}
-	devs := c.devs
-	if e.gen != c.gen {
-		v := s.judge(e, sh)
-		if v.reason != "" || !v.ok {
-			return nil, nil, false
-		}
-		devs = v.devs
-	}
-	return e, devs, true
 }

@@ -11,10 +11,10 @@ import (
 // status fills out's policy, nodes, held pods and pod counts. Call with mu held
 // (read suffices).
 func (s *State) status(out *Status) {
-	out.Policy, out.WorkloadClasses = s.policy.Name(), s.workload.Len()
+	out.Policy, out.WorkloadClasses = s.sc.policy.Name(), s.sc.workload.Len()
 	out.Counts = map[string]int{}
-	out.Nodes, out.AssumedPods = make([]NodeStatus, 0, len(s.nodes)), []PodStatus{}
-	for _, e := range s.nodes {
+	out.Nodes, out.AssumedPods = make([]NodeStatus, 0, len(s.led.nodes)), []PodStatus{}
+	for _, e := range s.led.nodes {
 		out.Nodes = append(out.Nodes, e.status(out.Time))
 	}
 	slices.SortFunc(out.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.Name, b.Name) })
@@ -69,8 +69,8 @@ func (e *nodeEntry) status(now time.Time) NodeStatus {
 // snapshot is the index's part of the scrape-time gauges (nodes, GPUs, pods
 // by phase, nodes with stale metrics). Call with mu held (read suffices).
 func (s *State) snapshot() metrics.ExtenderSnapshot {
-	out := metrics.ExtenderSnapshot{Nodes: len(s.nodes), Pods: map[string]int{}}
-	for _, e := range s.nodes {
+	out := metrics.ExtenderSnapshot{Nodes: len(s.led.nodes), Pods: map[string]int{}}
+	for _, e := range s.led.nodes {
 		out.GPUs += e.gpus.usable(len(e.n.GPUFree))
 		for d, f := range e.n.GPUFree {
 			c := e.gpus.capacity(d)

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -25,38 +26,38 @@ func TestIndexAccountsBoundPods(t *testing.T) {
 		want  string // GPUFree of n
 	}{
 		{"devices from annotation", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "1,3")))
+			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "1,3")))
 		}, "[1000 0 1000 0]"},
 		{"shares stack on one device", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(300), onNode("n"), annotate(AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(500), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "a", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(500), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[1000 1000 200 1000]"},
 		{"missing annotation is inferred on the freest devices", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertPod(testPod("ns", "b", gpus(2), onNode("n")))
 		}, "[0 0 0 1000]"},
 		{"wrong annotation is inferred", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "7,9")))
+			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "7,9")))
 		}, "[0 0 1000 1000]"},
 		{"pod before node is an orphan until the node arrives", func(s *State) {
 			s.DeleteNode("n")
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "3")))
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "3")))
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 		}, "[1000 1000 1000 0]"},
 		{"deleted pod frees its devices", func(s *State) {
-			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(AnnotationGPUDevices, "0,1,2,3"))
+			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
 			s.UpsertPod(p)
 			s.DeletePod(p.UID)
 		}, "[1000 1000 1000 1000]"},
 		{"terminated pod frees its devices", func(s *State) {
-			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(AnnotationGPUDevices, "0,1,2,3"))
+			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
 			s.UpsertPod(p)
 			p = p.DeepCopy()
 			p.Status.Phase = "Succeeded"
 			s.UpsertPod(p)
 		}, "[1000 1000 1000 1000]"},
 		{"capacity change keeps placed pods", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "1")))
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
 			n := testNode("n", "A100", 4, 64, 256)
 			n.Status.Allocatable["cpu"] = resource.MustParse("32")
 			s.UpsertNode(n)
@@ -72,7 +73,7 @@ func TestIndexAccountsBoundPods(t *testing.T) {
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 			tc.setup(s)
 			s.mu.RLock()
-			got := fmt.Sprint(s.nodes["n"].n.GPUFree)
+			got := fmt.Sprint(s.led.nodes["n"].n.GPUFree)
 			s.mu.RUnlock()
 			if got != tc.want {
 				t.Fatalf("GPUFree %s, want %s", got, tc.want)
@@ -84,8 +85,8 @@ func TestIndexAccountsBoundPods(t *testing.T) {
 func TestNodeFromAPI(t *testing.T) {
 	t.Parallel()
 	n := testNode("n", "NVIDIA-A100", 8, 96, 512)
-	n.Status.Allocatable[ResourceBatchCPU] = resource.MustParse("12000")
-	n.Status.Allocatable[ResourceBatchMemory] = resource.MustParse("4Gi")
+	n.Status.Allocatable[contract.ResourceBatchCPU] = resource.MustParse("12000")
+	n.Status.Allocatable[contract.ResourceBatchMemory] = resource.MustParse("4Gi")
 	got, _ := nodeFromAPI(n, nil)
 	if got.Model != "NVIDIA-A100" || len(got.GPUFree) != 8 || got.CPUMilli != 96000 || got.MemoryMiB != 512<<10 ||
 		got.MaxPods != 110 || got.BatchCPUMilli != 12000 || got.BatchMemoryMiB != 4096 {
@@ -102,14 +103,14 @@ func TestNodeFromAPI(t *testing.T) {
 // stamp, reports 2 of its 8 cores used.
 func nodeWithMetrics(t *testing.T, name string, stamp time.Time) *corev1.Node {
 	t.Helper()
-	m := metrics.NodeMetrics{Version: metrics.NodeMetricsVersion, Timestamp: stamp, WindowMillis: 10000,
-		CPU: metrics.CPUMetrics{Capacity: 8000, Used: 2000}}
+	m := contract.NodeMetrics{Version: contract.NodeMetricsVersion, Timestamp: stamp, WindowMillis: 10000,
+		CPU: contract.CPUMetrics{Capacity: 8000, Used: 2000}}
 	enc, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := testNode(name, "", 0, 8, 8)
-	n.Annotations = map[string]string{metrics.AnnotationNodeMetrics: string(enc)}
+	n.Annotations = map[string]string{contract.AnnotationNodeMetrics: string(enc)}
 	return n
 }
 
@@ -121,12 +122,12 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	s := srv.State()
 	s.UpsertNode(nodeWithMetrics(t, "n", clock.Now()))
 	bad := testNode("bad", "", 0, 8, 8)
-	bad.Annotations = map[string]string{metrics.AnnotationNodeMetrics: `{"v":99}`}
+	bad.Annotations = map[string]string{contract.AnnotationNodeMetrics: `{"v":99}`}
 	s.UpsertNode(bad)
 	usage := func(name string) *placement.Usage {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
-		return s.nodes[name].n.Usage
+		return s.led.nodes[name].n.Usage
 	}
 	if u := usage("n"); u == nil || u.CPUUsed != 2000 {
 		t.Fatalf("fresh metrics not applied: %+v", u)
@@ -179,7 +180,7 @@ func TestNodeMetricsFromTheFuture(t *testing.T) {
 			fresh := func() bool {
 				s.mu.RLock()
 				defer s.mu.RUnlock()
-				return s.nodes["n"].n.Usage != nil
+				return s.led.nodes["n"].n.Usage != nil
 			}
 			if got := fresh(); got != tc.wantFresh {
 				t.Fatalf("fresh = %v, want %v", got, tc.wantFresh)
@@ -211,11 +212,11 @@ func TestRefreshWorkloadInvalidatesScores(t *testing.T) {
 	for i := range 5 {
 		s.UpsertPod(testPod("ns", fmt.Sprintf("p%d", i), milli(500)))
 	}
-	epoch := s.epoch
+	epoch := s.sc.epoch
 	if err := s.RefreshWorkload(); err != nil {
 		t.Fatal(err)
 	}
-	if s.epoch == epoch {
+	if s.sc.epoch == epoch {
 		t.Fatal("a new workload must start a new score epoch")
 	}
 }
@@ -273,27 +274,27 @@ func TestConflictingDeviceAnnotationsFirstWins(t *testing.T) {
 		event     string
 	}{
 		{"copied whole-GPU annotation", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
-			s.UpsertPod(testPod("ns", "copy", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "0")))
+			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(testPod("ns", "copy", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
 		}, "[0 0 1000 1000]", 1,
 			"Warning GPUDeviceConflict understory.io/gpu-devices=0 names devices of node n that ns/a already hold: " +
 				"the first holder keeps them; ns/copy is accounted on devices 1 instead"},
 		{"shares over one device", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "a", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[400 1000 400 1000]", 1, "ns/b is accounted on devices 0 instead"},
 		{"shares that fit together are no conflict", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(400), onNode("n"), annotate(AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "a", milli(400), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[1000 1000 0 1000]", 0, ""},
 		{"pods bound before their node is known: the first learned wins", func(s *State) {
 			s.DeleteNode("n")
-			s.UpsertPod(testPod("ns", "z-first", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "1,2")))
-			s.UpsertPod(testPod("ns", "a-second", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "2")))
+			s.UpsertPod(testPod("ns", "z-first", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "1,2")))
+			s.UpsertPod(testPod("ns", "a-second", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 		}, "[0 0 0 1000]", 1, "that ns/z-first already hold: the first holder keeps them; ns/a-second is accounted on devices 0"},
 		{"the same pod again is no conflict", func(s *State) {
-			p := testPod("ns", "a", gpus(2), onNode("n"), annotate(AnnotationGPUDevices, "0,1"))
+			p := testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1"))
 			s.UpsertPod(p)
 			s.UpsertPod(p.DeepCopy())
 		}, "[0 0 1000 1000]", 0, ""},
@@ -309,7 +310,7 @@ func TestConflictingDeviceAnnotationsFirstWins(t *testing.T) {
 			tc.setup(s)
 			srv.Housekeep() // flushes the events
 			s.mu.RLock()
-			got := fmt.Sprint(s.nodes["n"].n.GPUFree)
+			got := fmt.Sprint(s.led.nodes["n"].n.GPUFree)
 			s.mu.RUnlock()
 			if got != tc.want {
 				t.Errorf("GPUFree %s, want %s", got, tc.want)

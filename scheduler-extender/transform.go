@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -11,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -26,7 +27,7 @@ import (
 
 // nodeAnnotationsRead are the node annotations the index reads (a node's
 // labels are all kept: pods' node selectors and affinities match them).
-var nodeAnnotationsRead = []string{metrics.AnnotationNodeMetrics, metrics.AnnotationNodeMetricsV2}
+var nodeAnnotationsRead = []string{contract.AnnotationNodeMetrics, contract.AnnotationNodeMetricsV2}
 
 // slimObject is the informers' transform: it returns a pod's podRecord, the
 // part of a node or PodGroup the index reads, and anything else (a record
@@ -74,7 +75,7 @@ type podRecord struct {
 	persisted *persistedPlan  // gang members only (persistedOf)
 	nodeName  string
 	phase     corev1.PodPhase
-	devices   []int // the AnnotationGPUDevices annotation, parsed; nil when missing or malformed
+	devices   []int // the contract.AnnotationGPUDevices annotation, parsed; nil when missing or malformed
 }
 
 var (
@@ -121,8 +122,8 @@ func podRecordOf(pod *corev1.Pod) *podRecord {
 			r.persisted.node = strings.Clone(r.persisted.node)
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationGPUDevices]; ok {
-		r.devices, _ = ParseDevices(v) // malformed: nil, and the index infers devices
+	if v, ok := pod.Annotations[contract.AnnotationGPUDevices]; ok {
+		r.devices, _ = contract.ParseGPUDevices(v) // malformed: nil, and the index infers devices
 	}
 	return r
 }

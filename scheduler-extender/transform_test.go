@@ -8,14 +8,14 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/understory/understory/metrics"
 )
 
 // richPod is a pod as the API server returns it: managedFields, a big
@@ -25,7 +25,7 @@ import (
 func richPod(name, node string) *corev1.Pod {
 	always := corev1.ContainerRestartPolicyAlways
 	p := testPod("ns", name, gpus(2), onNode(node), created(3),
-		annotate(AnnotationGPUDevices, "0,1"), annotate(AnnotationGPUModel, "A100"),
+		annotate(contract.AnnotationGPUDevices, "0,1"), annotate(AnnotationGPUModel, "A100"),
 		annotate(AnnotationKoordinatorName, "k"), annotate(AnnotationKoordinatorMinAvailable, "2"),
 		annotate(AnnotationGangState, "planned:7:n:0,1:1700000000"),
 		annotate("kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 4000)),
@@ -60,7 +60,7 @@ func richPod(name, node string) *corev1.Pod {
 func richNode(name string) *corev1.Node {
 	n := testNode(name, "A100", 4, 64, 256)
 	n.Labels["pool"], n.Labels["zone"] = "gpu", "a"
-	n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0", metrics.AnnotationNodeMetrics: "garbage", metrics.AnnotationNodeMetricsV2: "{}",
+	n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0", contract.AnnotationNodeMetrics: "garbage", contract.AnnotationNodeMetricsV2: "{}",
 		"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Spec.Taints = []corev1.Taint{{Key: "gpu", Effect: corev1.TaintEffectNoSchedule}}
@@ -102,7 +102,7 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
 	bad := richPod("bad", "n")
 	bad.Annotations[AnnotationGPUModel] = ""
-	bad.Spec.Containers[0].Resources.Limits[ResourceGPUMilli] = resource.MustParse("-3")
+	bad.Spec.Containers[0].Resources.Limits[contract.ResourceGPUMilli] = resource.MustParse("-3")
 	if _, err := PodRequest(bad); err == nil {
 		t.Fatal("the invalid pod is valid")
 	}
@@ -113,9 +113,9 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 		pod  *corev1.Pod
 	}{
 		{"gang member", richPod("a", "n")},
-		{"no gang", testPod("ns", "solo", milli(250), onNode("n"), annotate(AnnotationGPUDevices, "3"))},
+		{"no gang", testPod("ns", "solo", milli(250), onNode("n"), annotate(contract.AnnotationGPUDevices, "3"))},
 		{"no devices annotation", testPod("ns", "bare", gpus(1), onNode("n"))},
-		{"malformed devices", testPod("ns", "mal", gpus(1), onNode("n"), annotate(AnnotationGPUDevices, "x"))},
+		{"malformed devices", testPod("ns", "mal", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "x"))},
 		{"pending", pending},
 		{"invalid request", bad},
 		{"terminated", done},
@@ -189,7 +189,7 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 // per pod.
 func TestPodRecordSmall(t *testing.T) {
 	t.Parallel()
-	pod := testPod("team-07", "pod-000123", milli(250), onNode("node-0042"), annotate(AnnotationGPUDevices, "1"),
+	pod := testPod("team-07", "pod-000123", milli(250), onNode("node-0042"), annotate(contract.AnnotationGPUDevices, "1"),
 		created(1))
 	pod.Status.Phase = corev1.PodPhase(strings.Clone(string(corev1.PodRunning))) // as decoded: its own copy
 	rec := podRecordOf(pod)
@@ -242,7 +242,7 @@ func mustJSON(t *testing.T, v any) string {
 
 // slimmedNode is what the index builds of a node: its empty ledger and GPU table.
 func slimmedNode(n *corev1.Node) any {
-	m, _ := metrics.DecodeNodeAnnotations(n.Annotations)
+	m, _ := contract.DecodeNodeAnnotations(n.Annotations)
 	p, t := nodeFromAPI(n, &m)
 	return []any{p, t}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,14 +24,6 @@ const (
 	mpsOff = "off"
 	// mpsNone: no gpu.mps block at all and no MPS section (an agent without MPS support).
 	mpsNone = "none"
-)
-
-// Pod annotations and resources the agent reads (qos.AnnotationQOSClass, the
-// extender's device annotation and shared-GPU resource, as koordlet/gpu/devices names
-// them). Spelled here so the driver does not import the agent.
-const (
-	annotationGPUDevices = "understory.io/gpu-devices"
-	resourceGPUMilli     = corev1.ResourceName("understory.io/gpu-milli")
 )
 
 // agentConfigSpec is what the driver chooses of the agent's configuration.
@@ -114,15 +108,15 @@ const containerName = "main"
 // pod builds the Kubernetes pod of s: a static pod manifest for the agent, and what the
 // runtime's sandbox carries.
 func (s podSpec) pod() *corev1.Pod {
-	ann := map[string]string{qos.AnnotationQOSClass: string(s.Class)}
+	ann := map[string]string{contract.AnnotationQOSClass: string(s.Class)}
 	res := corev1.ResourceRequirements{}
 	if s.CPURequestMilli > 0 {
 		res.Requests = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(s.CPURequestMilli),
 			resource.DecimalSI)}
 	}
 	if s.GPUMilli > 0 {
-		ann[annotationGPUDevices] = "0"
-		res.Limits = corev1.ResourceList{resourceGPUMilli: resource.MustParse(strconv.Itoa(s.GPUMilli))}
+		ann[contract.AnnotationGPUDevices] = contract.FormatGPUDevices([]int{0})
+		res.Limits = corev1.ResourceList{contract.ResourceGPUMilli: resource.MustParse(strconv.Itoa(s.GPUMilli))}
 	}
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/containerd/nri/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 
@@ -110,8 +112,8 @@ func TestManifests(t *testing.T) {
 			if q := qos.KubeQOSClass(pod); q != tc.wantQOS {
 				t.Fatalf("QoS %s, want %s", q, tc.wantQOS)
 			}
-			milli := pod.Spec.Containers[0].Resources.Limits[resourceGPUMilli]
-			devs, annotated := pod.Annotations[annotationGPUDevices]
+			milli := pod.Spec.Containers[0].Resources.Limits[contract.ResourceGPUMilli]
+			devs, annotated := pod.Annotations[contract.AnnotationGPUDevices]
 			if int(milli.Value()) != tc.spec.GPUMilli || annotated != (tc.spec.GPUMilli > 0) ||
 				(annotated && devs != "0") {
 				t.Fatalf("gpu-milli %v, devices %q (annotated %v)", milli.Value(), devs, annotated)

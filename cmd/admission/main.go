@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,8 +60,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.MaxGangMinMember, "max-gang-min-member", o.cfg.MaxGangMinMember, "largest gang minimum /validate accepts")
 	fs.BoolVar(&o.cfg.ServeValidate, "serve-validate", false,
 		"serve /validate, the Go form of the ValidatingAdmissionPolicy, for API servers without it (< 1.30)")
+	writers := strings.Join(o.cfg.GPUDevicesWriters, ",")
+	fs.StringVar(&writers, "gpu-devices-writers", writers,
+		"comma-separated user names that /validate lets set or change understory.io/gpu-devices "+
+			"(the scheduler extender's service account; the policies carry theirs in gpuDevicesWriters)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	o.cfg.GPUDevicesWriters = nil
+	for w := range strings.SplitSeq(writers, ",") {
+		o.cfg.GPUDevicesWriters = append(o.cfg.GPUDevicesWriters, strings.TrimSpace(w))
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -22,13 +22,19 @@ func TestParseFlags(t *testing.T) {
 		{"bad gang max", append(tls, "-max-gang-min-member=0"), "max gang"},
 		{"stray argument", append(tls, "extra"), "unexpected arguments"},
 		{"bad timeout", append(tls, "-shutdown-timeout=0s"), "shutdown-timeout"},
+		{"writers", append(tls, "-gpu-devices-writers=system:serviceaccount:s:x, system:serviceaccount:s:y"), ""},
+		{"empty writer", append(tls, "-gpu-devices-writers=a,,b"), "writer"},
+		{"no writer", append(tls, "-gpu-devices-writers="), "writer"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := parseFlags(tc.args, io.Discard)
+			o, err := parseFlags(tc.args, io.Discard)
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+			if tc.name == "writers" && strings.Join(o.cfg.GPUDevicesWriters, "|") != "system:serviceaccount:s:x|system:serviceaccount:s:y" {
+				t.Fatalf("writers %q", o.cfg.GPUDevicesWriters)
 			}
 		})
 	}

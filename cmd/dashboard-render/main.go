@@ -1,12 +1,12 @@
 // Command dashboard-render draws Understory's Grafana dashboards from a Prometheus
 // server as PNG images, one per dashboard, laid out as on Grafana's grid, and can
-// check that every panel shows data (docs/dashboards.md).
+// check that every panel shows data (docs/grafana.md).
 //
 //	dashboard-render -prometheus http://prometheus:9090 -range 1h -out /tmp/dashboards
 //	dashboard-render -prometheus http://prometheus:9090 -check            # no images
 //
 // `make dashboards` runs the end-to-end test (test/e2e/dashboards), which renders
-// docs/img/dashboards/*.png from a real run with the same code.
+// docs/img/dashboards/*.png from a real run with the same code (internal/grafana).
 package main
 
 import (
@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
-	"github.com/understory/understory/test/e2e/dashboards"
+	"github.com/understory/understory/internal/grafana"
 )
 
 // errNoData: -check found panels or variables without data.
@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *rng <= 0 || *width < 100 {
 		return fmt.Errorf("-range %v, -width %d: must be positive (width at least 100)", *rng, *width)
 	}
-	ds, err := dashboards.Load(*dir)
+	ds, err := grafana.Load(*dir)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	promAPI := v1.NewAPI(client)
-	w := dashboards.Window{Start: end.Add(-*rng), End: end, Step: *step, RateInterval: *rate, Values: values}
+	w := grafana.Window{Start: end.Add(-*rng), End: end, Step: *step, RateInterval: *rate, Values: values}
 
 	if *out != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			err = dashboards.Render(ctx, promAPI, d, dashboards.RenderOptions{Window: w, Width: *width}, f)
+			err = grafana.Render(ctx, promAPI, d, grafana.RenderOptions{Window: w, Width: *width}, f)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !*check {
 		return nil
 	}
-	r, err := dashboards.Check(ctx, promAPI, ds, w)
+	r, err := grafana.Check(ctx, promAPI, ds, w)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 const ms10 = 10 * time.Millisecond // one USER_HZ tick
@@ -258,16 +260,20 @@ func TestProcStatRealProc(t *testing.T) {
 	if a.Busy <= 0 || a.Total <= a.Busy {
 		t.Errorf("implausible times %+v", a)
 	}
-	time.Sleep(50 * time.Millisecond)
-	b, err := p.Read()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Total <= a.Total {
-		t.Errorf("Total did not grow over 50ms: %v -> %v", a.Total, b.Total)
-	}
-	if b.Busy < a.Busy {
-		t.Errorf("Busy went backwards: %v -> %v", a.Busy, b.Busy)
+	// The kernel adds to Total on every tick of every CPU: wait for the next one (a
+	// loaded machine may take longer than a tick to run this goroutine again).
+	b := a
+	grew := testenv.Poll(5*time.Second, func() bool {
+		if b, err = p.Read(); err != nil {
+			t.Fatal(err)
+		}
+		if b.Busy < a.Busy {
+			t.Fatalf("Busy went backwards: %v -> %v", a.Busy, b.Busy)
+		}
+		return b.Total > a.Total
+	})
+	if !grew {
+		t.Errorf("Total did not grow in 5 s: %v -> %v", a.Total, b.Total)
 	}
 }
 

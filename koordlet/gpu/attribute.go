@@ -31,52 +31,79 @@ var (
 	errMalformedStat = errors.New("malformed /proc/<pid>/stat")
 )
 
-// statStartField is the index of starttime (field 22 of proc(5)) among the fields after
-// the command name's closing parenthesis (the first of them, state, is field 3).
-const statStartField = 22 - 3
+// Indices of proc(5)'s /proc/<pid>/stat fields among the fields after the command
+// name's closing parenthesis (the first of them, state, is field 3): utime and stime
+// (fields 14 and 15, clock ticks the process and its threads ran in user and kernel
+// mode) and starttime (field 22, clock ticks since boot).
+const (
+	statUtimeField = 14 - 3
+	statStimeField = 15 - 3
+	statStartField = 22 - 3
+)
 
 // statBufSize is a buffer that holds /proc/<pid>/stat up to its starttime field:
 // pid, comm (16 bytes, but a ')' in it is not escaped) and 20 numbers of at most 20
 // digits.
 const statBufSize = 1024
 
-// processStart returns the start time of process pid (clock ticks since boot, field 22
-// of <procRoot>/<pid>/stat): with the PID, it names one process, as a PID is reused only
-// after its process exited. buf (statBufSize bytes or more) is scratch space, so that a
-// scrape reads every process without allocating a buffer each. A process without a
-// /proc entry yields ErrProcessGone.
+// processStat is what the GPU loop reads of a process's /proc/<pid>/stat.
+type processStat struct {
+	// start is the start time (clock ticks since boot): with the PID, it names one
+	// process, as a PID is reused only after its process exited.
+	start uint64
+	// cpuTicks is utime + stime: the CPU the process (all its threads) has used, in
+	// clock ticks (USER_HZ).
+	cpuTicks uint64
+}
+
+// processStart returns the start time of process pid (field 22 of <procRoot>/<pid>/stat).
+// buf (statBufSize bytes or more) is scratch space, so that a scrape reads every
+// process without allocating a buffer each. A process without a /proc entry yields
+// ErrProcessGone.
 func processStart(procRoot string, pid uint32, buf []byte) (uint64, error) {
+	st, err := readProcessStat(procRoot, pid, buf)
+	return st.start, err
+}
+
+// readProcessStat reads and parses <procRoot>/<pid>/stat (see processStart).
+func readProcessStat(procRoot string, pid uint32, buf []byte) (processStat, error) {
 	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat")
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return 0, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+			return processStat{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
 		}
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
+		return processStat{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	defer f.Close()
 	n, err := io.ReadFull(f, buf)
 	switch {
 	case errors.Is(err, syscall.ESRCH):
-		return 0, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		return processStat{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
 	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
-		return 0, fmt.Errorf("reading %s: %w", path, err)
+		return processStat{}, fmt.Errorf("reading %s: %w", path, err)
 	}
-	start, err := parseStatStart(buf[:n])
+	st, err := parseStat(buf[:n])
 	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
+		return processStat{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return start, nil
+	return st, nil
 }
 
-// parseStatStart returns the starttime field of a /proc/<pid>/stat line (or of its
-// beginning, through that field). The command name may hold spaces and ')': fields are
-// counted from the last ')'.
+// parseStatStart returns the starttime field of a /proc/<pid>/stat line (see parseStat).
 func parseStatStart(data []byte) (uint64, error) {
+	st, err := parseStat(data)
+	return st.start, err
+}
+
+// parseStat parses a /proc/<pid>/stat line (or its beginning, through starttime). The
+// command name may hold spaces and ')': fields are counted from the last ')'.
+func parseStat(data []byte) (processStat, error) {
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("no ')' after the command name: %w", errMalformedStat)
+		return processStat{}, fmt.Errorf("no ')' after the command name: %w", errMalformedStat)
 	}
+	var st processStat
 	rest := data[i+1:]
 	for k := 0; ; k++ {
 		rest = bytes.TrimLeft(rest, " ")
@@ -86,15 +113,35 @@ func parseStatStart(data []byte) (uint64, error) {
 		}
 		field := rest[:end]
 		if len(field) == 0 {
-			return 0, fmt.Errorf("%d fields after the command name, want %d: %w", k, statStartField+1,
-				errMalformedStat)
+			return processStat{}, fmt.Errorf("%d fields after the command name, want %d: %w", k,
+				statStartField+1, errMalformedStat)
 		}
-		if k == statStartField {
+		var name string
+		var dst *uint64
+		switch k {
+		case statUtimeField:
+			name, dst = "utime", &st.cpuTicks
+		case statStimeField:
+			name = "stime"
+		case statStartField:
+			name, dst = "starttime", &st.start
+		}
+		if name != "" {
 			v, ok := parseUint(field)
 			if !ok {
-				return 0, fmt.Errorf("starttime %q: %w", clip(string(field)), errMalformedStat)
+				return processStat{}, fmt.Errorf("%s %q: %w", name, clip(string(field)), errMalformedStat)
 			}
-			return v, nil
+			if dst == nil { // stime: added to utime
+				if st.cpuTicks > math.MaxUint64-v {
+					return processStat{}, fmt.Errorf("utime + stime overflow: %w", errMalformedStat)
+				}
+				v += st.cpuTicks
+				dst = &st.cpuTicks
+			}
+			*dst = v
+			if k == statStartField {
+				return st, nil
+			}
 		}
 		rest = rest[end:]
 	}
@@ -181,7 +228,7 @@ func PodOfPID(procRoot string, pid uint32) (PodRef, error) {
 // cgroupfs "kubepods/[burstable|besteffort/]pod<uid>", systemd
 // "kubepods[-<qos>]-pod<uid_>.slice" inside its parent slice, and the same shapes
 // below the agent's batch tier ("kubepods/understory-batch/pod<uid>",
-// "kubepods-understory_batch-pod<uid_>.slice", see koordlet.TierPodCgroup). The
+// "kubepods-understory_batch-pod<uid_>.slice", see koordlet's nriPodCgroup). The
 // first, outermost one is this node's pod: a nested one belongs to a kubelet
 // running inside a pod. The component after it is the container: "<id>",
 // "crio-<id>", or systemd's "cri-containerd-<id>.scope", "docker-<id>.scope",

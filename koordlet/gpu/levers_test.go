@@ -33,6 +33,8 @@ type mpsRig struct {
 	events []LeverEvent
 	next   Sample
 	now    time.Time
+	// procRoot is the rig's fake /proc.
+	procRoot string
 }
 
 const mpsServerPID = 400
@@ -59,7 +61,7 @@ func newMPSRig(t *testing.T) *mpsRig {
 		mgrBatchUID: {UID: mgrBatchUID, Namespace: "ml", Name: "train", Class: qos.ClassBatch, Cgroup: batchCg,
 			Containers: map[string]string{"c2": "trainer"}},
 	}
-	r := &mpsRig{cyc: newFakeCycler(), srv: &fakeMPS{}, now: time.Unix(1_700_000_000, 0)}
+	r := &mpsRig{cyc: newFakeCycler(), srv: &fakeMPS{}, now: time.Unix(1_700_000_000, 0), procRoot: procRoot}
 	r.srv.ready.Store(true)
 	policy := qos.DefaultGPUThrottlePolicy()
 	policy.Hold.Duration = 200 * time.Millisecond

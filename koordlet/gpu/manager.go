@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/gpu/duty"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -123,6 +124,7 @@ type Manager struct {
 	fast bool
 	rec  stepRecovery // recover.go: panicking steps
 	lev  *leverState  // levers.go: LS arrivals, the MPS lever, lever events
+	wake *wakeWatch   // wake.go: LS processes' CPU (nil: no ProcRoot, or the wake rule is off)
 
 	// status is the last step; Status builds the /status view of it when asked (the
 	// loop runs every 50 ms, /status is read far less often).
@@ -274,6 +276,9 @@ func NewManager(o Options) (*Manager, error) {
 	m := &Manager{o: o, throttle: qos.NewGPUThrottle(o.Policy, o.Period), log: o.Log,
 		groups: map[string]*heldGroup{}, keyed: map[int]bool{}, suspended: map[int]suspendedProc{},
 		evictedAt: map[int]time.Time{}, win: map[int]*gpuWindow{}, lev: newLeverState(o)}
+	if o.ProcRoot != "" && o.Policy.LSWakeCPUPercent > 0 {
+		m.wake = newWakeWatch(o.ProcRoot)
+	}
 	m.status.Store(&stepState{})
 	m.fast = true
 	return m, nil
@@ -413,6 +418,9 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	m.fast = loopFast(true, m.cad)
 	m.lev.step = m.steps
 	m.lev.complete(now, views, pods, m.in)
+	if m.wake != nil {
+		m.wake.observe(now, views, m.lev.lsPIDs, m.in)
+	}
 	decisions := m.throttle.Step(now, m.in)
 	st := &stepState{time: now, available: true, fast: m.fast, views: views, decisions: decisions,
 		escalations: make([]string, len(views))}
@@ -548,20 +556,20 @@ func (m *Manager) account(views []deviceView, decisions []qos.GPUThrottleDecisio
 // for batch, (1 − duty) × (1 − LS utilisation), the SM share LS leaves free and the MPS
 // flag (publish.go). A GPU unreadable at any step of the
 // window is reported unhealthy. Alloc is left to the caller.
-func (m *Manager) NodeGPUs() *metrics.GPUMetrics {
+func (m *Manager) NodeGPUs() *contract.GPUMetrics {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	present := map[int]bool{}
 	for _, d := range m.inv {
 		present[d.Index] = true
 	}
-	out := &metrics.GPUMetrics{Devices: []metrics.GPUDevice{}}
+	out := &contract.GPUMetrics{Devices: []contract.GPUDevice{}}
 	for idx, w := range m.win {
 		if !present[idx] {
 			delete(m.win, idx)
 			continue
 		}
-		d := metrics.GPUDevice{Index: idx, UUID: w.dev.UUID, Model: w.dev.Model, Healthy: !w.unhealthy && w.n > 0}
+		d := contract.GPUDevice{Index: idx, UUID: w.dev.UUID, Model: w.dev.Model, Healthy: !w.unhealthy && w.n > 0}
 		if d.Healthy {
 			d.Util, d.LSUtil = w.util/w.n, w.lsUtil/w.n
 			d.MemUsed, d.MemTotal = int64(w.memUsed), int64(w.memTotal)
@@ -571,6 +579,6 @@ func (m *Manager) NodeGPUs() *metrics.GPUMetrics {
 		out.Devices = append(out.Devices, d)
 		*w = gpuWindow{dev: w.dev, duty: w.duty}
 	}
-	slices.SortFunc(out.Devices, func(a, b metrics.GPUDevice) int { return a.Index - b.Index })
+	slices.SortFunc(out.Devices, func(a, b contract.GPUDevice) int { return a.Index - b.Index })
 	return out
 }

@@ -3,7 +3,7 @@ package gpu
 import (
 	"math"
 
-	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/contract"
 )
 
 // What node-metrics publishes of each GPU for the scheduler extender to place batch
@@ -21,13 +21,13 @@ func lsFreeMilli(lsPeakPercent float64, lsCapPercent int) int {
 		return 0 // nothing known to be free
 	}
 	used = min(max(used, 0), 100)
-	return metrics.MilliPerGPU - int(math.Ceil(used*metrics.MilliPerGPU/100))
+	return contract.MilliPerGPU - int(math.Ceil(used*contract.MilliPerGPU/100))
 }
 
 // publishGPU fills d's LS-free share and MPS flag from the window's LS peak; a GPU not
 // Healthy keeps both unknown (nil, false). It may take the Partitions' lock (never the
 // other way round).
-func (m *Manager) publishGPU(d *metrics.GPUDevice, lsPeakPercent float64) {
+func (m *Manager) publishGPU(d *contract.GPUDevice, lsPeakPercent float64) {
 	if !d.Healthy {
 		return
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // BenchmarkManagerStep is one step of the GPU loop in the agent_cpu bench's steady state
-// (cmd/gpu-bench -parts agent_cpu): the real collector over an 8-GPU mock, two GPUs shared
+// (bench/gpubench, `gpu-bench -parts agent_cpu`): the real collector over an 8-GPU mock, two GPUs shared
 // by an LS and a batch pod (read in full every step), two LS-only and two batch-only
 // GPUs (probed) and two idle ones, processes attributed through a fake /proc, the
 // throttle, the metrics snapshot and /status. The cycler is a fake: the freezer writes

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/understory/understory/qos"
 )
 
 // gpuMilliOn is what node holds of understory.io/gpu-milli in capacity and
@@ -20,7 +20,7 @@ import (
 func gpuMilliOn(t *testing.T, n *corev1.Node) (capacity, allocatable int64) {
 	t.Helper()
 	get := func(l corev1.ResourceList) int64 {
-		q, ok := l[ResourceGPUMilli]
+		q, ok := l[contract.ResourceGPUMilli]
 		if !ok {
 			return -1
 		}
@@ -88,7 +88,7 @@ func TestPublishesGPUMilli(t *testing.T) {
 	if cp, al := gpuMilliOn(t, n); cp != 2000 || al != 2000 {
 		t.Fatalf("gpu-milli capacity %d allocatable %d, want 2000", cp, al)
 	}
-	if _, ok := n.Status.Allocatable[qos.ResourceBatchCPU]; ok {
+	if _, ok := n.Status.Allocatable[contract.ResourceBatchCPU]; ok {
 		t.Fatal("batch resources written before Set")
 	}
 	if got := patches(c); len(got) != 1 || got[0] != mustGPUPatch(2000) {
@@ -102,7 +102,7 @@ func TestPublishesGPUMilli(t *testing.T) {
 	if cp, al := gpuMilliOn(t, n); cp != 2000 || al != 2000 {
 		t.Fatalf("gpu-milli lost when the batch resources were written: %d/%d", cp, al)
 	}
-	if q := n.Status.Allocatable[qos.ResourceBatchCPU]; q.Value() != 1500 {
+	if q := n.Status.Allocatable[contract.ResourceBatchCPU]; q.Value() != 1500 {
 		t.Fatalf("batch-cpu %s", q.String())
 	}
 
@@ -137,8 +137,8 @@ func TestPublishesGPUMilli(t *testing.T) {
 func TestGPUMilliAlreadyThereAndClamped(t *testing.T) {
 	t.Parallel()
 	n := kubeletNode("n1")
-	n.Status.Capacity[ResourceGPUMilli] = resource.MustParse("0")
-	n.Status.Allocatable[ResourceGPUMilli] = resource.MustParse("0")
+	n.Status.Capacity[contract.ResourceGPUMilli] = resource.MustParse("0")
+	n.Status.Allocatable[contract.ResourceGPUMilli] = resource.MustParse("0")
 	c := fake.NewClientset(n)
 	p := newPublisher(t, c.CoreV1().Nodes(), WithLogger(testLogger(io.Discard)))
 	if !p.SetGPUMilli(-1000) {

@@ -11,14 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/understory/understory/qos"
 )
 
 // Defaults of the options.
@@ -54,10 +54,6 @@ type NodeClient interface {
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions,
 		subresources ...string) (*corev1.Node, error)
 }
-
-// ResourceGPUMilli is the shared-GPU resource the agent advertises: 1000 per GPU it
-// shares (the scheduler extender's understory.io/gpu-milli).
-const ResourceGPUMilli = "understory.io/gpu-milli"
 
 // Resources are the batch resources to publish.
 type Resources struct {
@@ -439,11 +435,11 @@ func GPUPatchFor(milli int64) ([]byte, error) {
 func patchFor(t target) ([]byte, error) {
 	list := map[string]string{}
 	if t.hasBatch {
-		list[qos.ResourceBatchCPU] = strconv.FormatInt(max(t.batch.CPUMilli, 0), 10)
-		list[qos.ResourceBatchMemory] = strconv.FormatInt(max(t.batch.MemoryBytes, 0), 10)
+		list[contract.ResourceBatchCPU] = strconv.FormatInt(max(t.batch.CPUMilli, 0), 10)
+		list[contract.ResourceBatchMemory] = strconv.FormatInt(max(t.batch.MemoryBytes, 0), 10)
 	}
 	if t.hasGPU {
-		list[ResourceGPUMilli] = strconv.FormatInt(max(t.gpuMilli, 0), 10)
+		list[contract.ResourceGPUMilli] = strconv.FormatInt(max(t.gpuMilli, 0), 10)
 	}
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": list, "allocatable": list}})
 	if err != nil {
@@ -465,12 +461,12 @@ func published(node *corev1.Node) target {
 		}
 		return a.Value(), true
 	}
-	cpu, okCPU := value(qos.ResourceBatchCPU)
-	mem, okMem := value(qos.ResourceBatchMemory)
+	cpu, okCPU := value(contract.ResourceBatchCPU)
+	mem, okMem := value(contract.ResourceBatchMemory)
 	if okCPU && okMem {
 		t.batch, t.hasBatch = Resources{CPUMilli: cpu, MemoryBytes: mem}, true
 	}
-	t.gpuMilli, t.hasGPU = value(ResourceGPUMilli)
+	t.gpuMilli, t.hasGPU = value(contract.ResourceGPUMilli)
 	return t
 }
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -32,8 +34,8 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/internal/logtest"
-	"github.com/understory/understory/qos"
 )
 
 var _ NodeClient = (typedcorev1.NodeInterface)(nil)
@@ -87,13 +89,7 @@ func start(t *testing.T, p *Publisher) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, what, cond)
 }
 
 func newPublisher(t *testing.T, c NodeClient, opts ...Option) *Publisher {
@@ -145,11 +141,11 @@ func checkPublished(t *testing.T, n *corev1.Node, r Resources) {
 		{"capacity", n.Status.Capacity, want.Status.Capacity},
 		{"allocatable", n.Status.Allocatable, want.Status.Allocatable},
 	} {
-		if q := l.got[qos.ResourceBatchCPU]; q.Value() != r.CPUMilli {
-			t.Errorf("%s %s = %s, want %d", l.name, qos.ResourceBatchCPU, q.String(), r.CPUMilli)
+		if q := l.got[contract.ResourceBatchCPU]; q.Value() != r.CPUMilli {
+			t.Errorf("%s %s = %s, want %d", l.name, contract.ResourceBatchCPU, q.String(), r.CPUMilli)
 		}
-		if q := l.got[qos.ResourceBatchMemory]; q.Value() != r.MemoryBytes {
-			t.Errorf("%s %s = %s, want %d", l.name, qos.ResourceBatchMemory, q.String(), r.MemoryBytes)
+		if q := l.got[contract.ResourceBatchMemory]; q.Value() != r.MemoryBytes {
+			t.Errorf("%s %s = %s, want %d", l.name, contract.ResourceBatchMemory, q.String(), r.MemoryBytes)
 		}
 		if len(l.got) != len(l.orig)+2 {
 			t.Errorf("%s has %d keys, want kubelet's %d + 2: %v", l.name, len(l.got), len(l.orig), l.got)
@@ -211,7 +207,7 @@ func TestPublishes(t *testing.T) {
 	withBatch := func(cpu, mem string) *corev1.Node {
 		n := kubeletNode("n1")
 		for _, l := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
-			l[qos.ResourceBatchCPU], l[qos.ResourceBatchMemory] = resource.MustParse(cpu), resource.MustParse(mem)
+			l[contract.ResourceBatchCPU], l[contract.ResourceBatchMemory] = resource.MustParse(cpu), resource.MustParse(mem)
 		}
 		return n
 	}
@@ -226,8 +222,8 @@ func TestPublishes(t *testing.T) {
 		{"already there", withBatch("3500", "6Gi"), false},
 		{"allocatable only", func() *corev1.Node {
 			n := kubeletNode("n1")
-			n.Status.Allocatable[qos.ResourceBatchCPU] = resource.MustParse("3500")
-			n.Status.Allocatable[qos.ResourceBatchMemory] = resource.MustParse("6Gi")
+			n.Status.Allocatable[contract.ResourceBatchCPU] = resource.MustParse("3500")
+			n.Status.Allocatable[contract.ResourceBatchMemory] = resource.MustParse("6Gi")
 			return n
 		}(), true},
 	} {
@@ -526,13 +522,13 @@ func TestResyncRepairsReset(t *testing.T) {
 	waitFor(t, "synced", func() bool { return p.Status().Synced })
 	n := getNode(t, c)
 	for _, l := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
-		l[qos.ResourceBatchCPU], l[qos.ResourceBatchMemory] = resource.MustParse("0"), resource.MustParse("0")
+		l[contract.ResourceBatchCPU], l[contract.ResourceBatchMemory] = resource.MustParse("0"), resource.MustParse("0")
 	}
 	if _, err := c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "repaired", func() bool {
-		q := getNode(t, c).Status.Allocatable[qos.ResourceBatchCPU]
+		q := getNode(t, c).Status.Allocatable[contract.ResourceBatchCPU]
 		return q.Value() == want.CPUMilli
 	})
 	checkPublished(t, getNode(t, c), want)

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // fakeClock is a manually advanced clock.
@@ -89,26 +91,19 @@ func TestEventSinkRecordsDeduplicatedWarnings(t *testing.T) {
 	}
 	sink.Warn(pod, "LongMessage", long)
 	sink.Warn(nil, "Ignored", "nil pod")
+	// The broadcaster records in order: once this last event is there, every event
+	// before it has been recorded or dropped, wrong extra ones included.
+	sink.Warn(pod, "Sentinel", "last")
 
-	var events []corev1.Event
-	deadline := time.Now().Add(waitTimeout)
-	for len(events) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("events recorded: %d, want 2", len(events))
-		}
-		time.Sleep(10 * time.Millisecond)
-		list, err := client.CoreV1().Events("team-a").List(t.Context(), metav1.ListOptions{})
-		if err != nil {
+	var list *corev1.EventList
+	testenv.WaitFor(t, waitTimeout, "the sentinel event", func() bool {
+		var err error
+		if list, err = client.CoreV1().Events("").List(t.Context(), metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		events = list.Items
-	}
-	// Let any (wrong) extra events arrive before counting.
-	time.Sleep(100 * time.Millisecond)
-	list, err := client.CoreV1().Events("").List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+		return slices.ContainsFunc(list.Items, func(e corev1.Event) bool { return e.Reason == "Sentinel" })
+	})
+	list.Items = slices.DeleteFunc(list.Items, func(e corev1.Event) bool { return e.Reason == "Sentinel" })
 	if len(list.Items) != 2 {
 		t.Fatalf("got %d events, want 2: %+v", len(list.Items), list.Items)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/signals/runqlat"
 	"github.com/understory/understory/qos"
 )
@@ -724,12 +725,7 @@ func TestEBPFWakeArmRace(t *testing.T) {
 // eventually waits up to 2 s for cond.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, 2*time.Second, what, cond)
 }
 
 // runSource runs s.Run until the test ends (which checks it returned nil).
@@ -774,7 +770,7 @@ func TestEBPFRunWoken(t *testing.T) {
 	runSource(t, s)
 	eventually(t, "the first Arm", func() bool { _, a := p.counts(); return a == 1 })
 	calls, _ := p.counts()
-	time.Sleep(100 * time.Millisecond) // 20 intervals
+	time.Sleep(100 * time.Millisecond) // a deliberate quiet window of 20 intervals: the call count must not move
 	if n, _ := p.counts(); n-calls > 1 {
 		t.Fatalf("armed and quiet: the count was looked at %d times in 100 ms, want no polling", n-calls)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/qos"
 )
 
@@ -19,19 +20,15 @@ import (
 // or skips with the reason (fails in CI, where these tests must run).
 func realCgroup2(t *testing.T) string {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
 	if os.Geteuid() != 0 {
-		skip("real signal test needs root (loads eBPF, arms PSI triggers, creates cgroups)")
+		testenv.SkipOrFailInCI(t, "real signal test needs root (loads eBPF, arms PSI triggers, creates cgroups)")
 	}
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
 			return root
 		}
 	}
-	skip("no cgroup2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified")
+	testenv.SkipOrFailInCI(t, "no cgroup2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified")
 	return ""
 }
 

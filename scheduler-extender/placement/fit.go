@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/understory/understory/contract"
 )
 
 // Fit reports whether r fits n now: nil, or an error wrapping one of ErrInsufficientCPU,
@@ -59,7 +61,7 @@ func (n *Node) Check(r *Request) error {
 	if !r.AcceptsModel(n.Model) {
 		return ErrGPUModel
 	}
-	if len(n.GPUFree) > MaxGPUsPerNode || n.countFree(r.GPUMilli) < r.NumGPU {
+	if len(n.GPUFree) > contract.MaxGPUsPerNode || n.countFree(r.GPUMilli) < r.NumGPU {
 		return ErrInsufficientGPU
 	}
 	return nil
@@ -144,7 +146,7 @@ func ValidDevices(n *Node, r Request, devices []int) bool {
 	}
 	var seen uint64
 	for _, d := range devices {
-		if d < 0 || d >= len(n.GPUFree) || d >= MaxGPUsPerNode || seen&(1<<uint(d)) != 0 {
+		if d < 0 || d >= len(n.GPUFree) || d >= contract.MaxGPUsPerNode || seen&(1<<uint(d)) != 0 {
 			return false
 		}
 		seen |= 1 << uint(d)

@@ -4,13 +4,15 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/understory/understory/contract"
 )
 
 // testNode is an empty node with gpus devices of the model.
 func placeNode(name, model string, cpu int64, gpus int) *Node {
 	n := &Node{Name: name, Model: model, CPUMilli: cpu, MemoryMiB: 1 << 20, MaxPods: 110, GPUFree: make([]int, gpus)}
 	for i := range n.GPUFree {
-		n.GPUFree[i] = MilliPerGPU
+		n.GPUFree[i] = contract.MilliPerGPU
 	}
 	return n
 }

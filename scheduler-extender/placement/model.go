@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-)
 
-// MilliPerGPU is the capacity of one GPU in milli-GPU.
-const MilliPerGPU = 1000
+	"github.com/understory/understory/contract"
+)
 
 // Sentinel reasons a request does not fit a node.
 var (
@@ -23,9 +22,6 @@ var (
 	// ErrNoFit means no node of a set can host a request.
 	ErrNoFit = errors.New("no node fits")
 )
-
-// MaxGPUsPerNode bounds the devices of one node that placement can track.
-const MaxGPUsPerNode = 64
 
 // DefaultScoreCPUMilli is the CPU a request asking for none counts as when scoring
 // (the kube-scheduler's non-zero default). Fit still uses the real 0.
@@ -58,9 +54,9 @@ func (r Request) Validate() error {
 		return fmt.Errorf("gpu count %d is negative: %w", r.NumGPU, ErrInvalidRequest)
 	case r.NumGPU == 0 && r.GPUMilli != 0:
 		return fmt.Errorf("gpu-milli %d without a gpu: %w", r.GPUMilli, ErrInvalidRequest)
-	case r.NumGPU > 0 && (r.GPUMilli < 1 || r.GPUMilli > MilliPerGPU):
-		return fmt.Errorf("gpu-milli %d must be in 1..%d: %w", r.GPUMilli, MilliPerGPU, ErrInvalidRequest)
-	case r.NumGPU > 1 && r.GPUMilli != MilliPerGPU:
+	case r.NumGPU > 0 && (r.GPUMilli < 1 || r.GPUMilli > contract.MilliPerGPU):
+		return fmt.Errorf("gpu-milli %d must be in 1..%d: %w", r.GPUMilli, contract.MilliPerGPU, ErrInvalidRequest)
+	case r.NumGPU > 1 && r.GPUMilli != contract.MilliPerGPU:
 		return fmt.Errorf("a share of %d milli must be on exactly one gpu, not %d: %w", r.GPUMilli, r.NumGPU, ErrInvalidRequest)
 	}
 	return nil
@@ -76,7 +72,7 @@ func (r Request) ScoreCPUMilli() int64 {
 }
 
 // Sharing reports whether the request takes a fraction of one GPU.
-func (r Request) Sharing() bool { return r.NumGPU == 1 && r.GPUMilli < MilliPerGPU }
+func (r Request) Sharing() bool { return r.NumGPU == 1 && r.GPUMilli < contract.MilliPerGPU }
 
 // AcceptsModel reports whether the request may run on a GPU of the given model.
 func (r Request) AcceptsModel(model string) bool {

@@ -1,6 +1,10 @@
 package placement
 
-import "math"
+import (
+	"math"
+
+	"github.com/understory/understory/contract"
+)
 
 // fgdPolicy is Fragmentation Gradient Descent (Weng et al., USENIX ATC'23): place
 // where the expected fragmentation F of the node grows least,
@@ -29,7 +33,7 @@ func (p *fgdPolicy) score(n *Node, r *Request) (float64, deviceSet, bool) {
 	t := p.w.table(n.Model)
 	cpu, sc := n.FreeCPUMilli(), r.ScoreCPUMilli()
 	f0 := t.frag(cpu, n.GPUFree)
-	var buf [MaxGPUsPerNode]int
+	var buf [contract.MaxGPUsPerNode]int
 	free := buf[:len(n.GPUFree)]
 	copy(free, n.GPUFree)
 	if r.Sharing() {

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+
+	"github.com/understory/understory/contract"
 )
 
 // shareWorkload is half whole-GPU pods and half 0.5-GPU shares, 1 CPU each.
@@ -16,7 +18,7 @@ func shareWorkload() *Workload {
 func withFree(n *Node, free ...int) *Node {
 	copy(n.GPUFree, free)
 	for _, f := range free {
-		if f < MilliPerGPU {
+		if f < contract.MilliPerGPU {
 			n.Pods++
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+
+	"github.com/understory/understory/contract"
 )
 
 // DefaultCoverage is the share of pods the target workload's classes cover (FGD paper: 95 %).
@@ -60,7 +62,7 @@ type modelTable struct {
 	always  float64
 	classes []fragClass
 	milli   []int    // distinct per-GPU milli of classes, ascending
-	inv     []uint64 // ⌈2^32/milli⌉ per group: x·inv >> 32 = ⌊x/milli⌋ for x ≤ MilliPerGPU
+	inv     []uint64 // ⌈2^32/milli⌉ per group: x·inv >> 32 = ⌊x/milli⌋ for x ≤ contract.MilliPerGPU
 }
 
 // NewWorkload groups reqs into classes, keeps the most frequent ones until they
@@ -187,11 +189,11 @@ func (w *Workload) table(model string) *modelTable {
 // its GPU count; otherwise the free milli on devices with less than m's per-GPU
 // need.
 func (t *modelTable) frag(cpuLeft int64, free []int) float64 {
-	if len(free) > MaxGPUsPerNode || len(t.milli) > maxFragGroups {
+	if len(free) > contract.MaxGPUsPerNode || len(t.milli) > maxFragGroups {
 		return t.fragSlow(cpuLeft, free)
 	}
 	// Sort the free milli (insertion sort: a node has a handful of devices).
-	var sorted [MaxGPUsPerNode]int
+	var sorted [contract.MaxGPUsPerNode]int
 	var g int64
 	for i, f := range free {
 		g += int64(f)
@@ -316,11 +318,11 @@ type fragStats struct {
 // stats fills st for free; false when free or the table is too large for the
 // fixed arrays (callers then use frag and fillFrag).
 func (t *modelTable) stats(free []int, st *fragStats) bool {
-	if len(free) > MaxGPUsPerNode || len(t.milli) > maxFragGroups {
+	if len(free) > contract.MaxGPUsPerNode || len(t.milli) > maxFragGroups {
 		return false
 	}
 	for _, x := range free {
-		if x < 0 || x > MilliPerGPU {
+		if x < 0 || x > contract.MilliPerGPU {
 			return false
 		}
 		t.add(st, x, 1)

@@ -54,6 +54,32 @@ stop() {
 # 1. kubelet.
 stop kubelet 15
 
+# Cgroup hierarchies (v1 controllers and named hierarchies, plus cgroup2).
+hierarchies() {
+	awk '$9 == "cgroup" || $9 == "cgroup2" {print $5}' /proc/self/mountinfo 2>/dev/null ||
+		awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/mounts
+}
+
+# thaw_pods thaws every frozen pod cgroup of this node (v1 freezer.state, v2
+# cgroup.freeze). The agent freezes batch while LS needs the CPU or the GPU and thaws
+# it when it stops, but a SIGKILLed agent (step 2 kills every task) thaws nothing, and
+# a frozen task neither dies from SIGKILL nor leaves its cgroup until thawed: teardown
+# would wait for it forever and the next run would find kubepods still there.
+thaw_pods() {
+	local h f
+	owns_machine || return 0
+	for h in $(hierarchies); do
+		[ -d "$h/kubepods" ] || continue
+		while read -r f; do
+			[ -n "$f" ] || continue
+			case $f in
+			*/freezer.state) [ "$(cat "$f" 2>/dev/null)" = THAWED ] || echo THAWED >"$f" 2>/dev/null ;;
+			*/cgroup.freeze) [ "$(cat "$f" 2>/dev/null)" = 0 ] || echo 0 >"$f" 2>/dev/null ;;
+			esac
+		done < <(find "$h/kubepods" \( -name freezer.state -o -name cgroup.freeze \) 2>/dev/null)
+	done
+}
+
 # 2. containers, through containerd while it still runs.
 addr=$D/containerd/containerd.sock
 ctr_() { timeout 20 "$RT_BIN/ctr" --address "$addr" --namespace k8s.io "$@"; }
@@ -62,6 +88,7 @@ if [ -S "$addr" ] && pid_alive "$(cat "$D/pids/containerd" 2>/dev/null)"; then
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
 		ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1
 	done
+	thaw_pods # the agent is gone: nothing freezes them again
 	dbg "deleting tasks"
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
 		ctr_ tasks delete -f "$id" >/dev/null 2>&1
@@ -108,16 +135,11 @@ stop kube-apiserver 3
 stop etcd 10
 stop watchdog 1
 
-# Cgroup hierarchies (v1 controllers and named hierarchies, plus cgroup2).
-hierarchies() {
-	awk '$9 == "cgroup" || $9 == "cgroup2" {print $5}' /proc/self/mountinfo 2>/dev/null ||
-		awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/mounts
-}
-
 if owns_machine; then
 	# 4. processes left in this node's pod cgroups (container processes of killed shims).
 	for _ in 1 2 3; do
 		left=
+		thaw_pods
 		for h in $(hierarchies); do
 			[ -d "$h/kubepods" ] || continue
 			while read -r pid; do

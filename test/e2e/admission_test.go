@@ -16,14 +16,17 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/admission"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/certreload"
 	"github.com/understory/understory/qos"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -146,16 +149,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	}
 
 	wh := registerWebhook(t, ctx, cp, profiles)
-	var vap admissionregv1.ValidatingAdmissionPolicy
-	manifestObject(t, "validatingadmissionpolicy.yaml", "ValidatingAdmissionPolicy", &vap)
-	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &vap, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var vapb admissionregv1.ValidatingAdmissionPolicyBinding
-	manifestObject(t, "validatingadmissionpolicy.yaml", "ValidatingAdmissionPolicyBinding", &vapb)
-	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &vapb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	installPolicies(t, ctx, c)
 
 	namespaces := map[string]map[string]string{
 		"adm-batch":      nil,
@@ -187,7 +181,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	batchPod := func(ns, name string) *corev1.Pod {
 		p := controlplane.NewPod(ns, name, corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")})
-		p.Annotations = map[string]string{qos.AnnotationQOSClass: "batch"}
+		p.Annotations = map[string]string{contract.AnnotationQOSClass: "batch"}
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 		p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: p.Spec.Containers[0].Image,
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}
@@ -200,7 +194,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkBatch(t, got, "1000", "256Mi")
-		if r := got.Spec.InitContainers[0].Resources; !qEq(r.Requests[qos.ResourceBatchCPU], "100") {
+		if r := got.Spec.InitContainers[0].Resources; !qEq(r.Requests[contract.ResourceBatchCPU], "100") {
 			t.Errorf("init container resources %v, want batch-cpu 100", r)
 		}
 	})
@@ -212,7 +206,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkBatch(t, got, "200", "")
-		if got.Annotations[qos.AnnotationQOSClass] != "batch" || got.Labels[admission.LabelProfile] != "batch" {
+		if got.Annotations[contract.AnnotationQOSClass] != "batch" || got.Labels[admission.LabelProfile] != "batch" {
 			t.Errorf("annotations %v labels %v: want the profile's", got.Annotations, got.Labels)
 		}
 		if got.Spec.PriorityClassName != pc.Name || got.Spec.Priority == nil || *got.Spec.Priority != pc.Value ||
@@ -232,19 +226,61 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			t.Fatalf("unrelated update rejected: %v", err)
 		}
 		for _, mutate := range []func(*corev1.Pod){
-			func(p *corev1.Pod) { p.Annotations[qos.AnnotationQOSClass] = "LS" },
-			func(p *corev1.Pod) { delete(p.Annotations, qos.AnnotationQOSClass) },
+			func(p *corev1.Pod) { p.Annotations[contract.AnnotationQOSClass] = "LS" },
+			func(p *corev1.Pod) { delete(p.Annotations, contract.AnnotationQOSClass) },
 		} {
 			q := p.DeepCopy()
 			mutate(q)
 			_, err := c.CoreV1().Pods("adm-batch").Update(ctx, q, metav1.UpdateOptions{})
-			wantRejected(t, err, admission.RuleQOSClassImmutable)
+			wantRejected(t, err, admission.RuleQOSClassImmutable, "")
+		}
+	})
+
+	t.Run("Koordinator's class key cannot change on update", func(t *testing.T) {
+		p := controlplane.NewPod("adm-batch", "koord", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
+		p.Labels = map[string]string{qos.LabelKoordinatorQOS: "BE"}
+		p, err := create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Labels["unrelated"] = "update"
+		if p, err = c.CoreV1().Pods("adm-batch").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("unrelated update rejected: %v", err)
+		}
+		for _, tc := range []struct {
+			field  string
+			mutate func(*corev1.Pod)
+		}{
+			{labelKoord, func(p *corev1.Pod) { p.Labels[qos.LabelKoordinatorQOS] = "LSR" }},
+			{labelKoord, func(p *corev1.Pod) { delete(p.Labels, qos.LabelKoordinatorQOS) }},
+			{annotationKoord, func(p *corev1.Pod) {
+				p.Annotations = map[string]string{qos.AnnotationKoordinatorQOS: "LS"}
+			}},
+		} {
+			q := p.DeepCopy()
+			tc.mutate(q)
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Update, Old: p, Pod: q, Username: e2eAdmin},
+				admission.RuleQOSClassImmutable)
+			_, err := c.CoreV1().Pods("adm-batch").Update(ctx, q, metav1.UpdateOptions{})
+			wantRejected(t, err, admission.RuleQOSClassImmutable, tc.field)
 		}
 	})
 
 	lsPod := func(ns, name string) *corev1.Pod {
 		p := controlplane.NewPod(ns, name, nil)
-		p.Annotations = map[string]string{qos.AnnotationQOSClass: "ls"}
+		p.Annotations = map[string]string{contract.AnnotationQOSClass: "ls"}
+		return p
+	}
+	// koordPod is a BestEffort pod with Koordinator's class key as label and
+	// annotation ("" absent).
+	koordPod := func(ns, name, label, annotation string) *corev1.Pod {
+		p := controlplane.NewPod(ns, name, nil)
+		if label != "" {
+			p.Labels = map[string]string{qos.LabelKoordinatorQOS: label}
+		}
+		if annotation != "" {
+			p.Annotations = map[string]string{qos.AnnotationKoordinatorQOS: annotation}
+		}
 		return p
 	}
 	gangPod := func(name, key, v string) *corev1.Pod {
@@ -253,31 +289,56 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		return p
 	}
 	rejections := []struct {
-		name string
-		pod  *corev1.Pod
-		rule string // "" accepted
+		name  string
+		pod   *corev1.Pod
+		rule  string // "" accepted
+		field string // the field the rejection names; "" a metadata.annotations one
 	}{
-		{"LS on BestEffort outside the labelled namespace", lsPod("adm-batch", "ls-be"), admission.RuleLSBestEffort},
-		{"LS on BestEffort in the labelled namespace", lsPod("adm-ls-allowed", "ls-be"), ""},
+		{"LS on BestEffort outside the labelled namespace", lsPod("adm-batch", "ls-be"), admission.RuleLSBestEffort, ""},
+		{"LS on BestEffort in the labelled namespace", lsPod("adm-ls-allowed", "ls-be"), "", ""},
 		{"invalid class value", func() *corev1.Pod {
 			p := lsPod("adm-batch", "bad-class")
-			p.Annotations[qos.AnnotationQOSClass] = "Lſ" // folds to "ls" in Unicode, not in ASCII
+			p.Annotations[contract.AnnotationQOSClass] = "Lſ" // folds to "ls" in Unicode, not in ASCII
 			return p
-		}(), admission.RuleQOSClassValue},
-		{"volcano min-member 0", gangPod("gang-0", admission.AnnotationVolcanoMinMember, "0"), admission.RuleGangMinMember},
-		{"volcano min-member not an integer", gangPod("gang-x", admission.AnnotationVolcanoMinMember, "3x"), admission.RuleGangMinMember},
-		{"koordinator min-available above max", gangPod("gang-big", admission.AnnotationKoordinatorMinAvailable, "10001"), admission.RuleGangMinMember},
-		{"koordinator min-available negative", gangPod("gang-neg", admission.AnnotationKoordinatorMinAvailable, "-1"), admission.RuleGangMinMember},
-		{"valid gang", gangPod("gang-ok", admission.AnnotationVolcanoMinMember, "3"), ""},
+		}(), admission.RuleQOSClassValue, ""},
+		{"Koordinator label LSR on BestEffort", koordPod("adm-batch", "koord-lsr", "LSR", ""), admission.RuleLSBestEffort, labelKoord},
+		{"Koordinator label lse on BestEffort", koordPod("adm-batch", "koord-lse", "lse", ""), admission.RuleLSBestEffort, labelKoord},
+		{"Koordinator label SYSTEM on BestEffort", koordPod("adm-batch", "koord-system", "SYSTEM", ""), admission.RuleLSBestEffort,
+			labelKoord},
+		{"Koordinator annotation LS on BestEffort", koordPod("adm-batch", "koord-ann-ls", "", "LS"), admission.RuleLSBestEffort,
+			annotationKoord},
+		{"Koordinator label invalid, annotation Lsr", koordPod("adm-batch", "koord-skip", "gold", "Lsr"), admission.RuleLSBestEffort,
+			annotationKoord},
+		{"Koordinator label BE wins over annotation LS", koordPod("adm-batch", "koord-be", "BE", "LS"), "", ""},
+		{"Koordinator label LSR in the labelled namespace", koordPod("adm-ls-allowed", "koord-lsr", "LSR", ""), "", ""},
+		{"Koordinator label LSR on Burstable", func() *corev1.Pod {
+			p := koordPod("adm-batch", "koord-burstable", "LSR", "")
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
+			return p
+		}(), "", ""},
+		{"understory.io/qos-class BE wins over Koordinator LS", func() *corev1.Pod {
+			p := koordPod("adm-batch", "koord-under-be", "LS", "")
+			p.Annotations = map[string]string{contract.AnnotationQOSClass: "BE"}
+			return p
+		}(), "", ""},
+		{"gpu-devices set at create by a user", func() *corev1.Pod {
+			p := controlplane.NewPod("adm-batch", "gpu-at-create", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
+			p.Annotations = map[string]string{contract.AnnotationGPUDevices: "0"}
+			return p
+		}(), admission.RuleGPUDevicesWriter, ""},
+		{"volcano min-member 0", gangPod("gang-0", admission.AnnotationVolcanoMinMember, "0"), admission.RuleGangMinMember, ""},
+		{"volcano min-member not an integer", gangPod("gang-x", admission.AnnotationVolcanoMinMember, "3x"), admission.RuleGangMinMember, ""},
+		{"koordinator min-available above max", gangPod("gang-big", admission.AnnotationKoordinatorMinAvailable, "10001"),
+			admission.RuleGangMinMember, ""},
+		{"koordinator min-available negative", gangPod("gang-neg", admission.AnnotationKoordinatorMinAvailable, "-1"),
+			admission.RuleGangMinMember, ""},
+		{"valid gang", gangPod("gang-ok", admission.AnnotationVolcanoMinMember, "3"), "", ""},
 	}
 	for _, tc := range rejections {
 		t.Run(tc.name, func(t *testing.T) {
 			// The Go form of the policy must agree with the CEL one.
-			goErr := admission.ValidatePod(admissionv1.Create, nil, tc.pod, namespaces[tc.pod.Namespace],
-				admission.DefaultMaxGangMinMember)
-			if (goErr == nil) != (tc.rule == "") || (goErr != nil && !strings.Contains(goErr.Error(), tc.rule)) {
-				t.Errorf("ValidatePod = %v, want rule %q", goErr, tc.rule)
-			}
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Create, Pod: tc.pod,
+				NamespaceLabels: namespaces[tc.pod.Namespace], Username: e2eAdmin}, tc.rule)
 			_, err := create(tc.pod)
 			if tc.rule == "" {
 				if err != nil {
@@ -285,9 +346,11 @@ func TestAdmissionEndToEnd(t *testing.T) {
 				}
 				return
 			}
-			wantRejected(t, err, tc.rule)
+			wantRejected(t, err, tc.rule, tc.field)
 		})
 	}
+
+	t.Run("only the scheduler extender writes gpu-devices", func(t *testing.T) { testGPUDevicesWriter(t, ctx, cp) })
 
 	t.Run("webhook down: batch pod is created unmutated", func(t *testing.T) {
 		wh.stop()
@@ -295,10 +358,10 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create with the webhook down: %v (mutation must fail open)", err)
 		}
-		if got.Status.QOSClass != corev1.PodQOSBurstable || got.Annotations[qos.AnnotationQOSClass] != "batch" {
+		if got.Status.QOSClass != corev1.PodQOSBurstable || got.Annotations[contract.AnnotationQOSClass] != "batch" {
 			t.Errorf("QoS %s annotations %v: want Burstable with the batch annotation kept", got.Status.QOSClass, got.Annotations)
 		}
-		if _, ok := got.Spec.Containers[0].Resources.Requests[qos.ResourceBatchCPU]; ok {
+		if _, ok := got.Spec.Containers[0].Resources.Requests[contract.ResourceBatchCPU]; ok {
 			t.Error("mutated although the webhook is down")
 		}
 	})
@@ -315,13 +378,13 @@ func waitAdmissionActive(t *testing.T, ctx context.Context, c kubernetes.Interfa
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true,
 		func(ctx context.Context) (bool, error) {
 			probe := controlplane.NewPod(ns, "probe", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
-			probe.Annotations = map[string]string{qos.AnnotationQOSClass: "batch"}
+			probe.Annotations = map[string]string{contract.AnnotationQOSClass: "batch"}
 			got, err := c.CoreV1().Pods(ns).Create(ctx, probe, dry)
-			mutated = err == nil && got.Annotations[qos.AnnotationOriginalResources] != ""
+			mutated = err == nil && got.Annotations[contract.AnnotationOriginalResources] != ""
 			if !policy {
 				return mutated, nil
 			}
-			probe.Annotations[qos.AnnotationQOSClass] = "nope"
+			probe.Annotations[contract.AnnotationQOSClass] = "nope"
 			_, lastErr = c.CoreV1().Pods(ns).Create(ctx, probe, dry)
 			enforced = lastErr != nil && strings.Contains(lastErr.Error(), admission.RuleQOSClassValue)
 			return mutated && enforced, nil
@@ -344,26 +407,216 @@ func checkBatch(t *testing.T, p *corev1.Pod, cpu, mem string) {
 	}
 	r := p.Spec.Containers[0].Resources
 	for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
-		if !qEq(l[qos.ResourceBatchCPU], cpu) {
-			t.Errorf("batch-cpu %v in %v, want %s", l[qos.ResourceBatchCPU], l, cpu)
+		if !qEq(l[contract.ResourceBatchCPU], cpu) {
+			t.Errorf("batch-cpu %v in %v, want %s", l[contract.ResourceBatchCPU], l, cpu)
 		}
-		if mem != "" && !qEq(l[qos.ResourceBatchMemory], mem) {
-			t.Errorf("batch-memory %v in %v, want %s", l[qos.ResourceBatchMemory], l, mem)
+		if mem != "" && !qEq(l[contract.ResourceBatchMemory], mem) {
+			t.Errorf("batch-memory %v in %v, want %s", l[contract.ResourceBatchMemory], l, mem)
 		}
 	}
-	o, err := admission.DecodeOriginalResources(p.Annotations[qos.AnnotationOriginalResources])
+	o, err := admission.DecodeOriginalResources(p.Annotations[contract.AnnotationOriginalResources])
 	if err != nil || len(o.Containers) != 1 {
 		t.Errorf("original resources %+v, %v", o, err)
 	}
 }
 
-func wantRejected(t *testing.T, err error, rule string) {
+// wantRejected fails unless err names rule and field (a metadata.annotations field
+// when field is "").
+func wantRejected(t *testing.T, err error, rule, field string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("accepted, want rejected by rule %s", rule)
 	}
-	if !strings.Contains(err.Error(), rule) || !strings.Contains(err.Error(), "metadata.annotations[") {
-		t.Fatalf("rejected with %q, want the field and rule %s", err, rule)
+	if field == "" {
+		field = "metadata.annotations["
+	}
+	if !strings.Contains(err.Error(), "(rule "+rule+")") || !strings.Contains(err.Error(), field) {
+		t.Fatalf("rejected with %q, want the field %s and rule %s", err, field, rule)
+	}
+}
+
+// Fields the class-key rejections name.
+const (
+	labelKoord      = "metadata.labels[" + qos.LabelKoordinatorQOS + "]"
+	annotationKoord = "metadata.annotations[" + qos.AnnotationKoordinatorQOS + "]"
+)
+
+// e2eAdmin stands for the test's admin user in the Go form of the rules: any user
+// but the scheduler extender.
+const e2eAdmin = "understory-e2e-admin"
+
+// checkGoRule fails unless the Go form of the policy (admission.ValidatePod) rejects
+// r by rule ("" accepts it), as the CEL one must.
+func checkGoRule(t *testing.T, r admission.PodRequest, rule string) {
+	t.Helper()
+	err := admission.ValidatePod(r, admission.DefaultRules())
+	if (err == nil) != (rule == "") || (err != nil && !strings.Contains(err.Error(), "(rule "+rule+")")) {
+		t.Errorf("ValidatePod = %v, want rule %q", err, rule)
+	}
+}
+
+// installPolicies creates every ValidatingAdmissionPolicy and binding that
+// manifests/admission ships.
+func installPolicies(t *testing.T, ctx context.Context, c kubernetes.Interface) {
+	t.Helper()
+	n := 0
+	for _, d := range readManifestDocs(t, "validatingadmissionpolicy.yaml") {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(d, &tm); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch tm.Kind {
+		case "ValidatingAdmissionPolicy":
+			var vap admissionregv1.ValidatingAdmissionPolicy
+			if err := yaml.UnmarshalStrict(d, &vap); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &vap, metav1.CreateOptions{})
+		case "ValidatingAdmissionPolicyBinding":
+			var vapb admissionregv1.ValidatingAdmissionPolicyBinding
+			if err := yaml.UnmarshalStrict(d, &vapb); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &vapb, metav1.CreateOptions{})
+		default:
+			t.Fatalf("validatingadmissionpolicy.yaml holds a %s", tm.Kind)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 4 {
+		t.Fatalf("validatingadmissionpolicy.yaml holds %d objects, want two policies and their bindings", n)
+	}
+}
+
+// testGPUDevicesWriter checks that only the scheduler extender's service account
+// (admission.DefaultGPUDevicesWriter, given the extender's RBAC here) sets
+// understory.io/gpu-devices, the way it does (a Binding carrying it), or changes it
+// on a bound pod; the test's admin is refused both, and a Binding without the key
+// (kube-scheduler's) passes.
+func testGPUDevicesWriter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane) {
+	const ns, node = "adm-batch", "adm-gpu-node"
+	admin := cp.Client()
+	saNS, saName, _ := strings.Cut(strings.TrimPrefix(admission.DefaultGPUDevicesWriter, "system:serviceaccount:"), ":")
+	if err := cp.CreateNamespace(ctx, saNS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(saNS).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: saNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "adm-e2e-extender"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+	}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "adm-e2e-extender"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNS}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ext := tokenClient(t, cp, saToken(t, ctx, admin, saNS, saName, nil))
+	if _, err := cp.CreateNode(ctx, node, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"),
+		corev1.ResourceMemory: resource.MustParse("32Gi")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"gpu-bound", "gpu-probe", "plain-bound"} {
+		p := controlplane.NewPod(ns, name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
+		p.Spec.SchedulerName = "understory-e2e-nobody" // no scheduler races the test's Bindings
+		created, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[name] = created
+	}
+	binding := func(name string, annotations map[string]string) *corev1.Binding {
+		return &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: pods[name].UID, Annotations: annotations},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+		}
+	}
+	withDevices := map[string]string{contract.AnnotationGPUDevices: "0"}
+	// The Binding policy takes effect asynchronously, like the pod policy.
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			lastErr = admin.CoreV1().Pods(ns).Bind(ctx, binding("gpu-probe", withDevices),
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return lastErr != nil && strings.Contains(lastErr.Error(), admission.RuleGPUDevicesWriter), nil
+		}); err != nil {
+		t.Fatalf("Binding policy not in force after 60s: last answer %v", lastErr)
+	}
+	b := binding("gpu-probe", withDevices)
+	if err := admission.ValidateBinding(b, e2eAdmin, admission.DefaultRules()); err == nil {
+		t.Error("ValidateBinding accepted a Binding with devices from the admin; the CEL policy refused it")
+	}
+	wantRejected(t, admin.CoreV1().Pods(ns).Bind(ctx, b, metav1.CreateOptions{}), admission.RuleGPUDevicesWriter, "")
+	// The legacy namespaced "bindings" resource applies a Binding the same way.
+	wantRejected(t, admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("bindings").Body(b).Do(ctx).Error(),
+		admission.RuleGPUDevicesWriter, "")
+
+	// What the extender does (scheduler-extender/bind.go): one Binding carrying the devices.
+	if err := admission.ValidateBinding(binding("gpu-bound", withDevices), admission.DefaultGPUDevicesWriter,
+		admission.DefaultRules()); err != nil {
+		t.Errorf("ValidateBinding refused the extender: %v", err)
+	}
+	if err := ext.CoreV1().Pods(ns).Bind(ctx, binding("gpu-bound", withDevices), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the extender's Binding with devices: %v", err)
+	}
+	// kube-scheduler's Binding carries no annotations.
+	if err := admin.CoreV1().Pods(ns).Bind(ctx, binding("plain-bound", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a Binding without devices: %v", err)
+	}
+	bound, err := admin.CoreV1().Pods(ns).Get(ctx, "gpu-bound", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound.Spec.NodeName != node || bound.Annotations[contract.AnnotationGPUDevices] != "0" {
+		t.Fatalf("bound pod: node %q annotations %v", bound.Spec.NodeName, bound.Annotations)
+	}
+
+	// On the bound pod, the admin may update other fields but not the devices.
+	for _, tc := range []struct {
+		name   string
+		mutate func(*corev1.Pod)
+		rule   string
+	}{
+		{"unrelated label", func(p *corev1.Pod) { p.Labels = map[string]string{"unrelated": "update"} }, ""},
+		{"devices changed", func(p *corev1.Pod) { p.Annotations[contract.AnnotationGPUDevices] = "1" }, admission.RuleGPUDevicesWriter},
+		{"devices removed", func(p *corev1.Pod) { delete(p.Annotations, contract.AnnotationGPUDevices) }, admission.RuleGPUDevicesWriter},
+	} {
+		cur, err := admin.CoreV1().Pods(ns).Get(ctx, "gpu-bound", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := cur.DeepCopy()
+		tc.mutate(q)
+		checkGoRule(t, admission.PodRequest{Operation: admissionv1.Update, Old: cur, Pod: q, Username: e2eAdmin}, tc.rule)
+		_, err = admin.CoreV1().Pods(ns).Update(ctx, q, metav1.UpdateOptions{})
+		if tc.rule == "" {
+			if err != nil {
+				t.Errorf("%s: rejected: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), admission.DefaultGPUDevicesWriter) {
+			t.Errorf("%s: %v, want a refusal naming the extender", tc.name, err)
+		}
+		wantRejected(t, err, tc.rule, "")
+	}
+	// The extender may change them (as the policy lets it; its own pod-policy.yaml
+	// lets it patch only its two annotations).
+	if _, err := ext.CoreV1().Pods(ns).Patch(ctx, "gpu-bound", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+contract.AnnotationGPUDevices+`":"1"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the extender's devices patch: %v", err)
 	}
 }
 

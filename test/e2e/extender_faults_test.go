@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -197,7 +199,7 @@ func checkDevices(t *testing.T, ctx context.Context, c kubernetes.Interface, ns 
 	}
 	gpus := map[string]int{}
 	for _, n := range nodes.Items {
-		q := n.Status.Allocatable[extender.ResourceGPU]
+		q := n.Status.Allocatable[contract.ResourceGPU]
 		gpus[n.Name] = int(q.Value())
 	}
 	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -218,7 +220,7 @@ func checkDevices(t *testing.T, ctx context.Context, c kubernetes.Interface, ns 
 		}
 	}
 	for k, m := range milli {
-		if m > extender.MilliPerGPU {
+		if m > contract.MilliPerGPU {
 			t.Errorf("node %s device %d is booked for %d milli by %v", k.node, k.idx, m, owners[k])
 		}
 	}

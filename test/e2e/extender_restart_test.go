@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -204,10 +206,10 @@ func (w *deviceWatch) check(p *corev1.Pod, gpus int) {
 	if err != nil || req.NumGPU == 0 {
 		return
 	}
-	d, err := extender.ParseDevices(p.Annotations[extender.AnnotationGPUDevices])
+	d, err := contract.ParseGPUDevices(p.Annotations[contract.AnnotationGPUDevices])
 	if err != nil || len(d) != req.NumGPU {
 		w.violations = append(w.violations, fmt.Sprintf("%s bound to %s with %s=%q", p.Name, p.Spec.NodeName,
-			extender.AnnotationGPUDevices, p.Annotations[extender.AnnotationGPUDevices]))
+			contract.AnnotationGPUDevices, p.Annotations[contract.AnnotationGPUDevices]))
 		return
 	}
 	for _, dev := range d {
@@ -223,7 +225,7 @@ func (w *deviceWatch) check(p *corev1.Pod, gpus int) {
 			if err != nil {
 				continue
 			}
-			od, _ := extender.ParseDevices(o.Annotations[extender.AnnotationGPUDevices])
+			od, _ := contract.ParseGPUDevices(o.Annotations[contract.AnnotationGPUDevices])
 			for _, x := range od {
 				if x == dev {
 					used += oreq.GPUMilli
@@ -231,7 +233,7 @@ func (w *deviceWatch) check(p *corev1.Pod, gpus int) {
 				}
 			}
 		}
-		if used > extender.MilliPerGPU {
+		if used > contract.MilliPerGPU {
 			w.violations = append(w.violations, fmt.Sprintf("%s/%d booked for %d milli by %v", p.Spec.NodeName, dev, used, with))
 		}
 	}
@@ -472,7 +474,7 @@ func testGangRestartMidBind(t *testing.T, c *cluster, ext *extenderProcess) {
 				p.Annotations[extender.AnnotationGangState])
 			continue
 		}
-		if d := p.Annotations[extender.AnnotationGPUDevices]; d != parts[3] {
+		if d := p.Annotations[contract.AnnotationGPUDevices]; d != parts[3] {
 			t.Errorf("member %s got devices %q, its recorded plan says %q", p.Name, d, parts[3])
 		}
 		ids = append(ids, parts[1])

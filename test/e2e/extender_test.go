@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,7 +130,7 @@ func (c *cluster) nodes(t *testing.T, group string, specs ...nodeSpec) []string 
 		}
 		labels := map[string]string{groupLabel: group}
 		if s.gpus > 0 {
-			capacity[extender.ResourceGPU] = *resource.NewQuantity(int64(s.gpus), resource.DecimalSI)
+			capacity[contract.ResourceGPU] = *resource.NewQuantity(int64(s.gpus), resource.DecimalSI)
 			labels[extender.LabelGPUProduct] = s.model
 		}
 		name := fmt.Sprintf("%s-%d", group, i)
@@ -161,11 +163,11 @@ func newPod(ns string, s podSpec) *corev1.Pod {
 	res.Limits = corev1.ResourceList{}
 	if s.gpus > 0 {
 		q := *resource.NewQuantity(int64(s.gpus), resource.DecimalSI)
-		res.Requests[extender.ResourceGPU], res.Limits[extender.ResourceGPU] = q, q
+		res.Requests[contract.ResourceGPU], res.Limits[contract.ResourceGPU] = q, q
 	}
 	if s.milli > 0 {
 		q := *resource.NewQuantity(int64(s.milli), resource.DecimalSI)
-		res.Requests[extender.ResourceGPUMilli], res.Limits[extender.ResourceGPUMilli] = q, q
+		res.Requests[contract.ResourceGPUMilli], res.Limits[contract.ResourceGPUMilli] = q, q
 	}
 	return p
 }
@@ -284,11 +286,11 @@ func devices(t *testing.T, pod *corev1.Pod, gpus int) []int {
 	if err != nil {
 		t.Fatalf("pod %s: %v", pod.Name, err)
 	}
-	v, ok := pod.Annotations[extender.AnnotationGPUDevices]
+	v, ok := pod.Annotations[contract.AnnotationGPUDevices]
 	if !ok {
-		t.Fatalf("pod %s on %s has no %s annotation", pod.Name, pod.Spec.NodeName, extender.AnnotationGPUDevices)
+		t.Fatalf("pod %s on %s has no %s annotation", pod.Name, pod.Spec.NodeName, contract.AnnotationGPUDevices)
 	}
-	d, err := extender.ParseDevices(v)
+	d, err := contract.ParseGPUDevices(v)
 	if err != nil {
 		t.Fatalf("pod %s: annotation %q: %v", pod.Name, v, err)
 	}
@@ -377,8 +379,8 @@ func testUnmanaged(t *testing.T, c *cluster, ns string) {
 		if pc := c.ext.PodCalls(ns, p.Name); pc != (extenderharness.PodCalls{}) {
 			t.Errorf("pod %s asks for no managed resource but the extender saw %+v", p.Name, pc)
 		}
-		if v, ok := p.Annotations[extender.AnnotationGPUDevices]; ok {
-			t.Errorf("pod %s without GPUs has %s=%q", p.Name, extender.AnnotationGPUDevices, v)
+		if v, ok := p.Annotations[contract.AnnotationGPUDevices]; ok {
+			t.Errorf("pod %s without GPUs has %s=%q", p.Name, contract.AnnotationGPUDevices, v)
 		}
 	}
 }
@@ -452,7 +454,7 @@ func (g gangCase) run(t *testing.T, c *cluster, ns string) {
 		}
 	}
 	for dev, m := range milli {
-		if m > extender.MilliPerGPU {
+		if m > contract.MilliPerGPU {
 			t.Errorf("device %s holds %d milli", dev, m)
 		}
 	}
@@ -648,9 +650,9 @@ func watchBinds(t *testing.T, c *cluster, ns string) func() map[string]time.Time
 			now := time.Now()
 			problem := ""
 			if req, err := extender.PodRequest(p); err == nil && req.NumGPU > 0 {
-				v, has := p.Annotations[extender.AnnotationGPUDevices]
-				if d, err := extender.ParseDevices(v); !has || err != nil || len(d) != req.NumGPU {
-					problem = fmt.Sprintf("%s on %s at rv %s with %s=%q", p.Name, p.Spec.NodeName, p.ResourceVersion, extender.AnnotationGPUDevices, v)
+				v, has := p.Annotations[contract.AnnotationGPUDevices]
+				if d, err := contract.ParseGPUDevices(v); !has || err != nil || len(d) != req.NumGPU {
+					problem = fmt.Sprintf("%s on %s at rv %s with %s=%q", p.Name, p.Spec.NodeName, p.ResourceVersion, contract.AnnotationGPUDevices, v)
 				}
 			}
 			mu.Lock()
@@ -693,7 +695,7 @@ func checkInvariants(t *testing.T, c *cluster) {
 	}
 	gpus := map[string]int{}
 	for _, n := range nodes.Items {
-		q := n.Status.Allocatable[extender.ResourceGPU]
+		q := n.Status.Allocatable[contract.ResourceGPU]
 		gpus[n.Name] = int(q.Value())
 	}
 	pods, err := c.cp.Client().CoreV1().Pods(metav1.NamespaceAll).List(c.ctx, metav1.ListOptions{})
@@ -736,7 +738,7 @@ func checkInvariants(t *testing.T, c *cluster) {
 		}
 	}
 	for k, m := range milli {
-		if m > extender.MilliPerGPU {
+		if m > contract.MilliPerGPU {
 			t.Errorf("node %s device %d is booked for %d milli by %v", k.node, k.idx, m, owners[k])
 		}
 	}

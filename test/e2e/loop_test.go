@@ -21,6 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
+	"github.com/understory/understory/contract"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
@@ -36,8 +40,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet"
-	"github.com/understory/understory/qos"
 	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
@@ -74,7 +78,7 @@ func TestLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane and the agent on real cgroups; skipped in -short mode")
 	}
-	ci := os.Getenv("CI") == "true"
+	ci := testenv.InCI()
 	if os.Geteuid() != 0 && !ci {
 		t.Skip("needs root: the agent and the test write real cgroups under " + loopCgroupFS)
 	}
@@ -225,7 +229,7 @@ func TestLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ls.Status.QOSClass != corev1.PodQOSBurstable || ls.Annotations[qos.AnnotationOriginalResources] != "" {
+		if ls.Status.QOSClass != corev1.PodQOSBurstable || ls.Annotations[contract.AnnotationOriginalResources] != "" {
 			t.Fatalf("LS pod QoS %s annotations %v: want an unmutated Burstable pod", ls.Status.QOSClass, ls.Annotations)
 		}
 		ls = cl.waitBound(t, loopNS, ls.Name)[ls.Name]
@@ -322,7 +326,7 @@ func batchUserPod(name, cpu, mem string, labels map[string]string) *corev1.Pod {
 	p := controlplane.NewPod(loopNS, name, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)})
 	p.Labels = labels
-	p.Annotations = map[string]string{qos.AnnotationQOSClass: "batch"}
+	p.Annotations = map[string]string{contract.AnnotationQOSClass: "batch"}
 	grace := int64(60)
 	p.Spec.TerminationGracePeriodSeconds = &grace
 	return p
@@ -380,12 +384,18 @@ func waitActivePods(t *testing.T, ctx context.Context, c kubernetes.Interface, w
 // scaleDeployment sets the Deployment's replicas through its scale subresource.
 func scaleDeployment(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, replicas int32) {
 	t.Helper()
-	sc, err := c.AppsV1().Deployments(loopNS).GetScale(ctx, name, metav1.GetOptions{})
+	// The deployment controller writes the Deployment too (its status): an update based
+	// on a read it raced is refused with a conflict, and read and written again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := c.AppsV1().Deployments(loopNS).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.Replicas = replicas
+		_, err = c.AppsV1().Deployments(loopNS).UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Spec.Replicas = replicas
-	if _, err := c.AppsV1().Deployments(loopNS).UpdateScale(ctx, name, sc, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("scaling Deployment %s to %d: %v", name, replicas, err)
 	}
 }
@@ -414,10 +424,10 @@ func waitPDBProtects(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 // batch-memory (bytes), -1 when missing.
 func batchAllocatable(n *corev1.Node) (cpu, mem int64) {
 	cpu, mem = -1, -1
-	if q, ok := n.Status.Allocatable[qos.ResourceBatchCPU]; ok {
+	if q, ok := n.Status.Allocatable[contract.ResourceBatchCPU]; ok {
 		cpu = q.Value()
 	}
-	if q, ok := n.Status.Allocatable[qos.ResourceBatchMemory]; ok {
+	if q, ok := n.Status.Allocatable[contract.ResourceBatchMemory]; ok {
 		mem = q.Value()
 	}
 	return cpu, mem
@@ -434,8 +444,8 @@ func pollBatchRoom(ctx context.Context, cl *cluster, timeout time.Duration, ok f
 				return false, nil
 			}
 			cpu, mem = batchAllocatable(n)
-			_, capCPU := n.Status.Capacity[qos.ResourceBatchCPU]
-			_, capMem := n.Status.Capacity[qos.ResourceBatchMemory]
+			_, capCPU := n.Status.Capacity[contract.ResourceBatchCPU]
+			_, capMem := n.Status.Capacity[contract.ResourceBatchMemory]
 			return cpu >= 0 && mem >= 0 && capCPU && capMem && ok(cpu, mem), nil
 		})
 	if err != nil {
@@ -796,8 +806,8 @@ func (n *loopKubelet) startHelper(t *testing.T, p *corev1.Pod, job string) *exec
 func (n *loopKubelet) waitCapped(t *testing.T, ctx context.Context, p *corev1.Pod) {
 	t.Helper()
 	r := p.Spec.Containers[0].Resources.Limits
-	batchCPU := r[qos.ResourceBatchCPU]
-	batchMem := r[qos.ResourceBatchMemory]
+	batchCPU := r[contract.ResourceBatchCPU]
+	batchMem := r[contract.ResourceBatchMemory]
 	rel, err := n.podCgroup(p)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -28,7 +30,6 @@ import (
 
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/koordlet/nodestatus"
-	"github.com/understory/understory/metrics"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
@@ -263,8 +264,8 @@ func testAgentNodePolicy(t *testing.T, ctx context.Context, cp *controlplane.Con
 	}
 	unbound := tokenClient(t, cp, saToken(t, ctx, admin, nsSystem, koordletName, nil))
 
-	metricsNow := metrics.NodeMetrics{Timestamp: time.Now(), WindowMillis: 10000,
-		CPU: metrics.CPUMetrics{Capacity: 8000, Used: 1000, LS: 500}, Memory: metrics.MemoryMetrics{Capacity: 32 << 30, Used: 1 << 30}}
+	metricsNow := contract.NodeMetrics{Timestamp: time.Now(), WindowMillis: 10000,
+		CPU: contract.CPUMetrics{Capacity: 8000, Used: 1000, LS: 500}, Memory: contract.MemoryMetrics{Capacity: 32 << 30, Used: 1 << 30}}
 	publish := func(c kubernetes.Interface, node string) error {
 		return koordlet.NewNodeAnnotator(c.CoreV1().Nodes(), node).Publish(ctx, metricsNow)
 	}
@@ -300,7 +301,7 @@ func testAgentNodePolicy(t *testing.T, ctx context.Context, cp *controlplane.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Annotations[metrics.AnnotationNodeMetrics] == "" || a.Annotations["example.com/keep"] != "1" {
+	if a.Annotations[contract.AnnotationNodeMetrics] == "" || a.Annotations["example.com/keep"] != "1" {
 		t.Errorf("agent-a annotations %v", a.Annotations)
 	}
 	if q := a.Status.Allocatable["understory.io/batch-cpu"]; q.Value() != 1500 {
@@ -419,7 +420,7 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 	if err := annotate(extender.AnnotationGangState, "planned:1:extender-policy-node:0:1"); err != nil {
 		t.Errorf("the extender's gang-state patch: %v", err)
 	}
-	if err := bind("bound", map[string]string{extender.AnnotationGPUDevices: extender.FormatDevices([]int{0})}); err != nil {
+	if err := bind("bound", map[string]string{contract.AnnotationGPUDevices: contract.FormatGPUDevices([]int{0})}); err != nil {
 		t.Errorf("the extender's Binding with devices: %v", err)
 	}
 	if err := bind("plain", nil); err != nil {
@@ -429,7 +430,7 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.NodeName != "extender-policy-node" || got.Annotations[extender.AnnotationGPUDevices] == "" {
+	if got.Spec.NodeName != "extender-policy-node" || got.Annotations[contract.AnnotationGPUDevices] == "" {
 		t.Errorf("bound pod: node %q annotations %v", got.Spec.NodeName, got.Annotations)
 	}
 
@@ -616,7 +617,7 @@ func testExtenderTLS(t *testing.T, ctx context.Context, cp *controlplane.Control
 	c.create(t, ns, memberSpec(extender.DialectPodGroup, 2, 0, 1, 0), memberSpec(extender.DialectPodGroup, 2, 1, 1, 0))
 	bound := c.waitBound(t, ns, "single", "member-0", "member-1")
 	for name, p := range bound {
-		if p.Annotations[extender.AnnotationGPUDevices] == "" {
+		if p.Annotations[contract.AnnotationGPUDevices] == "" {
 			t.Errorf("%s bound to %s without the extender's devices annotation: not bound through the extender",
 				name, p.Spec.NodeName)
 		}

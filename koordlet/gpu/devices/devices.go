@@ -7,25 +7,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/contract"
 )
 
 // Resource names and the annotation the decision reads.
 const (
-	// ResourceGPUMilli is a share of one GPU (1..1000), placed by the extender.
-	ResourceGPUMilli corev1.ResourceName = "understory.io/gpu-milli"
-	// ResourceGPU is a whole GPU, allocated by NVIDIA's device plugin.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-	// AnnotationDevices is the extender's choice of device indices, comma-separated.
-	AnnotationDevices = "understory.io/gpu-devices"
+	// ResourceGPUMilli and ResourceGPU are contract's names as resource names (a share of
+	// one GPU placed by the extender; a whole GPU allocated by NVIDIA's device plugin).
+	ResourceGPUMilli = corev1.ResourceName(contract.ResourceGPUMilli)
+	ResourceGPU      = corev1.ResourceName(contract.ResourceGPU)
+	// AnnotationDevices is the extender's choice of device indices (contract's codec).
+	AnnotationDevices = contract.AnnotationGPUDevices
 	// EnvVisibleDevices is the NVIDIA Container Runtime's device selection variable.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	// DefaultCDIKind is the vendor/class of NVIDIA's CDI devices.
 	DefaultCDIKind = "nvidia.com/gpu"
 )
-
-// maxAnnotation bounds the annotation value parsed (as the extender does).
-const maxAnnotation = 512
 
 // Sentinel errors: why a container is refused. Each has an Event reason (Reason).
 var (
@@ -192,9 +189,9 @@ func Decide(cfg Config, pod *corev1.Pod, ctr string, inventory []GPU) (a Assignm
 	if !found {
 		return Assignment{}, false, ErrNoAnnotation
 	}
-	idx, err := ParseAnnotation(value)
+	idx, err := contract.ParseGPUDevices(value)
 	if err != nil {
-		return Assignment{}, false, err
+		return Assignment{}, false, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if len(inventory) == 0 {
 		return Assignment{}, false, ErrNoInventory
@@ -295,49 +292,6 @@ func describe(inv []GPU) string {
 	return b.String()
 }
 
-// ParseAnnotation parses understory.io/gpu-devices: comma-separated, distinct device
-// indices in 0..MaxGPUsPerNode-1, blanks around each allowed, at most 512 bytes. It is
-// stricter than strconv.Atoi: digits only, no sign. Errors wrap ErrMalformed.
-func ParseAnnotation(s string) ([]int, error) {
-	if len(s) > maxAnnotation {
-		return nil, fmt.Errorf("%d bytes exceed %d: %w", len(s), maxAnnotation, ErrMalformed)
-	}
-	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("empty device list: %w", ErrMalformed)
-	}
-	var (
-		seen uint64
-		out  []int
-	)
-	for p := range strings.SplitSeq(s, ",") {
-		d, ok := index(strings.TrimSpace(p))
-		if !ok {
-			return nil, fmt.Errorf("device %q is not an index in 0..%d: %w", p, metrics.MaxGPUsPerNode-1, ErrMalformed)
-		}
-		if seen&(1<<uint(d)) != 0 {
-			return nil, fmt.Errorf("device %d twice: %w", d, ErrMalformed)
-		}
-		seen |= 1 << uint(d)
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// index parses a decimal device index below MaxGPUsPerNode.
-func index(s string) (int, bool) {
-	if s == "" || len(s) > 3 {
-		return 0, false
-	}
-	d := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		d = 10*d + int(s[i]-'0')
-	}
-	return d, d < metrics.MaxGPUsPerNode
-}
-
 // ResolveID maps a device ID that kubelet's PodResources API reports for nvidia.com/gpu
 // to a device of the inventory. NVIDIA's device plugin reports GPU UUIDs (its default
 // DEVICE_ID_STRATEGY=uuid) or decimal indices (=index); its time-slicing replicas add
@@ -347,7 +301,7 @@ func ResolveID(inventory []GPU, id string) (GPU, bool) {
 	if id == "" {
 		return GPU{}, false
 	}
-	if i, isIndex := index(id); isIndex {
+	if i, isIndex := contract.ParseGPUIndex(id); isIndex {
 		for _, g := range inventory {
 			if g.Index == i {
 				return g, true

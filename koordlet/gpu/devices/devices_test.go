@@ -3,7 +3,6 @@ package devices
 import (
 	"errors"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -157,45 +156,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestParseAnnotation(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		want []int
-	}{
-		{"0", []int{0}},
-		{"3,1", []int{3, 1}},
-		{" 2 , 5 ", []int{2, 5}},
-		{"63", []int{63}},
-		{"007", []int{7}},
-		{"", nil},
-		{" ", nil},
-		{"64", nil},
-		{"-1", nil},
-		{"+1", nil},
-		{"1,", nil},
-		{",1", nil},
-		{"1,,2", nil},
-		{"1,1", nil},
-		{"0x1", nil},
-		{"1 2", nil},
-		{"１", nil}, // a full-width digit
-		{"0000", nil},
-		{strings.Repeat("1,", 300), nil},
-	} {
-		got, err := ParseAnnotation(tc.in)
-		if tc.want == nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Errorf("ParseAnnotation(%q) = %v, %v; want ErrMalformed", tc.in, got, err)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("ParseAnnotation(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 func TestResolveID(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -213,37 +173,4 @@ func TestResolveID(t *testing.T) {
 	if _, ok := ResolveID([]GPU{{Index: 0}}, ""); ok {
 		t.Error("an empty ID matched a device without UUID")
 	}
-}
-
-func FuzzParseAnnotation(f *testing.F) {
-	for _, s := range []string{"0", "1,3", " 2 , 5 ", "", "64", "1,1", "-1", "+1", "a", "1,,2", "007", "63,0,1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got, err := ParseAnnotation(s)
-		if err != nil {
-			if !errors.Is(err, ErrMalformed) || got != nil {
-				t.Fatalf("ParseAnnotation(%q) = %v, %v: want only ErrMalformed", s, got, err)
-			}
-			return
-		}
-		if len(got) == 0 || len(s) > maxAnnotation {
-			t.Fatalf("ParseAnnotation(%q) = %v accepted", s, got)
-		}
-		seen := map[int]bool{}
-		parts := make([]string, len(got))
-		for i, d := range got {
-			if d < 0 || d >= 64 || seen[d] {
-				t.Fatalf("ParseAnnotation(%q) = %v: index out of range or twice", s, got)
-			}
-			seen[d] = true
-			parts[i] = strconv.Itoa(d)
-		}
-		// What the extender writes (FormatDevices: plain indices joined by commas)
-		// parses back to the same list.
-		again, err := ParseAnnotation(strings.Join(parts, ","))
-		if err != nil || !reflect.DeepEqual(again, got) {
-			t.Fatalf("canonical form of %v: %v, %v", got, again, err)
-		}
-	})
 }

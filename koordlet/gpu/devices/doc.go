@@ -7,8 +7,9 @@
 // container with a reason instead of starting it with no GPU or every GPU.
 //
 // The package is pure: it takes the pod, the container name and the node's inventory
-// (index → UUID, from NVML) and returns the decision. It never imports the extender;
-// ParseAnnotation is the agent's own parser of the annotation.
+// (index → UUID, from NVML) and returns the decision. It never imports the extender:
+// the annotation is read with package contract's codec, the one the extender writes
+// it with.
 //
 // MPS clients (mps.go, mpsclient.go): DecideMPS asks an MPSPlanner (the GPU manager's
 // partitions) once per GPU a container gets (the extender's devices, or the device

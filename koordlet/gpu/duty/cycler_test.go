@@ -12,6 +12,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // Tests on a fake hybrid root (v1 freezer files in t.TempDir()): the kernel's part is
@@ -361,14 +362,20 @@ func TestThawAllAndRelease(t *testing.T) {
 	if st := c.Status(); len(st) != 0 {
 		t.Fatalf("Status after ThawAll = %+v", st)
 	}
-	// It stays thawed: nothing is left to cycle, and Run closed the freezer files it
-	// kept open for the forgotten groups.
-	time.Sleep(50 * time.Millisecond)
-	if got := f.state(b.Path()); got != "THAWED" {
-		t.Fatalf("b = %s after ThawAll and a wait", got)
-	}
-	if n := openWriters(c); n != 0 {
-		t.Fatalf("%d freezer files still open after ThawAll", n)
+	// Run closes the freezer files it kept open for the forgotten groups, and b stays
+	// thawed meanwhile: nothing is left to cycle.
+	testenv.WaitFor(t, 5*time.Second, "Run to close the freezer files of the groups ThawAll forgot", func() bool {
+		if got := f.state(b.Path()); got != "THAWED" {
+			t.Fatalf("b = %s after ThawAll, with %d freezer files open", got, openWriters(c))
+		}
+		return openWriters(c) == 0
+	})
+	// A deliberate "nothing happens" window, longer than a period and checked every
+	// millisecond: b is never frozen again.
+	for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if got := f.state(b.Path()); got != "THAWED" {
+			t.Fatalf("b = %s after ThawAll and a wait", got)
+		}
 	}
 }
 

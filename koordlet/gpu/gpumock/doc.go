@@ -2,9 +2,9 @@
 // go-nvml's 8-GPU DGX A100 mock (Node, cgo only) whose devices answer like the driver
 // from the processes a test sets on them, and the fake /proc entries (WriteProc,
 // HybridProcCgroup) through which the agent's collector attributes those processes to
-// pods. cmd/gpu-bench and test/e2e/dashboards drive the agent's real GPU loop
-// (koordlet/gpu) with it. Like go-nvml's mocks it is meant for tests and benchmarks,
-// never for the agent itself.
+// pods. bench/gpubench (cmd/gpu-bench) and test/e2e/dashboards drive the agent's real
+// GPU loop (koordlet/gpu) with it. Like go-nvml's mocks it is meant for tests and
+// benchmarks, never for the agent itself.
 //
 //   - node.go (cgo only): Node, New, Set, SetDuty, Procs, Collector.
 //   - proc.go: GPUs, HybridProcCgroup, WriteProc (pure Go).

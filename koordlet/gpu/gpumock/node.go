@@ -128,7 +128,7 @@ func (n *Node) SetDuty(gpu int, duty float64) {
 // by (1 - the GPU's duty). The slice is the caller's.
 func (n *Node) Procs(gpu int) []Proc { return slices.Clone(n.now(gpu)) }
 
-// now is Procs for the mock's own queries, without a copy at duty 0: cmd/gpu-bench
+// now is Procs for the mock's own queries, without a copy at duty 0: bench/gpubench
 // times the collector through the mock, whose answers must stay close to free. The
 // slice is read-only (Set replaces a GPU's slice, never writes into it).
 func (n *Node) now(gpu int) []Proc {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // fakeControl emulates nvidia-cuda-mps-control: -d creates the control FIFO and an
@@ -157,13 +159,7 @@ func (r *running) shutdown(t *testing.T) {
 // waitFor polls cond until it holds or 10 s passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, what, cond)
 }
 
 func TestFindUsesARunningDaemonAndNeverStopsIt(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // Real-PSI tests. They need a kernel with PSI and, for groups, root and a
@@ -42,12 +43,8 @@ type realEnv struct {
 // requireReal returns the machine's PSI setup or skips (fails in CI).
 func requireReal(t *testing.T, needRoot bool) realEnv {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
 	if _, err := os.Stat(filepath.Join(realProc, "pressure", "cpu")); err != nil {
-		skip("kernel without PSI: %v", err)
+		testenv.SkipOrFailInCI(t, "kernel without PSI: %v", err)
 	}
 	priv, err := Privileged()
 	if err != nil {
@@ -61,11 +58,11 @@ func requireReal(t *testing.T, needRoot bool) realEnv {
 		return env
 	}
 	if os.Geteuid() != 0 {
-		skip("needs root: creates cgroups and moves processes")
+		testenv.SkipOrFailInCI(t, "needs root: creates cgroups and moves processes")
 	}
 	layout, err := cgroups.DetectLayout(realCgroup)
 	if err != nil {
-		skip("no cgroup filesystem at %s: %v", realCgroup, err)
+		testenv.SkipOrFailInCI(t, "no cgroup filesystem at %s: %v", realCgroup, err)
 	}
 	switch layout {
 	case cgroups.LayoutHybrid:
@@ -73,10 +70,10 @@ func requireReal(t *testing.T, needRoot bool) realEnv {
 	case cgroups.LayoutV2:
 		env.cgroup2 = realCgroup
 	default:
-		skip("no cgroup2 hierarchy under %s (layout %v): no per-group PSI", realCgroup, layout)
+		testenv.SkipOrFailInCI(t, "no cgroup2 hierarchy under %s (layout %v): no per-group PSI", realCgroup, layout)
 	}
 	if _, err := os.Stat(filepath.Join(env.cgroup2, "cpu.pressure")); err != nil {
-		skip("cgroup2 without PSI files: %v", err)
+		testenv.SkipOrFailInCI(t, "cgroup2 without PSI files: %v", err)
 	}
 	return env
 }
@@ -278,7 +275,7 @@ func TestRealTriggerQuietOnIdleGroup(t *testing.T) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		})
-		time.Sleep(50 * time.Millisecond) // asleep before it moves in
+		waitAsleep(t, cmd.Process.Pid, "sleep") // asleep before it moves in
 		moveTo(t, group, cmd.Process.Pid)
 	} else {
 		t.Logf("no sleep(1): the group stays empty (%v)", err)
@@ -294,6 +291,24 @@ func TestRealTriggerQuietOnIdleGroup(t *testing.T) {
 	runWatcher(t, t.Context(), w)
 	if ev, ok := recv(t, w.C(), env.window+500*time.Millisecond); ok {
 		t.Fatalf("idle group's trigger fired: %+v", ev)
+	}
+}
+
+// waitAsleep waits until pid runs comm (its exec is done) and sleeps (state S in
+// /proc/pid/stat).
+func waitAsleep(t *testing.T, pid int, comm string) {
+	t.Helper()
+	var stat string
+	if !testenv.Poll(5*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(realProc, strconv.Itoa(pid), "stat"))
+		if err != nil {
+			t.Fatalf("pid %d: %v", pid, err)
+		}
+		stat = string(b)
+		open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+		return open >= 0 && end > open && stat[open+1:end] == comm && strings.HasPrefix(stat[end+1:], " S ")
+	}) {
+		t.Fatalf("pid %d never slept as %s within 5 s: /proc/%d/stat %q", pid, comm, pid, stat)
 	}
 }
 

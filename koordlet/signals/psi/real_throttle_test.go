@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // TestRealThrottleDiscount: a busy loop held to 10 ms per 100 ms by its own
@@ -17,11 +19,7 @@ import (
 func TestRealThrottleDiscount(t *testing.T) {
 	env := requireReal(t, true)
 	if env.cpuV1 == "" {
-		skip := t.Skipf
-		if os.Getenv("CI") == "true" {
-			skip = t.Fatalf
-		}
-		skip("needs a hybrid node (v1 cpu quota, pressure in the unified hierarchy)")
+		testenv.SkipOrFailInCI(t, "needs a hybrid node (v1 cpu quota, pressure in the unified hierarchy)")
 	}
 	lockCPU(t)
 	name := uniqueName(t)
@@ -86,8 +84,17 @@ func TestRealThrottleDiscount(t *testing.T) {
 		return Sample{}
 	}
 
+	throttled0 := sample().Throttled
 	startHelper(t, "burn:-1", v1, unified)
-	time.Sleep(300 * time.Millisecond) // let the quota bite
+	// The quota bites once the throttled time first steps: the busy loop ran out of a
+	// period's quota and waited for the refill.
+	testenv.WaitFor(t, 5*time.Second, "the busy loop's first throttling (cpu.stat throttled time)", func() bool {
+		th, err := tr.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return th.Time > throttled0
+	})
 
 	// Twenty 25 ms intervals, unaligned: the throttled time arrives in steps
 	// at period refills while the stall grows steadily.

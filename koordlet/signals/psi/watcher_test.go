@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // newTestWatcher makes a watcher closed at cleanup.
@@ -32,6 +34,17 @@ func runWatcher(t *testing.T, ctx context.Context, w *Watcher) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	return done
+}
+
+// waitRunning waits until the Run that runWatcher started has begun: before that a
+// Close would find no Run to stop, and a second Run would be the first.
+func waitRunning(t *testing.T, w *Watcher) {
+	t.Helper()
+	testenv.WaitFor(t, 5*time.Second, "Run to start", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running
+	})
 }
 
 // fakeTrigger installs a trigger whose fd is an eventfd outside epoll: the
@@ -250,7 +263,7 @@ func TestWatcherLifecycle(t *testing.T) {
 		w := newTestWatcher(t)
 		fakeTrigger(t, w, "x")
 		done := runWatcher(t, t.Context(), w)
-		time.Sleep(10 * time.Millisecond)
+		waitRunning(t, w)
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +302,7 @@ func TestWatcherLifecycle(t *testing.T) {
 		w := newTestWatcher(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := runWatcher(t, ctx, w)
-		time.Sleep(10 * time.Millisecond)
+		waitRunning(t, w)
 		if err := w.Run(t.Context()); !errors.Is(err, ErrRunning) {
 			t.Fatalf("second Run = %v, want ErrRunning", err)
 		}

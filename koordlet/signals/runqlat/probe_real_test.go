@@ -19,26 +19,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // unifiedRoot is this machine's cgroup2 mount (hybrid layout; on a v2 host
 // it would be /sys/fs/cgroup).
 const unifiedRoot = "/sys/fs/cgroup/unified"
 
-// skipOrFail skips with the reason, or fails under CI=true, where the real
-// tests run as root and must not be skipped.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "real eBPF test needs root (CAP_BPF, CAP_PERFMON, cgroups)")
+		testenv.SkipOrFailInCI(t, "real eBPF test needs root (CAP_BPF, CAP_PERFMON, cgroups)")
 	}
 }
 
@@ -48,7 +39,7 @@ func loadProbe(t *testing.T, opts Options) *Probe {
 	requireRoot(t)
 	p, err := Load(opts)
 	if errors.Is(err, ErrPermission) {
-		skipOrFail(t, "eBPF denied: %v", err)
+		testenv.SkipOrFailInCI(t, "eBPF denied: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("Load(%+v): %v", opts, err)
@@ -73,7 +64,7 @@ func testCgroup(t *testing.T, parent string) (dir string, id uint64) {
 	}
 	dir = filepath.Join(parent, fmt.Sprintf("understory-runqlat-test-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		skipOrFail(t, "real cgroup test needs a writable cgroup2 mount at %s: %v", unifiedRoot, err)
+		testenv.SkipOrFailInCI(t, "real cgroup test needs a writable cgroup2 mount at %s: %v", unifiedRoot, err)
 	}
 	t.Cleanup(func() {
 		deadline := time.Now().Add(2 * time.Second)
@@ -204,7 +195,7 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 		startHelper(t, "burn", cpu, burnDir)
 	}
 	victim := startHelper(t, "victim", cpu, ctrDir)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the load's duration: the quantiles below are measured over it
 
 	got := map[uint64]Histogram{burn: {}} // Read must drop what was there
 	if err := p.Read(got); err != nil {
@@ -237,31 +228,41 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 		t.Error("the container cgroup has a histogram of its own, want it in the pod's")
 	}
 
-	// Later reads only grow; Sub gives what happened in between.
-	time.Sleep(200 * time.Millisecond)
+	// Later reads only grow; Sub gives what happened in between. The victim keeps
+	// waiting behind the burners: wait for a read with delays of its own.
 	later := map[uint64]Histogram{}
-	if err := p.Read(later); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WaitFor(t, 5*time.Second, "a later Read with new delays of the victim", func() bool {
+		if err := p.Read(later); err != nil {
+			t.Fatal(err)
+		}
+		if later[pod].Total() < h.Total() {
+			t.Fatalf("the histogram went back from %d to %d delays", h.Total(), later[pod].Total())
+		}
+		return later[pod].Total() > h.Total()
+	})
 	if d := later[pod].Sub(h); d.Total() == 0 || d.Total() >= later[pod].Total() {
-		t.Errorf("delta over 200 ms counted %d of %d delays", d.Total(), later[pod].Total())
+		t.Errorf("delta counted %d of %d delays", d.Total(), later[pod].Total())
 	}
 
 	// Once the victim is gone, its slow events are exactly its delays from
-	// the threshold's bucket up: the kernel counts both from one delay.
+	// the threshold's bucket up: the kernel counts both from one delay. The last
+	// ones may land after Wait returned: wait until the two agree.
 	_ = victim.Process.Kill()
 	_ = victim.Wait()
-	time.Sleep(50 * time.Millisecond)
-	if err := p.Read(later); err != nil {
-		t.Fatal(err)
-	}
-	var wantSlow uint64
-	final := later[pod]
-	for _, n := range final.Buckets[slowBucket:] {
-		wantSlow += n
-	}
-	if slow := slowEvents(t, p) - slow0; slow != wantSlow || slow == 0 {
-		t.Errorf("slow events %d, want %d (the victim's delays >= %v), and some",
+	var slow, wantSlow uint64
+	var final Histogram
+	if !testenv.Poll(5*time.Second, func() bool {
+		if err := p.Read(later); err != nil {
+			t.Fatal(err)
+		}
+		final, wantSlow = later[pod], 0
+		for _, n := range final.Buckets[slowBucket:] {
+			wantSlow += n
+		}
+		slow = slowEvents(t, p) - slow0
+		return slow == wantSlow && slow != 0
+	}) {
+		t.Errorf("slow events %d after 5 s, want %d (the victim's delays >= %v), and some",
 			slow, wantSlow, BucketUpper(slowBucket-1))
 	}
 	wantBatch := uint64(0)
@@ -340,10 +341,10 @@ func TestProbeBatchAttribution(t *testing.T) {
 		s0 := slowEvents(t, p)
 		burner := startHelper(t, role, cpu, burnDir)
 		weigh(t, burnDir, burner.Process.Pid, true)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // the phase's duration: what it measures
 		_ = burner.Process.Kill()
 		_ = burner.Wait()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the phase's end: the victim still runs, nothing to wait for
 		s1 := slowEvents(t, p)
 		after := map[uint64]Histogram{}
 		if err := p.Read(after); err != nil {
@@ -401,7 +402,7 @@ func weigh(t *testing.T, dir string, pid int, heavy bool) {
 	const v1 = "/sys/fs/cgroup/cpu"
 	cg := filepath.Join(v1, filepath.Base(dir))
 	if err := os.Mkdir(cg, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		skipOrFail(t, "no cpu controller for the test's cgroups (cgroup2 without cpu, no v1 at %s): %v", v1, err)
+		testenv.SkipOrFailInCI(t, "no cpu controller for the test's cgroups (cgroup2 without cpu, no v1 at %s): %v", v1, err)
 	}
 	t.Cleanup(func() {
 		procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
@@ -650,7 +651,7 @@ func TestLoadDenied(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		skipOrFail(t, "cannot start a child in a user namespace: %v", err)
+		testenv.SkipOrFailInCI(t, "cannot start a child in a user namespace: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("child: %v: %s", err, out)
@@ -661,7 +662,7 @@ func TestLoadDenied(t *testing.T) {
 func TestCgroupID(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(unifiedRoot); err != nil {
-		skipOrFail(t, "no cgroup2 mount at %s: %v", unifiedRoot, err)
+		testenv.SkipOrFailInCI(t, "no cgroup2 mount at %s: %v", unifiedRoot, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(unifiedRoot, &st); err != nil {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // K8sVersion is the Kubernetes release the harness runs.
@@ -48,7 +50,7 @@ func settingsFromEnv() settings {
 		}
 		s.binDir = filepath.Join(cache, "k8s-"+K8sVersion, "bin")
 	}
-	s.ci = os.Getenv("CI") == "true"
+	s.ci = testenv.InCI()
 	s.build = s.ci || os.Getenv("UNDERSTORY_BUILD_K8S") == "1"
 	return s
 }

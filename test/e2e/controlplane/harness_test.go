@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 func TestCompleteSchedulerConfig(t *testing.T) {
@@ -380,9 +383,10 @@ func TestProcessStopKillsGroup(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
+		sleeps int // the script's sleep children, all started once its setup is done
 	}{
-		{name: "exits on SIGTERM", script: "sleep 300 & wait"},
-		{name: "ignores SIGTERM", script: "trap '' TERM; sleep 300 & sleep 300"},
+		{name: "exits on SIGTERM", script: "sleep 300 & wait", sleeps: 1},
+		{name: "ignores SIGTERM", script: "trap '' TERM; sleep 300 & sleep 300", sleeps: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -393,8 +397,10 @@ func TestProcessStopKillsGroup(t *testing.T) {
 			}
 			p.grace = 200 * time.Millisecond
 			t.Cleanup(p.stop)
-			time.Sleep(100 * time.Millisecond) // let the children start
 			pgid := p.cmd.Process.Pid
+			// The children have started (and the trap is set) before stop sends SIGTERM.
+			testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d sleep children in process group %d", tc.sleeps, pgid),
+				func() bool { return groupMembers(t, pgid, "sleep") == tc.sleeps })
 			p.stop()
 			p.stop() // idempotent
 			if ok, _ := p.exited(); !ok {
@@ -405,6 +411,33 @@ func TestProcessStopKillsGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// groupMembers counts the processes of process group pgid that run comm.
+func groupMembers(t *testing.T, pgid int, comm string) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) > 2 && fields[2] == strconv.Itoa(pgid) && s[open+1:end] == comm {
+			n++
+		}
+	}
+	return n
 }
 
 func TestProcessWaitReadyReportsExit(t *testing.T) {

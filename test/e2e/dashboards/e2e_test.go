@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // renderDir, when set, makes TestDashboardsOnPrometheus render every dashboard from
@@ -43,32 +45,24 @@ type lsPhase struct {
 //   - the real scheduler extender on a real control plane, called by kube-scheduler
 //     for a stream of GPU, GPU-share and batch pods and two gangs;
 //
-// then Check must find data in every panel and every variable. Root; about 2 min.
+// then Check (internal/grafana) must find data in every panel and every variable. Root; about 2 min.
 func TestDashboardsOnPrometheus(t *testing.T) {
-	ci := os.Getenv("CI") == "true"
-	need := func(msg string) {
-		t.Helper()
-		if ci {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
 	if testing.Short() { // asked for, as the other end-to-end tests: no missing dependency
 		t.Skip("runs the agent, a control plane and Prometheus for about 2 minutes; skipped in -short mode")
 	}
 	if os.Geteuid() != 0 {
-		need("must run as root: the agent and the fake nodes write cgroups under " + cgroupRoot)
+		testenv.SkipOrFailInCI(t, "must run as root: the agent and the fake nodes write cgroups under %s", cgroupRoot)
 	}
 	if !haveGPUNode {
-		need("needs cgo: the GPU node runs go-nvml's mock (build with CGO_ENABLED=1)")
+		testenv.SkipOrFailInCI(t, "needs cgo: the GPU node runs go-nvml's mock (build with CGO_ENABLED=1)")
 	}
-	ds, err := Load(shippedDir(t))
+	ds, err := grafana.Load(shippedDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, err := cgroups.Open(cgroupRoot)
 	if err != nil {
-		need(fmt.Sprintf("no writable cgroup filesystem at %s: %v", cgroupRoot, err))
+		testenv.SkipOrFailInCI(t, "no writable cgroup filesystem at %s: %v", cgroupRoot, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -160,8 +154,8 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 		t.Fatal(ctx.Err())
 	}
 
-	w := Window{Start: start, End: end, Step: 2 * time.Second, RateInterval: 4 * time.Second}
-	report, err := Check(ctx, prom.API(), ds, w)
+	w := grafana.Window{Start: start, End: end, Step: 2 * time.Second, RateInterval: 4 * time.Second}
+	report, err := grafana.Check(ctx, prom.API(), ds, w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +183,7 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 }
 
 // renderAll writes <dir>/<uid>.png for every dashboard.
-func renderAll(ctx context.Context, api API, ds []Dashboard, w Window, dir string) error {
+func renderAll(ctx context.Context, api grafana.API, ds []grafana.Dashboard, w grafana.Window, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -200,7 +194,7 @@ func renderAll(ctx context.Context, api API, ds []Dashboard, w Window, dir strin
 		if err != nil {
 			return err
 		}
-		err = Render(ctx, api, d, RenderOptions{Window: w}, f)
+		err = grafana.Render(ctx, api, d, grafana.RenderOptions{Window: w}, f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

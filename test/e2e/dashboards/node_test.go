@@ -51,8 +51,14 @@ func runBurner(spec string) {
 		fmt.Fprintf(os.Stderr, "%s=%q: want threads:dutyPercent:MiB\n", burnerEnv, spec)
 		os.Exit(2)
 	}
-	// The parent moves this process into the pod's cgroup right after starting it.
-	time.Sleep(200 * time.Millisecond)
+	// The parent moves this process into the pod's cgroup right after starting it, then
+	// writes a byte on fd 3: wait for it, so that the memory below is the pod's.
+	moved := os.NewFile(3, "moved")
+	if _, err := moved.Read(make([]byte, 1)); err != nil {
+		fmt.Fprintf(os.Stderr, "burner: the parent did not say it moved this process: %v\n", err)
+		os.Exit(2)
+	}
+	_ = moved.Close()
 	mem := make([]byte, mib<<20)
 	for i := 0; i < len(mem); i += 4096 {
 		mem[i] = 1
@@ -317,10 +323,20 @@ func (n *fakeNode) burn(t *testing.T, pod string, threads, duty, mib int) *exec.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The burner waits for a byte on its fd 3 (the pipe's read end): sent once it is in
+	// the pod's cgroup.
+	movedR, movedW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer movedW.Close()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d:%d", burnerEnv, threads, duty, mib))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.ExtraFiles = []*os.File{movedR}
+	err = cmd.Start()
+	_ = movedR.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	n.mu.Lock()
@@ -328,6 +344,9 @@ func (n *fakeNode) burn(t *testing.T, pod string, threads, duty, mib int) *exec.
 	n.mu.Unlock()
 	if err := g.AddProcMemory(cmd.Process.Pid); err != nil {
 		t.Fatalf("moving a burner into %s: %v", p.cgroup, err)
+	}
+	if _, err := movedW.Write([]byte{1}); err != nil {
+		t.Fatalf("telling the burner in %s it moved: %v", p.cgroup, err)
 	}
 	return cmd
 }

@@ -21,6 +21,8 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
 
@@ -174,9 +176,9 @@ func (o PrometheusOptions) config() ([]byte, error) {
 	if iv <= 0 {
 		iv = time.Second
 	}
-	c.Global.ScrapeInterval = promDuration(iv)
-	c.Global.ScrapeTimeout = promDuration(iv)
-	c.Global.EvaluationInterval = promDuration(iv)
+	c.Global.ScrapeInterval = grafana.PromDuration(iv)
+	c.Global.ScrapeTimeout = grafana.PromDuration(iv)
+	c.Global.EvaluationInterval = grafana.PromDuration(iv)
 	names := map[string]bool{}
 	for _, j := range o.Jobs {
 		if err := j.validate(); err != nil {
@@ -418,6 +420,43 @@ func (p *Prometheus) WaitTargetsUp(ctx context.Context, want int) error {
 	}
 }
 
+// WaitScrapedAfter waits until every active target has a scrape that began after since
+// stored, so that a query up to now sees the state at since. A target's last scrape time
+// moves when the scrape is reported, which may be before its samples are stored; the
+// scrape after it starts once they are: so it waits for a target's first scrape after
+// since and then for one more.
+func (p *Prometheus) WaitScrapedAfter(ctx context.Context, since time.Time) error {
+	first := map[string]time.Time{} // by scrape URL: its first scrape after since
+	for {
+		ts, err := p.api.Targets(ctx)
+		if err == nil {
+			var waiting []string
+			for _, t := range ts.Active {
+				f, ok := first[t.ScrapeURL]
+				switch {
+				case !ok && t.LastScrape.After(since):
+					first[t.ScrapeURL] = t.LastScrape
+					waiting = append(waiting, t.ScrapeURL+" (one more scrape)")
+				case !ok:
+					waiting = append(waiting, fmt.Sprintf("%s (last scrape %v)", t.ScrapeURL, t.LastScrape))
+				case !t.LastScrape.After(f):
+					waiting = append(waiting, t.ScrapeURL+" (one more scrape)")
+				}
+			}
+			if len(ts.Active) > 0 && len(waiting) == 0 {
+				return nil
+			}
+			err = fmt.Errorf("no active target, or not yet scraped after %v: %s", since.Format(time.RFC3339Nano),
+				strings.Join(waiting, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for scrapes: %w (%w)", ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // FindPrometheus returns the Prometheus binary scripts/prometheus.sh prints
 // (installing Debian's package when needed). When it fails the test fails under
 // CI=true, and is skipped with the script's message otherwise: a missing
@@ -426,10 +465,7 @@ func FindPrometheus(tb testing.TB) string {
 	tb.Helper()
 	bin, err := findPrometheus()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(err)
-		}
-		tb.Skip(err)
+		testenv.SkipOrFailInCI(tb, "%v", err)
 	}
 	return bin
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,4 +329,43 @@ func TestConfigSetJobs(t *testing.T) {
 	}
 	prom.Stop()
 	prom.Stop() // idempotent; the cleanup calls it again
+}
+
+// TestWaitScrapedAfter: once WaitScrapedAfter(since) returns, a query at now sees the
+// value every target served after since, not an older one.
+func TestWaitScrapedAfter(t *testing.T) {
+	t.Parallel()
+	var value atomic.Int64
+	value.Store(1)
+	serve := func() string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, "# TYPE test_value gauge\ntest_value %d\n", value.Load())
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	prom := StartPrometheus(ctx, t, PrometheusOptions{Jobs: []ScrapeJob{{Name: "agent",
+		Targets: []ScrapeTarget{{Address: serve()}, {Address: serve()}}}}})
+	if err := prom.WaitTargetsUp(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	value.Store(2)
+	if err := prom.WaitScrapedAfter(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	v, _, _, err := prom.API().Query(ctx, "test_value", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vec, ok := v.(model.Vector)
+	if !ok || len(vec) != 2 {
+		t.Fatalf("test_value = %v, want two samples", v)
+	}
+	for _, s := range vec {
+		if s.Value != 2 {
+			t.Errorf("%v = %v right after WaitScrapedAfter, want 2 (the value served after since)", s.Metric, s.Value)
+		}
+	}
 }

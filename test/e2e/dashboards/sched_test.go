@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,13 +58,13 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 		capacity := corev1.ResourceList{
 			corev1.ResourceCPU:           resource.MustParse("16"),
 			corev1.ResourceMemory:        resource.MustParse("64Gi"),
-			extender.ResourceBatchCPU:    resource.MustParse("6000"),
-			extender.ResourceBatchMemory: resource.MustParse("16Gi"),
+			contract.ResourceBatchCPU:    resource.MustParse("6000"),
+			contract.ResourceBatchMemory: resource.MustParse("16Gi"),
 		}
 		labels := map[string]string{}
 		name := fmt.Sprintf("e2e-cpu-%d", i)
 		if gpus > 0 {
-			capacity[extender.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+			capacity[contract.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
 			labels[extender.LabelGPUProduct] = "NVIDIA-A100-SXM4-80GB"
 			name = fmt.Sprintf("e2e-gpu-%d", i)
 		}
@@ -90,9 +92,9 @@ func managed(name string, q int64) corev1.ResourceList {
 // scored and bound by the extender.
 func trafficKinds() []podKind {
 	return []podKind{
-		{"gpu", managed(extender.ResourceGPU, 1)},
-		{"share", managed(extender.ResourceGPUMilli, 300)},
-		{"batch", managed(extender.ResourceBatchCPU, 500)},
+		{"gpu", managed(contract.ResourceGPU, 1)},
+		{"share", managed(contract.ResourceGPUMilli, 300)},
+		{"batch", managed(contract.ResourceBatchCPU, 500)},
 	}
 }
 
@@ -119,7 +121,7 @@ func (c *cluster) createGangs(ctx context.Context, gs ...gang) error {
 	var pods []*corev1.Pod
 	for _, g := range gs {
 		for i := range g.members {
-			pods = append(pods, newPod(fmt.Sprintf("%s-%d", g.name, i), managed(extender.ResourceGPU, g.gpus),
+			pods = append(pods, newPod(fmt.Sprintf("%s-%d", g.name, i), managed(contract.ResourceGPU, g.gpus),
 				map[string]string{extender.AnnotationKoordinatorName: g.name,
 					extender.AnnotationKoordinatorMinAvailable: fmt.Sprint(g.members)}))
 		}

@@ -27,6 +27,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/manifestcopy"
@@ -43,15 +44,6 @@ const (
 	extenderPort    = 8888
 	realnodeOverlay = "overlays/realnode"
 )
-
-// needOrSkip skips the test with msg, or fails it under CI=true (nothing may skip there).
-func needOrSkip(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal("CI=true: " + msg)
-	}
-	t.Skip(msg)
-}
 
 // builtImage is one entry of bin/images/images.json (cmd/mkimage).
 type builtImage struct {
@@ -71,7 +63,7 @@ func builtImages(t *testing.T, repo string) (version string, tars []string) {
 	dir := filepath.Join(repo, "bin", "images")
 	data, err := os.ReadFile(filepath.Join(dir, "images.json"))
 	if err != nil {
-		needOrSkip(t, fmt.Sprintf("the project's images are not built (%v): run `make images` (make e2e does)", err))
+		testenv.SkipOrFailInCI(t, "the project's images are not built (%v): run `make images` (make e2e does)", err)
 	}
 	var list []builtImage
 	if err := json.Unmarshal(data, &list); err != nil {
@@ -111,7 +103,7 @@ func copyManifests(t *testing.T, repo, version string) string {
 	dst := filepath.Join(t.TempDir(), "manifests")
 	if err := manifestcopy.Copy(filepath.Join(repo, "manifests"), dst); err != nil {
 		if errors.Is(err, manifestcopy.ErrNoOpenSSL) {
-			needOrSkip(t, err.Error())
+			testenv.SkipOrFailInCI(t, "%v", err)
 		}
 		t.Fatal(err)
 	}

@@ -17,7 +17,10 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/dashboards"
 )
 
@@ -39,7 +42,7 @@ const (
 // lack data on the real node (with cutExemptions, when the agent ran with a harm
 // signal); every other panel and variable must show data. Checked against the
 // shipped dashboards by TestInstallDashboardExemptions.
-var installExemptions = []dashboards.Exemption{
+var installExemptions = []grafana.Exemption{
 	// Every panel is the agent's GPU loop or dcgm-exporter's; its Node variable
 	// lists the node (understory_gpu_available 0), its GPU variable nothing.
 	{Dashboard: "understory-gpu", Reason: whyNoGPU},
@@ -66,22 +69,22 @@ var cutReactionPanels = []string{"Cut reaction p50", "Cut reaction p99", "Time f
 // guarantee (stages 5, 7 and 8 also
 // accept batch frozen, and the freeze follows the utilisation budget); in sampling
 // mode every LS load cuts and the panels must show data.
-func cutExemptions(sources []string) []dashboards.Exemption {
+func cutExemptions(sources []string) []grafana.Exemption {
 	if len(sources) == 0 {
 		return nil
 	}
 	reason := fmt.Sprintf("the agent ran with the LS harm signal %s: batch is cut only on measured LS harm, "+
 		"which this test's load does not guarantee (its stages also accept a freeze)", strings.Join(sources, ", "))
-	var out []dashboards.Exemption
+	var out []grafana.Exemption
 	for _, title := range cutReactionPanels {
-		out = append(out, dashboards.Exemption{Dashboard: "understory-ls-harm", Panel: title, Reason: reason})
+		out = append(out, grafana.Exemption{Dashboard: "understory-ls-harm", Panel: title, Reason: reason})
 	}
 	return out
 }
 
 // harmSources returns the harm signal sources other than sampling that an agent
 // reported active at some time in w.
-func harmSources(ctx context.Context, api v1.API, w dashboards.Window) ([]string, error) {
+func harmSources(ctx context.Context, api v1.API, w grafana.Window) ([]string, error) {
 	q := fmt.Sprintf(`max by (source) (max_over_time(understory_signal_source[%ds])) == 1`,
 		int(w.End.Sub(w.Start).Seconds())+1)
 	v, _, _, err := api.Query(ctx, q, w.End)
@@ -102,11 +105,22 @@ func harmSources(ctx context.Context, api v1.API, w dashboards.Window) ([]string
 	return out, nil
 }
 
+// instances is how many scrape targets (instance labels) Prometheus has samples of
+// metric from now (0 when the query fails: the caller polls).
+func instances(ctx context.Context, api v1.API, metric string) int {
+	v, _, _, err := api.Query(ctx, fmt.Sprintf("count by (instance) (%s)", metric), time.Now())
+	if err != nil {
+		return 0
+	}
+	vec, _ := v.(model.Vector)
+	return len(vec)
+}
+
 // TestInstallDashboardExemptions: every exemption of TestInstall's dashboard stage
 // names a panel or variable of the shipped dashboards (no root, no node).
 func TestInstallDashboardExemptions(t *testing.T) {
 	t.Parallel()
-	ds, err := dashboards.Load(filepath.Join(repoRoot(t), "manifests", "grafana"))
+	ds, err := grafana.Load(filepath.Join(repoRoot(t), "manifests", "grafana"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +128,7 @@ func TestInstallDashboardExemptions(t *testing.T) {
 		t.Error("cut-reaction panels exempt in sampling mode")
 	}
 	all := append(slices.Clone(installExemptions), cutExemptions([]string{"psi"})...)
-	if err := dashboards.ValidateExemptions(ds, all); err != nil {
+	if err := grafana.ValidateExemptions(ds, all); err != nil {
 		t.Error(err)
 	}
 }
@@ -210,22 +224,24 @@ func (in *install) followAgent(t *testing.T) {
 // end of stage 8, but for installExemptions; those are reported apart.
 func (in *install) dashboardsHaveData(t *testing.T) {
 	if in.prom == nil {
-		needOrSkip(t, "Prometheus did not run (stage 3b failed or was skipped): nothing to check the dashboards on")
+		testenv.SkipOrFailInCI(t, "Prometheus did not run (stage 3b failed or was skipped): nothing to check the dashboards on")
 	}
 	for _, e := range in.scrapeErrs {
 		t.Error(e)
 	}
-	ds, err := dashboards.Load(filepath.Join(in.repo, "manifests", "grafana"))
+	ds, err := grafana.Load(filepath.Join(in.repo, "manifests", "grafana"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The last scrapes of stage 8 (the batch pod bound after the outage).
-	time.Sleep(2 * scrapeInterval)
-	end := time.Now()
 	ctx, cancel := context.WithTimeout(in.ctx, 3*time.Minute)
 	defer cancel()
+	// The last scrapes of stage 8 (the batch pod bound after the outage) are stored.
+	if err := in.prom.WaitScrapedAfter(ctx, time.Now()); err != nil {
+		t.Fatalf("%v; Prometheus log:\n%s", err, in.prom.LogTail(20))
+	}
+	end := time.Now()
 	in.logTargets(ctx, t)
-	w := dashboards.Window{Start: in.promStart, End: end, Step: scrapeInterval, RateInterval: 4 * scrapeInterval}
+	w := grafana.Window{Start: in.promStart, End: end, Step: scrapeInterval, RateInterval: 4 * scrapeInterval}
 	harm, err := harmSources(ctx, in.prom.API(), w)
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +250,7 @@ func (in *install) dashboardsHaveData(t *testing.T) {
 		t.Logf("the agent ran in signals mode sampling: every LS load cuts batch, the cut-reaction panels must show data")
 	}
 	exempt := append(slices.Clone(installExemptions), cutExemptions(harm)...)
-	r, err := dashboards.Check(ctx, in.prom.API(), ds, w, exempt...)
+	r, err := grafana.Check(ctx, in.prom.API(), ds, w, exempt...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,8 +361,14 @@ func TestInstallHarmSources(t *testing.T) {
 			if err := p.WaitTargetsUp(ctx, len(targets)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond) // a scrape recorded
-			got, err := harmSources(ctx, p.API(), dashboards.Window{Start: start, End: time.Now()})
+			// A scrape of every agent is stored (up is set when it is reported).
+			err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				return instances(ctx, p.API(), "understory_signal_source") == len(targets), nil
+			})
+			if err != nil {
+				t.Fatalf("understory_signal_source of %d agents never stored: %v", len(targets), err)
+			}
+			got, err := harmSources(ctx, p.API(), grafana.Window{Start: start, End: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}

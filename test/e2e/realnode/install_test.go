@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
-	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/dashboards"
@@ -325,27 +325,27 @@ func (in *install) agentRuns(t *testing.T) {
 
 	// The Node: batch resources in status, node-metrics annotation.
 	var alloc corev1.ResourceList
-	var nm metrics.NodeMetrics
+	var nm contract.NodeMetrics
 	err = poll(ctx, 60*time.Second, func() (bool, error) {
 		node, err := n.client.CoreV1().Nodes().Get(ctx, n.env["NODE_NAME"], metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		alloc = node.Status.Allocatable
-		raw := node.Annotations[metrics.AnnotationNodeMetrics]
+		raw := node.Annotations[contract.AnnotationNodeMetrics]
 		var derr error
-		if nm, derr = metrics.DecodeNodeMetrics(raw); raw == "" || derr != nil {
+		if nm, derr = contract.DecodeNodeMetrics(raw); raw == "" || derr != nil {
 			return false, nil
 		}
-		_, okCPU := alloc[qos.ResourceBatchCPU]
-		mem, okMem := alloc[qos.ResourceBatchMemory]
+		_, okCPU := alloc[contract.ResourceBatchCPU]
+		mem, okMem := alloc[contract.ResourceBatchMemory]
 		return okCPU && okMem && mem.Value() > 0, nil
 	})
 	if err != nil {
 		t.Fatalf("Node %s: allocatable %v, node-metrics %+v: want understory.io/batch-cpu, batch-memory > 0 and the "+
 			"annotation (%v)", n.env["NODE_NAME"], alloc, nm, err)
 	}
-	bc, bm := alloc[qos.ResourceBatchCPU], alloc[qos.ResourceBatchMemory]
+	bc, bm := alloc[contract.ResourceBatchCPU], alloc[contract.ResourceBatchMemory]
 	t.Logf("Node allocatable batch-cpu %s, batch-memory %s; node-metrics %+v", bc.String(), bm.String(), nm)
 	t.Logf("agent: tier %s quota %s cores; budget %.3f (%s); usage node %.2f LS %.2f system %.2f",
 		st.Tier.Cgroup, deref(st.Tier.QuotaCores), st.Budget.Applied, st.Budget.Reason, st.Usage.Node, st.Usage.LS,
@@ -397,7 +397,7 @@ func (in *install) workloads(t *testing.T) {
 	}
 	// The webhook fails open: wait until it answers (a server dry run runs it).
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: workNS,
-		Annotations: map[string]string{qos.AnnotationQOSClass: "batch"}},
+		Annotations: map[string]string{contract.AnnotationQOSClass: "batch"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: n.env["BUSYBOX_IMAGE"],
 			Resources: corev1.ResourceRequirements{Requests: cpuMem("100m", "16Mi")}}}}}
 	err := poll(ctx, 90*time.Second, func() (bool, error) {
@@ -405,7 +405,7 @@ func (in *install) workloads(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		_, moved := got.Spec.Containers[0].Resources.Requests[qos.ResourceBatchCPU]
+		_, moved := got.Spec.Containers[0].Resources.Requests[contract.ResourceBatchCPU]
 		return moved, nil
 	})
 	if err != nil {
@@ -446,7 +446,7 @@ func (in *install) workloads(t *testing.T) {
 	for _, p := range in.web {
 		r := p.Spec.Containers[0].Resources
 		cpuReq, cpuLim := r.Requests[corev1.ResourceCPU], r.Limits[corev1.ResourceCPU]
-		if cpuReq.String() != "200m" || cpuLim.String() != "1" || p.Annotations[qos.AnnotationOriginalResources] != "" ||
+		if cpuReq.String() != "200m" || cpuLim.String() != "1" || p.Annotations[contract.AnnotationOriginalResources] != "" ||
 			p.Status.QOSClass != corev1.PodQOSBurstable || p.Spec.NodeName != n.env["NODE_NAME"] {
 			t.Errorf("LS pod %s: resources %+v, annotations %v, QoS %s, node %q: want it as written, Burstable, on %s",
 				p.Name, r, p.Annotations, p.Status.QOSClass, p.Spec.NodeName, n.env["NODE_NAME"])
@@ -477,11 +477,11 @@ func (in *install) workloads(t *testing.T) {
 	}
 	p := in.crunch
 	r := p.Spec.Containers[0].Resources
-	bcpu, bmem := r.Limits[qos.ResourceBatchCPU], r.Limits[qos.ResourceBatchMemory]
+	bcpu, bmem := r.Limits[contract.ResourceBatchCPU], r.Limits[contract.ResourceBatchMemory]
 	_, hasCPU := r.Requests[corev1.ResourceCPU]
 	_, hasMem := r.Limits[corev1.ResourceMemory]
 	if bcpu.Cmp(resource.MustParse("500")) != 0 || bmem.Cmp(resource.MustParse("64Mi")) != 0 || hasCPU || hasMem ||
-		p.Annotations[qos.AnnotationOriginalResources] == "" || p.Status.QOSClass != corev1.PodQOSBestEffort {
+		p.Annotations[contract.AnnotationOriginalResources] == "" || p.Status.QOSClass != corev1.PodQOSBestEffort {
 		t.Errorf("batch pod %s: resources %+v, annotations %v, QoS %s: want batch-cpu 500 and batch-memory 64Mi "+
 			"(request = limit), no cpu/memory, the originals annotated, BestEffort", p.Name, r, p.Annotations, p.Status.QOSClass)
 	}
@@ -623,7 +623,7 @@ func (in *install) throttle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the window batch's idle-LS rate is measured over
 	r, err := m.rates()
 	if err != nil {
 		t.Fatal(err)
@@ -690,7 +690,7 @@ func (in *install) podStates(t *testing.T) map[string]podState {
 // as it was: same containers, no restarts, batch still below the tier.
 func (in *install) kubeletRestart(t *testing.T) {
 	if node, err := in.n.client.CoreV1().Nodes().Get(in.ctx, in.n.env["NODE_NAME"], metav1.GetOptions{}); err == nil {
-		bc := node.Status.Allocatable[qos.ResourceBatchCPU]
+		bc := node.Status.Allocatable[contract.ResourceBatchCPU]
 		t.Logf("before the kubelet restart: Node allocatable batch-cpu %s; the running batch pod requests 500",
 			bc.String())
 	}
@@ -720,6 +720,8 @@ func (in *install) kubeletRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node not Ready after the kubelet restart: %v", err)
 	}
+	// A deliberate "nothing happens" window: a pod the restarted kubelet disturbs shows
+	// in its state (restart count, container ID) after it.
 	time.Sleep(10 * time.Second)
 	after := in.podStates(t)
 	same := 0
@@ -1120,13 +1122,13 @@ func (in *install) apiServerDown(t *testing.T) {
 		t.Fatalf("the extender still refuses binds after the API server came back: %v", err)
 	}
 	t.Logf("extender accepts binds again %v after the API server came back", time.Since(up).Round(100*time.Millisecond))
-	var nm metrics.NodeMetrics
+	var nm contract.NodeMetrics
 	err = poll(ctx, 60*time.Second, func() (bool, error) {
 		node, err := n.client.CoreV1().Nodes().Get(ctx, n.env["NODE_NAME"], metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		nm, err = metrics.DecodeNodeMetrics(node.Annotations[metrics.AnnotationNodeMetrics])
+		nm, err = contract.DecodeNodeMetrics(node.Annotations[contract.AnnotationNodeMetrics])
 		return err == nil && nm.Timestamp.After(up), nil
 	})
 	if err != nil {
@@ -1137,7 +1139,7 @@ func (in *install) apiServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after-outage", Namespace: workNS,
-		Annotations: map[string]string{qos.AnnotationQOSClass: "batch"}},
+		Annotations: map[string]string{contract.AnnotationQOSClass: "batch"}},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(1)), Containers: []corev1.Container{{
 			Name: "main", Image: n.env["BUSYBOX_IMAGE"], ImagePullPolicy: corev1.PullNever,
 			Command:   []string{"sleep", "3600"},

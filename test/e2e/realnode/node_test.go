@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // cgroupRoot is where this machine mounts its cgroup hierarchies.
@@ -43,10 +45,7 @@ func requireRealNode(t *testing.T, how string) {
 	t.Helper()
 	skip := func(why string) {
 		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true, and the real-node test cannot run: %s", why)
-		}
-		t.Skipf("%s; %s", why, how)
+		testenv.SkipOrFailInCI(t, "the real-node test cannot run: %s; %s", why, how)
 	}
 	if testing.Short() {
 		skip("starts a real node (-short)")

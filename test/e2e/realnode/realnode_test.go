@@ -17,9 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
-	"github.com/understory/understory/metrics"
-	"github.com/understory/understory/qos"
 )
 
 // skipMessage tells how to run the test.
@@ -139,9 +138,9 @@ func (r *realNode) agentKubernetesMode(t *testing.T) {
 	}
 
 	r.w.setPhase("5: batch pods start")
-	batch := r.n.createRunning(r.ctx, t, r.n.podSpec("batch-inplace", map[string]string{qos.AnnotationQOSClass: "batch"}, corev1.ResourceRequirements{}))
+	batch := r.n.createRunning(r.ctx, t, r.n.podSpec("batch-inplace", map[string]string{contract.AnnotationQOSClass: "batch"}, corev1.ResourceRequirements{}))
 	r.pods["batch-inplace"] = batch
-	bad := r.n.createRunning(r.ctx, t, r.n.podSpec("bad-class", map[string]string{qos.AnnotationQOSClass: "gold"}, corev1.ResourceRequirements{}))
+	bad := r.n.createRunning(r.ctx, t, r.n.podSpec("bad-class", map[string]string{contract.AnnotationQOSClass: "gold"}, corev1.ResourceRequirements{}))
 	r.pods["bad-class"] = bad
 
 	want := map[string]struct {
@@ -209,7 +208,7 @@ func (r *realNode) agentKubernetesMode(t *testing.T) {
 	}
 
 	// Node-metrics annotation.
-	var nm metrics.NodeMetrics
+	var nm contract.NodeMetrics
 	err = poll(r.ctx, 20*time.Second, func() (bool, error) {
 		node, err := r.n.client.CoreV1().Nodes().Get(r.ctx, r.n.env["NODE_NAME"], metav1.GetOptions{})
 		if err != nil {
@@ -219,7 +218,7 @@ func (r *realNode) agentKubernetesMode(t *testing.T) {
 		if !ok {
 			return false, nil
 		}
-		if nm, err = metrics.DecodeNodeMetrics(raw); err != nil {
+		if nm, err = contract.DecodeNodeMetrics(raw); err != nil {
 			return false, fmt.Errorf("annotation %q does not decode: %w", raw, err)
 		}
 		return true, nil
@@ -322,6 +321,8 @@ func (r *realNode) inPlaceKept(t *testing.T) {
 	t.Logf("kubelet restarted (healthy) in %v with the idle tier and idle in-place pod cgroup", time.Since(start).Round(time.Millisecond))
 	r.waitNodeReady(t)
 	r.w.setPhase("2: after kubelet restart")
+	// A deliberate "nothing happens" window: what the restarted kubelet does to the tier
+	// or the pods (restart counts, container IDs) shows after it.
 	time.Sleep(15 * time.Second)
 	check("after kubelet restart")
 	r.checkPodsUnchanged(t, ids)
@@ -367,7 +368,7 @@ func (r *realNode) nriPlacement(t *testing.T) {
 	t.Logf("containerd on the plugin: %s", strings.Join(tail(linesSince(r.n.env["CONTAINERD_LOG"], coff, "understory"), 3), " | "))
 
 	r.w.setPhase("4: NRI pods start")
-	nb := r.n.createRunning(r.ctx, t, r.n.podSpec("nri-batch", map[string]string{qos.AnnotationQOSClass: "batch"}, corev1.ResourceRequirements{}))
+	nb := r.n.createRunning(r.ctx, t, r.n.podSpec("nri-batch", map[string]string{contract.AnnotationQOSClass: "batch"}, corev1.ResourceRequirements{}))
 	r.pods["nri-batch"] = nb
 	nbe := r.n.createRunning(r.ctx, t, r.n.podSpec("nri-be", nil, corev1.ResourceRequirements{}))
 	r.pods["nri-be"] = nbe
@@ -432,7 +433,7 @@ func (r *realNode) nriPlacement(t *testing.T) {
 		t.Fatalf("kubelet restart with an NRI-placed pod: %v", err)
 	}
 	r.waitNodeReady(t)
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // a deliberate "nothing happens" window, as above
 	r.checkPodsUnchanged(t, ids)
 	r.checkProcsIn(t, "nri-batch after kubelet restart", cid, "/"+tierPod+"/"+cid, []string{"cpu"})
 

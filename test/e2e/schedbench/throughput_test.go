@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,7 +172,7 @@ func BenchmarkSchedulerThroughput(b *testing.B) {
 	}
 	var labels map[string]string
 	if *flagGPUs > 0 {
-		capacity[extender.ResourceGPU] = *resource.NewQuantity(int64(*flagGPUs), resource.DecimalSI)
+		capacity[contract.ResourceGPU] = *resource.NewQuantity(int64(*flagGPUs), resource.DecimalSI)
 		labels = map[string]string{extender.LabelGPUProduct: gpuModel}
 	}
 	began := time.Now()
@@ -247,9 +249,9 @@ func benchPods(ns string, n int, w string) []*corev1.Pod {
 	for i := range pods {
 		p := controlplane.NewPod(ns, fmt.Sprintf("p-%d", i), base)
 		if w == workloadGPU {
-			name, v := corev1.ResourceName(extender.ResourceGPU), int64(1+i%2)
+			name, v := corev1.ResourceName(contract.ResourceGPU), int64(1+i%2)
 			if i%4 >= 2 {
-				name, v = extender.ResourceGPUMilli, int64(500/(1+i%2))
+				name, v = contract.ResourceGPUMilli, int64(500/(1+i%2))
 			}
 			q := *resource.NewQuantity(v, resource.DecimalSI)
 			res := &p.Spec.Containers[0].Resources
@@ -279,9 +281,9 @@ func verifyDevices(ctx context.Context, cp *controlplane.ControlPlane, ns string
 		if req.NumGPU == 0 {
 			continue
 		}
-		d, err := extender.ParseDevices(p.Annotations[extender.AnnotationGPUDevices])
+		d, err := contract.ParseGPUDevices(p.Annotations[contract.AnnotationGPUDevices])
 		if err != nil || len(d) != req.NumGPU {
-			return fmt.Errorf("pod %s (%d gpus) has %q (%v): %w", p.Name, req.NumGPU, p.Annotations[extender.AnnotationGPUDevices], err, errDevices)
+			return fmt.Errorf("pod %s (%d gpus) has %q (%v): %w", p.Name, req.NumGPU, p.Annotations[contract.AnnotationGPUDevices], err, errDevices)
 		}
 	}
 	return nil

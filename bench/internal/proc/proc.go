@@ -1,0 +1,96 @@
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/understory/understory/koordlet/collect"
+)
+
+// ErrMalformed is wrapped by every error about a proc file's content.
+var ErrMalformed = errors.New("malformed proc file")
+
+// tick is one clock tick of /proc/<pid>/stat's utime and stime.
+const tick = time.Second / collect.UserHZ
+
+// ReadCPU returns a process's user+system CPU time (all its threads, live
+// and exited) from <procRoot>/<pid>/stat.
+func ReadCPU(procRoot string, pid int) (time.Duration, error) {
+	p := filepath.Join(procRoot, strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	d, err := ParseCPU(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return d, nil
+}
+
+// ParseCPU parses a /proc/<pid>/stat line: utime + stime (fields 14 and 15).
+// The command name may hold spaces and parentheses, so fields count from its last ')'.
+func ParseCPU(b []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no ')' after the command: %w", ErrMalformed)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state).
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command: %w", len(f), ErrMalformed)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil || ut > 1<<40 || st > 1<<40 {
+		return 0, fmt.Errorf("utime %q stime %q: %w", f[11], f[12], ErrMalformed)
+	}
+	return time.Duration(ut+st) * tick, nil
+}
+
+// ReadRSS returns a process's current (VmRSS) and peak (VmHWM) resident set
+// size in bytes from <procRoot>/<pid>/status.
+func ReadRSS(procRoot string, pid int) (rss, peak uint64, err error) {
+	p := filepath.Join(procRoot, strconv.Itoa(pid), "status")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	rss, peak, err = ParseRSS(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return rss, peak, nil
+}
+
+// ParseRSS parses /proc/<pid>/status for VmRSS and VmHWM (kB), in bytes.
+func ParseRSS(b []byte) (rss, peak uint64, err error) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var dst *uint64
+		switch {
+		case strings.HasPrefix(line, "VmRSS:"):
+			dst = &rss
+		case strings.HasPrefix(line, "VmHWM:"):
+			dst = &peak
+		default:
+			continue
+		}
+		if fs := strings.Fields(line); len(fs) >= 2 {
+			kb, err := strconv.ParseUint(fs[1], 10, 64)
+			if err != nil || kb > 1<<50 {
+				return 0, 0, fmt.Errorf("%q: %w", line, ErrMalformed)
+			}
+			*dst = kb * 1024
+		}
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("no VmRSS: %w", ErrMalformed)
+	}
+	return rss, peak, nil
+}

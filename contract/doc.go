@@ -1,0 +1,22 @@
+// Package contract is the one home of what Understory's binaries say to each other
+// without importing each other: the node agent (koordlet), the scheduler extender and
+// the admission webhook.
+//
+//   - names.go: the extended resources, annotations and labels that cross a binary
+//     boundary (batch-cpu, batch-memory, gpu-milli, gpu-devices, qos-class, ...);
+//   - gpudevices.go: the understory.io/gpu-devices codec, one parser for the extender
+//     that writes it and the agent that reads it (fuzzed);
+//   - nodemetrics.go: the versioned node-metrics document the agent writes to its Node's
+//     understory.io/node-metrics (version 1) and understory.io/node-metrics-v2 (version
+//     2, with GPUs) annotations and the extender reads (docs/node-metrics.md), and the
+//     bounds both sides share (MaxGPUsPerNode, MilliPerGPU).
+//
+// It is pure: no IO, no clock (callers pass now), no Kubernetes client.
+//
+// Traps: every value here is read by another binary that may be older or newer. A name
+// never changes; the document gains only optional fields (an older agent's document
+// still decodes; LSFreeMilli nil is unknown, never free), and Decode rejects versions it
+// does not know instead of guessing: a reader treats a stale, future-stamped or
+// undecodable document as "unknown", never as "idle". GPU UUIDs are checked for NVML's
+// shape: the extender keys its bookings by them.
+package contract

@@ -1,0 +1,395 @@
+package koordlet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/signals"
+	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/qos"
+)
+
+// This file is the measure step of the control period: every read of the period, into
+// one sample. Nothing here writes a cgroup.
+
+// sample is what one control period read: the qos.Sample the plan decides from, and what
+// the agent records besides.
+type sample struct {
+	qos.Sample
+	// nodeOK: the node's CPU has a rate (false on the agent's first sample).
+	nodeOK bool
+	// slow: every pod was read this period; newMemory: memory was sampled.
+	slow, newMemory bool
+	// reclaim: the reclaimer may be fed this period (see sampler.sample).
+	reclaim bool
+	counts  podCounts
+	// memory is the last memory sample (as old as the sampler's mem.at).
+	memory MemoryUsage
+	// windowStart is the previous node CPU sample's time: the window's start.
+	windowStart time.Time
+	// harm is the harm behind Sample.Harm (signal modes).
+	harm signals.Harm
+}
+
+// errNodeCPU: the node's CPU could not be read; the period keeps the last budget.
+var errNodeCPU = errors.New("reading node CPU")
+
+// sampler does the control period's reads: the node's CPU, the aggregates (kubepods,
+// kubelet's BestEffort cgroup, the tier), the pods, and memory. It keeps the usage
+// files open and the rates between periods.
+type sampler struct {
+	hier     *cgroups.Hierarchy
+	layout   layout
+	procRoot string
+	period   time.Duration
+	metrics  *metrics.Agent
+	log      *slog.Logger
+	source   podLister
+	nodeCPU  nodeCPUReader
+	nodeRate collect.Rate
+	// kubepods, besteffort (kubelet's BestEffort QoS cgroup) and the tier; tierInBE:
+	// the tier is inside the BestEffort QoS cgroup.
+	kubepods, besteffort, tierUsage aggregate
+	tierInBE                        bool
+	// tierCores is the tier's usage this period (tierOK: it has a rate); tierDemand
+	// the tier's smoothed usage, which the budget is split by.
+	tierCores  float64
+	tierOK     bool
+	tierDemand demand
+	// tierGone: the tier was removed under the agent (recreate it).
+	tierGone   bool
+	lastSample time.Time
+	ticks      uint64
+	// podsChanged: the pod set changed, read every pod next period; cgroupChanged: a
+	// pod's cgroup changed (the GPU loop's snapshot is stale).
+	podsChanged, cgroupChanged bool
+	podBuf                     []qos.PodSample
+	mem                        memoryReader
+	// lastStats is when throttling and pressure were last read; tierStats the tier's
+	// last CPU statistics.
+	lastStats time.Time
+	tierStats cpuStats
+	// sourceErrors is the pod source's error count at the last period.
+	sourceErrors uint64
+}
+
+func newSampler(cfg Config, hier *cgroups.Hierarchy, lay layout, source podLister, nodeCPU nodeCPUReader,
+	m *metrics.Agent, log *slog.Logger) *sampler {
+	s := &sampler{hier: hier, layout: lay, procRoot: cfg.ProcRoot, period: cfg.Period.Duration, metrics: m, log: log,
+		source: source, nodeCPU: nodeCPU,
+		kubepods:   aggregate{path: lay.kubepods()},
+		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
+		tierUsage:  aggregate{path: lay.tier}}
+	s.tierInBE = strings.HasPrefix(lay.tier, s.besteffort.path+"/")
+	return s
+}
+
+// sample reads one period. The budget needs the LS usage every period. It is measured
+// from aggregates: kubepods minus kubelet's BestEffort cgroup minus the tier, corrected
+// by the few pods whose class does not match where kubelet put them (an LS-annotated
+// BestEffort pod, a batch- or BE-annotated Burstable one), which are read every period.
+// Whatever else runs in kubepods counts as LS: the safe side. Every other pod is read
+// every slowEvery periods: its last sample serves for metrics, status and the demand the
+// budget is split by (an average over a second anyway). With 110 pods, a pread per pod
+// per period was most of the agent's cost. Without the aggregates (first period, a read
+// error), LS pods are read one by one. Memory is read every memoryEvery periods, from
+// the second sample on. It fails (errNodeCPU) only when the node's CPU cannot be read.
+func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64) (sample, error) {
+	s.ticks++
+	s.countSourceErrors()
+	times, err := s.nodeCPU.Read()
+	if err != nil {
+		s.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
+		return sample{}, fmt.Errorf("%w: %w", errNodeCPU, err)
+	}
+	out := sample{windowStart: s.lastSample}
+	out.Now = now
+	s.lastSample = now
+	nodeCores, nodeOK := s.nodeRate.Update(now, times.Busy)
+	kubepodsCores, kpOK, kpErr := s.kubepods.read(s.hier, now)
+	beCores, beOK, _ := s.besteffort.read(s.hier, now)
+	s.readTier(now)
+	cpu := qos.CPUSample{CPUs: float64(times.CPUs), NodeCores: nodeCores, Kubepods: kubepodsCores, KubepodsOK: kpOK,
+		BestEffort: beCores, BestEffortOK: beOK, Tier: s.tierCores, TierOK: s.tierOK, TierInBE: s.tierInBE}
+	fastLS := cpu.FastLS()
+	out.slow = s.ticks%slowEvery == 1 || s.podsChanged
+	s.podsChanged = false
+	cpu.Slow = out.slow
+	cpu.Pods = s.podBuf[:0]
+	for _, st := range pods {
+		out.counts.add(st.class)
+		mismatched := st.mismatched()
+		if out.slow || (fastLS && mismatched) || (!fastLS && st.class == qos.ClassLS) {
+			s.readPod(st, now)
+		}
+		cpu.Pods = append(cpu.Pods, qos.PodSample{Class: st.class, InTier: st.inTier, Mismatched: mismatched,
+			Fresh: st.fresh, Open: st.reader != nil, Usage: st.usage})
+	}
+	s.podBuf = cpu.Pods
+	out.CPU, out.nodeOK = cpu, nodeOK
+	if !nodeOK {
+		return out, nil // first sample: rates need two
+	}
+	// In phase with the slow periods (ticks%slowEvery == 1, slowEvery a multiple of
+	// memoryEvery): only a slow memory sample reads the per-pod memory and kubepods' limit.
+	out.newMemory = s.ticks%memoryEvery == 1 || !s.mem.ok
+	if out.newMemory {
+		s.readMemory(pods, lsMemRequests, out.slow, now)
+	}
+	out.memory = s.mem.last
+	out.Memory = qos.MemorySample{OK: s.mem.ok, Capacity: s.mem.last.Capacity, LS: s.mem.last.LS}
+	// The first period after kubepods' usage file was (re)opened has no rate yet: system
+	// usage would then be the node's minus only the pods read this period, batch
+	// included. The budget recovers the next period, but the reclaimer's averages would
+	// carry it for tens of seconds, so it skips such a period (not a persistent error:
+	// then the fallback is all there is), and the agent's first second, whose samples
+	// were seen to count batch as system (`make demo`, in-place phase).
+	out.reclaim = (kpOK || kpErr != nil) && s.ticks > reclaimAfter
+	return out, nil
+}
+
+// errorCounter is a pod source that counts its failures (list/watch errors, broken
+// manifests).
+type errorCounter interface{ ErrorCount() uint64 }
+
+// countSourceErrors adds the pod source's new failures to errors_total{kind="pod_source"}.
+func (s *sampler) countSourceErrors() {
+	c, ok := s.source.(errorCounter)
+	if !ok {
+		return
+	}
+	if n := c.ErrorCount(); n > s.sourceErrors {
+		s.metrics.Errors.WithLabelValues(metrics.ErrKindPodSource).Add(float64(n - s.sourceErrors))
+		s.sourceErrors = n
+	}
+}
+
+// readTier samples the tier's usage, the demand of the pods below it. A tier removed
+// under the agent sets tierGone.
+func (s *sampler) readTier(now time.Time) {
+	reopen := !s.tierUsage.opened()
+	cores, ok, err := s.tierUsage.read(s.hier, now)
+	s.tierCores, s.tierOK = cores, ok
+	if err != nil {
+		s.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+		s.tierGone = errors.Is(err, cgroups.ErrNotExist)
+		return
+	}
+	if reopen {
+		s.tierDemand = demand{} // a new file: the demand starts over
+	}
+	if ok {
+		s.tierDemand.add(cores, s.period)
+	}
+}
+
+// readPod samples one pod's CPU usage, opening its cgroup when needed. A missing
+// cgroup (pod not started yet, or removed under us) is skipped and looked up again later.
+func (s *sampler) readPod(st *podState, now time.Time) {
+	st.fresh = false
+	if len(st.candidates) == 0 {
+		return
+	}
+	if st.reader == nil {
+		if now.Before(st.nextOpen) {
+			return
+		}
+		err := s.openPod(st)
+		if err != nil {
+			st.lastErr = err
+			st.nextOpen = now.Add(reopenBackoff)
+			if !errors.Is(err, cgroups.ErrNotExist) {
+				s.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+			}
+			return
+		}
+	}
+	if st.class == qos.ClassBatch && !st.inTier && !now.Before(st.nextOpen) {
+		// The NRI plugin puts a batch pod's containers below the tier as they are created,
+		// possibly after the agent found the pod's sandbox in kubelet's cgroup: switch.
+		st.nextOpen = now.Add(reopenBackoff)
+		if s.hier.Exists(st.candidates[0]) {
+			st.close()
+			if err := s.openPod(st); err != nil {
+				st.lastErr = err
+				return
+			}
+		}
+	}
+	v, err := st.reader.Read()
+	if err != nil {
+		st.lastErr = err
+		if !errors.Is(err, cgroups.ErrNotExist) {
+			s.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
+		}
+		s.log.Debug("pod cgroup unreadable; skipping it", "pod", st.key(), "cgroup", st.cgroup, "err", err)
+		st.close()
+		st.nextOpen = now.Add(reopenBackoff)
+		return
+	}
+	if cores, ok := st.rate.Update(now, v); ok {
+		st.usage, st.fresh = cores, true
+		st.demand.add(cores, now.Sub(st.sampledAt))
+	}
+	st.sampledAt = now
+}
+
+// openPod finds the first of the pod's candidate cgroups that exists and opens it.
+func (s *sampler) openPod(st *podState) error {
+	var err error
+	for i, cg := range st.candidates {
+		var g *cgroups.Group
+		if g, err = s.hier.Load(cg); err != nil {
+			continue
+		}
+		r, err := g.UsageReader()
+		if err != nil {
+			return err
+		}
+		if st.memReader != nil { // of the group this one replaces
+			_ = st.memReader.Close()
+			st.memReader = nil
+		}
+		st.group, st.reader, st.lastErr = g, r, nil
+		s.cgroupChanged = s.cgroupChanged || st.cgroup != cg
+		st.cgroup, st.inTier = cg, st.class == qos.ClassBatch && i == 0
+		st.nextOpen = time.Time{}
+		st.rate, st.demand = collect.Rate{}, demand{}
+		st.setUp = false
+		st.quota = unknownCPU()
+		st.memory = unknownMemory()
+		return nil
+	}
+	return err
+}
+
+// memory is the node's memory and the working sets of its LS and batch pods, read once
+// per node-metrics window (per-pod memory changes slowly; the CPU loop does not read it).
+func (s *sampler) memory(pods []*podState) (contract.MemoryMetrics, error) {
+	info, err := collect.ReadMemInfo(s.procRoot)
+	if err != nil {
+		return contract.MemoryMetrics{}, err
+	}
+	m := contract.MemoryMetrics{Capacity: int64(info.Total), Used: int64(info.Total - min(info.Available, info.Total))}
+	for _, st := range pods {
+		if st.group == nil || (st.class != qos.ClassLS && st.class != qos.ClassBatch) {
+			continue
+		}
+		v, err := st.group.MemoryUsage()
+		if err != nil {
+			continue // no memory controller, or the pod just went: its share stays unknown
+		}
+		if st.class == qos.ClassLS {
+			m.LS += int64(v)
+		} else {
+			m.Batch += int64(v)
+		}
+	}
+	return m, nil
+}
+
+// statsDue reports whether throttling and pressure are due (every statsInterval), and
+// starts a new interval if so.
+func (s *sampler) statsDue(now time.Time) bool {
+	if now.Sub(s.lastStats) < statsInterval {
+		return false
+	}
+	s.lastStats = now
+	return true
+}
+
+// readThrottling adds the batch cgroups' throttling since the last read to the counters.
+func (s *sampler) readThrottling(tier *cgroups.Group, pods []*podState) {
+	s.addThrottling(&s.tierStats, tier)
+	for _, st := range pods {
+		if st.class == qos.ClassBatch && st.group != nil && !st.inTier {
+			s.addThrottling(&st.stats, st.group)
+		}
+	}
+}
+
+// addThrottling counts what g was throttled since prev, the first read being the baseline.
+func (s *sampler) addThrottling(prev *cpuStats, g *cgroups.Group) {
+	if g == nil {
+		return
+	}
+	st, err := g.Stats()
+	if err != nil {
+		return
+	}
+	if prev.valid && st.Throttled >= prev.Throttled && st.NrThrottled >= prev.NrThrottled {
+		s.metrics.BatchThrottled.Add((st.Throttled - prev.Throttled).Seconds())
+		s.metrics.BatchPeriods.Add(float64(st.NrThrottled - prev.NrThrottled))
+	}
+	*prev = cpuStats{CPUStats: st, valid: true}
+}
+
+// cpuStats is a cgroup's last read CPU statistics.
+type cpuStats struct {
+	cgroups.CPUStats
+	valid bool
+}
+
+// close releases the sampler's open files.
+func (s *sampler) close() {
+	s.kubepods.close()
+	s.besteffort.close()
+	s.tierUsage.close()
+	s.mem.close()
+}
+
+// demand is a consumer's smoothed CPU usage, what the budget split is based on. One
+// period's usage of a quota-limited group is useless for that: the group burns its
+// runtime in a burst and then sits throttled, so a period shorter than (or not aligned
+// with) the CFS period sees 0 or several times the quota. An exponential average over
+// about demandWindow tracks what the group actually gets.
+type demand struct {
+	v  float64
+	ok bool
+}
+
+// demandWindow is the time constant of the demand average.
+const demandWindow = time.Second
+
+// add folds in usage measured over the last dt.
+func (d *demand) add(cores float64, dt time.Duration) {
+	if !d.ok {
+		d.v, d.ok = cores, true
+		return
+	}
+	alpha := math.Min(1, dt.Seconds()/demandWindow.Seconds())
+	d.v += alpha * (cores - d.v)
+}
+
+// podCounts counts pods by class.
+type podCounts struct{ ls, be, batch int }
+
+func (c *podCounts) add(class qos.Class) {
+	switch class {
+	case qos.ClassLS:
+		c.ls++
+	case qos.ClassBE:
+		c.be++
+	case qos.ClassBatch:
+		c.batch++
+	}
+}
+
+// Sampling cadence.
+const (
+	// slowEvery is how many periods pass between reads of the pods the budget does not
+	// need every period (all but LS pods).
+	slowEvery = 10
+	// reclaimAfter is how many periods the reclaimer waits after start (one slow
+	// period, which reads every pod).
+	reclaimAfter = slowEvery + 1
+	// statsInterval is how often throttling and pressure are read.
+	statsInterval = 10 * time.Second
+)
