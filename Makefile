@@ -30,8 +30,11 @@ build:
 images: build
 	$(BIN)/mkimage project -version $(VERSION) -bin $(BIN) -out $(BIN)/images
 
-# The co-location demo: an LS web service and CPU-hungry batch pods on this machine,
-# measured alone, under kubelet's plain BestEffort settings, and under the agent.
+# The co-location demo on this machine: first memory pressure (an LS key-value service
+# and batch jobs that size their heap to what they see, without and with the agent), then
+# an LS web service and CPU-hungry batch pods alone, under kubelet's plain BestEffort
+# settings and under the agent (tier, in-place) in rounds of changing order, each phase
+# with its median and noise band (bench/colo).
 demo: build
 	$(BIN)/colo demo
 

@@ -109,6 +109,9 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 	}
 	if dc.memory {
 		mc := defaultMemoryConfig()
+		if dc.memPhase > 0 {
+			mc.Phase = dc.memPhase
+		}
 		printf("memory pressure: LS alone, batch without and with the agent on a %d MiB node\n", mc.Node/mib)
 		mr, err := runMemory(ctx, sc, mc, printf)
 		if err != nil {
@@ -162,30 +165,22 @@ func runBench(ctx context.Context, sc scenarioConfig, dc demoConfig, bc benchCon
 // rounds of the four phases, the reaction steps and the threshold sweep.
 func (s *scenario) benchScenario(ctx context.Context, dc demoConfig, bc benchConfig, res *benchResult, printf, logf func(string, ...any)) error {
 	if bc.rounds > 0 {
-		// Paired rounds, so that drift on the machine hits every phase alike.
-		byName := map[string][]phaseResult{}
-		var order []string
-		for i := range bc.rounds {
-			printf("round %d/%d\n", i+1, bc.rounds)
-			rs, err := s.runRound(ctx, dc, logf)
-			if err != nil {
-				return err
-			}
-			for _, r := range rs {
-				if _, ok := byName[r.Name]; !ok {
-					order = append(order, r.Name)
-				}
-				byName[r.Name] = append(byName[r.Name], r)
-			}
+		// Paired rounds, so that drift on the machine hits every phase alike; in the fixed
+		// order the recorded runs used, so that their numbers stay comparable.
+		rounds, err := s.runRounds(ctx, dc, bc.rounds, false, printf, logf)
+		if err != nil {
+			return err
 		}
-		for _, n := range order {
-			res.Phases = append(res.Phases, pool(n, byName[n]))
+		bands := summariseRounds(rounds)
+		for _, b := range bands {
+			res.Phases = append(res.Phases, b.Pooled)
 		}
 		solo, vanilla, tier, inplace := res.Phases[0], res.Phases[1], res.Phases[2], res.Phases[3]
 		res.LSP99SoloMs, res.LSP99VanillaMs, res.LSP99AgentMs, res.LSP99AgentInPlaceMs = solo.P99ms, vanilla.P99ms, tier.P99ms, inplace.P99ms
 		res.BatchIdleShareVanilla, res.BatchIdleShareAgent, res.BatchIdleShareAgentInPlace = vanilla.IdleShare, tier.IdleShare, inplace.IdleShare
 		res.RatioVanilla, res.RatioAgent, res.RatioAgentInPlace = vanilla.P99ms/solo.P99ms, tier.P99ms/solo.P99ms, inplace.P99ms/solo.P99ms
 		printTable(printf, "Pooled over rounds", res.Phases, solo.P99ms)
+		printBands(printf, bands, bc.rounds, dc.phase)
 	} else if err := s.startBatch(); err != nil {
 		return err
 	}

@@ -39,12 +39,14 @@ func TestMain(m *testing.M) {
 func TestDemoEndToEnd(t *testing.T) {
 	sc := realScenarioConfig(t, "the demo")
 	sc.batchPods, sc.threads, sc.rounds, sc.rate, sc.workers = 2, 1, 100, 200, 16
-	dc := demoConfig{phase: time.Second, warmup: 300 * time.Millisecond, threshold: 0.9, period: 100 * time.Millisecond}
+	dc := demoConfig{phase: time.Second, warmup: 300 * time.Millisecond, threshold: 0.9, period: 100 * time.Millisecond,
+		rounds: 2}
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), sc, dc, func(f string, a ...any) { fmt.Fprintf(&out, f, a...) }); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	for _, row := range []string{"LS alone", "LS + batch, no agent", "LS + batch, agent tier", "LS + batch, agent in-place"} {
+	for _, row := range []string{"LS alone", "LS + batch, no agent", "LS + batch, agent tier", "LS + batch, agent in-place",
+		"round 2/2: no agent → tier → alone → in-place", "The agent against no agent"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("output lacks the %q row:\n%s", row, out.String())
 		}

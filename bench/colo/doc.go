@@ -8,8 +8,11 @@
 //   - run.go: Options (what cmd/colo's flags set), Demo, Bench, Stability.
 //   - child.go: the pods are this binary re-executed (ls-server, burner, mem-ls,
 //     mem-batch); Child runs one.
-//   - scenario.go, phases.go, demo.go, bench.go: the fake node, its phases, `make demo`'s
-//     table and `make bench-colo`'s paired rounds, sweep, reaction steps and overhead.
+//   - scenario.go, phases.go, demo.go, bench.go: the fake node, its phases, the paired
+//     rounds of the four CPU phases (`make demo` rotates their order), `make demo`, and
+//     `make bench-colo`'s rounds, sweep, reaction steps and overhead.
+//   - rounds.go: the rounds summed up per phase (median p99/solo and its band) and
+//     printed.
 //   - variants.go, runvariants.go, signals.go, report.go: the scenario variants, run under
 //     each of the agent's signal paths (ebpf, psi, sampling), and the issue's targets.
 //   - memory.go, memalloc.go, memcg.go: the memory-pressure scenario.

@@ -27,6 +27,11 @@ type phaseResult struct {
 	// phase (agent phases only): batch-cpu in cores, batch-memory in bytes.
 	PublishedBatchCPU    float64 `json:"published_batch_cpu_cores,omitempty"`
 	PublishedBatchMemory float64 `json:"published_batch_memory_bytes,omitempty"`
+	// Agent phases only, during the measurement: ThrottledPeriods sums the CFS periods
+	// in which the groups the agent bounds batch in (the tier, or each in-place pod)
+	// were throttled; AgentCuts counts the agent's batch CPU cuts.
+	ThrottledPeriods uint64  `json:"batch_throttled_periods,omitempty"`
+	AgentCuts        float64 `json:"agent_cuts,omitempty"`
 
 	latencies []time.Duration
 }
@@ -102,6 +107,8 @@ func pool(name string, rs []phaseResult) phaseResult {
 		out.Errors += r.Errors
 		out.LSCPU += r.LSCPU
 		out.BatchCPU += r.BatchCPU
+		out.ThrottledPeriods += r.ThrottledPeriods
+		out.AgentCuts += r.AgentCuts
 		out.NodeUtil += r.NodeUtil * r.Seconds
 		if r.IdleShare > 0 {
 			left += r.BatchCPU / r.IdleShare

@@ -36,14 +36,15 @@ type Options struct {
 	CFSPeriod  time.Duration // the agent's CFS bandwidth period (0: its default)
 
 	// The measured phases (demo and bench).
-	Phase     time.Duration // length of each measured phase
-	Memory    bool          // also run the memory-pressure phases
-	Warmup    time.Duration // agent warm-up before measuring
-	Threshold float64       // policy threshold of the agent phases
-	Period    time.Duration // agent control period
+	Phase       time.Duration // length of each measured CPU phase
+	Rounds      int           // paired rounds of the four CPU phases
+	Memory      bool          // also run the memory-pressure phases
+	MemoryPhase time.Duration // length of each memory phase (0: the memory scenario's own, 15 s)
+	Warmup      time.Duration // agent warm-up (and batch's, without the agent) before measuring
+	Threshold   float64       // policy threshold of the agent phases
+	Period      time.Duration // agent control period
 
 	// Bench only.
-	Rounds     int           // paired rounds of the four phases
 	Steps      int           // LS load steps for the reaction time
 	Sweep      string        // thresholds for the trade-off curve, comma-separated (empty: none)
 	SweepPhase time.Duration // length of each sweep point
@@ -78,11 +79,20 @@ func DefaultOptions(self string) Options {
 	}
 }
 
+// DemoOptions are `make demo`'s settings: DefaultOptions with shorter CPU phases in
+// rotated rounds, and shorter memory phases, so that the demo takes under 4 minutes.
+func DemoOptions(self string) Options {
+	o := DefaultOptions(self)
+	o.Phase, o.Rounds, o.MemoryPhase = 6*time.Second, 4, 8*time.Second
+	return o
+}
+
 // MemoryNodeMiB is the memory scenario's fake node size (its kubepods limit), MiB.
 func MemoryNodeMiB() int64 { return defaultMemoryConfig().Node / mib }
 
-// Demo runs `make demo`: LS alone, with batch and no agent, and with batch under the
-// agent in each mode, printed as a table.
+// Demo runs `make demo`: the memory-pressure phases, then LS alone, with batch and no
+// agent, and with batch under the agent in each mode, in o.Rounds rotated rounds,
+// printed with their round-to-round band.
 func Demo(ctx context.Context, o Options, printf Printf) error {
 	sc, dc, _, _, err := o.configs()
 	if err != nil {
@@ -106,7 +116,8 @@ func (o Options) configs() (scenarioConfig, demoConfig, benchConfig, variantConf
 	sc := scenarioConfig{cgroupRoot: o.CgroupRoot, koordlet: o.Koordlet, self: o.Self, batchPods: o.BatchPods,
 		threads: o.Threads, rounds: o.Work, rate: o.Rate, workers: o.Conns, lsCPU: o.LSCPU,
 		agentPprof: o.AgentPprof, tierParent: o.TierParent, cfsPeriod: o.CFSPeriod}
-	dc := demoConfig{phase: o.Phase, warmup: o.Warmup, threshold: o.Threshold, period: o.Period, memory: o.Memory}
+	dc := demoConfig{phase: o.Phase, warmup: o.Warmup, threshold: o.Threshold, period: o.Period, memory: o.Memory,
+		rounds: o.Rounds, memPhase: o.MemoryPhase}
 	bc := benchConfig{rounds: o.Rounds, steps: o.Steps, sweepPhase: o.SweepPhase, overhead: o.Overhead,
 		out: o.Out, trace: o.Trace}
 	vc := variantConfig{rounds: o.VariantRounds, phase: o.VariantPhase, steps: o.PathSteps,
@@ -133,6 +144,9 @@ func (o Options) configs() (scenarioConfig, demoConfig, benchConfig, variantConf
 			return fail(fmt.Errorf("-sweep: %q is not a threshold in (0, 1]", f))
 		}
 		bc.sweep = append(bc.sweep, v)
+	}
+	if o.Rounds < 0 || o.MemoryPhase < 0 || (o.Rounds > 0 && o.Phase <= 0) {
+		return fail(errors.New("-rounds and -memory-phase must be ≥ 0, -phase > 0"))
 	}
 	if sc.batchPods < 1 || sc.batchPods > 100 || sc.threads < 1 || sc.rate <= 0 || sc.workers < 1 || sc.rounds < 1 {
 		return fail(errors.New("-batch-pods (1..100), -threads, -rate, -conns and -work must be positive"))

@@ -288,9 +288,18 @@ const (
 	estAgentCycle    = 1500 * time.Millisecond // agent start, health, stop
 	estScenarioSetUp = 2 * time.Second         // cgroups, manifests, LS server
 	estReactionStep  = 14 * time.Second        // ≥ 2 s idle until the limit restores, 1.5 s busy
-	estMemoryPart    = 90 * time.Second        // the memory-pressure phases
+	estMemoryFixed   = 20 * time.Second        // the memory phases beside their measured time (43 s with 8 s phases)
 	estStability     = 5 * time.Second         // the batch-cpu replay
 )
+
+// estMemory is how long the memory-pressure phases take with phases of length phase
+// (0: the memory scenario's own).
+func estMemory(phase time.Duration) time.Duration {
+	if phase <= 0 {
+		phase = defaultMemoryConfig().Phase
+	}
+	return estMemoryFixed + 3*phase
+}
 
 // estimateDuration is how long `colo bench` will take with these settings, roughly.
 func estimateDuration(dc demoConfig, bc benchConfig, vc variantConfig) time.Duration {
@@ -298,7 +307,7 @@ func estimateDuration(dc demoConfig, bc benchConfig, vc variantConfig) time.Dura
 	if bc.rounds > 0 || bc.steps > 0 || len(bc.sweep) > 0 {
 		d += estScenarioSetUp
 	}
-	d += time.Duration(bc.rounds) * (4*dc.phase + 2*(dc.warmup+estAgentCycle))
+	d += time.Duration(bc.rounds) * estRound(dc)
 	if bc.steps > 0 {
 		d += estAgentCycle + time.Duration(bc.steps)*estReactionStep
 	}
@@ -307,7 +316,7 @@ func estimateDuration(dc demoConfig, bc benchConfig, vc variantConfig) time.Dura
 		d += estScenarioSetUp + estAgentCycle + dc.warmup + bc.overhead
 	}
 	if dc.memory {
-		d += estMemoryPart
+		d += estMemory(dc.memPhase)
 	}
 	if bc.trace != "" {
 		d += estStability

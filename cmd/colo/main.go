@@ -53,6 +53,9 @@ func run(ctx context.Context, args []string) error {
 	o := colo.DefaultOptions(self)
 	switch args[0] {
 	case "demo", "bench":
+		if args[0] == "demo" {
+			o = colo.DemoOptions(self)
+		}
 		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 		fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "cgroup filesystem mount")
 		fs.StringVar(&o.Koordlet, "koordlet", o.Koordlet, "koordlet binary")
@@ -64,15 +67,16 @@ func run(ctx context.Context, args []string) error {
 		fs.StringVar(&o.LSCPU, "ls-cpu", o.LSCPU, "LS pod CPU request")
 		fs.BoolVar(&o.AgentPprof, "agent-pprof", o.AgentPprof, "start the agent with -pprof (profiling)")
 		fs.StringVar(&o.TierParent, "tier-parent", o.TierParent, "where the agent creates its batch tier: kubepods or besteffort")
-		fs.DurationVar(&o.Phase, "phase", o.Phase, "length of each measured phase")
+		fs.DurationVar(&o.Phase, "phase", o.Phase, "length of each measured CPU phase")
+		fs.IntVar(&o.Rounds, "rounds", o.Rounds, "paired rounds of the four CPU phases (demo: their order rotated every round)")
+		fs.DurationVar(&o.MemoryPhase, "memory-phase", o.MemoryPhase, "length of each memory phase (0: 15s)")
 		fs.BoolVar(&o.Memory, "memory", o.Memory, fmt.Sprintf(
 			"also run the memory-pressure phases (a %d MiB node: LS alone, batch without and with the agent)",
 			colo.MemoryNodeMiB()))
-		fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "agent warm-up before measuring")
+		fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "agent warm-up (and batch's, without the agent) before measuring")
 		fs.Float64Var(&o.Threshold, "threshold", o.Threshold, "policy threshold for the agent phases")
 		fs.DurationVar(&o.Period, "period", o.Period, "agent control period")
 		fs.DurationVar(&o.CFSPeriod, "cfs-period", o.CFSPeriod, "agent CFS bandwidth period (0: the agent's default)")
-		fs.IntVar(&o.Rounds, "rounds", o.Rounds, "bench: paired rounds of the four phases")
 		fs.IntVar(&o.Steps, "steps", o.Steps, "bench: LS load steps for the reaction time")
 		fs.StringVar(&o.Sweep, "sweep", o.Sweep, "bench: thresholds for the trade-off curve (empty: none)")
 		fs.DurationVar(&o.SweepPhase, "sweep-phase", o.SweepPhase, "bench: length of each sweep point")
