@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/koordlet/gpu"
@@ -71,13 +73,7 @@ func TestAgentMPSWiring(t *testing.T) {
 		t.Fatalf("MPS setup = %+v", setup)
 	}
 	stop := m.run(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for !m.daemon.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("the daemon's watch never found the daemon")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "the daemon's watch to find the daemon", m.daemon.Ready)
 	stop()
 	if m.daemon.Ready() {
 		t.Fatal("ready after the watch stopped")

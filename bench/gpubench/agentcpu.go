@@ -145,7 +145,7 @@ const agentCPUIncluded = "user+system CPU of one koordlet agent process (/proc/<
 	"after a warm-up: the control loop every 100 ms over 110 static pods with real cgroups (kubelet's cgroupfs " +
 	"layout under a private cgroup root), the static pod source, the evictor, the HTTP server (not scraped), and " +
 	"the GPU loop with the agent's GPU defaults: the NVML collector over go-nvml's 8-GPU dgxa100 mock, PID " +
-	"attribution through the real /proc, the throttle, and the freezer duty cycle of the shared GPUs' batch pods " +
+	"attribution through the real /proc, the throttle, and the on/off freeze of the shared GPUs' batch pods " +
 	"on real cgroups. The pods' processes sleep (no CPU load to react to, unlike bench-colo's overhead run). " +
 	"The mock answers each NVML call in well under a microsecond; a real driver's calls (ioctls) cost more and " +
 	"are not in this figure. gpu_off is the same agent over the same node with GPU features off."

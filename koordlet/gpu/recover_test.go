@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/internal/testenv"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
@@ -146,13 +148,9 @@ func TestRunSurvivesPanics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.StepPanics() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d panicking steps in 10 s: the loop stopped", m.StepPanics())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "three panicking steps (the loop must go on)", func() bool {
+		return m.StepPanics() >= 3
+	})
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)

@@ -2,7 +2,6 @@ package podsource
 
 import (
 	"bytes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -187,28 +188,21 @@ func TestEventSinkRecordsNormalEvents(t *testing.T) {
 	// The broadcaster records in order: once this last event is there, every event
 	// before it has been recorded or dropped.
 	sink.Normal(pod, "Sentinel", "last")
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		list, err := client.CoreV1().Events("").List(t.Context(), metav1.ListOptions{})
-		if err != nil {
+	var list *corev1.EventList
+	testenv.WaitFor(t, waitTimeout, "the sentinel event", func() bool {
+		var err error
+		if list, err = client.CoreV1().Events("").List(t.Context(), metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(list.Items, func(e corev1.Event) bool { return e.Reason == "Sentinel" }) {
-			if time.Now().After(deadline) {
-				t.Fatalf("events %+v; the sentinel never came", list.Items)
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+		return slices.ContainsFunc(list.Items, func(e corev1.Event) bool { return e.Reason == "Sentinel" })
+	})
+	var mps []corev1.Event
+	for _, e := range list.Items {
+		if e.Reason != "Sentinel" {
+			mps = append(mps, e)
 		}
-		var mps []corev1.Event
-		for _, e := range list.Items {
-			if e.Reason != "Sentinel" {
-				mps = append(mps, e)
-			}
-		}
-		if len(mps) != 1 || mps[0].Type != corev1.EventTypeNormal || mps[0].Reason != "MPSClient" || mps[0].Count != 1 {
-			t.Fatalf("events %+v; want one Normal MPSClient (repeats suppressed, nil pod ignored)", mps)
-		}
-		return
+	}
+	if len(mps) != 1 || mps[0].Type != corev1.EventTypeNormal || mps[0].Reason != "MPSClient" || mps[0].Count != 1 {
+		t.Fatalf("events %+v; want one Normal MPSClient (repeats suppressed, nil pod ignored)", mps)
 	}
 }
