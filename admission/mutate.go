@@ -102,16 +102,29 @@ func NewMutator(profiles Profiles, cluster Cluster) (*Mutator, error) {
 func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (Result, error) {
 	var res Result
 	out := pod.DeepCopy()
+	renamed, err := renameKoordinatorResources(out)
+	if err != nil {
+		return res, err
+	}
+	if renamed {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("understory: %s and %s renamed to %s and %s (Koordinator's "+
+			"names; nodes publish Understory's)", contract.ResourceKoordinatorBatchCPU, contract.ResourceKoordinatorBatchMemory,
+			contract.ResourceBatchCPU, contract.ResourceBatchMemory))
+	}
+	// The containers as renamed: what a batch pod keeps when its cpu/memory cannot move.
+	renamedInit, renamedMain := out.DeepCopy().Spec.InitContainers, out.DeepCopy().Spec.Containers
 	if v, ok := pod.Annotations[contract.AnnotationQOSClass]; ok {
 		c, err := qos.ParseClass(v)
 		if err != nil {
 			// The ValidatingAdmissionPolicy rejects the pod; do not guess here.
 			res.Problems = append(res.Problems, ProblemInvalidClass)
+			res.Patch = diffPatch(pod, out)
 			return res, nil
 		}
 		res.Class = c
 	} else if m.profiles.Len() > 0 {
 		if !m.applyProfile(ctx, namespace, out, &res) {
+			res.Patch = diffPatch(pod, out) // applyProfile changed nothing
 			return res, nil
 		}
 	}
@@ -125,7 +138,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 				"treats it as batch): "+err.Error())
 			// The profile's annotations, labels and priority still apply; moveToBatch
 			// writes the original-resources annotation only after every container moved.
-			out.Spec.Containers, out.Spec.InitContainers = pod.Spec.Containers, pod.Spec.InitContainers
+			out.Spec.Containers, out.Spec.InitContainers = renamedMain, renamedInit
 		}
 	}
 	res.Patch = diffPatch(pod, out)

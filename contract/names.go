@@ -10,6 +10,14 @@ const (
 	ResourceBatchCPU = "understory.io/batch-cpu"
 	// ResourceBatchMemory is reclaimable batch memory in bytes, like ResourceBatchCPU.
 	ResourceBatchMemory = "understory.io/batch-memory"
+	// ResourceKoordinatorBatchCPU and ResourceKoordinatorBatchMemory are Koordinator's
+	// names for the same resources, in the same units (millicores, bytes): aliases that
+	// pods written for Koordinator ask for. The admission webhook renames them to
+	// ResourceBatchCPU and ResourceBatchMemory; the agent and the extender read them
+	// where a pod still has them (BatchResourceName). Nodes publish only Understory's
+	// names.
+	ResourceKoordinatorBatchCPU    = "kubernetes.io/batch-cpu"
+	ResourceKoordinatorBatchMemory = "kubernetes.io/batch-memory"
 	// ResourceGPUMilli is a share of one GPU, 1..MilliPerGPU: the agent publishes it on
 	// GPU nodes, the extender places it and writes AnnotationGPUDevices, the agent's NRI
 	// plugin gives the container those devices.
@@ -28,3 +36,28 @@ const (
 	// admission webhook and read by the agent (qos.Classify).
 	AnnotationQOSClass = "understory.io/qos-class"
 )
+
+// BatchResourceName returns the batch resource a resource name stands for: name itself
+// for ResourceBatchCPU and ResourceBatchMemory, Understory's name for Koordinator's
+// aliases; ok is false for any other name.
+func BatchResourceName(name string) (canonical string, ok bool) {
+	switch name {
+	case ResourceBatchCPU, ResourceKoordinatorBatchCPU:
+		return ResourceBatchCPU, true
+	case ResourceBatchMemory, ResourceKoordinatorBatchMemory:
+		return ResourceBatchMemory, true
+	}
+	return "", false
+}
+
+// KoordinatorAlias returns Koordinator's alias of a batch resource name ("" for any
+// other name).
+func KoordinatorAlias(name string) string {
+	switch name {
+	case ResourceBatchCPU:
+		return ResourceKoordinatorBatchCPU
+	case ResourceBatchMemory:
+		return ResourceKoordinatorBatchMemory
+	}
+	return ""
+}

@@ -89,9 +89,16 @@ const (
 	TierParentBestEffort = "besteffort"
 )
 
-var tierParents = map[string]cgroups.KubeQOS{
-	TierParentKubepods:   cgroups.QOSGuaranteed, // kubelet's Guaranteed pods live directly in kubepods
-	TierParentBestEffort: cgroups.QOSBestEffort,
+// tierParentQOS is the kubelet QoS cgroup the tier's parent names: kubepods is where
+// kubelet's Guaranteed pods live. ok is false for any other parent.
+func tierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
+	switch parent {
+	case TierParentKubepods:
+		return cgroups.QOSGuaranteed, true
+	case TierParentBestEffort:
+		return cgroups.QOSBestEffort, true
+	}
+	return 0, false
 }
 
 // Defaults of the configuration.
@@ -187,7 +194,7 @@ func (c Config) Validate() error {
 			return bad("kubeletCgroupRoot", "%q is not a safe cgroup path", c.KubeletCgroupRoot)
 		}
 	}
-	q, ok := tierParents[c.TierParent]
+	q, ok := tierParentQOS(c.TierParent)
 	if !ok {
 		return bad("tierParent", "%q must be %q or %q", c.TierParent, TierParentKubepods, TierParentBestEffort)
 	}

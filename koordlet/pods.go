@@ -131,7 +131,7 @@ func newLayout(cfg Config) (layout, error) {
 // TierCgroup is the batch tier's cgroup for kubelet's --cgroup-root and driver, in
 // parent (TierParentKubepods or TierParentBestEffort).
 func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, error) {
-	q, ok := tierParents[parent]
+	q, ok := tierParentQOS(parent)
 	if !ok {
 		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalidConfig)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/understory/understory/contract"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/understory/understory/cgroups"
@@ -58,14 +59,10 @@ func specOf(pod *corev1.Pod, kq cgroups.KubeQOS) podSpec {
 		memRequest: float64(reqs.Memory().Value()),
 		kubelet:    kubeletCgroup{shares: minShares, quota: cgroups.Unlimited, memoryLimit: -1},
 	}
-	if q, ok := limits[contract.ResourceBatchCPU]; ok {
+	if q, ok := batchQuantity(limits, reqs, contract.ResourceBatchCPU); ok {
 		s.batchCPU = float64(q.Value()) / 1000 // the resource counts millicores
-	} else if q, ok := reqs[contract.ResourceBatchCPU]; ok {
-		s.batchCPU = float64(q.Value()) / 1000
 	}
-	if q, ok := limits[contract.ResourceBatchMemory]; ok {
-		s.batchMemory = q.Value()
-	} else if q, ok := reqs[contract.ResourceBatchMemory]; ok {
+	if q, ok := batchQuantity(limits, reqs, contract.ResourceBatchMemory); ok {
 		s.batchMemory = q.Value()
 	}
 	if pod.Spec.Priority != nil {
@@ -132,4 +129,18 @@ func containerIDs(pod *corev1.Pod) map[string]string {
 		}
 	}
 	return out
+}
+
+// batchQuantity is a pod's limit of a batch resource, else its request; Understory's
+// name first, then Koordinator's alias (a pod the admission webhook did not rename).
+func batchQuantity(limits, reqs corev1.ResourceList, name string) (resource.Quantity, bool) {
+	for _, n := range []corev1.ResourceName{corev1.ResourceName(name), corev1.ResourceName(contract.KoordinatorAlias(name))} {
+		if q, ok := limits[n]; ok {
+			return q, true
+		}
+		if q, ok := reqs[n]; ok {
+			return q, true
+		}
+	}
+	return resource.Quantity{}, false
 }

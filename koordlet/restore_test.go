@@ -100,6 +100,12 @@ func TestKubeletCgroupOfSpec(t *testing.T) {
 	if s := specOf(p, cgroups.QOSBestEffort); s.batchCPU != 1.5 || s.batchMemory != 2<<30 {
 		t.Fatalf("batch limits = %v cores, %v bytes; want 1.5, 2Gi", s.batchCPU, s.batchMemory)
 	}
+	// Koordinator's names for them, on a pod the webhook did not rename.
+	k := pod(corev1.ResourceList{"kubernetes.io/batch-cpu": resource.MustParse("500"), "kubernetes.io/batch-memory": resource.MustParse("1Gi")},
+		corev1.ResourceList{"kubernetes.io/batch-cpu": resource.MustParse("500"), "kubernetes.io/batch-memory": resource.MustParse("1Gi")})
+	if s := specOf(k, cgroups.QOSBestEffort); s.batchCPU != 0.5 || s.batchMemory != 1<<30 {
+		t.Fatalf("Koordinator's batch limits = %v cores, %v bytes; want 0.5, 1Gi", s.batchCPU, s.batchMemory)
+	}
 }
 
 // An agent restarted while the pod source has not synced finds the in-place batch pods

@@ -117,7 +117,8 @@ func classSources() [3]classSource {
 //  2. label koordinator.sh/qosClass, then the annotation of the same name
 //     (LSE, LSR, LS, SYSTEM -> LS; BE -> batch);
 //  3. a pod that asks for understory.io/batch-cpu or understory.io/batch-memory
-//     (requests or limits of any container) is batch: it was made a consumer of
+//     (or Koordinator's kubernetes.io/batch-cpu, kubernetes.io/batch-memory;
+//     requests or limits of any container) is batch: it was made a consumer of
 //     the node's batch resources (by the admission webhook or by hand);
 //  4. the Kubernetes QoS class ([KubeQOSClass]): Guaranteed and Burstable ->
 //     LS, BestEffort -> BE.
@@ -151,17 +152,17 @@ func Classify(pod *corev1.Pod) (Class, error) {
 
 // RequestsBatchResources reports whether any container (init containers
 // included) requests or limits understory.io/batch-cpu or
-// understory.io/batch-memory.
+// understory.io/batch-memory, or Koordinator's names for them
+// (kubernetes.io/batch-cpu, kubernetes.io/batch-memory).
 func RequestsBatchResources(pod *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
 			r := &cs[i].Resources
 			for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
-				if _, ok := l[contract.ResourceBatchCPU]; ok {
-					return true
-				}
-				if _, ok := l[contract.ResourceBatchMemory]; ok {
-					return true
+				for name := range l {
+					if _, ok := contract.BatchResourceName(string(name)); ok {
+						return true
+					}
 				}
 			}
 		}

@@ -158,6 +158,10 @@ func resourceSum(what string, req, lim corev1.ResourceList) (podSum, error) {
 		{contract.ResourceBatchCPU, &s.batchCPU}, {contract.ResourceBatchMemory, &s.batchMem},
 	} {
 		q, ok := get(f.name)
+		if alias := corev1.ResourceName(contract.KoordinatorAlias(string(f.name))); !ok && alias != "" {
+			// Koordinator's name for it, on a pod the admission webhook did not rename.
+			q, ok = get(alias)
+		}
 		if !ok {
 			continue
 		}

@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/contract"
 
 	"github.com/prometheus/common/expfmt"
@@ -187,7 +188,16 @@ type memoryPhase struct {
 	KubepodsMiB  float64 `json:"kubepods_mib"`
 	BatchLimMiB  float64 `json:"batch_pod_limits_mib,omitempty"`
 	TierLimitMiB float64 `json:"tier_limit_mib,omitempty"`
+	// KdamondMs is the CPU time (ms) the kernel's DAMON threads (kdamond.*) ran during the
+	// phase, -1 when unreadable; KdamondThreads how many there are (0: DAMON is off).
+	// Their memory sampling runs in no cgroup, grows with the memory in use, and under a
+	// non-preemptible kernel delays whatever waits for that CPU, LS included.
+	KdamondMs      float64 `json:"kdamond_cpu_ms"`
+	KdamondThreads int     `json:"kdamond_threads"`
 }
+
+// kdamondPrefix names the kernel's DAMON worker threads (kdamond.0, ...).
+const kdamondPrefix = "kdamond."
 
 // memoryResult is the memory scenario's part of bench/out/colo.json.
 type memoryResult struct {
@@ -769,6 +779,7 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 		}
 	}
 	cpu0 := m.batchCPU(batchCgs)
+	kd0, _, kdErr0 := proc.ReadThreadsCPU("/proc", kdamondPrefix)
 	gen := newOpenLoop("http://"+m.lsAddr+"/work", m.cfg.Rate, m.cfg.Conns)
 	res, err := gen.run(ctx, m.cfg.Phase)
 	stop()
@@ -777,6 +788,11 @@ func (m *memRun) measure(ctx context.Context, name string, batchCgs []string) (m
 		return memoryPhase{}, err
 	}
 	cpu1 := m.batchCPU(batchCgs)
+	kd1, kdN, kdErr1 := proc.ReadThreadsCPU("/proc", kdamondPrefix)
+	r.KdamondMs, r.KdamondThreads = float64(kd1-kd0)/float64(time.Millisecond), kdN
+	if kdErr0 != nil || kdErr1 != nil {
+		r.KdamondMs = -1
+	}
 	psi1, err := m.mh.pressure(m.lsCg)
 	if err != nil {
 		return memoryPhase{}, err
@@ -1055,4 +1071,26 @@ func printMemoryTable(w func(string, ...any), r memoryResult) {
 		}
 		w("agent phase: batch pod memory limits %s, tier limit %s, evictions %s\n", lim, tier, ev)
 	}
+	printKdamond(w, r.Phases)
+}
+
+// printKdamond prints what the kernel's DAMON threads ran in each phase, when the
+// machine runs DAMON: its sampling stalls LS in proportion to the memory in use, with or
+// without the agent (docs/benchmarks.md, "Memory protection").
+func printKdamond(w func(string, ...any), phases []memoryPhase) {
+	var parts []string
+	on := false
+	for _, p := range phases {
+		on = on || p.KdamondThreads > 0
+		v := "unreadable"
+		if p.KdamondMs >= 0 {
+			v = fmt.Sprintf("%.0f ms", p.KdamondMs)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", p.Name, v))
+	}
+	if !on {
+		return
+	}
+	w("the kernel's DAMON (kdamond) ran: %s; its memory sampling, charged to no cgroup, delays LS\n", strings.Join(parts, ", "))
+	w("  by more the more memory is in use, whoever uses it (docs/benchmarks.md, memory protection)\n")
 }

@@ -199,6 +199,33 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("Koordinator's batch resources are renamed, in any namespace", func(t *testing.T) {
+		p := controlplane.NewPod("adm-ls-allowed", "koord-batch", corev1.ResourceList{
+			contract.ResourceKoordinatorBatchCPU: resource.MustParse("1500"), contract.ResourceKoordinatorBatchMemory: resource.MustParse("1Gi")})
+		p.Labels = map[string]string{qos.LabelKoordinatorQOS: "BE"}
+		p.Spec.Containers[0].Resources.Limits = p.Spec.Containers[0].Resources.Requests.DeepCopy()
+		got, err := create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := got.Spec.Containers[0].Resources
+		for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+			if !qEq(l[contract.ResourceBatchCPU], "1500") || !qEq(l[contract.ResourceBatchMemory], "1Gi") {
+				t.Errorf("resources %v: want batch-cpu 1500 and batch-memory 1Gi under Understory's names", r)
+			}
+			if _, ok := l[contract.ResourceKoordinatorBatchCPU]; ok {
+				t.Errorf("resources %v: Koordinator's name left", r)
+			}
+		}
+		// Both names of one resource: refused, with the container named.
+		both := controlplane.NewPod("adm-ls-allowed", "koord-both", corev1.ResourceList{
+			contract.ResourceKoordinatorBatchCPU: resource.MustParse("100"), contract.ResourceBatchCPU: resource.MustParse("100")})
+		both.Spec.Containers[0].Resources.Limits = both.Spec.Containers[0].Resources.Requests.DeepCopy()
+		if _, err := create(both); err == nil || !strings.Contains(err.Error(), "Koordinator alias") {
+			t.Errorf("a pod with both names: err %v, want a refusal naming the alias", err)
+		}
+	})
+
 	t.Run("profile namespace: class, PriorityClass and priority", func(t *testing.T) {
 		p := controlplane.NewPod("adm-profile", "profiled", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")})
 		got, err := create(p)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/understory/understory/koordlet/collect"
@@ -93,4 +94,55 @@ func ParseRSS(b []byte) (rss, peak uint64, err error) {
 		return 0, 0, fmt.Errorf("no VmRSS: %w", ErrMalformed)
 	}
 	return rss, peak, nil
+}
+
+// ReadThreadsCPU returns the on-CPU time, summed, of the processes under procRoot whose
+// command name (<pid>/comm) begins with prefix, and how many there are: kernel threads
+// such as the kernel's DAMON workers ("kdamond"), whose work is charged to no cgroup.
+// It reads <pid>/schedstat (nanoseconds). A process that exits during the walk is
+// skipped; a malformed schedstat is an error.
+func ReadThreadsCPU(procRoot, prefix string) (time.Duration, int, error) {
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return 0, 0, err
+	}
+	var sum time.Duration
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "comm"))
+		if err != nil || !strings.HasPrefix(string(comm), prefix) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "schedstat"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue
+			}
+			return 0, 0, err
+		}
+		d, err := ParseSchedstat(b)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s/%s/schedstat: %w", procRoot, e.Name(), err)
+		}
+		sum += d
+		n++
+	}
+	return sum, n, nil
+}
+
+// ParseSchedstat parses /proc/<pid>/schedstat: its first field, the time spent on a CPU
+// (nanoseconds).
+func ParseSchedstat(b []byte) (time.Duration, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0, fmt.Errorf("empty: %w", ErrMalformed)
+	}
+	ns, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil || ns > 1<<62 {
+		return 0, fmt.Errorf("run time %q: %w", f[0], ErrMalformed)
+	}
+	return time.Duration(ns), nil
 }

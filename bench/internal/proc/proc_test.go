@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -69,4 +70,88 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil error without rss")
 		}
 	})
+}
+
+func TestParseSchedstat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"three fields", "1500000 200 7\n", 1500 * time.Microsecond, false},
+		{"one field", "42", 42, false},
+		{"empty", "", 0, true},
+		{"not a number", "x 1 2", 0, true},
+		{"negative", "-5 1 2", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseSchedstat([]byte(tc.in))
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("ParseSchedstat = %v, %v; want %v (error %v)", got, err, tc.want, tc.err)
+			}
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func FuzzParseSchedstat(f *testing.F) {
+	for _, s := range []string{"1500000 200 7\n", "", "x", "18446744073709551615 0 0"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := ParseSchedstat(b)
+		if err != nil && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("error %v does not wrap ErrMalformed", err)
+		}
+		if d < 0 {
+			t.Fatalf("negative run time %v", d)
+		}
+	})
+}
+
+// ReadThreadsCPU sums the matching processes of a fake /proc and skips the others.
+func TestReadThreadsCPU(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for pid, p := range map[string][2]string{
+		"77":  {"kdamond.0\n", "2000000 5 6\n"},
+		"78":  {"kdamond.1\n", "1000000 5 6\n"},
+		"100": {"bash\n", "9000000 1 1\n"},
+		"101": {"kdamond.2\n", ""}, // exited between comm and schedstat
+	} {
+		dir := filepath.Join(root, pid)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "comm"), []byte(p[0]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if p[1] != "" {
+			if err := os.WriteFile(filepath.Join(dir, "schedstat"), []byte(p[1]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "sys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, n, err := ReadThreadsCPU(root, "kdamond")
+	if err != nil || n != 2 || got != 3*time.Millisecond {
+		t.Fatalf("ReadThreadsCPU = %v, %d, %v; want 3ms over 2", got, n, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "78", "schedstat"), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadThreadsCPU(root, "kdamond"); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("malformed schedstat: %v", err)
+	}
+	if _, _, err := ReadThreadsCPU(filepath.Join(root, "none"), "kdamond"); err == nil {
+		t.Fatal("a missing proc root is not an error")
+	}
 }
