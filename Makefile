@@ -5,10 +5,11 @@ BIN := bin
 export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks calls deprecated that it still wraps; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-# The images' tag (`make images`): git describe, else 0.0.0-dev. The manifests name
-# understory/<name>:$(VERSION) (README, "Images"). Set once, so a build sees one value.
+# The images' tag (`make images`): the file VERSION, the one version source; the
+# manifests name understory/<name>:<the same> (a test keeps them equal; README,
+# "Images"). `make images VERSION=v1.2.0` overrides it for one build.
 ifeq ($(origin VERSION),undefined)
-VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
+VERSION := $(shell cat VERSION)
 endif
 
 .PHONY: all build demo test vet tracefs k8s-bins fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean

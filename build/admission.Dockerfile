@@ -1,5 +1,5 @@
 # The admission webhook (pure Go, static), for users who build with Docker:
-#   docker build -f build/admission.Dockerfile -t understory/admission:$(git describe --tags --always --dirty) .
+#   docker build -f build/admission.Dockerfile -t understory/admission:$(cat VERSION) .
 # The same image as `make images` writes to bin/images/admission.tar (images/,
 # cmd/mkimage): /admission as the numeric non-root user 65532.
 ARG GO_VERSION=1.26.8

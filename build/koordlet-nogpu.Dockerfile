@@ -1,5 +1,5 @@
 # The node agent in pure Go (static, GPU features off), for users who build with Docker:
-#   docker build -f build/koordlet-nogpu.Dockerfile -t understory/koordlet-nogpu:$(git describe --tags --always --dirty) .
+#   docker build -f build/koordlet-nogpu.Dockerfile -t understory/koordlet-nogpu:$(cat VERSION) .
 # The same image as `make images` writes to bin/images/koordlet-nogpu.tar (images/,
 # cmd/mkimage): /koordlet-nogpu as root (it writes cgroup files), no libc.
 ARG GO_VERSION=1.26.8

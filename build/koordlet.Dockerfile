@@ -1,5 +1,5 @@
 # The node agent built with cgo (NVML), for users who build with Docker:
-#   docker build -f build/koordlet.Dockerfile -t understory/koordlet:$(git describe --tags --always --dirty) .
+#   docker build -f build/koordlet.Dockerfile -t understory/koordlet:$(cat VERSION) .
 # The same image as `make images` writes to bin/images/koordlet.tar (images/, cmd/mkimage):
 # /koordlet as root (it writes cgroup files), glibc from Debian 12. libnvidia-ml.so.1 is not
 # in the image: the node provides it (NVIDIA Container Toolkit), or GPU features stay off.

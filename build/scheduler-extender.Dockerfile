@@ -1,5 +1,5 @@
 # The kube-scheduler extender (pure Go, static), for users who build with Docker:
-#   docker build -f build/scheduler-extender.Dockerfile -t understory/scheduler-extender:$(git describe --tags --always --dirty) .
+#   docker build -f build/scheduler-extender.Dockerfile -t understory/scheduler-extender:$(cat VERSION) .
 # The same image as `make images` writes to bin/images/scheduler-extender.tar (images/,
 # cmd/mkimage): /scheduler-extender as the numeric non-root user 65532.
 ARG GO_VERSION=1.26.8

@@ -22,7 +22,7 @@
 //     layer digests, image ID and tarball bytes (a test checks it). Hard links are
 //     not kept: each name is its own copy.
 //   - Never `:latest`: Build refuses a reference without an explicit tag, and the
-//     tag "latest". Manifests name images by the version (the Makefile's VERSION).
+//     tag "latest". Manifests name images by the version (the repository's VERSION file).
 //   - The tarball has no manifest of its own (the Docker format keeps the config and
 //     layers; importers write the manifest), so what must survive is in the config:
 //     the OCI labels (org.opencontainers.image.version, title, description), the

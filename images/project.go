@@ -83,7 +83,7 @@ func ComponentNamed(name string) (Component, bool) {
 
 // ProjectOptions say where a project image's parts come from.
 type ProjectOptions struct {
-	// Version is the tag (the Makefile's VERSION).
+	// Version is the tag (the repository's VERSION file, which the manifests name).
 	Version string
 	// BinDir holds the built binaries (`make build`: bin/).
 	BinDir string

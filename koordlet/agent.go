@@ -74,6 +74,7 @@ type Agent struct {
 	log        *slog.Logger
 	source     podLister
 	events     eventRecorder
+	batchEv    *batchEvents
 	metrics    *metrics.Agent
 	escMetrics *metrics.Escalation
 	hier       *cgroups.Hierarchy
@@ -172,7 +173,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		events = logEvents{log: log}
 	}
 	a := &Agent{
-		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, escMetrics: em, hier: hier, layout: lay,
+		cfg: cfg, log: log, source: deps.Pods, events: events, batchEv: newBatchEvents(events), metrics: m, escMetrics: em, hier: hier, layout: lay,
 		batchSink: deps.BatchResources,
 		evictor: evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
 			Events: events, Metrics: em, Logger: log}),
@@ -414,7 +415,8 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	if !a.sampler.statsDue(now) {
 		return
 	}
-	a.sampler.readThrottling(a.act.tier, a.sorted)
+	ts := a.sampler.readThrottling(a.act.tier, a.sorted)
+	a.batchEv.throttled(a.sorted, ts, a.act.tierCPU.Cores, a.ctl.last.Applied, statsInterval, now)
 	if a.act.tier != nil {
 		if psi, err := a.act.tier.Pressure(); err == nil {
 			m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)

@@ -85,6 +85,25 @@ func (f *fakeEvents) Warn(pod *corev1.Pod, reason, message string) {
 	f.msgs = append(f.msgs, pod.Name+": "+reason+": "+message)
 }
 
+// has reports whether an event starts with prefix ("pod: reason: message").
+func (f *fakeEvents) has(prefix string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.msgs {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// all returns a copy of the events recorded.
+func (f *fakeEvents) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.msgs...)
+}
+
 func testPod(name string, uid types.UID, ann map[string]string, cpuReq string) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: uid, Annotations: ann},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}

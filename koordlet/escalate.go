@@ -42,6 +42,7 @@ func (a *Agent) escalate(b qos.Budget, hasBatch bool, now time.Time) {
 	if d.Froze {
 		a.escMetrics.Freezes.WithLabelValues(qos.EscalationReasonCPUContention).Inc()
 		a.log.Info("LS leaves batch nothing; freezing batch", "starved_for", d.StarvedFor.Duration)
+		a.batchEv.frozen(a.sorted, d, b, now)
 	}
 	if d.Thawed {
 		a.log.Info("LS left room again; thawing batch")

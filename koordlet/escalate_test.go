@@ -51,6 +51,12 @@ func TestAgentFreezesAndThawsBatch(t *testing.T) {
 	if v := testutil.ToFloat64(r.agent.escMetrics.Freezes.WithLabelValues(qos.EscalationReasonCPUContention)); v != 1 {
 		t.Fatalf("freezes counted %v, want 1", v)
 	}
+	// Each batch pod was told, with the numbers (kubectl describe shows it).
+	for _, name := range []string{"batch-inplace", "batch-tier"} {
+		if !r.events.has(name + ": " + EventBatchFrozen + ": frozen by the node agent: LS (") {
+			t.Errorf("no %s event on %s; events: %q", EventBatchFrozen, name, r.events.all())
+		}
+	}
 	calm := map[string]float64{r.lsCg: 0.3, r.inPlace: 0, r.inTier: 0}
 	for range 70 {
 		r.step(0.4, calm)

@@ -73,9 +73,10 @@ type sampler struct {
 	podBuf                     []qos.PodSample
 	mem                        memoryReader
 	// lastStats is when throttling and pressure were last read; tierStats the tier's
-	// last CPU statistics.
-	lastStats time.Time
-	tierStats cpuStats
+	// last CPU statistics; throttleBuf is readThrottling's, reused.
+	lastStats   time.Time
+	tierStats   cpuStats
+	throttleBuf []throttling
 	// sourceErrors is the pod source's error count at the last period.
 	sourceErrors uint64
 }
@@ -305,30 +306,53 @@ func (s *sampler) statsDue(now time.Time) bool {
 	return true
 }
 
-// readThrottling adds the batch cgroups' throttling since the last read to the counters.
-func (s *sampler) readThrottling(tier *cgroups.Group, pods []*podState) {
-	s.addThrottling(&s.tierStats, tier)
+// readThrottling adds the batch cgroups' throttling since the last read to the counters
+// and returns it per group: the tier's first (st nil), then each in-place batch pod's.
+func (s *sampler) readThrottling(tier *cgroups.Group, pods []*podState) []throttling {
+	out := s.throttleBuf[:0]
+	if t, ok := s.addThrottling(&s.tierStats, tier); ok {
+		out = append(out, t)
+	}
 	for _, st := range pods {
 		if st.class == qos.ClassBatch && st.group != nil && !st.inTier {
-			s.addThrottling(&st.stats, st.group)
+			if t, ok := s.addThrottling(&st.stats, st.group); ok {
+				t.st = st
+				out = append(out, t)
+			}
 		}
 	}
+	s.throttleBuf = out
+	return out
 }
 
-// addThrottling counts what g was throttled since prev, the first read being the baseline.
-func (s *sampler) addThrottling(prev *cpuStats, g *cgroups.Group) {
+// throttling is what one batch group was throttled in between two reads: CFS periods
+// with runnable tasks and those it was throttled in. st is the in-place pod, nil for the
+// tier.
+type throttling struct {
+	st                 *podState
+	periods, throttled uint64
+}
+
+// addThrottling counts what g was throttled since prev, the first read being the
+// baseline; ok is false for that first read (or a failed one).
+func (s *sampler) addThrottling(prev *cpuStats, g *cgroups.Group) (throttling, bool) {
 	if g == nil {
-		return
+		return throttling{}, false
 	}
 	st, err := g.Stats()
 	if err != nil {
-		return
+		return throttling{}, false
 	}
-	if prev.valid && st.Throttled >= prev.Throttled && st.NrThrottled >= prev.NrThrottled {
+	var t throttling
+	ok := prev.valid && st.Throttled >= prev.Throttled && st.NrThrottled >= prev.NrThrottled &&
+		st.NrPeriods >= prev.NrPeriods
+	if ok {
 		s.metrics.BatchThrottled.Add((st.Throttled - prev.Throttled).Seconds())
 		s.metrics.BatchPeriods.Add(float64(st.NrThrottled - prev.NrThrottled))
+		t = throttling{periods: st.NrPeriods - prev.NrPeriods, throttled: st.NrThrottled - prev.NrThrottled}
 	}
 	*prev = cpuStats{CPUStats: st, valid: true}
+	return t, ok
 }
 
 // cpuStats is a cgroup's last read CPU statistics.

@@ -89,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer, epoch string) error {
 func project(args []string, stdout, stderr io.Writer, created time.Time) error {
 	fs := flag.NewFlagSet("mkimage project", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	version := fs.String("version", "", "image tag, e.g. the Makefile's VERSION (git describe); required")
+	version := fs.String("version", "", "image tag, e.g. the repository's VERSION file (the Makefile passes it); required")
 	binDir := fs.String("bin", "bin", "directory of the built binaries (make build)")
 	out := fs.String("out", "bin/images", "directory for <name>.tar and images.json")
 	libRoot := fs.String("lib-root", "/", "where a cgo binary's loader and libraries are copied from")

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/test/e2e/manifestcopy"
 )
 
 // The names the manifests give the pieces other tools (the real-node e2e,
@@ -404,4 +406,46 @@ func TestManifestsBuild(t *testing.T) {
 			t.Errorf("batch example annotations %v", ann)
 		}
 	})
+}
+
+// The repository's VERSION file is the one version source: `make images` tags the
+// images with it, and every kustomization that names an Understory image asks for that
+// tag, so a fresh clone installs what it builds (issue 22: the README's install pulled
+// images that `make images` had tagged otherwise).
+func TestManifestTagsAreVERSION(t *testing.T) {
+	t.Parallel()
+	v, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(v))
+	if version == "" || strings.ContainsAny(version, " \t\n:/@") || version == "latest" {
+		t.Fatalf("VERSION %q is not an image tag", version)
+	}
+	found := 0
+	err = filepath.WalkDir(manifestsDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
+			return err
+		}
+		tags, err := manifestcopy.ImageTags(path)
+		if err != nil {
+			return err
+		}
+		for name, tag := range tags {
+			if !strings.HasPrefix(name, "understory/") {
+				continue
+			}
+			found++
+			if tag != version {
+				t.Errorf("%s: %s has newTag %q; the VERSION file says %q (make images tags with it)", path, name, tag, version)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 4 {
+		t.Fatalf("found %d Understory image tags under %s; want at least the base's four", found, manifestsDir)
+	}
 }

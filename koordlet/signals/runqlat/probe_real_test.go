@@ -361,7 +361,15 @@ func TestProbeBatchAttribution(t *testing.T) {
 		return n
 	}
 
+	// A busy machine (other work on the victim's CPU) leaves the victim few wake-ups, and
+	// slow delays that other processes end rather than batch: measure the phase again,
+	// up to three times, until the victim ran as on a quiet machine (thousands of delays).
+	const quietDelays = 1000
 	d, events := phase("idle-burn")
+	for try := 1; try < 3 && d.Total() < quietDelays; try++ {
+		t.Logf("only %d delays: the machine was busy; measuring again", d.Total())
+		d, events = phase("idle-burn")
+	}
 	slow := slowOf(d)
 	if slow < 20 {
 		t.Fatalf("behind a SCHED_IDLE burner of more weight the victim had %d delays >= %v, want many",

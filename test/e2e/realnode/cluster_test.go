@@ -95,9 +95,10 @@ func builtImages(t *testing.T, repo string) (version string, tars []string) {
 	return version, tars
 }
 
-// copyManifests copies manifests/ into a temp dir (without certs/generated), writes
-// the certificates there with certs/generate.sh and tags the realnode overlay's
-// images with version, so the checkout stays untouched.
+// copyManifests copies manifests/ into a temp dir (without certs/generated) and writes
+// the certificates there with certs/generate.sh, so the checkout stays untouched. The
+// overlay is applied as it is, as the README says: its image tags must be the version
+// `make images` gave the images (the VERSION file); a mismatch fails the test.
 func copyManifests(t *testing.T, repo, version string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "manifests")
@@ -107,40 +108,22 @@ func copyManifests(t *testing.T, repo, version string) string {
 		}
 		t.Fatal(err)
 	}
-	setImageTags(t, filepath.Join(dst, realnodeOverlay, "kustomization.yaml"), version)
-	return dst
-}
-
-// setImageTags sets newTag of every entry of the kustomization's images: to version,
-// as `kustomize edit set image` would.
-func setImageTags(t *testing.T, path, version string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k map[string]any
-	if err := yaml.Unmarshal(data, &k); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	imgs, _ := k["images"].([]any)
-	if len(imgs) == 0 {
-		t.Fatalf("%s has no images: to tag", path)
-	}
-	for _, i := range imgs {
-		m, ok := i.(map[string]any)
-		if !ok {
-			t.Fatalf("%s: images entry %v", path, i)
+	for _, k := range []string{filepath.Join(dst, "base"), filepath.Join(dst, realnodeOverlay)} {
+		tags, err := manifestcopy.ImageTags(filepath.Join(k, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		m["newTag"] = version
+		if len(tags) == 0 {
+			t.Fatalf("%s/kustomization.yaml has no images:", k)
+		}
+		for name, tag := range tags {
+			if tag != version {
+				t.Fatalf("%s asks for %s:%s but the built images are %s: run `make images` (it tags them with the "+
+					"VERSION file, which the manifests must name)", k, name, tag, version)
+			}
+		}
 	}
-	out, err := yaml.Marshal(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return dst
 }
 
 // kustomizations lists every directory under root whose kustomization.yaml is a
