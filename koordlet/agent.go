@@ -188,7 +188,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 			func() (contract.MemoryMetrics, error) { return a.sampler.memory(a.sorted) },
 			func() *contract.BatchResources { return writtenBatch(a.batchSink) })
 	}
-	if err := a.act.setUpTier(cfg.Policy.MinBatchCPU); err != nil {
+	found, err := a.act.setUpTier(cfg.Policy.MinBatchCPU)
+	if err != nil {
 		return nil, err
 	}
 	// A crashed run may have left batch frozen: thaw first, then decide again.
@@ -206,6 +207,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, err
 	}
 	a.watch, a.ctl = watch, newController(cfg, guard, m)
+	if guard != nil {
+		// Continue from what a previous run left in force, not from the utilisation
+		// target: this run has not seen LS's harm yet.
+		guard.StartFrom(found)
+	}
 	a.status.Store(&Status{Node: cfg.NodeName, Layout: hier.Layout().String(), Tier: TierStatus{Cgroup: lay.tier},
 		Signals: a.watch.status(cutRecord{})})
 	return a, nil
@@ -322,7 +328,7 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 func (a *Agent) housekeep(s sample) {
 	if a.sampler.tierGone {
 		a.sampler.tierGone = false
-		if err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
+		if _, err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
 			a.log.Error("recreating the batch tier", "err", err)
 		}
 	}

@@ -305,26 +305,33 @@ func (x *actuator) planStatus() []qos.CPUEntry {
 
 // setUpTier creates the agent-owned tier with minimum weight and SCHED_IDLE, and bounds
 // it at min cores until the first period measured the node: a (re)starting agent never
-// unleashes batch.
-func (x *actuator) setUpTier(min float64) error {
+// unleashes batch. It returns the CFS limit the tier had before (cores; NaN for a new
+// tier, an unlimited one or an unreadable limit): what a previous run left in force.
+func (x *actuator) setUpTier(min float64) (float64, error) {
+	found := math.NaN()
+	if g, err := x.hier.Load(x.tierRel); err == nil {
+		if q, p, err := g.CPULimit(); err == nil && q >= 0 && p > 0 {
+			found = float64(q) / float64(p)
+		}
+	}
 	g, err := x.hier.Create(x.tierRel)
 	if err != nil {
-		return fmt.Errorf("creating batch tier %s: %w", x.tierRel, err)
+		return found, fmt.Errorf("creating batch tier %s: %w", x.tierRel, err)
 	}
 	// An idle group refuses weight writes (cgroups.ErrIdle): a tier a previous run left
 	// idle already has the weight idle groups get, so that is fine.
 	if err := g.SetCPUShares(minShares); err != nil && !errors.Is(err, cgroups.ErrIdle) {
-		return fmt.Errorf("setting tier weight: %w", err)
+		return found, fmt.Errorf("setting tier weight: %w", err)
 	}
 	if err := g.SetIdle(true); err != nil {
 		if !errors.Is(err, cgroups.ErrUnsupported) {
-			return fmt.Errorf("setting tier SCHED_IDLE: %w", err)
+			return found, fmt.Errorf("setting tier SCHED_IDLE: %w", err)
 		}
 		x.log.Warn("kernel has no cpu.idle; the batch tier relies on weight and quota only")
 	}
 	x.tier = g
 	if err := x.boundTier(min, time.Now()); err != nil {
-		return fmt.Errorf("bounding tier: %w", err)
+		return found, fmt.Errorf("bounding tier: %w", err)
 	}
-	return nil
+	return found, nil
 }

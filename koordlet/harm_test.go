@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/qos"
@@ -342,3 +343,40 @@ func TestAgentSignalFallback(t *testing.T) {
 }
 
 var errPermissionFake = errors.New("operation not permitted")
+
+// A restarted agent continues from the tier limit the previous run left in force (its
+// shutdown budget, or a harm cut): its first budget is at most that, not the utilisation
+// target, and stays there for restoreHold, as after harm; then it grows back.
+func TestAgentStartsFromTheTierLimitInForce(t *testing.T) {
+	t.Parallel()
+	src := newFakeSignals(signals.ModeEBPF)
+	r := newSignalRig(t, src, func(c *Config) {
+		h, err := cgroups.Open(c.CgroupRoot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := h.Load("kubepods/understory-batch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the previous run left: 0.3 cores.
+		if err := g.SetCPULimit(30*time.Millisecond, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	})
+	busy := r.warmUp()
+	st := r.agent.Status()
+	if st.Budget.Applied > 0.3+1e-9 || st.Budget.Target <= 0.3 {
+		t.Fatalf("first budget %+v: want at most the 0.3 cores found in force, below the target", st.Budget)
+	}
+	first := st.Budget.Applied
+	for i := range 12 {
+		r.step(1.5, busy)
+		if b := r.agent.Status().Budget; i < 8 && b.Applied != first {
+			t.Fatalf("period %d after the start: budget %+v, want it held at %v", i, b, first)
+		}
+	}
+	if b := r.agent.Status().Budget; b.Applied <= first {
+		t.Fatalf("budget %+v after restoreHold, want it growing above %v", b, first)
+	}
+}

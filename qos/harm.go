@@ -154,6 +154,22 @@ type Guard struct {
 	lastCall time.Time
 	lastHarm time.Time // zero: no harm since the start (or since a clock jump)
 	lastCut  time.Time // when the last cut was decided; zero: none
+	// start caps the first decision when hasStart (StartFrom).
+	start    float64
+	hasStart bool
+}
+
+// StartFrom makes the guard's first decision continue from cores, the batch limit a
+// (re)starting agent found in force (the previous run's, which harm may have cut, or its
+// shutdown budget): at most cores instead of the utilisation target, and held there for
+// RestoreHold as after harm, since the new run has not seen whether LS is harmed yet;
+// then it grows back at the restore rate. NaN or negative cores (no limit found) and a
+// call after the first decision change nothing.
+func (g *Guard) StartFrom(cores float64) {
+	if g.hasLast || math.IsNaN(cores) || cores < 0 {
+		return
+	}
+	g.start, g.hasStart = cores, true
 }
 
 // NewGuard returns a Guard for c, forced into range (c should have passed Validate).
@@ -184,7 +200,12 @@ func (g *Guard) Next(in GuardInput) GuardDecision {
 		if in.Harm != SignalNone {
 			g.lastHarm = in.Now
 		}
-		g.last = clamp(b.Target, lo, hi)
+		target := b.Target
+		if g.hasStart {
+			target = math.Min(target, g.start)
+			g.lastHarm = in.Now // unknown yet: hold what was in force, as after harm
+		}
+		g.last = clamp(target, lo, hi)
 		return GuardDecision{Applied: g.last, Previous: hi, Reason: ReasonInitial}
 	}
 	prev := g.last

@@ -127,6 +127,52 @@ func TestGuardNext(t *testing.T) {
 }
 
 // Whatever the inputs, the result stays within [min, max] and finite.
+// A restarting agent continues from the limit it found in force: its first decision is
+// at most that (not the utilisation target), held for restoreHold, then restored at the
+// restore rate; a limit below the target wins, one above it does not, and none (NaN)
+// leaves the target.
+func TestGuardStartFrom(t *testing.T) {
+	t.Parallel()
+	cfg := qos.GuardConfig{CutPercent: 50, RestoreHold: metav1.Duration{Duration: time.Second}, RestorePercentPerSecond: 10}
+	tests := []struct {
+		name  string
+		start float64
+		first float64 // the first decision, target 2
+		held  float64 // 0.9 s later: held when a limit was found, else restored (0.4 cores a second)
+		after float64 // 1.4 s later: restored from the hold's end
+	}{
+		{"found below the target", 0.3, 0.3, 0.3, 0.5},
+		{"found above the target", 3, 2, 2, 2.2},
+		{"none found", math.NaN(), 2, 2.36, 2.56},
+		{"below the floor", 0.05, 0.1, 0.1, 0.3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := qos.NewGuard(cfg)
+			g.StartFrom(tc.start)
+			for _, step := range []struct {
+				ms   int
+				want float64
+			}{{0, tc.first}, {900, tc.held}, {1400, tc.after}} {
+				target := 4.0 // LS went away: only the hold and the restore rate hold batch back
+				if step.ms == 0 {
+					target = 2
+				}
+				d := g.Next(qos.GuardInput{Now: guardT0.Add(time.Duration(step.ms) * time.Millisecond), Budget: guardBudget(target)})
+				if math.Abs(d.Applied-step.want) > 1e-9 {
+					t.Fatalf("at %d ms: %v (%s), want %v", step.ms, d.Applied, d.Reason, step.want)
+				}
+			}
+			// Too late: a StartFrom after the first decision changes nothing.
+			g.StartFrom(0)
+			if d := g.Next(qos.GuardInput{Now: guardT0.Add(1500 * time.Millisecond), Budget: guardBudget(4)}); d.Applied < tc.after {
+				t.Fatalf("StartFrom after the first decision cut the budget: %v -> %v", tc.after, d.Applied)
+			}
+		})
+	}
+}
+
 func TestGuardBounds(t *testing.T) {
 	t.Parallel()
 	g := qos.NewGuard(qos.GuardConfig{CutPercent: 100, RestorePercentPerSecond: 1000})
