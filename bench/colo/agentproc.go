@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
 )
 
@@ -67,6 +68,15 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 	cfgPath := filepath.Join(s.dir, "koordlet.yaml")
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		return nil, err
+	}
+	// Every agent phase starts as on a fresh node: the tier's CFS limit the previous
+	// phase's agent left (its shutdown budget) is lifted, since a restarted agent with a
+	// harm signal continues from the limit it finds (qos.Guard.StartFrom). What a
+	// restart costs is not what the phases measure.
+	if tg, err := s.hier.Load(s.tier()); err == nil {
+		if err := tg.SetCPULimit(cgroups.Unlimited, 100*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("lifting the tier's leftover CPU limit: %w", err)
+		}
 	}
 	logPath := filepath.Join(s.dir, fmt.Sprintf("koordlet-%d.log", time.Now().UnixNano()))
 	logFile, err := os.Create(logPath)
