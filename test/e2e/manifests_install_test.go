@@ -188,6 +188,25 @@ func TestManifestsInstall(t *testing.T) {
 	t.Run("kube-scheduler calls the extender over mutual TLS", func(t *testing.T) {
 		testExtenderTLS(t, ctx, cp, root, objs)
 	})
+	// Last: it removes the install. docs/operations.md's uninstall deletes every object
+	// of the install and leaves the PodGroup CRD (and so every PodGroup) to whoever
+	// else uses it.
+	t.Run("uninstall leaves the shared CRD", func(t *testing.T) {
+		k.must(t, ctx, "delete", "-k", root, "-l", "app.kubernetes.io/part-of=understory", "--wait=false")
+		if _, err := k.run(ctx, "get", "crd", "podgroups.scheduling.x-k8s.io"); err != nil {
+			t.Errorf("the PodGroup CRD is gone after the uninstall: %v", err)
+		}
+		for _, what := range [][]string{
+			{"mutatingwebhookconfiguration", admissionName},
+			{"clusterrole", "understory-koordlet"},
+			{"validatingadmissionpolicy", "understory-pod-rules"},
+		} {
+			if out, err := k.run(ctx, "get", what[0], what[1], "--ignore-not-found", "-o", "name"); err != nil ||
+				strings.TrimSpace(out) != "" {
+				t.Errorf("%s %s still there after the uninstall (%v): %q", what[0], what[1], err, out)
+			}
+		}
+	})
 }
 
 // wantForbidden fails unless err is a 403 whose message contains every want.

@@ -152,6 +152,9 @@ func parseCert(t *testing.T, pemData []byte) *x509.Certificate {
 // workload, certificates that match the Services, the scheduler configuration
 // that matches the extender's Service and certificate, and overlays that change
 // only what they say.
+// partOfLabel marks every object of the install but the shared CRDs.
+const partOfLabel = "app.kubernetes.io/part-of"
+
 func TestManifestsBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kubectl; skipped in -short mode")
@@ -187,6 +190,36 @@ func TestManifestsBuild(t *testing.T) {
 		}
 		if len(tags) != 1 {
 			t.Errorf("images carry tags %v, want one release tag (base/kustomization.yaml)", tags)
+		}
+	})
+
+	t.Run("uninstall selects Understory's objects, not the shared CRD", func(t *testing.T) {
+		// `kubectl delete -k manifests/ -l app.kubernetes.io/part-of=understory`
+		// (docs/operations.md) deletes every object but the PodGroup CRD, which the
+		// coscheduling plugin and other controllers share.
+		for variant, vobjs := range map[string][]*unstructured.Unstructured{
+			"root": objs, "gpu": k.build(t, ctx, filepath.Join(root, "overlays", "gpu")),
+			"systemd": k.build(t, ctx, filepath.Join(root, "overlays", "systemd")),
+		} {
+			crds := 0
+			for _, o := range vobjs {
+				part := o.GetLabels()[partOfLabel]
+				if o.GetKind() == "CustomResourceDefinition" {
+					crds++
+					if part != "" {
+						t.Errorf("%s: CRD %s is labelled %s=%q: an uninstall would delete it", variant, o.GetName(),
+							partOfLabel, part)
+					}
+					continue
+				}
+				if part != "understory" {
+					t.Errorf("%s: %s %s has no %s=understory label: an uninstall would leave it", variant, o.GetKind(),
+						o.GetName(), partOfLabel)
+				}
+			}
+			if crds == 0 {
+				t.Errorf("%s: no CRD in the build", variant)
+			}
 		}
 	})
 
