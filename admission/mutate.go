@@ -112,7 +112,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 			contract.ResourceBatchCPU, contract.ResourceBatchMemory))
 	}
 	// The containers as renamed: what a batch pod keeps when its cpu/memory cannot move.
-	renamedInit, renamedMain := out.DeepCopy().Spec.InitContainers, out.DeepCopy().Spec.Containers
+	afterRename := out.DeepCopy()
 	if v, ok := pod.Annotations[contract.AnnotationQOSClass]; ok {
 		c, err := qos.ParseClass(v)
 		if err != nil {
@@ -138,7 +138,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 				"treats it as batch): "+err.Error())
 			// The profile's annotations, labels and priority still apply; moveToBatch
 			// writes the original-resources annotation only after every container moved.
-			out.Spec.Containers, out.Spec.InitContainers = renamedMain, renamedInit
+			out.Spec.Containers, out.Spec.InitContainers = afterRename.Spec.Containers, afterRename.Spec.InitContainers
 		}
 	}
 	res.Patch = diffPatch(pod, out)

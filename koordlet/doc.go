@@ -37,7 +37,10 @@
 // and hands them to the Node writer (koordlet/nodestatus, its own goroutine);
 // and runs the graded actions (qos.Escalator): freeze batch when LS leaves it
 // nothing, evict through the evictor (koordlet/evict, its own goroutine, so
-// PodDisruptionBudgets hold and the loop never waits for the API server).
+// PodDisruptionBudgets hold and the loop never waits for the API server). A batch
+// pod hears of a freeze, and of being throttled in most CFS periods
+// (qos.HardThrottled), as a Warning event (batchevents.go), at most once a reason
+// every 5 minutes.
 //
 // Traps:
 //   - Never write kubelet's QoS-level cgroups (kubepods, burstable,

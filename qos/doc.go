@@ -155,8 +155,10 @@
 // Guard (harm.go) is the batch budget when the agent has an LS harm signal (eBPF
 // run-queue delay, PSI): harm cuts at once (to the utilisation target, or by cutPercent
 // of the budget when that is higher), utilisation alone never cuts, and the budget
-// restores by restorePercentPerSecond of the node after restoreHold without harm. Its
-// traps are on the type.
+// restores by restorePercentPerSecond of the node after restoreHold without harm. A
+// restarted agent's first budget is at most the tier limit it found (StartFrom), held
+// for restoreHold. Its traps are on the type. HardThrottled (throttle.go) is when a batch
+// group counts as throttled hard (the agent's BatchThrottled event).
 //
 // GPUThrottle (gputhrottle.go) decides, per GPU, the lever (an MPS partition or the
 // freeze) and whether the batch pods using the GPU are frozen solid so LS gets the device:

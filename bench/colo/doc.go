@@ -32,4 +32,9 @@
 //   - The committed trace must equal what GenerateTrace writes from its seed
 //     (TestStabilityGenerateReproducible), header line included.
 //   - The tests that run the scenarios build cmd/koordlet and need root; -short skips them.
+//   - A restarted agent continues from the tier limit it finds (qos.Guard.StartFrom):
+//     startAgent lifts the limit the previous phase's agent left, so every agent phase
+//     starts as on a fresh node.
+//   - On a machine that runs DAMON (kdamond), its memory sampling stalls LS more the
+//     more memory is in use, agent or not: the memory table prints its CPU per phase.
 package colo

@@ -299,3 +299,39 @@ func FuzzKeyedValue(f *testing.F) {
 		}
 	})
 }
+
+// The kdamond line: printed with each phase's figure where DAMON runs, not at all
+// where it does not.
+func TestPrintKdamond(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		phases []memoryPhase
+		want   []string // "" : nothing printed
+	}{
+		{"DAMON off", []memoryPhase{{Name: "LS alone"}, {Name: "LS + batch, agent"}}, nil},
+		{"DAMON on", []memoryPhase{{Name: "LS alone", KdamondMs: 71, KdamondThreads: 1},
+			{Name: "LS + batch, agent", KdamondMs: 280.4, KdamondThreads: 1}},
+			[]string{"kdamond", "LS alone 71 ms", "LS + batch, agent 280 ms"}},
+		{"unreadable", []memoryPhase{{Name: "LS alone", KdamondMs: -1, KdamondThreads: 1}},
+			[]string{"LS alone unreadable"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b strings.Builder
+			printKdamond(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, tc.phases)
+			if len(tc.want) == 0 {
+				if b.Len() != 0 {
+					t.Fatalf("printed %q, want nothing", b.String())
+				}
+				return
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("printed %q, want %q in it", b.String(), w)
+				}
+			}
+		})
+	}
+}

@@ -50,3 +50,22 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// Hold is WaitFor's complement, for a "nothing happens" window: cond must hold for the
+// whole of d, checked at once and then as often as WaitFor checks; tb fails as soon as
+// it does not, naming what should have held and when it stopped. It returns after d.
+func Hold(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	interval := min(max(d/100, time.Millisecond), 10*time.Millisecond)
+	start := time.Now()
+	for {
+		if !cond() {
+			tb.Fatalf("%s stopped holding after %v of %v", what, time.Since(start).Round(time.Millisecond), d)
+			return
+		}
+		if time.Since(start) >= d {
+			return
+		}
+		time.Sleep(interval)
+	}
+}

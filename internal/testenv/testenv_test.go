@@ -86,3 +86,39 @@ func TestWaitFor(t *testing.T) {
 		})
 	}
 }
+
+func TestHold(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		falseFrom int32 // cond fails from this call on; 0: never
+		wantFail  bool
+	}{
+		{name: "holds throughout"},
+		{name: "breaks at once", falseFrom: 1, wantFail: true},
+		{name: "breaks later", falseFrom: 4, wantFail: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			r := &recorder{TB: t}
+			start := time.Now()
+			Hold(r, 50*time.Millisecond, "the flag", func() bool {
+				n := calls.Add(1)
+				return tc.falseFrom == 0 || n < tc.falseFrom
+			})
+			el := time.Since(start)
+			if tc.wantFail {
+				if !strings.Contains(r.failed, "the flag") || calls.Load() != tc.falseFrom {
+					t.Errorf("failed %q after %d calls, want it to name the flag at call %d", r.failed, calls.Load(), tc.falseFrom)
+				}
+				return
+			}
+			if r.failed != "" || el < 50*time.Millisecond || calls.Load() < 3 {
+				t.Errorf("failed %q after %v and %d checks, want it to hold for 50ms, checked throughout", r.failed, el,
+					calls.Load())
+			}
+		})
+	}
+}

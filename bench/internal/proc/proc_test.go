@@ -8,27 +8,35 @@ import (
 	"time"
 )
 
-func TestParseCPU(t *testing.T) {
+// The two parsers of CPU time: /proc/<pid>/stat's utime+stime and schedstat's run time.
+func TestParseCPUTimes(t *testing.T) {
 	t.Parallel()
+	stat, sched := ParseCPU, ParseSchedstat
 	tests := []struct {
-		name string
-		in   string
-		want time.Duration
-		err  bool
+		name  string
+		parse func([]byte) (time.Duration, error)
+		in    string
+		want  time.Duration
+		err   bool
 	}{
-		{"plain", "42 (sleep) S 1 42 42 0 -1 4194304 100 0 0 0 150 50 0 0 20 0 1 0 100 1000 10", 2 * time.Second, false},
-		{"name with spaces and parens", "7 (a) b) c) R 1 7 7 0 -1 0 0 0 0 0 3 7 0 0 20 0 1 0 1 1 1", 100 * time.Millisecond,
-			false},
-		{"no command", "42 sleep S 1", 0, true},
-		{"too few fields", "42 (x) S 1 2 3", 0, true},
-		{"bad number", "42 (x) S 1 42 42 0 -1 0 0 0 0 0 x 50 0", 0, true},
+		{"stat: plain", stat, "42 (sleep) S 1 42 42 0 -1 4194304 100 0 0 0 150 50 0 0 20 0 1 0 100 1000 10", 2 * time.Second, false},
+		{"stat: name with spaces and parens", stat, "7 (a) b) c) R 1 7 7 0 -1 0 0 0 0 0 3 7 0 0 20 0 1 0 1 1 1",
+			100 * time.Millisecond, false},
+		{"stat: no command", stat, "42 sleep S 1", 0, true},
+		{"stat: too few fields", stat, "42 (x) S 1 2 3", 0, true},
+		{"stat: bad number", stat, "42 (x) S 1 42 42 0 -1 0 0 0 0 0 x 50 0", 0, true},
+		{"schedstat: three fields", sched, "1500000 200 7\n", 1500 * time.Microsecond, false},
+		{"schedstat: one field", sched, "42", 42, false},
+		{"schedstat: empty", sched, "", 0, true},
+		{"schedstat: not a number", sched, "x 1 2", 0, true},
+		{"schedstat: negative", sched, "-5 1 2", 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := ParseCPU([]byte(tc.in))
+			got, err := tc.parse([]byte(tc.in))
 			if (err != nil) != tc.err || got != tc.want {
-				t.Fatalf("ParseCPU = %v, %v; want %v (error %v)", got, err, tc.want, tc.err)
+				t.Fatalf("parse = %v, %v; want %v (error %v)", got, err, tc.want, tc.err)
 			}
 			if err != nil && !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
@@ -70,34 +78,6 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil error without rss")
 		}
 	})
-}
-
-func TestParseSchedstat(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		in   string
-		want time.Duration
-		err  bool
-	}{
-		{"three fields", "1500000 200 7\n", 1500 * time.Microsecond, false},
-		{"one field", "42", 42, false},
-		{"empty", "", 0, true},
-		{"not a number", "x 1 2", 0, true},
-		{"negative", "-5 1 2", 0, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := ParseSchedstat([]byte(tc.in))
-			if (err != nil) != tc.err || got != tc.want {
-				t.Fatalf("ParseSchedstat = %v, %v; want %v (error %v)", got, err, tc.want, tc.err)
-			}
-			if err != nil && !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error %v does not wrap ErrMalformed", err)
-			}
-		})
-	}
 }
 
 func FuzzParseSchedstat(f *testing.F) {

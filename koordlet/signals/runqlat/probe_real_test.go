@@ -195,7 +195,14 @@ func testProbe(t *testing.T, opts Options, want Mode) {
 		startHelper(t, "burn", cpu, burnDir)
 	}
 	victim := startHelper(t, "victim", cpu, ctrDir)
-	time.Sleep(1500 * time.Millisecond) // the load's duration: the quantiles below are measured over it
+	// The load lasts until the victim had hundreds of delays (about 1.5 s here).
+	testenv.Poll(15*time.Second, func() bool {
+		now := map[uint64]Histogram{}
+		if err := p.Read(now); err != nil {
+			t.Fatal(err)
+		}
+		return now[pod].Total() >= 1000
+	})
 
 	got := map[uint64]Histogram{burn: {}} // Read must drop what was there
 	if err := p.Read(got); err != nil {
@@ -332,6 +339,10 @@ func TestProbeBatchAttribution(t *testing.T) {
 	victim := startHelper(t, "victim", cpu, podDir)
 	weigh(t, podDir, victim.Process.Pid, false)
 
+	// A busy machine (other work on the victim's CPU) gives the victim fewer wake-ups a
+	// second, and slow delays that other processes end rather than batch: each phase runs
+	// until the victim had as many wake-ups as on a quiet machine in 1.5 s.
+	const phaseDelays = 2500
 	phase := func(role string) (d Histogram, slow uint64) {
 		t.Helper()
 		before := map[uint64]Histogram{}
@@ -341,10 +352,23 @@ func TestProbeBatchAttribution(t *testing.T) {
 		s0 := slowEvents(t, p)
 		burner := startHelper(t, role, cpu, burnDir)
 		weigh(t, burnDir, burner.Process.Pid, true)
-		time.Sleep(1500 * time.Millisecond) // the phase's duration: what it measures
+		// The phase lasts until the victim had phaseDelays wake-ups (about 1.5 s on a quiet
+		// machine; a busy one gives it fewer a second, so longer).
+		delays := func() Histogram {
+			now := map[uint64]Histogram{}
+			if err := p.Read(now); err != nil {
+				t.Fatal(err)
+			}
+			return now[pod].Sub(before[pod])
+		}
+		if !testenv.Poll(15*time.Second, func() bool { return delays().Total() >= phaseDelays }) {
+			t.Logf("%s: only %d delays in 15 s", role, delays().Total())
+		}
 		_ = burner.Process.Kill()
 		_ = burner.Wait()
-		time.Sleep(50 * time.Millisecond) // the phase's end: the victim still runs, nothing to wait for
+		// The slow events trail the histogram a little: wait until they caught up with
+		// its batch count (compared below), at most a second.
+		testenv.Poll(time.Second, func() bool { return slowEvents(t, p)-s0 == delays().Batch })
 		s1 := slowEvents(t, p)
 		after := map[uint64]Histogram{}
 		if err := p.Read(after); err != nil {
@@ -361,15 +385,7 @@ func TestProbeBatchAttribution(t *testing.T) {
 		return n
 	}
 
-	// A busy machine (other work on the victim's CPU) leaves the victim few wake-ups, and
-	// slow delays that other processes end rather than batch: measure the phase again,
-	// up to three times, until the victim ran as on a quiet machine (thousands of delays).
-	const quietDelays = 1000
 	d, events := phase("idle-burn")
-	for try := 1; try < 3 && d.Total() < quietDelays; try++ {
-		t.Logf("only %d delays: the machine was busy; measuring again", d.Total())
-		d, events = phase("idle-burn")
-	}
 	slow := slowOf(d)
 	if slow < 20 {
 		t.Fatalf("behind a SCHED_IDLE burner of more weight the victim had %d delays >= %v, want many",

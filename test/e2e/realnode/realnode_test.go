@@ -18,6 +18,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet"
 )
 
@@ -433,8 +434,15 @@ func (r *realNode) nriPlacement(t *testing.T) {
 		t.Fatalf("kubelet restart with an NRI-placed pod: %v", err)
 	}
 	r.waitNodeReady(t)
-	time.Sleep(5 * time.Second) // a deliberate "nothing happens" window, as above
-	r.checkPodsUnchanged(t, ids)
+	// What the restarted kubelet does to the pods (restart counts, container IDs) shows
+	// within seconds: they must stay as they are.
+	testenv.Hold(t, 5*time.Second, "the pods unchanged after the kubelet restart", func() bool {
+		why := r.podsChanged(ids)
+		for _, w := range why {
+			t.Log(w)
+		}
+		return len(why) == 0
+	})
 	r.checkProcsIn(t, "nri-batch after kubelet restart", cid, "/"+tierPod+"/"+cid, []string{"cpu"})
 
 	// Deleting the pod: runc removes the container cgroup, the agent the pod's dir.
@@ -544,17 +552,28 @@ func containerIDs(pods map[string]*corev1.Pod) map[string]string {
 // checkPodsUnchanged asserts the pods still run the same containers, never restarted.
 func (r *realNode) checkPodsUnchanged(t *testing.T, ids map[string]string) {
 	t.Helper()
+	for _, why := range r.podsChanged(ids) {
+		t.Error(why)
+	}
+}
+
+// podsChanged says how each pod of ids (name → container ID) is no longer running its
+// container, never restarted; nil when none is.
+func (r *realNode) podsChanged(ids map[string]string) []string {
+	var out []string
 	for name, id := range ids {
 		p, err := r.n.client.CoreV1().Pods("default").Get(r.ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("pod %s: %v", name, err)
+			out = append(out, fmt.Sprintf("pod %s: %v", name, err))
 			continue
 		}
 		cs := p.Status.ContainerStatuses
 		if p.Status.Phase != corev1.PodRunning || len(cs) == 0 || cs[0].RestartCount != 0 || containerID(p) != id {
-			t.Errorf("pod %s changed: phase %s, statuses %+v, want container %s never restarted", name, p.Status.Phase, cs, id)
+			out = append(out, fmt.Sprintf("pod %s changed: phase %s, statuses %+v, want container %s never restarted",
+				name, p.Status.Phase, cs, id))
 		}
 	}
+	return out
 }
 
 func (r *realNode) waitNodeReady(t *testing.T) {
