@@ -12,7 +12,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell cat VERSION)
 endif
 
-.PHONY: all build demo test vet tracefs k8s-bins fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins helm-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
 
 all: build
 
@@ -44,7 +44,7 @@ demo: build
 # real-node end-to-end tests (test/e2e/realnode, see e2e) on their own: they own the
 # machine's kubepods cgroups and need the CPU to themselves, so they run after the rest.
 REALNODE_PKG := ./test/e2e/realnode/
-test: vet k8s-bins e2e-deps tracefs
+test: vet k8s-bins helm-bin e2e-deps tracefs
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/e2e/realnode$$')
 	$(GO) test -race -count=1 -timeout 40m $(REALNODE_PKG)
 
@@ -61,6 +61,11 @@ tracefs:
 # module proxy (cached outside the repo), and Debian's etcd.
 k8s-bins:
 	scripts/k8s-binaries.sh --with kube-controller-manager,kubectl
+
+# helm v3.22.0 built from the Go module proxy (cached outside the repo, like k8s-bins): the
+# chart's tests (test/helmchart) and the real-node install (test/e2e/realnode) run it.
+helm-bin:
+	scripts/helm.sh
 
 # Regenerates the committed eBPF objects (koordlet/signals/runqlat/runqlat_bpfel.{go,o}) from
 # bpf/runqlat.c with bpf2go at go.mod's cilium/ebpf version. Needs clang, llvm-strip and
@@ -162,7 +167,14 @@ bench-scheduler: k8s-bins
 # binaries and images, built and cached outside the repo (scripts/realnode/build.sh).
 # Not root: nothing to build; the tests then skip (fail under CI=true) and say why.
 .PHONY: e2e e2e-deps
-e2e-deps: images
+# The second scheduler's image (manifests/components/second-scheduler) for a node without
+# network: upstream's name, registry.k8s.io/kube-scheduler:<the tested version>, built from
+# the cached kube-scheduler binary (k8s-bins).
+K8S_VERSION := $(shell sed -n 's/^K8S_VERSION=//p' scripts/k8s-binaries.sh)
+e2e-deps: images k8s-bins
+	$(BIN)/mkimage binary -ref registry.k8s.io/kube-scheduler:$(K8S_VERSION) \
+	  -bin "$$(scripts/k8s-binaries.sh --print-bin-dir)/kube-scheduler" \
+	  -entrypoint /usr/local/bin/kube-scheduler -out $(BIN)/images/kube-scheduler.tar
 	@if [ "$$(id -u)" = 0 ]; then scripts/realnode/build.sh >/dev/null; \
 	else echo "e2e-deps: not root: the real-node tests (test/e2e/realnode) will skip, or fail under CI=true"; fi
 

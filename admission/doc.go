@@ -16,6 +16,15 @@
 // (Rules.GPUDevicesWriters) may set understory.io/gpu-devices on a pod or in a Binding,
 // or change it; gang minimums are bounded. See docs/admission.md.
 //
+// Second-scheduler mode (WithSchedulerName; cmd/admission -scheduler-name, which
+// manifests/components/second-scheduler sets to understory-scheduler; empty: off):
+// for managed control planes whose kube-scheduler cannot call the extender, the
+// mutator also sets spec.schedulerName on batch pods and on pods asking for a resource
+// the extender manages (nvidia.com/gpu, understory.io/gpu-milli, the batch resources),
+// so that the second kube-scheduler, whose profile calls the extender, places them.
+// LS and BE pods asking for none of those stay with default-scheduler. See
+// docs/second-scheduler.md.
+//
 // Traps:
 //   - "Claims LS" is the agent's precedence, not "any key says LS": the first class key
 //     with a valid value decides (an invalid one is skipped, as qos.Classify skips it),
@@ -49,6 +58,12 @@
 //     batch pod is denied with a message naming the field.
 //   - AdmissionReview objects come from a possibly newer API server: pods are decoded
 //     leniently, and patches touch only the maps the mutator owns.
+//   - Second-scheduler mode: a pod whose spec.schedulerName is neither empty nor
+//     default-scheduler is left alone: it chose its scheduler (Volcano, KAI, ...). An LS pod asking for a GPU is a GPU pod: it
+//     goes to the second scheduler, since only the extender assigns devices. GPU pods
+//     reach the webhook only through the MutatingWebhookConfiguration entry the
+//     component widens; a GPU pod created while the webhook is down (fail open)
+//     stays with default-scheduler, which places it without the extender.
 //   - CEL regexes with (?i) fold Unicode (ſ matches s); the policy spells case
 //     classes out, like qos.ParseClass.
 package admission

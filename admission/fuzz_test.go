@@ -41,8 +41,9 @@ func FuzzDecodeReview(f *testing.F) {
 }
 
 // FuzzMutate: for any pod JSON, Mutate never panics, a rejection wraps ErrRejected,
-// the patch applies, a batch pod it patched is BestEffort, and a second pass changes
-// nothing.
+// the patch applies, a batch pod it patched is BestEffort, spec.schedulerName changes
+// only in the second-scheduler mode and only from the default, and a second pass
+// changes nothing.
 func FuzzMutate(f *testing.F) {
 	seeds := []*corev1.Pod{
 		pod(batchAnn, nil, ctr("main", rl("cpu", "500m", "memory", "1Gi"), rl("cpu", "1"))),
@@ -62,7 +63,18 @@ func FuzzMutate(f *testing.F) {
 		`"understory.io/gpu-devices":"0,1"}},"spec":{"containers":[{"name":"a","resources":{"requests":{"cpu":"1"}}}]}}`))
 	f.Add([]byte(`{"metadata":{"labels":{"koordinator.sh/qosClass":"BE"},"annotations":{"understory.io/qos-class":"batch",` +
 		`"understory.io/gpu-devices":"+1"}},"spec":{"containers":[{"name":"a","resources":{"limits":{"cpu":"1"}}}]}}`))
-	m, err := NewMutator(Profiles{}, nil)
+	// A GPU pod (the second-scheduler mode hands it over) and one naming its own scheduler.
+	f.Add([]byte(`{"spec":{"schedulerName":"default-scheduler","containers":[{"name":"a","resources":` +
+		`{"limits":{"nvidia.com/gpu":"1"}}}]}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"understory.io/qos-class":"batch"}},"spec":{"schedulerName":"volcano",` +
+		`"initContainers":[{"name":"i","resources":{"requests":{"understory.io/gpu-milli":"5"}}}],"containers":[]}}`))
+	plain, err := NewMutator(Profiles{}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// The second-scheduler mode on: the same invariants, and it never touches a pod
+	// that names another scheduler.
+	withScheduler, err := NewMutator(Profiles{}, nil, WithSchedulerName("understory-scheduler"))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -71,23 +83,32 @@ func FuzzMutate(f *testing.F) {
 		if json.Unmarshal(raw, &p) != nil {
 			return
 		}
-		res, err := m.Mutate(context.Background(), "ns", &p)
-		if err != nil {
-			if !errors.Is(err, ErrRejected) {
-				t.Fatalf("error %v does not wrap ErrRejected", err)
+		for _, m := range []*Mutator{plain, withScheduler} {
+			res, err := m.Mutate(context.Background(), "ns", &p)
+			if err != nil {
+				if !errors.Is(err, ErrRejected) {
+					t.Fatalf("error %v does not wrap ErrRejected", err)
+				}
+				continue
 			}
-			return
-		}
-		if len(res.Patch) == 0 {
-			return
-		}
-		got := applyPatch(t, &p, res.Patch)
-		if qos.ComputeKubeQOSClass(got) != corev1.PodQOSBestEffort && p.Spec.Resources == nil {
-			t.Fatalf("patched batch pod is %s", qos.ComputeKubeQOSClass(got))
-		}
-		again, err := m.Mutate(context.Background(), "ns", got)
-		if err != nil || len(again.Patch) != 0 {
-			t.Fatalf("second pass: %+v, %v", again.Patch, err)
+			if len(res.Patch) == 0 {
+				continue
+			}
+			got := applyPatch(t, &p, res.Patch)
+			// Only the mode may patch a pod that stays Burstable: a GPU pod, or a batch
+			// pod left on cpu/memory, gets its scheduler.
+			batchOnly := m == plain || res.Class == qos.ClassBatch && len(res.Problems) == 0
+			if batchOnly && qos.ComputeKubeQOSClass(got) != corev1.PodQOSBestEffort && p.Spec.Resources == nil {
+				t.Fatalf("patched batch pod is %s", qos.ComputeKubeQOSClass(got))
+			}
+			if s := p.Spec.SchedulerName; got.Spec.SchedulerName != s &&
+				(m.SchedulerName() == "" || s != "" && s != DefaultSchedulerName) {
+				t.Fatalf("schedulerName %q changed to %q", s, got.Spec.SchedulerName)
+			}
+			again, err := m.Mutate(context.Background(), "ns", got)
+			if err != nil || len(again.Patch) != 0 {
+				t.Fatalf("second pass: %+v, %v", again.Patch, err)
+			}
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/understory/understory/qos"
 )
@@ -73,18 +74,42 @@ type Result struct {
 	Warnings []string
 	// Problems are counted by kind (Problem* constants); the pod is still admitted.
 	Problems []string
+	// SchedulerName is the scheduler the webhook gave the pod ("" when it left
+	// spec.schedulerName alone).
+	SchedulerName string
 }
+
+// DefaultSchedulerName is the API server's default spec.schedulerName. A pod naming
+// it (or none) may be handed to the second scheduler; a pod naming another is left alone.
+const DefaultSchedulerName = "default-scheduler"
+
+// ErrInvalidSchedulerName is wrapped by NewMutator's error for a scheduler name the
+// API server would refuse in spec.schedulerName, or the default scheduler's.
+var ErrInvalidSchedulerName = errors.New("invalid scheduler name")
 
 // Mutator decides the mutation of pods. It holds no mutable state and is safe for
 // concurrent use.
 type Mutator struct {
-	profiles Profiles
-	cluster  Cluster
+	profiles  Profiles
+	cluster   Cluster
+	scheduler string
+}
+
+// MutatorOption tunes NewMutator.
+type MutatorOption func(*Mutator)
+
+// WithSchedulerName turns the second-scheduler mode on: batch pods and pods asking
+// for a resource the scheduler extender manages (GPUs, GPU shares, batch resources)
+// get spec.schedulerName = name, unless they already name a scheduler other than
+// default-scheduler. "" leaves it off (the default).
+func WithSchedulerName(name string) MutatorOption {
+	return func(m *Mutator) { m.scheduler = name }
 }
 
 // NewMutator returns a mutator for profiles. cluster may be nil only when no profile
-// needs namespace labels or a PriorityClass.
-func NewMutator(profiles Profiles, cluster Cluster) (*Mutator, error) {
+// needs namespace labels or a PriorityClass. A scheduler name that is not a DNS-1123
+// subdomain, or is default-scheduler, is an error wrapping ErrInvalidSchedulerName.
+func NewMutator(profiles Profiles, cluster Cluster, opts ...MutatorOption) (*Mutator, error) {
 	if cluster == nil {
 		for _, p := range profiles.list {
 			if p.nsSelector != nil || p.PriorityClassName != "" {
@@ -93,8 +118,34 @@ func NewMutator(profiles Profiles, cluster Cluster) (*Mutator, error) {
 			}
 		}
 	}
-	return &Mutator{profiles: profiles, cluster: cluster}, nil
+	m := &Mutator{profiles: profiles, cluster: cluster}
+	for _, o := range opts {
+		o(m)
+	}
+	if err := ValidateSchedulerName(m.scheduler); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
+
+// ValidateSchedulerName checks a second scheduler's name: "" (off) or a DNS-1123
+// subdomain other than default-scheduler. Errors wrap ErrInvalidSchedulerName.
+func ValidateSchedulerName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("%w %q: %s", ErrInvalidSchedulerName, name, strings.Join(errs, "; "))
+	}
+	if name == DefaultSchedulerName {
+		return fmt.Errorf("%w %q: that is the default scheduler; leave it empty to turn the second "+
+			"scheduler off", ErrInvalidSchedulerName, name)
+	}
+	return nil
+}
+
+// SchedulerName is the second scheduler's name; "" when the mode is off.
+func (m *Mutator) SchedulerName() string { return m.scheduler }
 
 // Mutate returns the patch for pod, created in namespace. An error wrapping
 // ErrRejected means the pod must be denied with that message; no other error is
@@ -124,7 +175,8 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 		res.Class = c
 	} else if m.profiles.Len() > 0 {
 		if !m.applyProfile(ctx, namespace, out, &res) {
-			res.Patch = diffPatch(pod, out) // applyProfile changed nothing
+			m.applyScheduler(out, &res) // applyProfile changed nothing
+			res.Patch = diffPatch(pod, out)
 			return res, nil
 		}
 	}
@@ -141,8 +193,51 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 			out.Spec.Containers, out.Spec.InitContainers = afterRename.Spec.Containers, afterRename.Spec.InitContainers
 		}
 	}
+	m.applyScheduler(out, &res)
 	res.Patch = diffPatch(pod, out)
 	return res, nil
+}
+
+// extenderResources are the resources the scheduler extender manages (its
+// managedResources in the KubeSchedulerConfiguration): a pod asking for one must be
+// placed by a kube-scheduler that calls the extender.
+var extenderResources = [...]corev1.ResourceName{
+	contract.ResourceGPU, contract.ResourceGPUMilli, contract.ResourceBatchCPU, contract.ResourceBatchMemory,
+}
+
+// applyScheduler hands out to the second scheduler (when the mode is on) if it is a
+// batch pod or asks for a resource the extender manages, and names no scheduler of
+// its own. An LS or BE pod asking for none of them is left to the default scheduler.
+func (m *Mutator) applyScheduler(out *corev1.Pod, res *Result) {
+	if m.scheduler == "" {
+		return
+	}
+	if cur := out.Spec.SchedulerName; cur != "" && cur != DefaultSchedulerName {
+		return // the pod's own choice (possibly already ours)
+	}
+	if res.Class != qos.ClassBatch && !asksExtenderResource(out) {
+		return
+	}
+	out.Spec.SchedulerName = m.scheduler
+	res.SchedulerName = m.scheduler
+}
+
+// asksExtenderResource reports whether any container or init container requests or
+// limits one of extenderResources.
+func asksExtenderResource(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for _, r := range extenderResources {
+				if _, ok := cs[i].Resources.Requests[r]; ok {
+					return true
+				}
+				if _, ok := cs[i].Resources.Limits[r]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // applyProfile applies the first matching profile to out. It returns false when no
@@ -411,7 +506,7 @@ func setQuantity(l corev1.ResourceList, k corev1.ResourceName, q resource.Quanti
 
 // diffPatch returns JSON Patch operations that turn pod into out, for the fields the
 // mutator changes: container and init container requests and limits, labels,
-// annotations, priorityClassName, priority and preemptionPolicy. Maps are patched
+// annotations, priorityClassName, priority, preemptionPolicy and schedulerName. Maps are patched
 // whole only when absent, otherwise key by key, so keys the webhook does not own
 // (and fields this k8s.io/api version does not know) are never rewritten.
 func diffPatch(pod, out *corev1.Pod) []PatchOp {
@@ -434,6 +529,9 @@ func diffPatch(pod, out *corev1.Pod) []PatchOp {
 	}
 	if !reflect.DeepEqual(out.Spec.PreemptionPolicy, pod.Spec.PreemptionPolicy) && out.Spec.PreemptionPolicy != nil {
 		ops = append(ops, PatchOp{Op: "add", Path: "/spec/preemptionPolicy", Value: *out.Spec.PreemptionPolicy})
+	}
+	if out.Spec.SchedulerName != pod.Spec.SchedulerName && out.Spec.SchedulerName != "" {
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/schedulerName", Value: out.Spec.SchedulerName})
 	}
 	return ops
 }

@@ -308,7 +308,8 @@ func (s *Server) mutate(ctx context.Context, req *admissionv1.AdmissionRequest,
 		s.metrics.Errors.WithLabelValues(p).Inc()
 	}
 	resp.Warnings = res.Warnings
-	logArgs := []any{"namespace", req.Namespace, "pod", podName(req, pod), "class", res.Class, "profile", res.Profile}
+	logArgs := []any{"namespace", req.Namespace, "pod", podName(req, pod), "class", res.Class, "profile", res.Profile,
+		"scheduler", res.SchedulerName}
 	if len(res.Problems) > 0 {
 		s.log.Warn("pod admitted with problems", append(logArgs, "problems", res.Problems, "warnings", res.Warnings)...)
 	}

@@ -13,6 +13,9 @@
 //   - dir.go: FilesFromDir, a prepared root file system as a list of files.
 //   - project.go: the project's images (Components, ProjectSpec): one per deployed
 //     binary, tagged with the version.
+//   - binary.go: BinarySpec, the image of one prebuilt binary that is not the
+//     project's (upstream kube-scheduler for the real node, which has no network),
+//     over the same base layer, under the reference and at the path given.
 //
 // Traps:
 //   - Reproducible: every file's mtime, the config's created time and the history

@@ -61,6 +61,9 @@ type Deps struct {
 	// GPUAlloc is kubelet's PodResources API (podsource.PodResources): whole-GPU
 	// allocations reported in node-metrics version 2. Optional.
 	GPUAlloc gpuAllocReader
+	// PodConditions sets the condition understory.io/BatchSlowed on batch pods
+	// (Kubernetes mode: a PodConditionWriter, run by the caller); nil: none.
+	PodConditions podConditionSink
 	// Signals opens the LS harm signal source; nil: signals.Open, which picks the best of
 	// eBPF, PSI and sampling from cfg.Signals.Mode.
 	Signals SignalOpener
@@ -116,6 +119,10 @@ type Agent struct {
 	// mps is the agent's MPS room (koordlet/mps.go): the node's control daemon and the
 	// MPS clients' planner; nil with GPU features off.
 	mps *gpuMPS
+
+	// live takes a reloaded configuration (configreload_agent.go): ApplyConfig offers
+	// it from the Reloader's goroutine, Run applies it at the start of a period.
+	live liveConfig
 
 	status  atomic.Pointer[Status]
 	healthy atomic.Int64 // unix nanos of the last completed period
@@ -173,7 +180,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		events = logEvents{log: log}
 	}
 	a := &Agent{
-		cfg: cfg, log: log, source: deps.Pods, events: events, batchEv: newBatchEvents(events), metrics: m, escMetrics: em, hier: hier, layout: lay,
+		cfg: cfg, log: log, source: deps.Pods, events: events, batchEv: newBatchEvents(events).withConditions(deps.PodConditions), metrics: m, escMetrics: em, hier: hier, layout: lay,
 		batchSink: deps.BatchResources,
 		evictor: evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
 			Events: events, Metrics: em, Logger: log}),
@@ -279,6 +286,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncPods(a.source.List())
 			dirty = false
 		}
+		a.live.apply(a, time.Now())
 		a.tick(ctx, time.Now())
 	wait:
 		select {
@@ -423,6 +431,7 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	}
 	ts := a.sampler.readThrottling(a.act.tier, a.sorted)
 	a.batchEv.throttled(a.sorted, ts, a.act.tierCPU.Cores, a.ctl.last.Applied, statsInterval, now)
+	a.batchEv.conditions(a.sorted, ts, a.act.tierFrozen, a.act.tierCPU.Cores, a.ctl.last.Applied, statsInterval, now)
 	if a.act.tier != nil {
 		if psi, err := a.act.tier.Pressure(); err == nil {
 			m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)

@@ -17,7 +17,8 @@ import (
 // batch nothing, or throttled in most of its CFS periods. Evictions have their own
 // events (koordlet/evict). The messages carry numbers that change from one interval to
 // the next, so the recorder's deduplication (same pod, reason and message) would not
-// hold them back: each pod gets each reason at most once per batchEventEvery.
+// hold them back: each pod gets each reason at most once per batchEventEvery. The same
+// states also set the pod condition qos.ConditionBatchSlowed (batchcondition.go).
 
 // Reasons of the agent's Warning events on batch pods.
 const (
@@ -33,6 +34,10 @@ const batchEventEvery = 5 * time.Minute
 type batchEvents struct {
 	rec  eventRecorder
 	last map[batchEventKey]time.Time
+	// cond sets the batch pod condition (batchcondition.go); nil: none (static mode).
+	cond *batchConditions
+	// freezeMsg is the last freeze's message, the Frozen condition's while it lasts.
+	freezeMsg string
 }
 
 type batchEventKey struct {
@@ -81,6 +86,7 @@ func (e *batchEvents) frozen(pods []*podState, d qos.EscalationDecision, b qos.B
 	msg := fmt.Sprintf("frozen by the node agent: LS (%.2f cores) and the system (%.2f) leave batch %.2f of %.0f CPUs, "+
 		"below its floor of %.2f, for %v; it is thawed once LS leaves room again", b.LSUsage, b.SystemUsage,
 		math.Max(0, b.Raw), b.NodeCPUs, b.Min, d.StarvedFor.Duration.Round(time.Second))
+	e.freezeMsg = msg
 	for _, st := range pods {
 		if eventful(st) {
 			e.warn(st, EventBatchFrozen, msg, now, len(pods))

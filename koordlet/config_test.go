@@ -158,6 +158,20 @@ func FuzzLoadConfig(f *testing.F) {
 		if _, err := newLayout(cfg); err != nil {
 			t.Fatalf("loaded config has no layout: %v", err)
 		}
+		// A reload of it (configreload.go): it encodes (/status shows it), and over the
+		// defaults only the fields that need a restart are left to differ.
+		if d := changedFields(cfg, cfg); len(d) != 0 || toJSONValue(cfg) == nil {
+			t.Fatalf("config does not encode or differs from itself: %v", d)
+		}
+		next := DefaultConfig()
+		copyLive(&next, cfg)
+		for _, f := range changedFields(next, cfg) {
+			for _, live := range liveFields() {
+				if f == live {
+					t.Fatalf("live field %s differs after copyLive", f)
+				}
+			}
+		}
 	})
 }
 

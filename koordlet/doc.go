@@ -40,7 +40,26 @@
 // PodDisruptionBudgets hold and the loop never waits for the API server). A batch
 // pod hears of a freeze, and of being throttled in most CFS periods
 // (qos.HardThrottled), as a Warning event (batchevents.go), at most once a reason
-// every 5 minutes.
+// every 5 minutes. The same states set the pod condition understory.io/BatchSlowed
+// (batchcondition.go): True with the reason Throttled or Frozen and the numbers, False
+// with Running once the pod runs free. The control loop decides every statistics
+// interval (qos.NextBatchCondition: a harder reason at once, a milder one after a
+// minute, new numbers after 5 minutes, nothing for a pod that never was held back);
+// PodConditionWriter patches pods/status from its own goroutine (a strategic merge of
+// that one condition, with the pod's UID), latest-wins per pod, retried with backoff. A
+// restarted agent takes the condition a pod carries as the last written (seenPod), so a
+// True left by the previous run goes back to Running.
+// A ValidatingAdmissionPolicy (manifests/koordlet/node-policy.yaml) lets the agent
+// write only that condition, only on its own node's pods.
+//
+// The configuration file is reloaded while the agent runs (configreload.go): the
+// Reloader reads it every 5 s and acts on a changed sha256 once two reads agree; a
+// valid change goes to Agent.ApplyConfig, and Run applies its live fields (liveFields:
+// the budget policy, the guard's cut and restore, minPodCPU, shutdownBudgetCPU) at the
+// start of the next period; the other fields keep their start value and are reported
+// (/status config.needsRestart). An invalid one is refused: the configuration in force
+// stays, a Warning event ConfigRejected goes to the Node, and
+// understory_koordlet_config_last_reload_success is 0.
 //
 // Traps:
 //   - Never write kubelet's QoS-level cgroups (kubepods, burstable,
@@ -79,6 +98,14 @@
 //   - The GPU loop's files (gpuloop.go, mps.go) read the Agent's pod table and
 //     collaborators directly (a.sorted, a.pods, a.hier, a.layout, ...): those stay
 //     Agent fields.
+//   - A reloaded configuration is handed over, never shared: ApplyConfig stores it,
+//     Run's goroutine takes it between two periods and copies the live fields into
+//     a.cfg one by one (Healthy reads a.cfg.Period from other goroutines). A new
+//     policy or guard setting builds a new Budgeter or Guard that continues from the
+//     budget in force (continueBudgeter, continueGuard): a fresh one would apply its
+//     target at once, a raise the old one paced or, with a harm signal, a cut no harm
+//     asked for. A mounted ConfigMap changes by a symlink swap: the file is read by
+//     content, never watched.
 //   - The control loop is single-goroutine; /status reads an atomically
 //     swapped snapshot, node metrics, the Node's batch resources and evictions
 //     are written from their own goroutines.

@@ -206,6 +206,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 		}
 		st.candidates = cgs
 		a.pods[pod.UID] = st
+		a.batchEv.seenPod(pod)
 		if classErr != nil {
 			a.metrics.Errors.WithLabelValues(metrics.ErrKindAnnotation).Inc()
 			a.log.Warn("invalid QoS annotation; pod keeps its default class", "pod", st.key(), "class", class, "err", classErr)

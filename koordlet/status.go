@@ -62,8 +62,11 @@ type Status struct {
 	Plan []qos.CPUEntry `json:"plan,omitempty"`
 	// GPU is the GPU loop's state: per GPU its LS and batch pods, utilisation, the batch
 	// duty and why; nil with GPU features off.
-	GPU     *gpu.Status `json:"gpu,omitempty"`
-	Healthy bool        `json:"healthy"`
+	GPU *gpu.Status `json:"gpu,omitempty"`
+	// Config is the configuration in force, the sha256 of its file and what the last
+	// reload of the file did (configreload.go); nil until the Reloader published it.
+	Config  *ConfigStatus `json:"config,omitempty"`
+	Healthy bool          `json:"healthy"`
 }
 
 // SignalsStatus is the state of the harm signal source.
@@ -267,6 +270,7 @@ func (a *Agent) Status() Status {
 		g := a.gpu.Status()
 		s.GPU = &g
 	}
+	s.Config = a.live.configStatus()
 	return s
 }
 

@@ -1,5 +1,6 @@
 // Package metrics holds Understory's Prometheus metric sets: the node agent's (Agent,
-// GPU, and Escalation for its freezes and evictions) and the scheduler extender's, each
+// GPU, Escalation for its freezes and evictions, ConfigReload for reloads of its
+// configuration file) and the scheduler extender's, each
 // built on a caller-supplied registry (no global registry, no init registration).
 //
 // What the two binaries say to each other, the node-metrics document included, is

@@ -28,6 +28,10 @@
 //     floor, cuts before raises, and the graceful stop's exact writes (Final).
 //     The caller reads before and writes after; the plan keeps no state but
 //     the Budgeter's and the Guard's.
+//   - NextBatchCondition (batchcondition.go) decides the pod condition
+//     understory.io/BatchSlowed the agent writes on a batch pod (Throttled,
+//     Frozen, Suspended, Evicted, or False with Running) and when: a harder
+//     state at once, a milder one or new numbers only after a minimum interval.
 //
 // Traps:
 //

@@ -105,7 +105,7 @@ func TestSchedulerConfigManifest(t *testing.T) {
 }
 
 // TestDeploymentProbes keeps manifests/scheduler/scheduler-extender.yaml's probes
-// on paths the server serves: readiness on /readyz (sync), liveness on /healthz
+// on paths the server serves: readiness on /syncz (synced, leader or standby), liveness on /healthz
 // (both open to callers without a client certificate, see cmd/scheduler-extender).
 func TestDeploymentProbes(t *testing.T) {
 	t.Parallel()
@@ -142,8 +142,8 @@ func TestDeploymentProbes(t *testing.T) {
 		}
 		for _, c := range ds.Spec.Template.Spec.Containers {
 			found = true
-			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
-				t.Errorf("container %s: readiness probe %+v, want GET /readyz", c.Name, c.ReadinessProbe)
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/syncz" {
+				t.Errorf("container %s: readiness probe %+v, want GET /syncz", c.Name, c.ReadinessProbe)
 			}
 			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 				t.Errorf("container %s: liveness probe %+v, want GET /healthz", c.Name, c.LivenessProbe)
@@ -154,7 +154,7 @@ func TestDeploymentProbes(t *testing.T) {
 		t.Fatal("no extender container found")
 	}
 	h := testServer(t, nil, Deps{}).Handler()
-	for _, path := range []string{"/readyz", "/healthz"} {
+	for _, path := range []string{"/readyz", "/syncz", "/healthz"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != http.StatusOK {

@@ -3,8 +3,9 @@
 // whole GPUs, GPU shares or the node agent's batch resources it filters,
 // prioritizes and binds: it picks the devices on a node, accounts batch
 // capacity, and admits gangs (scheduler-plugins PodGroups, Volcano and
-// Koordinator annotations) all-or-nothing. It also serves /healthz, /metrics
-// and /status.
+// Koordinator annotations) all-or-nothing. It also serves /healthz, /readyz,
+// /syncz, /metrics and /status, and runs leader election among replicas
+// (leader.go).
 //
 // Types and their one job (docs/extender.md has the map with files and
 // method counts):
@@ -39,7 +40,8 @@
 //     the refusal while informers are stale (apiContact, contact.go).
 //   - informers (informers.go) feed the index and the gangs; outbox
 //     (outbox.go) sends the Events and nudges decided under the lock after
-//     it; shapeTable and resolvedLists (verdicts.go) key and resolve what
+//     it (muted on a standby); leadership (leader.go) runs leader election
+//     among replicas (Deps.Leader) and gates serving on it; shapeTable and resolvedLists (verdicts.go) key and resolve what
 //     filters score; placement (its own package) decides.
 //
 // One lock: State's sync.RWMutex guards the index, the ledger, scoring, the
@@ -53,6 +55,24 @@
 // afterwards, and a gang member's bind waits on a channel with no lock held.
 //
 // Traps:
+//   - With leader election (Deps.Leader) only the leader serves: a standby
+//     runs the same informers and housekeeping but refuses filter, prioritize
+//     and bind (503, ErrStandby) and writes nothing (its outbox is muted). It
+//     competes for the lease only once synced; when it takes the lease it
+//     catches up before it serves (catchUp: every pod the API shows bound must
+//     be bound in its index; then Housekeep resumes recorded gang plans) and
+//     points the Service at itself (publishLeader, an EndpointSlice). A leader
+//     that loses its lease refuses at once and Run returns ErrLeadershipLost:
+//     the process must exit (kubelet restarts it as a fresh standby). That is
+//     the simplest safe behaviour: a replica never serves twice, so no state
+//     of an earlier reign (reservations, plans, finished plan ids) can leak
+//     into a later one. The lease duration must exceed the renew deadline by
+//     more than the clocks can drift apart in that time, and be whole seconds
+//     (the Lease records seconds: 800 ms would be 0 s, always expired).
+//   - Readiness for the kubelet is /syncz (synced, leader or standby), not
+//     /readyz (serving): a never-Ready standby would stall Deployment rollouts
+//     and PodDisruptionBudgets. kube-scheduler reaches the leader through the
+//     EndpointSlice, never through readiness.
 //   - Until the informers have synced (Server.Ready) filter, prioritize and
 //     bind answer 503: the index does not yet know which devices bound pods
 //     hold. A request body is never a witness of a binding (its spec.nodeName

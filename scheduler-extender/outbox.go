@@ -48,7 +48,12 @@ type outbox struct {
 	apiTimeout time.Duration
 	log        *slog.Logger
 	nudgeWG    sync.WaitGroup // nudges in flight (wait)
+	// muted: flush drops what is queued (a standby replica writes nothing).
+	muted atomic.Bool
 }
+
+// setMuted mutes (a standby) or unmutes (the leader) the outbox.
+func (o *outbox) setMuted(m bool) { o.muted.Store(m) }
 
 // setSink says where flush sends. Call before the outbox is shared.
 func (o *outbox) setSink(recorder eventRecorder, api podAPI, nudge bool, apiTimeout time.Duration, log *slog.Logger) {
@@ -94,6 +99,9 @@ func (o *outbox) drain() ([]event, []nudge) {
 // background, each API call bounded by apiTimeout). Call with no index lock held.
 func (o *outbox) flush() {
 	evs, nudges := o.drain()
+	if o.muted.Load() {
+		return
+	}
 	for _, e := range evs {
 		if o.recorder == nil {
 			continue

@@ -60,6 +60,11 @@ type Deps struct {
 	// LockHold, when set, observes every hold of the index's write lock in
 	// seconds (benchmarks; Config.LockHoldMetric exports a histogram of them).
 	LockHold prometheus.Observer
+	// Leader, when set, runs leader election among replicas (leader.go): Run
+	// competes for the lease once the informers synced, and only the leader,
+	// caught up with the API, serves filter, prioritize and bind. Needs Client.
+	// Nil: this replica always serves (one replica).
+	Leader *LeaderConfig
 }
 
 // Server is the kube-scheduler HTTP extender. It serves HTTP: it decodes a
@@ -73,6 +78,7 @@ type Server struct {
 	res         *reservations // Filter
 	binder      *binder       // Bind
 	feed        *informers    // nil without a Client
+	lead        *leadership   // nil without Deps.Leader: always serving
 	contact     *apiContact
 	out         *outbox
 	client      kubernetes.Interface
@@ -133,6 +139,12 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Leader != nil {
+		if s.lead, err = newLeadership(*deps.Leader, s.client, s.registry, s.log); err != nil {
+			return nil, err
+		}
+		s.out.setMuted(true) // a standby writes nothing (becomeLeader unmutes)
+	}
 	st.led.met, s.gangs.met = s.met, s.met
 	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, binds: binds, out: s.out,
 		met: s.met, log: s.log}
@@ -180,7 +192,11 @@ func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 
 // Run follows the cluster (informers for nodes, pods and PodGroups) and runs the
 // housekeeping loop until ctx is done. Without a Client it only runs housekeeping.
+// With Deps.Leader it competes for the lease once the informers synced, and
+// returns ErrLeadershipLost (wrapped) when it lost the lease: exit then.
 func (s *Server) Run(ctx context.Context) error {
+	ctx, cancelRun := context.WithCancel(ctx) // the informers stop when Run returns, whatever ends it
+	defer cancelRun()
 	if s.broadcaster != nil {
 		s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 		defer s.broadcaster.Shutdown()
@@ -191,6 +207,19 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	var lost <-chan error // nil without election: never ready
+	if s.lead != nil {
+		errc, done := make(chan error, 1), make(chan struct{})
+		lctx, cancel := context.WithCancel(ctx)
+		defer func() { cancel(); <-done }() // the lease is released before Run returns
+		go func() {
+			defer close(done)
+			if err := s.lead.run(lctx, s); err != nil {
+				errc <- err
+			}
+		}()
+		lost = errc
+	}
 	tick := time.NewTicker(s.cfg.Housekeeping)
 	defer tick.Stop()
 	lastWorkload := s.now()
@@ -199,6 +228,10 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			s.out.wait()
 			return nil
+		case err := <-lost:
+			cancelRun() // before the deferred wait for the informers
+			s.out.wait()
+			return err
 		case <-tick.C:
 			s.Housekeep()
 			if now := s.now(); now.Sub(lastWorkload) >= s.cfg.WorkloadRefresh {
@@ -238,7 +271,7 @@ func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 }
 
 // Handler serves POST /filter, /prioritize, /bind and GET /healthz, /readyz,
-// /metrics, /status. Until the informers have synced (Ready), filter,
+// /syncz, /metrics, /status. Until the informers have synced (Ready), filter,
 // prioritize and bind are refused with 503: the index would not know which
 // devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
@@ -265,9 +298,26 @@ func (s *Server) Handler() http.Handler {
 	}))
 	mux.Handle("GET /readyz", s.instrument("readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !s.Ready() {
+		if err := refusal(s); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, ErrNotSynced.Error()+"\n")
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	// The kubelet's readiness probe with leader election: a synced standby is
+	// ready to take over (Deployment rollouts and the PodDisruptionBudget count
+	// it), while kube-scheduler reaches only the leader (the EndpointSlice it
+	// writes, leader.go). /readyz stays "serving now".
+	mux.Handle("GET /syncz", s.instrument("syncz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		err := refusal(s)
+		if errors.Is(err, ErrStandby) {
+			err = nil
+		}
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
@@ -278,8 +328,21 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Ready reports whether the index is synced with the API server (always true
-// without a Client): the extender answers filter, prioritize and bind only then.
-func (s *Server) Ready() bool { return s.feed == nil || s.feed.synced.Load() }
+// without a Client) and, with leader election, this replica leads and has
+// caught up: the extender answers filter, prioritize and bind only then.
+func (s *Server) Ready() bool { return refusal(s) == nil }
+
+// refusal is why s's filter, prioritize and bind are refused now (nil: served):
+// ErrNotSynced, ErrStandby or ErrLeadershipLost.
+func refusal(s *Server) error {
+	if s.feed != nil && !s.feed.synced.Load() {
+		return ErrNotSynced
+	}
+	if !s.lead.serving() {
+		return s.lead.refusal()
+	}
+	return nil
+}
 
 // ErrTooManyLarge means Config.MaxLargeRequests large requests are in flight.
 var ErrTooManyLarge = errors.New("too many large requests in flight")
@@ -289,8 +352,8 @@ var ErrTooManyLarge = errors.New("too many large requests in flight")
 // extender call as a scheduling error and retries the pod with backoff.
 func (s *Server) guard(h http.HandlerFunc, refuse func(http.ResponseWriter, int, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.Ready() {
-			refuse(w, http.StatusServiceUnavailable, fmt.Errorf("extender not ready, retry later: %w", ErrNotSynced))
+		if err := refusal(s); err != nil {
+			refuse(w, http.StatusServiceUnavailable, fmt.Errorf("extender not ready, retry later: %w", err))
 			return
 		}
 		if r.ContentLength < 0 || r.ContentLength > s.cfg.LargeBodyBytes {

@@ -16,6 +16,18 @@ type Status struct {
 	// keeps (0 before the first refresh, or for random and bestfit's empty one).
 	WorkloadClasses int  `json:"workloadClasses"`
 	Synced          bool `json:"synced"`
+	// Leader is the replica holding the leader lease as last observed, and
+	// Leading whether this replica leads and serves; LeaderElection is false
+	// when it runs without election (one replica: it always serves).
+	LeaderElection bool   `json:"leaderElection"`
+	Leader         string `json:"leader,omitempty"`
+	Leading        bool   `json:"leading"`
+	// LeaderCatchUpSeconds is how long this replica, when it last took the
+	// lease, caught up with the API before it served.
+	LeaderCatchUpSeconds float64 `json:"leaderCatchUpSeconds,omitempty"`
+	// Refused says why filter, prioritize and bind are refused (not synced,
+	// standby, lease lost); empty while served.
+	Refused string `json:"refused,omitempty"`
 	// Informers is each informer's contact with the API server (staleness).
 	Informers []InformerStatus `json:"informers"`
 	// BindsRefused says why binds are refused now: an informer binds depend on
@@ -90,7 +102,15 @@ type GangStatus struct {
 // Status snapshots the index, the gangs and the informers' contact.
 func (s *Server) Status() Status {
 	st := s.state
-	out := Status{Time: s.now(), Synced: s.Ready(), Informers: s.contact.status()}
+	out := Status{Time: s.now(), Synced: s.feed == nil || s.feed.synced.Load(), Informers: s.contact.status(),
+		LeaderElection: s.lead != nil, Leading: s.lead.serving()}
+	if s.lead != nil {
+		out.Leader = s.lead.holder()
+		out.LeaderCatchUpSeconds = time.Duration(s.lead.catchUp.Load()).Seconds()
+	}
+	if err := refusal(s); err != nil {
+		out.Refused = err.Error()
+	}
 	if err := s.contact.staleForBind(s.cfg.MaxCacheStaleness); err != nil {
 		out.BindsRefused = err.Error()
 	}

@@ -56,7 +56,10 @@ type Options struct {
 	TargetLockP99    time.Duration
 	RSSPods          int // memory: pods in the cluster
 	TargetRSSMiB     float64
-	MemProfile       string // memory: the extender's heap profile, once synced
+	MemProfile       string        // memory: the extender's heap profile, once synced
+	TargetFailover   time.Duration // failover: kill → the standby serving
+
+	leader *extender.LeaderConfig // failover: lease durations other than the shipped ones (tests)
 
 	clients int // this latency run's clients (one of ClientList)
 }
@@ -137,7 +140,7 @@ func DefaultOptions() Options {
 		TargetP99: 5 * time.Millisecond, TargetRate: 2000,
 		Runs:        map[string]bool{RunLatency: true, RunLockHold: true, RunMemory: true},
 		GangMembers: 1000, LockHoldDuration: 10 * time.Second, TargetLockP99: 10 * time.Millisecond,
-		RSSPods: 100000, TargetRSSMiB: 400}
+		RSSPods: 100000, TargetRSSMiB: 400, TargetFailover: 15 * time.Second}
 }
 
 // The runs (Options.Runs).
@@ -145,12 +148,13 @@ const (
 	RunLatency  = "latency"  // filter and prioritize over HTTP
 	RunLockHold = "lockhold" // write-lock holds while a huge gang waits
 	RunMemory   = "memory"   // RSS of an extender child at Nodes and RSSPods
+	RunFailover = "failover" // leader killed → the synced standby serving, at Nodes and RSSPods
 )
 
 // Validate checks o (naming the flags that set it).
 func (o Options) Validate() error {
 	for r := range o.Runs {
-		if r != RunLatency && r != RunLockHold && r != RunMemory {
+		if r != RunLatency && r != RunLockHold && r != RunMemory && r != RunFailover {
 			return fmt.Errorf("bad -runs entry %q", r)
 		}
 	}
@@ -544,6 +548,16 @@ func Run(ctx context.Context, o Options, log io.Writer) (Report, error) {
 			"synced in %.1f s, RSS %.0f MiB (peak %.0f MiB, heap %.0f MiB): pass=%v\n",
 			m.Nodes, m.Pods, m.BoundPods, m.GPUPods, m.PodBytes, m.SyncSeconds, m.RSSMiB, m.PeakRSSMiB, m.HeapMiB, m.Pass)
 	}
+	if o.Runs[RunFailover] {
+		f, err := runFailover(ctx, o)
+		if err != nil {
+			return report, fmt.Errorf("failover: %w", err)
+		}
+		report.Failover, report.Pass = &f, report.Pass && f.Pass
+		fmt.Fprintf(log, "extender-bench: %d nodes, %d pods, lease %.0f s / renew %.0f s / retry %.0f s: leader killed, "+
+			"standby serving after %.2f s (catch-up %.3f s; its cold sync took %.1f s): pass=%v\n", f.Nodes, f.Pods,
+			f.LeaseSeconds, f.RenewSeconds, f.RetrySeconds, f.FailoverSecs, f.CatchUpSecs, f.SyncSeconds, f.Pass)
+	}
 	return report, nil
 }
 
@@ -554,6 +568,8 @@ type Report struct {
 	LockHold *LockHold `json:"lock_hold,omitempty"`
 	// Memory is the RSS at -nodes and -rss-pods (-runs memory).
 	Memory *Memory `json:"memory,omitempty"`
+	// Failover is the leader-to-standby handover at -nodes and -rss-pods (-runs failover).
+	Failover *Failover `json:"failover,omitempty"`
 	// Pass: every run met its targets.
 	Pass bool `json:"pass"`
 }

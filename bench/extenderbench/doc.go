@@ -10,6 +10,12 @@
 //     gang waits on 5 000 nodes under filters and informer events;
 //   - memory (memory.go): the RSS of the extender, a child process with its real
 //     informers, at 5 000 nodes and 100 000 pods served by a fake API server.
+//   - failover (failover.go, not in the default runs): two replicas with leader
+//     election (the shipped 8 s / 5 s / 1 s lease) in this process on the memory
+//     run's fake API server, which also serves the Lease; the leader is "killed"
+//     (every lease call of its client fails from then on: it neither renews nor
+//     releases) and the synced standby must serve within -target-failover (15 s).
+//     Its catch-up lists every pod (the fake API ignores field selectors).
 //
 // Traps:
 //   - The memory run re-executes its own binary with -rss-child-api (and -nodes,

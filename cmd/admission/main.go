@@ -33,6 +33,7 @@ type options struct {
 	certFile        string
 	keyFile         string
 	profiles        string
+	schedulerName   string
 	kubeconfig      string
 	master          string
 	resync          time.Duration
@@ -49,6 +50,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM); reloaded when it changes")
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM); reloaded when it changes")
 	fs.StringVar(&o.profiles, "profiles", "", "profiles file (YAML); empty: no profiles, only annotated pods")
+	fs.StringVar(&o.schedulerName, "scheduler-name", "",
+		"second-scheduler mode: set spec.schedulerName to this on batch pods and pods asking for GPUs, GPU shares "+
+			"or batch resources (unless they name a scheduler other than default-scheduler); empty: off "+
+			"(manifests/components/second-scheduler sets understory-scheduler)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
 	fs.DurationVar(&o.resync, "informer-resync", 0, "namespace/PriorityClass informer resync period (0: none)")
@@ -76,6 +81,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.certFile == "" || o.keyFile == "" {
 		return o, errors.New("-tls-cert-file and -tls-private-key-file are required (the API server calls webhooks over TLS)")
+	}
+	if err := admission.ValidateSchedulerName(o.schedulerName); err != nil {
+		return o, fmt.Errorf("-scheduler-name: %w", err)
 	}
 	if o.shutdownTimeout <= 0 || o.readTimeout <= 0 || o.resync < 0 {
 		return o, errors.New("-shutdown-timeout and -read-timeout must be > 0, -informer-resync >= 0")
@@ -113,7 +121,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("building client: %w", err)
 	}
 	cluster := admission.NewClusterCache(client, o.resync)
-	mut, err := admission.NewMutator(profiles, cluster)
+	mut, err := admission.NewMutator(profiles, cluster, admission.WithSchedulerName(o.schedulerName))
 	if err != nil {
 		return err
 	}
@@ -156,7 +164,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}()
 	log.Info("admission webhook serving", "addr", ln.Addr().String(), "profiles", profiles.Len(),
-		"validate", o.cfg.ServeValidate)
+		"validate", o.cfg.ServeValidate, "schedulerName", o.schedulerName)
 	var first error
 	select {
 	case <-ctx.Done():

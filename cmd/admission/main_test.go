@@ -25,6 +25,9 @@ func TestParseFlags(t *testing.T) {
 		{"writers", append(tls, "-gpu-devices-writers=system:serviceaccount:s:x, system:serviceaccount:s:y"), ""},
 		{"empty writer", append(tls, "-gpu-devices-writers=a,,b"), "writer"},
 		{"no writer", append(tls, "-gpu-devices-writers="), "writer"},
+		{"second scheduler", append(tls, "-scheduler-name=understory-scheduler"), ""},
+		{"scheduler name invalid", append(tls, "-scheduler-name=Under_Story"), "-scheduler-name"},
+		{"scheduler name default", append(tls, "-scheduler-name=default-scheduler"), "default scheduler"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,6 +38,9 @@ func TestParseFlags(t *testing.T) {
 			}
 			if tc.name == "writers" && strings.Join(o.cfg.GPUDevicesWriters, "|") != "system:serviceaccount:s:x|system:serviceaccount:s:y" {
 				t.Fatalf("writers %q", o.cfg.GPUDevicesWriters)
+			}
+			if tc.name == "second scheduler" && o.schedulerName != "understory-scheduler" {
+				t.Fatalf("scheduler name %q", o.schedulerName)
 			}
 		})
 	}

@@ -47,12 +47,14 @@ func run(args []string) int {
 	enforce := fs.Bool("enforce", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the measured part here")
 	runs := fs.String("runs", "latency,lockhold,memory", "what to measure: latency (filter and prioritize), "+
-		"lockhold (write-lock holds while a huge gang waits), memory (RSS of an extender with -nodes and -rss-pods)")
+		"lockhold (write-lock holds while a huge gang waits), memory (RSS of an extender with -nodes and -rss-pods), "+
+		"failover (two replicas with leader election on -nodes and -rss-pods: the leader killed, the standby serving; not in the default)")
 	fs.IntVar(&o.GangMembers, "gang-members", o.GangMembers, "lockhold: minMember of the waiting gang")
 	fs.DurationVar(&o.LockHoldDuration, "lock-hold-duration", o.LockHoldDuration, "lockhold: how long to measure")
 	fs.DurationVar(&o.TargetLockP99, "target-lock-p99", o.TargetLockP99, "lockhold: p99 write-lock hold target")
 	fs.IntVar(&o.RSSPods, "rss-pods", o.RSSPods, "memory: pods in the cluster (90 % bound, a fifth of those with a GPU share)")
 	fs.Float64Var(&o.TargetRSSMiB, "target-rss-mib", o.TargetRSSMiB, "memory: RSS target in MiB")
+	fs.DurationVar(&o.TargetFailover, "target-failover", o.TargetFailover, "failover: kill → standby serving target")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "memory: write the extender's heap profile (once synced) here")
 	childAPI := fs.String("rss-child-api", "", "internal: run as the memory measurement's extender against this API URL")
 	if err := fs.Parse(args); err != nil {

@@ -55,7 +55,24 @@ func run() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	// Flags outrank the file, at the start and at every reload of it.
+	override := func(c koordlet.Config) koordlet.Config {
+		if *nodeName != "" {
+			c.NodeName = *nodeName
+		}
+		if *manifests != "" {
+			c.StaticPodDir = *manifests
+		}
+		if *listen != "" {
+			c.ListenAddress = *listen
+		}
+		if *cgroupRoot != "" {
+			c.CgroupRoot = *cgroupRoot
+		}
+		return c
+	}
 	cfg := koordlet.DefaultConfig()
+	var configData []byte
 	if *configPath != "" {
 		data, err := os.ReadFile(*configPath)
 		if err != nil {
@@ -64,19 +81,9 @@ func run() error {
 		if cfg, err = koordlet.LoadConfig(data); err != nil {
 			return fmt.Errorf("config %s: %w", *configPath, err)
 		}
+		configData = data
 	}
-	if *nodeName != "" {
-		cfg.NodeName = *nodeName
-	}
-	if *manifests != "" {
-		cfg.StaticPodDir = *manifests
-	}
-	if *listen != "" {
-		cfg.ListenAddress = *listen
-	}
-	if *cgroupRoot != "" {
-		cfg.CgroupRoot = *cgroupRoot
-	}
+	cfg = override(cfg)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -92,6 +99,10 @@ func run() error {
 	deps := koordlet.Deps{Registry: reg, Logger: log}
 
 	var runSource, runStatus func(context.Context) error
+	var runConditions func(context.Context)
+	// nodeEvents records the Node's events (a refused configuration); nil in static
+	// mode: the log says it.
+	var nodeEvents *koordlet.NodeEvents
 	if cfg.StaticPodDir != "" {
 		src := podsource.NewStatic(cfg.StaticPodDir, log)
 		deps.Pods, deps.Events, runSource = src, podsource.NewLogSink(log), src.Run
@@ -106,6 +117,8 @@ func run() error {
 		src := podsource.NewKube(client.Pods(), cfg.NodeName, log, 0)
 		sink := podsource.NewEventSink(client.Events(), "understory-koordlet", cfg.NodeName)
 		defer sink.Shutdown()
+		nodeEvents = koordlet.NewNodeEvents(client.Events(), "understory-koordlet", cfg.NodeName)
+		defer nodeEvents.Shutdown()
 		deps.Pods, deps.Events, runSource = src, sink, src.Run
 		deps.Publisher = koordlet.NewNodeAnnotator(client.Nodes(), cfg.NodeName)
 		status, err := nodestatus.New(client.Nodes(), cfg.NodeName, nodestatus.WithLogger(log))
@@ -114,6 +127,9 @@ func run() error {
 		}
 		deps.BatchResources = status
 		deps.Evictions = client
+		conds := koordlet.NewPodConditionWriter(client, log)
+		deps.PodConditions = conds
+		runConditions = conds.Run
 		runStatus = status.Run
 	}
 
@@ -138,6 +154,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	reloadOpts := koordlet.ReloaderOptions{Path: *configPath, Override: override, Registry: reg,
+		Logger: log.With("component", "config-reload")}
+	if nodeEvents != nil {
+		reloadOpts.Events = nodeEvents
+	}
+	reloader, err := koordlet.NewReloader(cfg, configData, agent, reloadOpts)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.ListenAddress, err)
@@ -155,9 +180,13 @@ func run() error {
 	log.Info("koordlet started", "listen", ln.Addr().String(), "nri", cfg.NRI.Enabled, "node", cfg.NodeName,
 		"static", cfg.StaticPodDir, "period", cfg.Period.Duration)
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- ignoreClosed(srv.Serve(ln)) }()
 	go func() { errc <- runSource(ctx) }()
+	go func() { errc <- reloader.Run(ctx) }()
+	if runConditions != nil {
+		go runConditions(ctx)
+	}
 	if runStatus != nil {
 		go func() { errc <- runStatus(ctx) }()
 	}

@@ -10,6 +10,12 @@
 //	    [-env K=V]... [-user U] [-workdir D] [-label K=V]... [-arch GOARCH]
 //	    one image of one layer: the tree below DIR, owned by root
 //	    (scripts/realnode/build.sh: the pause and busybox images)
+//	mkimage binary -ref NAME:TAG -bin FILE -entrypoint /PATH -out FILE.tar [-user U]
+//	    [-lib-root /] [-label K=V]...
+//	    one prebuilt binary at /PATH, also the entrypoint, over the project images'
+//	    base layer (with its loader and libraries when it is dynamically linked),
+//	    e.g. registry.k8s.io/kube-scheduler:v1.34.4 from the cached kube-scheduler
+//	    for the real node, which has no network (the second scheduler)
 //
 // SOURCE_DATE_EPOCH (seconds) sets the images' time, default the Unix epoch, so
 // the same inputs give the same bytes.
@@ -75,15 +81,17 @@ func run(args []string, stdout, stderr io.Writer, epoch string) error {
 		created = time.Unix(s, 0).UTC()
 	}
 	if len(args) == 0 {
-		return fmt.Errorf("%w: mkimage project|dir [flags] (-h for each)", errUsage)
+		return fmt.Errorf("%w: mkimage project|dir|binary [flags] (-h for each)", errUsage)
 	}
 	switch args[0] {
 	case "project":
 		return project(args[1:], stdout, stderr, created)
 	case "dir":
 		return dir(args[1:], stdout, stderr, created)
+	case "binary":
+		return binary(args[1:], stdout, stderr, created)
 	}
-	return fmt.Errorf("%w: unknown subcommand %q, want project or dir", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q, want project, dir or binary", errUsage, args[0])
 }
 
 func project(args []string, stdout, stderr io.Writer, created time.Time) error {
@@ -148,13 +156,9 @@ func dir(args []string, stdout, stderr io.Writer, created time.Time) error {
 			return fmt.Errorf("%w: -env %q is not K=V", errUsage, e)
 		}
 	}
-	lm := map[string]string{}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("%w: -label %q is not K=V", errUsage, l)
-		}
-		lm[k] = v
+	lm, err := parseLabels(labels)
+	if err != nil {
+		return err
 	}
 	files, err := images.FilesFromDir(*rootfs)
 	if err != nil {
@@ -171,6 +175,51 @@ func dir(args []string, stdout, stderr io.Writer, created time.Time) error {
 	}
 	_, err = write(spec, *out, stdout)
 	return err
+}
+
+func binary(args []string, stdout, stderr io.Writer, created time.Time) error {
+	fs := flag.NewFlagSet("mkimage binary", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var labels listFlag
+	ref := fs.String("ref", "", "image name with its tag, e.g. registry.k8s.io/kube-scheduler:v1.34.4; required")
+	bin := fs.String("bin", "", "the binary to copy into the image; required")
+	entrypoint := fs.String("entrypoint", "", "absolute path of the binary in the image, also the entrypoint, "+
+		"e.g. /usr/local/bin/kube-scheduler; required")
+	out := fs.String("out", "", "tarball to write; required")
+	user := fs.String("user", images.NonRootUser, "user the container runs as (numeric uid[:gid])")
+	libRoot := fs.String("lib-root", "/", "where a dynamically linked binary's loader and libraries are copied from")
+	fs.Var(&labels, "label", "config label K=V (repeat for each)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *ref == "" || *bin == "" || *entrypoint == "" || *out == "" || fs.NArg() != 0 {
+		return fmt.Errorf("%w: mkimage binary -ref NAME:TAG -bin FILE -entrypoint /PATH -out FILE.tar [flags]", errUsage)
+	}
+	lm, err := parseLabels(labels)
+	if err != nil {
+		return err
+	}
+	spec, err := images.BinarySpec(images.BinaryOptions{
+		Ref: *ref, Binary: *bin, Entrypoint: *entrypoint, User: *user, LibRoot: *libRoot, Labels: lm, Created: created,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = write(spec, *out, stdout)
+	return err
+}
+
+// parseLabels turns -label K=V flags into a map.
+func parseLabels(labels []string) (map[string]string, error) {
+	lm := map[string]string{}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: -label %q is not K=V", errUsage, l)
+		}
+		lm[k] = v
+	}
+	return lm, nil
 }
 
 // write builds spec, writes it to path and prints one line about it.

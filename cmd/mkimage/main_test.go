@@ -52,6 +52,16 @@ func TestUsageErrors(t *testing.T) {
 		{"dir latest", []string{"dir", "-ref", "x.test/ab:latest", "-rootfs", rootfs, "-out", out}, "", images.ErrLatestTag},
 		{"dir no tag", []string{"dir", "-ref", "x.test/ab", "-rootfs", rootfs, "-out", out}, "", images.ErrInvalidRef},
 		{"dir empty rootfs", []string{"dir", "-ref", "x.test/ab:v1", "-rootfs", t.TempDir(), "-out", out}, "", images.ErrInvalidSpec},
+		{"binary without ref", []string{"binary", "-bin", rootfs + "/x", "-entrypoint", "/x", "-out", out}, "", errUsage},
+		{"binary without bin", []string{"binary", "-ref", "x.test/ab:v1", "-entrypoint", "/x", "-out", out}, "", errUsage},
+		{"binary without entrypoint", []string{"binary", "-ref", "x.test/ab:v1", "-bin", rootfs + "/x", "-out", out}, "", errUsage},
+		{"binary without out", []string{"binary", "-ref", "x.test/ab:v1", "-bin", rootfs + "/x", "-entrypoint", "/x"}, "", errUsage},
+		{"binary bad label", []string{"binary", "-ref", "x.test/ab:v1", "-bin", rootfs + "/x", "-entrypoint", "/x",
+			"-out", out, "-label", "nolabel"}, "", errUsage},
+		{"binary relative entrypoint", []string{"binary", "-ref", "x.test/ab:v1", "-bin", rootfs + "/x", "-entrypoint", "x",
+			"-out", out}, "", images.ErrInvalidSpec},
+		{"binary missing", []string{"binary", "-ref", "x.test/ab:v1", "-bin", rootfs + "/nope", "-entrypoint", "/x",
+			"-out", out}, "", os.ErrNotExist},
 		{"project missing binaries", []string{"project", "-version", "v1", "-bin", t.TempDir(), "-out", t.TempDir()}, "", os.ErrNotExist},
 	}
 	for _, tc := range tests {
@@ -189,5 +199,68 @@ func TestProject(t *testing.T) {
 		if cf.Created.Unix() != 0 {
 			t.Errorf("%s: created %v, want the Unix epoch without SOURCE_DATE_EPOCH", b.Tar, cf.Created)
 		}
+	}
+}
+
+// mkimage binary: the real node's kube-scheduler image from a (here: stand-in)
+// static binary, named as the manifests name it.
+func TestBinary(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.SkipOrFailInCI(t, "no go command to build the test program")
+	}
+	src, bin := t.TempDir(), filepath.Join(t.TempDir(), "kube-scheduler")
+	for f, data := range map[string]string{
+		"go.mod":  "module hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nfunc main() { println(\"hello\") }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, b)
+	}
+	const ref = "registry.k8s.io/kube-scheduler:v1.34.4"
+	out := filepath.Join(t.TempDir(), "kube-scheduler.tar")
+	var stdout bytes.Buffer
+	args := []string{"binary", "-ref", ref, "-bin", bin, "-entrypoint", "/usr/local/bin/kube-scheduler", "-out", out,
+		"-label", "org.opencontainers.image.version=v1.34.4"}
+	if err := run(args, &stdout, io.Discard, "1700000000"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(stdout.String(), ref+"\t"+out+"\tsha256:") {
+		t.Errorf("stdout = %q", stdout.String())
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(out, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	if !slices.Equal(c.Entrypoint, []string{"/usr/local/bin/kube-scheduler"}) || c.User != images.NonRootUser ||
+		c.Labels["org.opencontainers.image.version"] != "v1.34.4" || cf.Created.Unix() != 1700000000 {
+		t.Errorf("config = %+v, created %v", c, cf.Created)
+	}
+	// The same binary again: the same bytes.
+	out2 := filepath.Join(t.TempDir(), "again.tar")
+	args[len(args)-3] = out2
+	if err := run(args, io.Discard, io.Discard, "1700000000"); err != nil {
+		t.Fatal(err)
+	}
+	b1, err1 := os.ReadFile(out)
+	b2, err2 := os.ReadFile(out2)
+	if err1 != nil || err2 != nil || !bytes.Equal(b1, b2) {
+		t.Errorf("the same binary gave different tarballs (%v, %v)", err1, err2)
 	}
 }

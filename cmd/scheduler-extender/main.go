@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -47,6 +48,10 @@ type options struct {
 	qps        float64
 	burst      int
 	noPodGroup bool
+	// Leader election: leaderElect runs it with leader (namespace and
+	// identity from -leader-elect-namespace / POD_NAMESPACE and POD_NAME).
+	leaderElect bool
+	leader      extender.LeaderConfig
 	// TLS: serving pair (HTTPS when set) and the CA of accepted client certificates.
 	certFile     string
 	keyFile      string
@@ -55,16 +60,25 @@ type options struct {
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
-	o := options{cfg: extender.DefaultConfig()}
+	return parseFlagsEnv(args, out, os.Getenv)
+}
+
+// parseFlagsEnv is parseFlags with the environment read through getenv
+// (POD_NAMESPACE, POD_NAME: the downward API's, for leader election).
+func parseFlagsEnv(args []string, out io.Writer, getenv func(string) string) (options, error) {
+	o := options{cfg: extender.DefaultConfig(),
+		leader: extender.DefaultLeaderConfig(getenv("POD_NAMESPACE"), getenv("POD_NAME"))}
+	l := &o.leader
+	l.PodIP, l.PortName = getenv("POD_IP"), "https"
 	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.cfg
-	fs.StringVar(&o.listen, "listen", ":8888", "listen address (filter, prioritize, bind, healthz, readyz, metrics, status)")
+	fs.StringVar(&o.listen, "listen", ":8888", "listen address (filter, prioritize, bind, healthz, readyz, syncz, metrics, status)")
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM): serve HTTPS, re-read when it changes; "+
 		"empty: plain HTTP")
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM), with -tls-cert-file")
 	fs.StringVar(&o.clientCAFile, "tls-client-ca-file", "", "CA bundle (PEM) of client certificates: callers of "+
-		"every path but GET /healthz, /readyz and /metrics must present one it signed (kube-scheduler's "+
+		"every path but GET /healthz, /readyz, /syncz and /metrics must present one it signed (kube-scheduler's "+
 		"extender tlsConfig certFile/keyFile); re-read when it changes. Needs -tls-cert-file")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
@@ -72,6 +86,23 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		"write (its Binding), so this caps binds per second. kube-scheduler defaults to 50 but is run far higher when "+
 		"tuned for throughput (its scheduler_perf benchmark uses 5000); API priority and fairness still protects the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", defaultBurst, "client-side burst to the API server (a gang commit sends its Bindings together)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run leader election among replicas (a Lease): only the "+
+		"leader serves filter, prioritize and bind and is Ready; a standby keeps its informers synced and takes over "+
+		"when the leader is gone. The identity is $POD_NAME")
+	fs.StringVar(&l.Namespace, "leader-elect-namespace", l.Namespace, "namespace of the leader Lease (default $POD_NAMESPACE)")
+	fs.StringVar(&l.Name, "leader-elect-lease-name", l.Name, "name of the leader Lease")
+	fs.StringVar(&l.Identity, "leader-elect-identity", l.Identity, "this replica's identity in the Lease (default $POD_NAME)")
+	fs.DurationVar(&l.LeaseDuration, "leader-elect-lease-duration", l.LeaseDuration, "how long a standby waits after "+
+		"the leader's last renewal before it takes over (a killed leader is replaced after about this + the retry period)")
+	fs.DurationVar(&l.RenewDeadline, "leader-elect-renew-deadline", l.RenewDeadline, "how long the leader tries to "+
+		"renew before it stops serving and exits; below the lease duration")
+	fs.DurationVar(&l.RetryPeriod, "leader-elect-retry-period", l.RetryPeriod, "how often replicas try to take or renew the lease")
+	fs.StringVar(&l.Service, "leader-elect-service", "", "selector-less Service the leader points at itself "+
+		"(EndpointSlice <service>-leader: $POD_IP, the -listen port, named -leader-elect-port-name); empty: "+
+		"route by readiness (/readyz) instead")
+	fs.StringVar(&l.PortName, "leader-elect-port-name", l.PortName, "the Service port's name, for the EndpointSlice")
+	fs.DurationVar(&l.CatchUpTimeout, "leader-elect-catch-up-timeout", l.CatchUpTimeout, "how long a new leader may "+
+		"take to catch up with the API (every bound pod in its index) before it serves; past it, it gives the lease up")
 	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch PodGroups at all (scheduling.x-k8s.io nor Volcano's)")
 	fs.BoolVar(&c.VolcanoPodGroups, "volcano-podgroups", c.VolcanoPodGroups, "watch Volcano's scheduling.volcano.sh/v1beta1 PodGroups for the minMember of Volcano gangs")
 	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", placement.PolicyNames()))
@@ -118,6 +149,19 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if !(o.qps > 0) || o.burst < 1 {
 		return o, fmt.Errorf("-kube-api-qps %v must be > 0 and -kube-api-burst %d >= 1: %w", o.qps, o.burst, errBadFlag)
 	}
+	if o.leaderElect {
+		if o.leader.Service != "" {
+			_, port, err := net.SplitHostPort(o.listen)
+			p, perr := strconv.ParseUint(port, 10, 16)
+			if err != nil || perr != nil || p == 0 {
+				return o, fmt.Errorf("-leader-elect-service needs a numeric -listen port, not %q: %w", o.listen, errBadFlag)
+			}
+			o.leader.Port = int32(p)
+		}
+		if err := o.leader.Validate(); err != nil {
+			return o, fmt.Errorf("-leader-elect (set POD_NAMESPACE, POD_NAME and with a Service POD_IP, or the flags): %w", err)
+		}
+	}
 	if c.Seed == 0 {
 		c.Seed = time.Now().UnixNano()
 	}
@@ -150,6 +194,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("building client: %w", err)
 	}
 	deps := extender.Deps{Client: client, Logger: log}
+	if o.leaderElect {
+		deps.Leader = &o.leader
+	}
 	if !o.noPodGroup {
 		if deps.Dynamic, err = dynamic.NewForConfig(rc); err != nil {
 			return fmt.Errorf("building dynamic client: %w", err)
@@ -171,7 +218,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	errc := make(chan error, 2)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() { errc <- srv.Run(runCtx) }()
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); errc <- srv.Run(runCtx) }()
 	go func() { errc <- serve(hs, ln) }()
 	logServing(log, o, ln.Addr().String())
 	var first error
@@ -179,13 +227,21 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	case <-ctx.Done():
 	case first = <-errc:
 	}
+	if errors.Is(first, extender.ErrLeadershipLost) {
+		// Refusing since the lease was lost; exit now, binds in flight
+		// included: a standby may already lead. kubelet restarts us as one.
+		return first
+	}
 	// Let binds in flight (gang members may wait up to GangBindTimeout) finish.
 	sctx, cancel := context.WithTimeout(context.Background(), o.cfg.GangBindTimeout+2*o.cfg.APITimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		first = errors.Join(first, fmt.Errorf("shutting down http: %w", err))
 	}
+	// Stop following the cluster; a leader releases its lease now, after the
+	// binds in flight, so that the standby takes over at once.
 	stop()
+	<-runDone
 	return first
 }
 

@@ -101,3 +101,49 @@ func TestClientConfig(t *testing.T) {
 		t.Fatalf("clientset from the tuned config: %v", err)
 	}
 }
+
+// TestLeaderFlags: -leader-elect takes its namespace, identity and pod IP from
+// the downward API's environment, the Service port from -listen, and refuses
+// what cannot elect.
+func TestLeaderFlags(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"POD_NAMESPACE": "understory-system", "POD_NAME": "ext-1", "POD_IP": "10.0.0.7"}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		ok   bool
+		chk  func(options) bool
+	}{
+		{name: "off by default", env: nil, ok: true, chk: func(o options) bool { return !o.leaderElect }},
+		{name: "from the environment", args: []string{"-leader-elect", "-leader-elect-service", "svc", "-listen", ":9443"},
+			env: env, ok: true, chk: func(o options) bool {
+				l := o.leader
+				return o.leaderElect && l.Namespace == "understory-system" && l.Identity == "ext-1" &&
+					l.PodIP == "10.0.0.7" && l.Port == 9443 && l.PortName == "https" && l.Service == "svc" &&
+					l.LeaseDuration == 8*time.Second && l.RenewDeadline == 5*time.Second && l.RetryPeriod == time.Second
+			}},
+		{name: "no identity", args: []string{"-leader-elect"}, env: map[string]string{"POD_NAMESPACE": "ns"}},
+		{name: "flags instead of the environment", args: []string{"-leader-elect", "-leader-elect-namespace", "ns",
+			"-leader-elect-identity", "me"}, ok: true, chk: func(o options) bool { return o.leader.Identity == "me" }},
+		{name: "service without pod IP", args: []string{"-leader-elect", "-leader-elect-service", "svc"},
+			env: map[string]string{"POD_NAMESPACE": "ns", "POD_NAME": "p"}},
+		{name: "service without a port", args: []string{"-leader-elect", "-leader-elect-service", "svc", "-listen", "x"}, env: env},
+		{name: "renew deadline beyond lease", args: []string{"-leader-elect", "-leader-elect-renew-deadline", "9s"}, env: env},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := parseFlagsEnv(tc.args, io.Discard, func(k string) string { return tc.env[k] })
+			if !tc.ok {
+				if err == nil {
+					t.Fatalf("parsed %+v, want an error", o.leader)
+				}
+				return
+			}
+			if err != nil || !tc.chk(o) {
+				t.Fatalf("got %+v, %v", o.leader, err)
+			}
+		})
+	}
+}

@@ -20,7 +20,7 @@ var errNoClientCert = errors.New("a client certificate signed by the extender's 
 // openPaths are served to callers without a client certificate even when
 // -tls-client-ca-file is set: kubelet's probes (which never present one) and
 // Prometheus. /status is not among them: it names every tenant's pods.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/syncz": true, "/metrics": true}
 
 // serverTLS returns the TLS configuration of the HTTPS listener, or nil when
 // o asks for plain HTTP. The serving pair is re-read when either file changes

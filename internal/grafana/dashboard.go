@@ -63,6 +63,7 @@ type Panel struct {
 	FieldConfig FieldConfig    `json:"fieldConfig"`
 	Repeat      string         `json:"repeat"`
 	Panels      []Panel        `json:"panels"`
+	Options     PanelOptions   `json:"options"`
 }
 
 // GridPos is a panel's place on the dashboard's 24-column grid.
@@ -101,12 +102,17 @@ type FieldDefaults struct {
 	Max      *float64    `json:"max"`
 	Decimals *int        `json:"decimals"`
 	Custom   FieldCustom `json:"custom"`
+	// Color and Thresholds colour a stat's value; a time series with a
+	// Custom.ThresholdsStyle draws the thresholds as lines.
+	Color      FieldColor `json:"color"`
+	Thresholds Thresholds `json:"thresholds"`
 }
 
 // FieldCustom are the time-series panel's drawing settings.
 type FieldCustom struct {
-	AxisLabel string   `json:"axisLabel"`
-	Stacking  Stacking `json:"stacking"`
+	AxisLabel       string          `json:"axisLabel"`
+	Stacking        Stacking        `json:"stacking"`
+	ThresholdsStyle ThresholdsStyle `json:"thresholdsStyle"`
 }
 
 // Stacking is a series' stacking mode ("none", "normal", "percent").

@@ -17,6 +17,9 @@
 //     apart and refuses exemptions that name nothing.
 //   - render.go: Render draws a dashboard's panels, laid out as on Grafana's grid,
 //     from Prometheus' range API to a PNG (gonum.org/v1/plot).
+//   - thresholds.go: the threshold steps; a stat's value is drawn in its step's
+//     colour (or fills the panel, colorMode background), a time series draws its
+//     thresholds as lines: a stale value is never drawn green.
 //
 // Traps:
 //   - A panel counts as empty when its query returns only NaN: histogram_quantile
@@ -31,6 +34,8 @@
 //     joins are parsed and run, but only their Understory side returns data.
 //   - An exemption excuses only a lack of data: a query Prometheus refuses fails
 //     all the same. An exempt panel that has data is simply OK.
+//   - Threshold lines do not stretch a time series' axis (Grafana's do not): a line
+//     far above the data is not drawn. Percentage thresholds are not drawn.
 //   - The tests read the shipped dashboards from ../../manifests/grafana: they run in
 //     this package's folder.
 package grafana

@@ -268,27 +268,86 @@ func lastFinite(s renderSeries) (float64, bool) {
 	return 0, false
 }
 
-// drawStat writes each series' last value, large, as a stat panel shows it.
+// drawStat writes each series' last value, large, as a stat panel shows it: in its
+// threshold colour (colorMode "value", the default), or white on a panel filled with
+// the colour of the worst value (colorMode "background"), so that a stale or broken
+// value never reads green.
 func drawStat(c draw.Canvas, p Panel, series []renderSeries) {
-	var lines []string
+	type shown struct {
+		text string
+		col  color.RGBA
+		v    float64
+	}
+	var vals []shown
 	for _, s := range series {
 		if v, ok := lastFinite(s); ok {
 			if d := p.FieldConfig.Defaults.Decimals; d != nil {
 				p10 := math.Pow(10, float64(*d))
 				v = math.Round(v*p10) / p10
 			}
-			lines = append(lines, formatUnit(v, p.FieldConfig.Defaults.Unit))
+			vals = append(vals, shown{formatUnit(v, p.FieldConfig.Defaults.Unit), valueColor(p, v), v})
 		}
 	}
-	if len(lines) == 0 {
+	if len(vals) == 0 {
 		message(c, p.Title, "No data")
 		return
 	}
 	r := c.Rectangle
-	c.FillText(textStyle(12, color.Black), vg.Point{X: r.Min.X + px(6), Y: r.Max.Y - px(16)}, p.Title)
-	st := textStyle(26, color.RGBA{0x37, 0x87, 0x2d, 0xff})
-	st.XAlign, st.YAlign = draw.XCenter, draw.YCenter
-	c.FillText(st, vg.Point{X: (r.Min.X + r.Max.X) / 2, Y: (r.Min.Y+r.Max.Y)/2 - px(6)}, strings.Join(lines, "  "))
+	titleCol := color.Color(color.Black)
+	if p.Options.ColorMode == "background" {
+		worst := vals[0]
+		for _, v := range vals[1:] {
+			if stepIndex(p, v.v) > stepIndex(p, worst.v) {
+				worst = v
+			}
+		}
+		c.SetColor(worst.col)
+		c.Fill(rectPath(r))
+		titleCol = color.White
+		for i := range vals {
+			vals[i].col = color.RGBA{0xff, 0xff, 0xff, 0xff}
+		}
+	}
+	if p.Options.ColorMode == "none" {
+		for i := range vals {
+			vals[i].col = color.RGBA{0x20, 0x20, 0x20, 0xff}
+		}
+	}
+	c.FillText(textStyle(12, titleCol), vg.Point{X: r.Min.X + px(6), Y: r.Max.Y - px(16)}, p.Title)
+	const gap = "  "
+	st := textStyle(26, color.Black)
+	total := st.Width(gap) * vg.Length(len(vals)-1)
+	for _, v := range vals {
+		total += st.Width(v.text)
+	}
+	x := (r.Min.X+r.Max.X)/2 - total/2
+	for _, v := range vals {
+		st.Color = v.col
+		st.YAlign = draw.YCenter
+		c.FillText(st, vg.Point{X: x, Y: (r.Min.Y+r.Max.Y)/2 - px(6)}, v.text)
+		x += st.Width(v.text) + st.Width(gap)
+	}
+}
+
+// stepIndex is the index of the threshold step v falls in (0 without thresholds).
+func stepIndex(p Panel, v float64) int {
+	i := 0
+	for k, s := range p.FieldConfig.Defaults.Thresholds.Steps {
+		if s.Value == nil || v >= *s.Value {
+			i = k
+		}
+	}
+	return i
+}
+
+func rectPath(r vg.Rectangle) vg.Path {
+	var pa vg.Path
+	pa.Move(r.Min)
+	pa.Line(vg.Point{X: r.Max.X, Y: r.Min.Y})
+	pa.Line(r.Max)
+	pa.Line(vg.Point{X: r.Min.X, Y: r.Max.Y})
+	pa.Close()
+	return pa
 }
 
 // drawTimeSeries plots the series (stacked ones cumulated in query order, filled)
@@ -450,6 +509,30 @@ func drawTimeSeries(c draw.Canvas, p Panel, series []renderSeries, w Window) err
 	}
 	if pl.Y.Max <= pl.Y.Min {
 		pl.Y.Max = pl.Y.Min + 1
+	}
+	// Thresholds as Grafana draws them (thresholdsStyle line or dashed): a
+	// horizontal line in the step's colour, where it falls inside the axis (they do
+	// not stretch it).
+	if mode := p.FieldConfig.Defaults.Custom.ThresholdsStyle.Mode; mode != "" && mode != "off" && mode != "area" {
+		for _, s := range p.FieldConfig.Defaults.Thresholds.lines() {
+			v := *s.Value
+			if v < pl.Y.Min || v > pl.Y.Max {
+				continue
+			}
+			col, err := parseColor(s.Color)
+			if err != nil {
+				return err
+			}
+			l, err := plotter.NewLine(plotter.XYs{{X: pl.X.Min, Y: v}, {X: pl.X.Max, Y: v}})
+			if err != nil {
+				return err
+			}
+			l.LineStyle = draw.LineStyle{Color: col, Width: px(1.5)}
+			if strings.HasPrefix(mode, "dashed") {
+				l.LineStyle.Dashes = []vg.Length{px(8), px(4)}
+			}
+			pl.Add(l)
+		}
 	}
 	pl.Draw(draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
 		Min: vg.Point{X: r.Min.X + px(2), Y: r.Min.Y + legendH + px(2)},

@@ -61,6 +61,11 @@ func (c *CoreClient) Pods() PodClient { return corePods{c} }
 // Nodes patches nodes.
 func (c *CoreClient) Nodes() NodePatcher { return coreNodes{c} }
 
+// PatchPodStatus patches a pod's status subresource (the agent's pod condition).
+func (c *CoreClient) PatchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) error {
+	return c.rc.Patch(pt).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(data).Do(ctx).Error()
+}
+
 // Events is a record.EventSink writing core/v1 Events.
 func (c *CoreClient) Events() record.EventSink { return coreEvents{c} }
 

@@ -18,12 +18,16 @@
 #   admission.crt, admission.key          the webhook, understory-admission.understory-system.svc
 #   scheduler-extender.crt, .key          the extender, understory-scheduler-extender.understory-system.svc
 #   scheduler-client.crt, .key            kube-scheduler's client certificate for
-#                                         the extender (tlsConfig certFile/keyFile)
+#                                         the extender (tlsConfig certFile/keyFile);
+#                                         also the Secret understory-scheduler-client-tls
+#                                         the second scheduler mounts
 #
 # After --renew or --force: `kubectl apply -k manifests/` again (the webhook and
 # the extender re-read their Secrets without a restart), and copy ca.crt and the
 # scheduler-client pair to the control-plane hosts again (kube-scheduler reads
-# them at start: restart it). Needs openssl (1.1.1 or newer).
+# them at start: restart it), or, with the second scheduler, restart it in the
+# cluster (kubectl -n understory-system rollout restart deployment/understory-scheduler).
+# Needs openssl (1.1.1 or newer).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

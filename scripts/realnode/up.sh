@@ -172,7 +172,8 @@ trap 'exit 130' INT TERM
 for p in /run/containerd /var/lib/kubelet /var/log/containers /var/log/pods /run/nri; do
 	[ -e "$p" ] && echo "$p"
 done >"$D/state/preexisting"
-for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables; do
+	[ -e /proc/sys/$k ] || continue
 	echo "$k $(cat /proc/sys/$k)"
 done >"$D/state/sysctls"
 {
@@ -385,9 +386,19 @@ state = "$C/state"
         SystemdCgroup = false
 EOF
 # Pods on the bridge (containerd sets up their loopback itself). isGateway stays off:
-# the bridge already has its address, and the plugin would otherwise turn on
-# net.ipv4.ip_forward machine-wide; nothing here needs forwarding (pods talk to the
-# host and to each other). No masquerading: pods never leave the machine.
+# the bridge already has its address. No masquerading: pods never leave the machine.
+# A pod that calls a Service backed by another pod (the second scheduler calling the
+# extender's ClusterIP) sends to the bridge's address, kube-proxy's DNAT turns it
+# towards the other pod, and the host forwards it back onto the bridge: that needs
+# net.ipv4.ip_forward, and the reply, bridged from pod to pod, must pass conntrack to be
+# un-DNATed (net.bridge.bridge-nf-call-iptables, br_netfilter), as on every Kubernetes
+# node. Both are on while the node runs; down.sh puts back what they were (state/sysctls).
+echo 1 >/proc/sys/net/ipv4/ip_forward
+if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter 2>/dev/null; then
+	echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+else
+	log "no br_netfilter (net.bridge.bridge-nf-call-iptables): pods cannot call Services backed by other pods"
+fi
 cat >"$D/cni/net.d/10-understory.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "understory-realnode", "plugins": [{
   "type": "bridge", "bridge": "$BRIDGE_NAME", "isGateway": false, "ipMasq": false, "hairpinMode": true,

@@ -303,10 +303,11 @@ func definedMetrics(tb testing.TB) map[string]bool {
 	tb.Helper()
 	rec := &recorder{}
 	for name, f := range map[string]func() error{
-		"agent":      func() error { _, err := metrics.NewAgent(rec); return err },
-		"escalation": func() error { _, err := metrics.NewEscalation(rec); return err },
-		"gpu":        func() error { _, err := metrics.NewGPU(rec); return err },
-		"extender":   func() error { _, err := metrics.NewExtender(rec, nil); return err },
+		"agent":        func() error { _, err := metrics.NewAgent(rec); return err },
+		"escalation":   func() error { _, err := metrics.NewEscalation(rec); return err },
+		"gpu":          func() error { _, err := metrics.NewGPU(rec); return err },
+		"extender":     func() error { _, err := metrics.NewExtender(rec, nil); return err },
+		"configreload": func() error { _, err := metrics.NewConfigReload(rec); return err },
 	} {
 		if err := f(); err != nil {
 			tb.Fatalf("creating the %s metrics: %v", name, err)

@@ -147,7 +147,7 @@ func TestManifestsInstall(t *testing.T) {
 			filepath.Join(root, "overlays", "systemd"),
 			composition(t, root, "cert-manager", "components/cert-manager"),
 			composition(t, root, "everything", "certs", "components/gpu", "components/systemd",
-				"components/servicemonitor"),
+				"components/servicemonitor", "components/second-scheduler"),
 			filepath.Join(root, "examples"),
 		} {
 			if out, err := k.run(ctx, "apply", "--dry-run=server", "-k", dir); err != nil {

@@ -249,6 +249,8 @@ func TestManifestsBuild(t *testing.T) {
 			"DaemonSet/" + koordletName, "Deployment/" + extenderName, "Service/" + extenderName,
 			"Deployment/" + admissionName, "ConfigMap/" + schedulerConfig, "ConfigMap/understory-prometheus-scrape",
 			"ValidatingAdmissionPolicy/understory-koordlet-node", "ValidatingAdmissionPolicyBinding/understory-koordlet-node",
+			"ValidatingAdmissionPolicy/understory-koordlet-pod-status",
+			"ValidatingAdmissionPolicyBinding/understory-koordlet-pod-status",
 			"ValidatingAdmissionPolicy/understory-scheduler-extender-pods", "FlowSchema/" + extenderName,
 			"NetworkPolicy/understory-default-deny-ingress", "Secret/understory-admission-tls",
 			"Secret/understory-scheduler-extender-tls"} {
@@ -480,5 +482,37 @@ func TestManifestTagsAreVERSION(t *testing.T) {
 	}
 	if found < 4 {
 		t.Fatalf("found %d Understory image tags under %s; want at least the base's four", found, manifestsDir)
+	}
+
+	// The Helm chart (charts/understory): its version, appVersion and default image tag.
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	var values struct {
+		Image struct {
+			Tag string `json:"tag"`
+		} `json:"image"`
+	}
+	for _, f := range []struct {
+		path string
+		into any
+	}{{"../../charts/understory/Chart.yaml", &chart}, {"../../charts/understory/values.yaml", &values}} {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, f.into); err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+	}
+	for what, got := range map[string]string{
+		"charts/understory/Chart.yaml version":    chart.Version,
+		"charts/understory/Chart.yaml appVersion": chart.AppVersion,
+		"charts/understory/values.yaml image.tag": values.Image.Tag,
+	} {
+		if got != version {
+			t.Errorf("%s is %q; the VERSION file says %q (make images tags with it)", what, got, version)
+		}
 	}
 }

@@ -57,6 +57,10 @@
 //   - Ports are picked by listening on 127.0.0.1:0 and closing; another
 //     process may grab one before the server binds it, so a server that exits
 //     during start-up is retried on fresh ports (3 attempts).
+//   - StartScheduler runs kube-scheduler as system:kube-scheduler (a client
+//     certificate) with leader election off; WithKubeconfig runs it as another
+//     identity (a service account's token, to test the RBAC a deployed scheduler
+//     gets) and WithLeaderElection keeps the configuration's lease.
 //   - The admin client has no client-side rate limit (QPS < 0); the
 //     scheduler keeps its configured clientConnection qps/burst (defaults
 //     50/100) unless WithClientRate raises them.

@@ -62,6 +62,12 @@ func TestCompleteSchedulerConfig(t *testing.T) {
 				t.Errorf("leaderElection = %v", le)
 			}
 		}},
+		{name: "leader election kept on request", in: "leaderElection: {resourceNamespace: ns, resourceName: x}\n",
+			opts: schedulerOptions{leaderElection: true}, check: func(t *testing.T, cfg map[string]any) {
+				if le := cfg["leaderElection"].(map[string]any); le["resourceName"] != "x" || le["resourceNamespace"] != "ns" {
+					t.Errorf("leaderElection = %v", le)
+				}
+			}},
 		{name: "wrong apiVersion", in: "apiVersion: kubescheduler.config.k8s.io/v1beta3\n", wantErr: true},
 		{name: "wrong kind", in: "kind: KubeletConfiguration\n", wantErr: true},
 		{name: "clientConnection not a mapping", in: "clientConnection: [1]\n", wantErr: true},
@@ -89,8 +95,8 @@ func TestCompleteSchedulerConfig(t *testing.T) {
 			if c := cfg["clientConnection"].(map[string]any); c["kubeconfig"] != "/k/config" {
 				t.Errorf("kubeconfig = %v, want /k/config", c["kubeconfig"])
 			}
-			if le := cfg["leaderElection"].(map[string]any); le["leaderElect"] != false {
-				t.Errorf("leaderElect = %v, want false", le["leaderElect"])
+			if le := cfg["leaderElection"].(map[string]any); le["leaderElect"] != tc.opts.leaderElection {
+				t.Errorf("leaderElect = %v, want %v", le["leaderElect"], tc.opts.leaderElection)
 			}
 			tc.check(t, cfg)
 		})

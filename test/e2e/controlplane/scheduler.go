@@ -22,9 +22,25 @@ var ErrSchedulerConfig = errors.New("invalid scheduler configuration")
 type SchedulerOption func(*schedulerOptions)
 
 type schedulerOptions struct {
-	qps   float32
-	burst int32
-	args  []string
+	qps            float32
+	burst          int32
+	args           []string
+	kubeconfig     string
+	leaderElection bool
+}
+
+// WithKubeconfig runs the scheduler as another identity: path is its
+// clientConnection.kubeconfig and its --authentication-kubeconfig and
+// --authorization-kubeconfig (e.g. a service account's token, to test the RBAC
+// a deployed scheduler gets).
+func WithKubeconfig(path string) SchedulerOption {
+	return func(o *schedulerOptions) { o.kubeconfig = path }
+}
+
+// WithLeaderElection keeps the configuration's leaderElection section and
+// turns leaderElect on, instead of turning leader election off.
+func WithLeaderElection() SchedulerOption {
+	return func(o *schedulerOptions) { o.leaderElection = true }
 }
 
 // WithClientRate sets clientConnection.qps and .burst (kube-scheduler's
@@ -62,8 +78,9 @@ func (s *Scheduler) URL() string { return s.url }
 // given KubeSchedulerConfiguration (YAML, kubescheduler.config.k8s.io/v1;
 // "" for the default profile) and waits for its /readyz, which includes
 // informer sync. The harness sets clientConnection.kubeconfig (a
-// system:kube-scheduler identity) and turns leader election off; everything
-// else in configYAML is passed through.
+// system:kube-scheduler identity, or WithKubeconfig's) and turns leader
+// election off (unless WithLeaderElection); everything else in configYAML is
+// passed through.
 func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...SchedulerOption) *Scheduler {
 	t.Helper()
 	var o schedulerOptions
@@ -71,7 +88,11 @@ func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...
 		f(&o)
 	}
 	n := strconv.Itoa(cp.nextSchedulerSeq())
-	cfg, err := completeSchedulerConfig(configYAML, cp.schedulerKubeconfig, o)
+	kubeconfig := cp.schedulerKubeconfig
+	if o.kubeconfig != "" {
+		kubeconfig = o.kubeconfig
+	}
+	cfg, err := completeSchedulerConfig(configYAML, kubeconfig, o)
 	if err != nil {
 		t.Fatalf("kube-scheduler: %v", err)
 	}
@@ -89,8 +110,8 @@ func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...
 				"--secure-port=" + strconv.Itoa(port),
 				"--tls-cert-file=" + certFile,
 				"--tls-private-key-file=" + keyFile,
-				"--authentication-kubeconfig=" + cp.schedulerKubeconfig,
-				"--authorization-kubeconfig=" + cp.schedulerKubeconfig,
+				"--authentication-kubeconfig=" + kubeconfig,
+				"--authorization-kubeconfig=" + kubeconfig,
 				"--v=" + strconv.Itoa(cp.opts.Verbosity),
 			}, o.args...)
 		},
@@ -131,7 +152,7 @@ func completeSchedulerConfig(configYAML, kubeconfig string, o schedulerOptions) 
 	if err != nil {
 		return nil, err
 	}
-	le["leaderElect"] = false
+	le["leaderElect"] = o.leaderElection
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encoding configuration: %w", err)

@@ -158,9 +158,10 @@ func (in *install) scrapeJobs(agent, ext *corev1.Pod) []dashboards.ScrapeJob {
 // outlives this subtest (TestInstall stops it); when it cannot run here the stage
 // is skipped, and stage 9 with it (both fail under CI=true).
 func (in *install) scrape(t *testing.T) {
-	ctx, n := in.ctx, in.n
+	ctx := in.ctx
 	bin := dashboards.FindPrometheus(t)
-	ext := n.readyPod(ctx, t, nsSystem, "app.kubernetes.io/name="+extenderName, "", 30*time.Second)
+	// The leader: the standby serves no scheduling calls, its panels would be empty.
+	ext := in.extenderLeader(t, 30*time.Second)
 	agent := in.agentPod
 	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, ext),
 		ScrapeInterval: scrapeInterval, Binary: bin}, in.promDir)

@@ -4,22 +4,35 @@
 //
 // TestInstall installs Understory as a user does and checks it end to end:
 //
-//  1. `kubectl apply -k manifests/overlays/realnode` (the images `make images` built,
-//     imported into containerd) creates everything in one pass and rolls out; every
+//  1. `helm install understory charts/understory -n understory-system
+//     --create-namespace -f charts/understory/ci/realnode-values.yaml` (the images
+//     `make images` built and the second scheduler's kube-scheduler image, imported
+//     into containerd; helm from scripts/helm.sh) installs everything in one pass and
+//     rolls out, the extender as a leader (Ready) and a standby (not Ready); every
 //     Kustomization under manifests/ passes `kubectl apply --dry-run=server`;
 //  2. the agent runs as the DaemonSet's pod with exactly the capabilities its manifest
 //     gives and its own PID namespace, classifies the install's pods, creates the tier
 //     and publishes understory.io/batch-cpu and batch-memory on its Node;
-//  3. kube-scheduler, restarted with the shipped KubeSchedulerConfiguration (only the
-//     extender's ClusterIP and file paths changed), reaches the extender over mutual TLS;
+//  3. the second scheduler (components/second-scheduler, the managed-cluster mode)
+//     holds its own Lease in understory-system and reaches the extender at its
+//     Service's fixed ClusterIP (a host alias: the node has no cluster DNS) over mutual
+//     TLS with the client certificate Helm issued; the node's own kube-scheduler is
+//     left as it was, without the extender;
 //     3b. Debian's Prometheus starts scraping the agent's pod (HTTP) and the extender's
 //     (HTTPS, the install's CA, no client certificate) for the rest of the run; after
 //     each stage the agent's target follows the DaemonSet's current pod (stage 7);
 //  4. an LS Deployment and a batch Job written as users write them: the LS pods stay as
-//     written, the batch pod is mutated by the webhook, filtered and bound by the
-//     extender (its metrics), runs below the tier (NRI), and the agent classifies both;
+//     written and are placed by default-scheduler; the batch pod is mutated by the
+//     webhook (schedulerName understory-scheduler), placed by the second scheduler,
+//     filtered and bound by the extender (its metrics), runs below the tier (NRI), and
+//     the agent classifies both;
+//     4b. `kubectl understory node NAME` (bin/kubectl-understory on PATH) shows the real
+//     node's budget term by term, what the Node publishes and the batch pod; `why`
+//     shows the batch pod running in the tier;
 //  5. with LS burning both CPUs the tier is cut (or frozen) within seconds, batch uses
 //     no more than the tier's quota, and the tier follows the budget again afterwards;
+//     5b. LS loaded again: the batch pod's condition understory.io/BatchSlowed turns
+//     True (Throttled or Frozen, with the numbers) and `kubectl understory why` shows it;
 //  6. kubelet restarts cleanly after the agent ran: every pod keeps its container;
 //  7. the agent's pod is deleted: batch stays bounded until the new pod runs, and the
 //     new agent puts back a quota the test moved meanwhile within one control period;

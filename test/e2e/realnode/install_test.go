@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/qos"
+	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/dashboards"
 )
@@ -105,8 +107,9 @@ type install struct {
 	ctx       context.Context
 	repo      string
 	version   string
-	manifests string // the test's copy, with certificates
-	certs     string
+	manifests string // the test's copy, with certificates (for the server dry runs)
+	certs     string // the CA and the scheduler's client certificate, from Helm's Secret
+	helmBin   string
 	n         *node
 	w         *writeWatch
 	agentPod  *corev1.Pod
@@ -134,8 +137,10 @@ func TestInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	in := &install{ctx: ctx, repo: repo, version: version}
+	in.helmBin = helmBinary(t, repo)
+	tars = append(tars, schedulerImage(t, repo))
 	in.manifests = copyManifests(t, repo, version)
-	in.certs = filepath.Join(in.manifests, "certs", "generated")
+	in.certs = t.TempDir()
 	t.Logf("images understory/*:%s, manifests copied to %s", version, in.manifests)
 	in.n = startNode(t, repo, tars...)
 	in.w = newWriteWatch(t)
@@ -161,15 +166,17 @@ func TestInstall(t *testing.T) {
 		run  func(*testing.T)
 		base bool
 	}{
-		{"1-apply-k-and-server-dry-run", in.apply, true},
+		{"1-helm-install-and-server-dry-run", in.helmInstall, true},
 		{"2-agent-runs-as-daemonset-pod", in.agentRuns, true},
-		{"3-kube-scheduler-with-extender", in.scheduler, true},
+		{"3-second-scheduler-and-extender", in.secondSchedulerRuns, true},
 		// From here to the end Prometheus scrapes the agent and the extender, so that
 		// stage 9 sees the whole run: the workloads placed, the throttling, both
 		// restarts and the outage.
 		{"3b-prometheus-scrapes-agent-and-extender", in.scrape, false},
 		{"4-workloads-mutated-placed-running", in.workloads, true},
+		{"4b-kubectl-understory-node-and-why", in.pluginNode, false},
 		{"5-batch-throttled-while-ls-loaded", in.throttle, false},
+		{"5b-batch-condition-and-why", in.batchCondition, false},
 		{"6-kubelet-restarts-cleanly", in.kubeletRestart, false},
 		{"7-agent-pod-deleted", in.agentPodDeleted, false},
 		{"8-api-server-down-30s", in.apiServerDown, false},
@@ -181,54 +188,6 @@ func TestInstall(t *testing.T) {
 		in.followAgent(t)
 		if !ok && s.base {
 			t.Fatalf("stage %s failed; the later stages build on it", s.name)
-		}
-	}
-}
-
-// apply: `kubectl apply -k manifests/overlays/realnode` creates everything in one
-// pass and the workloads roll out; every Kustomization under manifests/ passes a
-// server-side dry run against this cluster.
-func (in *install) apply(t *testing.T) {
-	ctx, n := in.ctx, in.n
-	overlay := filepath.Join(in.manifests, realnodeOverlay)
-	out, err := n.kubectl(ctx, "apply", "-k", overlay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, l := range lines {
-		if !strings.HasSuffix(l, " created") {
-			t.Errorf("kubectl apply -k %s: %q, want created", realnodeOverlay, l)
-		}
-	}
-	t.Logf("kubectl apply -k %s: %d objects created in one pass", realnodeOverlay, len(lines))
-	if _, err := n.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/podgroups.scheduling.x-k8s.io"); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	for _, w := range []string{"daemonset/understory-koordlet", "deployment/" + extenderName, "deployment/" + admissionName} {
-		if _, err := n.kubectl(ctx, "-n", nsSystem, "rollout", "status", w, "--timeout=180s"); err != nil {
-			out, _ := n.kubectl(ctx, "-n", nsSystem, "get", "pods", "-o", "wide")
-			t.Fatalf("%v\n%s", err, out)
-		}
-	}
-	t.Logf("agent, extender and webhook rolled out in %v", time.Since(start).Round(100*time.Millisecond))
-
-	// The examples live in their own namespace: a dry run cannot create it.
-	if _, err := n.kubectl(ctx, "create", "namespace", "understory-examples"); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range kustomizations(t, in.manifests) {
-		rel, _ := filepath.Rel(in.manifests, dir)
-		out, err := n.kubectl(ctx, "apply", "--dry-run=server", "-k", dir)
-		switch {
-		case err != nil:
-			t.Errorf("kubectl apply --dry-run=server -k manifests/%s: %v", rel, err)
-		case !strings.Contains(out, "(server dry run)"):
-			t.Errorf("manifests/%s: not a server dry run:\n%s", rel, out)
-		default:
-			t.Logf("kubectl apply --dry-run=server -k manifests/%s: %d objects", rel, strings.Count(out, "\n"))
 		}
 	}
 }
@@ -352,50 +311,11 @@ func (in *install) agentRuns(t *testing.T) {
 		st.Usage.System)
 }
 
-// scheduler: kube-scheduler restarts with the shipped KubeSchedulerConfiguration,
-// only addresses and file paths changed; the extender answers it at its ClusterIP
-// over TLS with the client certificate, synced.
-func (in *install) scheduler(t *testing.T) {
+// waitWebhook waits until the admission webhook answers: it fails open, so a pod
+// created before it does is not mutated (a server dry run of a batch pod runs it).
+func (in *install) waitWebhook(t *testing.T) {
+	t.Helper()
 	ctx, n := in.ctx, in.n
-	svc, err := n.client.CoreV1().Services(nsSystem).Get(ctx, extenderName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip := svc.Spec.ClusterIP
-	writeSchedulerConfig(t, in.manifests, in.certs, n.env["SCHEDULER_CONFIG"], n.env["SCHEDULER_KUBECONFIG"], ip)
-	if err := n.ctl("kube-scheduler", "restart"); err != nil {
-		t.Fatal(err)
-	}
-	in.ext = newExtenderClient(t, in.certs, ip)
-	var st = struct {
-		synced  bool
-		refused string
-	}{}
-	err = poll(ctx, 60*time.Second, func() (bool, error) {
-		s, err := in.ext.status(ctx)
-		if err != nil {
-			return false, nil
-		}
-		st.synced, st.refused = s.Synced, s.BindsRefused
-		return s.Synced && s.BindsRefused == "", nil
-	})
-	if err != nil {
-		t.Fatalf("extender at https://%s:%d (%s): synced %v, bindsRefused %q: %v", ip, extenderPort, extenderServer,
-			st.synced, st.refused, err)
-	}
-	t.Logf("kube-scheduler restarted with the extender at https://%s:%d (serverName %s); extender synced", ip,
-		extenderPort, extenderServer)
-}
-
-// workloads: the LS Deployment is left as written and placed by kube-scheduler; the
-// batch Job's pod is mutated by the webhook, filtered and bound by the extender, runs
-// below the tier (NRI), and the agent classifies both.
-func (in *install) workloads(t *testing.T) {
-	ctx, n := in.ctx, in.n
-	if _, err := n.kubectl(ctx, "create", "namespace", workNS); err != nil {
-		t.Fatal(err)
-	}
-	// The webhook fails open: wait until it answers (a server dry run runs it).
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: workNS,
 		Annotations: map[string]string{contract.AnnotationQOSClass: "batch"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: n.env["BUSYBOX_IMAGE"],
@@ -411,6 +331,17 @@ func (in *install) workloads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the admission webhook never mutated a batch pod (server dry run): %v", err)
 	}
+}
+
+// workloads: the LS Deployment is left as written and placed by kube-scheduler; the
+// batch Job's pod is mutated by the webhook, filtered and bound by the extender, runs
+// below the tier (NRI), and the agent classifies both.
+func (in *install) workloads(t *testing.T) {
+	ctx, n := in.ctx, in.n
+	if _, err := n.kubectl(ctx, "create", "namespace", workNS); err != nil {
+		t.Fatal(err)
+	}
+	in.waitWebhook(t)
 	bound0, err := in.ext.counter(ctx, "understory_extender_binds_total", map[string]string{"result": "bound"})
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +383,15 @@ func (in *install) workloads(t *testing.T) {
 				p.Name, r, p.Annotations, p.Status.QOSClass, p.Spec.NodeName, n.env["NODE_NAME"])
 		}
 	}
-	t.Logf("LS pods %s, %s: as written (cpu 200m/1, Burstable), placed by kube-scheduler", in.web[0].Name, in.web[1].Name)
+	for _, p := range in.web {
+		if got := in.scheduledBy(t, workNS, p.Name); p.Spec.SchedulerName != defaultScheduler ||
+			!slices.Equal(got, []string{defaultScheduler}) {
+			t.Errorf("LS pod %s: schedulerName %q, Scheduled by %v: want %s for both (the webhook leaves LS pods "+
+				"to the cluster's scheduler)", p.Name, p.Spec.SchedulerName, got, defaultScheduler)
+		}
+	}
+	t.Logf("LS pods %s, %s: as written (cpu 200m/1, Burstable), placed by the node's %s", in.web[0].Name,
+		in.web[1].Name, defaultScheduler)
 
 	// Batch: wait for the Job's pod to run. It needs batch-cpu 500 on the Node: on a
 	// busy machine the agent publishes less, and the pod waits (as it should).
@@ -494,8 +433,14 @@ func (in *install) workloads(t *testing.T) {
 		t.Errorf("extender: binds bound %v -> %v, filter requests %v -> %v: want the batch pod filtered and bound "+
 			"by the extender", bound0, bound, filter0, filter)
 	}
-	t.Logf("batch pod %s: mutated to batch-cpu %s, batch-memory %s (BestEffort); the extender filtered (%v) and "+
-		"bound (%v) it", p.Name, bcpu.String(), bmem.String(), filter-filter0, bound-bound0)
+	if got := in.scheduledBy(t, workNS, p.Name); p.Spec.SchedulerName != secondScheduler ||
+		!slices.Equal(got, []string{secondScheduler}) {
+		t.Errorf("batch pod %s: schedulerName %q, Scheduled by %v: want %s for both (the webhook's "+
+			"second-scheduler mode)", p.Name, p.Spec.SchedulerName, got, secondScheduler)
+	}
+	t.Logf("batch pod %s: mutated to batch-cpu %s, batch-memory %s (BestEffort) and schedulerName %s; the "+
+		"extender filtered (%v) and bound (%v) it for the second scheduler", p.Name, bcpu.String(), bmem.String(),
+		secondScheduler, filter-filter0, bound-bound0)
 	tierPod := in.batchRel()
 	cid := containerID(p)
 	procs, err := processesOf(cid)
@@ -998,7 +943,8 @@ func pidAlive(pid int) bool {
 // started during the outage cuts the tier), the extender refuses binds once its
 // informers are staler than -max-cache-staleness (10 s in the realnode overlay), and
 // both recover: binds are accepted again, a new batch pod is bound and runs, the
-// agent republishes its node metrics, and no pod restarted.
+// agent republishes its node metrics, and no pod restarted but the extender's and the
+// second scheduler's leaders (they exit when they cannot renew their Lease).
 func (in *install) apiServerDown(t *testing.T) {
 	ctx, n := in.ctx, in.n
 	sysBefore := map[string]int32{}
@@ -1067,8 +1013,11 @@ func (in *install) apiServerDown(t *testing.T) {
 			}
 		}
 		if !refusedStatus.IsZero() && refusedBind.IsZero() {
+			// Refused as stale, or because the leader lost its Lease (it cannot renew it
+			// without the API server either, refuses everything and exits; docs/extender.md).
 			code, body, err := in.ext.bind(ctx, stale)
-			if err == nil && code == 503 && strings.Contains(body, "stale") {
+			// A replica restarted without the API server answers 503 too (not synced).
+			if err == nil && code == 503 {
 				refusedBind, bindAnswer = time.Now(), body
 			}
 		}
@@ -1100,14 +1049,17 @@ func (in *install) apiServerDown(t *testing.T) {
 		t.Logf("without the API server the agent cut the tier %v after LS load began (quota then <= %.3f cores)",
 			cutAt.Round(10*time.Millisecond), math.Max(maxQ, qos.DefaultMinBatchCPU))
 	}
+	// The API server stops serving during its graceful stop already: the informers may
+	// lose contact from SIGTERM on, never before.
 	if refusedStatus.IsZero() {
 		t.Errorf("the extender's /status never reported bindsRefused during the 30 s outage")
-	} else if d := refusedStatus.Sub(down); d < 9*time.Second || d > 20*time.Second {
-		t.Errorf("the extender refused binds %v into the outage, want once -max-cache-staleness (10s) passed, "+
-			"within 20 s", d)
+	} else if d, e := refusedStatus.Sub(stop), refusedStatus.Sub(down); d < 9*time.Second || e > 20*time.Second {
+		t.Errorf("the extender refused binds %v after the SIGTERM, %v into the outage: want once "+
+			"-max-cache-staleness (10s) passed since the API server stopped serving, within 20 s of its exit", d, e)
 	}
 	if refusedBind.IsZero() {
-		t.Errorf("the extender never refused a bind (503, cache stale) during the outage")
+		t.Errorf("the extender never refused a bind (503: cache stale, the leader lost its Lease, or not synced) " +
+			"during the outage")
 	} else {
 		t.Logf("extender refused a bind %v into the outage: %s", refusedBind.Sub(down).Round(100*time.Millisecond),
 			strings.TrimSpace(bindAnswer))
@@ -1121,7 +1073,9 @@ func (in *install) apiServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the extender still refuses binds after the API server came back: %v", err)
 	}
-	t.Logf("extender accepts binds again %v after the API server came back", time.Since(up).Round(100*time.Millisecond))
+	leader := in.extenderLeader(t, 60*time.Second)
+	t.Logf("extender accepts binds again %v after the API server came back (leader %s)",
+		time.Since(up).Round(100*time.Millisecond), leader.Name)
 	var nm contract.NodeMetrics
 	err = poll(ctx, 60*time.Second, func() (bool, error) {
 		node, err := n.client.CoreV1().Nodes().Get(ctx, n.env["NODE_NAME"], metav1.GetOptions{})
@@ -1134,6 +1088,9 @@ func (in *install) apiServerDown(t *testing.T) {
 	if err != nil {
 		t.Errorf("the agent did not republish its node metrics after the outage (last %v): %v", nm.Timestamp, err)
 	}
+	// The webhook fails open, and after the outage the API server may call it before
+	// it reaches it again: create the pod once it mutates.
+	in.waitWebhook(t)
 	bound0, err := in.ext.counter(ctx, "understory_extender_binds_total", map[string]string{"result": "bound"})
 	if err != nil {
 		t.Fatal(err)
@@ -1148,24 +1105,49 @@ func (in *install) apiServerDown(t *testing.T) {
 	if _, err := n.client.CoreV1().Pods(workNS).Create(ctx, after, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var sched string
 	err = poll(ctx, 2*time.Minute, func() (bool, error) {
 		p, err := n.client.CoreV1().Pods(workNS).Get(ctx, after.Name, metav1.GetOptions{})
+		if err == nil {
+			sched = p.Spec.SchedulerName
+		}
 		return err == nil && p.Status.Phase == corev1.PodRunning, nil
 	})
+	// A pod asking for the extender's resources is bound by the extender (bindVerb):
+	// Scheduled by the second scheduler means bound through the extender. Its counter
+	// is the current leader's, which may not be the one that bound the pod.
 	bound, _ := in.ext.counter(ctx, "understory_extender_binds_total", map[string]string{"result": "bound"})
-	if err != nil || bound < bound0+1 {
-		t.Errorf("a batch pod created after the outage: running %v, extender binds %v -> %v", err == nil, bound0, bound)
+	by := in.scheduledBy(t, workNS, after.Name)
+	if err != nil || sched != secondScheduler || !slices.Equal(by, []string{secondScheduler}) {
+		t.Errorf("a batch pod created after the outage: running %v, schedulerName %q, Scheduled by %v "+
+			"(leader's binds %v -> %v)", err == nil, sched, by, bound0, bound)
+		for _, args := range [][]string{{"get", "pods", "-o", "wide"}, {"get", "endpointslices"},
+			{"get", "lease", extender.LeaseName, "-o", "yaml"},
+			{"logs", "-l", "app.kubernetes.io/name=" + extenderName, "--tail=40", "--prefix"}} {
+			out, _ := n.kubectl(ctx, append([]string{"-n", nsSystem}, args...)...)
+			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+		}
+		out, _ := n.kubectl(ctx, "-n", workNS, "describe", "pod", after.Name)
+		t.Logf("%s", out)
 	} else {
-		t.Logf("a batch pod created after the outage was bound by the extender and runs")
+		t.Logf("a batch pod created after the outage was bound through the extender by %s and runs (leader's "+
+			"binds %v -> %v)", secondScheduler, bound0, bound)
 	}
 	l, err = n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The extender's and the second scheduler's replicas that held a Lease exit when
+	// they cannot renew it (kubelet restarts them as standbys): they may restart once.
+	// Nothing else may.
 	for i := range l.Items {
 		p := &l.Items[i]
-		if b, ok := sysBefore[p.Name]; !ok || restarts(p) != b {
+		b, ok := sysBefore[p.Name]
+		elected := strings.HasPrefix(p.Name, extenderName+"-") || strings.HasPrefix(p.Name, secondScheduler+"-")
+		if !ok || restarts(p) != b && !(elected && restarts(p) == b+1) {
 			t.Errorf("pod %s/%s: restarts %d, before the outage %d (present %v)", nsSystem, p.Name, restarts(p), b, ok)
+		} else if restarts(p) != b {
+			t.Logf("pod %s/%s restarted once: it held a Lease it could not renew", nsSystem, p.Name)
 		}
 	}
 }

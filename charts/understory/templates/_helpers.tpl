@@ -1,0 +1,81 @@
+{{/*
+Hand-written helpers of the Understory chart. Every other template but certs.yaml,
+validate.yaml and NOTES.txt is generated from manifests/ (test/helmchart).
+*/}}
+
+{{/*
+understory.koordletConfig: the agent's config.yaml. koordlet.config verbatim when set
+(it must name the same cgroupDriver as the value), else the base's configuration
+(files/koordlet/config.yaml, manifests/koordlet/configmap.yaml) with cgroupDriver set,
+which is what manifests/components/systemd does for systemd.
+*/}}
+{{- define "understory.koordletConfig" -}}
+{{- if .Values.koordlet.config -}}
+{{- $c := fromYaml .Values.koordlet.config -}}
+{{- if hasKey $c "Error" -}}
+{{- fail (printf "koordlet.config is not a YAML mapping: %s" (index $c "Error")) -}}
+{{- end -}}
+{{- if ne (toString (index $c "cgroupDriver")) .Values.cgroupDriver -}}
+{{- fail (printf "koordlet.config sets cgroupDriver %q but the value cgroupDriver is %q: set both alike (kubelet's cgroup driver)" (toString (index $c "cgroupDriver")) .Values.cgroupDriver) -}}
+{{- end -}}
+{{- .Values.koordlet.config -}}
+{{- else -}}
+{{- $base := .Files.Get "files/koordlet/config.yaml" -}}
+{{- if not (contains "\ncgroupDriver: cgroupfs       #" $base) -}}
+{{- fail "files/koordlet/config.yaml has no 'cgroupDriver: cgroupfs' line to set (regenerate the chart: test/helmchart)" -}}
+{{- end -}}
+{{- replace "\ncgroupDriver: cgroupfs       #" (printf "\ncgroupDriver: %-15s#" .Values.cgroupDriver) $base -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+understory.certs (certificates.mode self-signed): the CA and the certificates, made
+once per render and kept in .Values._understoryCerts, so that certs.yaml and the
+webhook's caBundle agree. On upgrade the Secrets in the cluster are read back
+(lookup): the CA (Secret understory-ca) is kept, and so is every serving or client
+certificate it signed; a missing one is issued from the kept CA. `helm template` has
+no cluster: it makes new ones every time.
+*/}}
+{{- define "understory.certs" -}}
+{{- if not (hasKey .Values "_understoryCerts") -}}
+{{- $ns := "understory-system" -}}
+{{- $ca := dict -}}
+{{- $old := lookup "v1" "Secret" $ns "understory-ca" -}}
+{{- if and $old (hasKey $old "data") (hasKey $old.data "tls.crt") (hasKey $old.data "tls.key") -}}
+{{- $ca = buildCustomCert (index $old.data "tls.crt") (index $old.data "tls.key") -}}
+{{- else -}}
+{{- $ca = genCA "understory-ca" 3650 -}}
+{{- end -}}
+{{- $caCrt := b64enc $ca.Cert -}}
+{{- $out := dict "caCrt" $caCrt "caKey" (b64enc $ca.Key) -}}
+{{- $leaves := list
+  (list "admission" "understory-admission-tls" (printf "understory-admission.%s.svc" $ns) (list (printf "understory-admission.%s.svc" $ns) (printf "understory-admission.%s.svc.cluster.local" $ns)))
+  (list "schedulerExtender" "understory-scheduler-extender-tls" (printf "understory-scheduler-extender.%s.svc" $ns) (list (printf "understory-scheduler-extender.%s.svc" $ns) (printf "understory-scheduler-extender.%s.svc.cluster.local" $ns)))
+  (list "schedulerClient" "understory-scheduler-client-tls" "understory-scheduler-client" list) -}}
+{{- range $leaves -}}
+{{- $name := index . 0 -}}
+{{- $prev := lookup "v1" "Secret" $ns (index . 1) -}}
+{{- if and $prev (hasKey $prev "data") (eq (toString (index $prev.data "ca.crt")) $caCrt) (hasKey $prev.data "tls.crt") (hasKey $prev.data "tls.key") -}}
+{{- $_ := set $out $name (dict "crt" (index $prev.data "tls.crt") "key" (index $prev.data "tls.key")) -}}
+{{- else -}}
+{{- $c := genSignedCert (index . 2) nil (index . 3) 365 $ca -}}
+{{- $_ := set $out $name (dict "crt" (b64enc $c.Cert) "key" (b64enc $c.Key)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set .Values "_understoryCerts" $out -}}
+{{- end -}}
+{{- end -}}
+
+{{/* understory.caBundle: the CA the webhook's caBundle trusts (self-signed mode). */}}
+{{- define "understory.caBundle" -}}
+{{- include "understory.certs" . -}}
+{{- .Values._understoryCerts.caCrt -}}
+{{- end -}}
+
+{{/* understory.validate: fails the render on values the install cannot work with. */}}
+{{- define "understory.validate" -}}
+{{- if ne .Release.Namespace "understory-system" -}}
+{{- fail (printf "install into namespace understory-system (helm install ... -n understory-system --create-namespace), not %q: the webhook's certificates, the scheduler configuration and the CEL policies name it literally" .Release.Namespace) -}}
+{{- end -}}
+{{- $_ := include "understory.koordletConfig" . -}}
+{{- end -}}

@@ -1,0 +1,433 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/understory/understory/metrics"
+)
+
+// LeaseName is the default name of the extender's leader Lease.
+const LeaseName = "understory-scheduler-extender"
+
+// ErrStandby means this replica does not lead: it refuses filter, prioritize
+// and bind, and /readyz answers 503, so the Service sends kube-scheduler only
+// to the leader.
+var ErrStandby = errors.New("standby, not the leader")
+
+// ErrLeadershipLost means this replica led and lost its lease. Server.Run
+// returns it; the process must then exit (a fresh process starts as a standby):
+// it refuses everything from the moment the lease is lost.
+var ErrLeadershipLost = errors.New("leader lease lost")
+
+// errBadLeaderConfig means a LeaderConfig is invalid.
+var errBadLeaderConfig = errors.New("invalid leader election config")
+
+// LeaderConfig configures leader election among extender replicas (Deps.Leader).
+type LeaderConfig struct {
+	// Namespace and Name of the coordination.k8s.io Lease.
+	Namespace, Name string
+	// Identity of this replica (its pod name), unique among the replicas.
+	Identity string
+	// LeaseDuration is how long a standby waits after the leader's last renewal
+	// before it takes the lease; RenewDeadline how long the leader keeps trying
+	// to renew before it gives up (it stops serving then); RetryPeriod how often
+	// both try. A killed leader is replaced after at most LeaseDuration +
+	// RetryPeriod + the catch-up (CatchUpTimeout bounds it).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Service, when set, is the selector-less Service kube-scheduler calls: the
+	// leader, once caught up, points it at itself by writing the EndpointSlice
+	// Service+"-leader" (address PodIP, port Port named PortName). Routing by
+	// this rather than by readiness keeps the standby Ready (synced), so that
+	// Deployment rollouts and the PodDisruptionBudget work with two replicas.
+	Service, PodIP, PortName string
+	Port                     int32
+	// CatchUpTimeout bounds the new leader's catch-up with the API (every pod
+	// bound at the moment it took the lease shown by its informer) before it
+	// serves; past it the replica gives the lease up (ErrLeadershipLost).
+	CatchUpTimeout time.Duration
+}
+
+// DefaultLeaderConfig is LeaseName in namespace, as identity, with durations
+// that replace a killed leader within 15 s (8 s + 1 s + the catch-up).
+func DefaultLeaderConfig(namespace, identity string) LeaderConfig {
+	return LeaderConfig{Namespace: namespace, Name: LeaseName, Identity: identity,
+		LeaseDuration: 8 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: time.Second,
+		CatchUpTimeout: 5 * time.Second}
+}
+
+// Validate checks c; client-go's own rules included (LeaseDuration >
+// RenewDeadline > 1.2 × RetryPeriod).
+func (c LeaderConfig) Validate() error {
+	switch {
+	case c.Namespace == "" || c.Name == "" || c.Identity == "":
+		return fmt.Errorf("lease namespace %q, name %q and identity %q must all be set: %w",
+			c.Namespace, c.Name, c.Identity, errBadLeaderConfig)
+	case c.RetryPeriod <= 0 || c.CatchUpTimeout <= 0:
+		return fmt.Errorf("retry period %v and catch-up timeout %v must be > 0: %w", c.RetryPeriod, c.CatchUpTimeout,
+			errBadLeaderConfig)
+	case float64(c.RenewDeadline) <= leaderelection.JitterFactor*float64(c.RetryPeriod):
+		return fmt.Errorf("renew deadline %v must exceed %.1f × retry period %v: %w", c.RenewDeadline,
+			leaderelection.JitterFactor, c.RetryPeriod, errBadLeaderConfig)
+	case c.Service != "" && (net.ParseIP(c.PodIP) == nil || c.Port <= 0 || c.PortName == ""):
+		return fmt.Errorf("publishing Service %s needs the pod IP (%q), a port (%d) and its name (%q): %w",
+			c.Service, c.PodIP, c.Port, c.PortName, errBadLeaderConfig)
+	case c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0:
+		return fmt.Errorf("lease duration %v must be whole seconds (the Lease records seconds): %w", c.LeaseDuration,
+			errBadLeaderConfig)
+	case c.LeaseDuration <= c.RenewDeadline:
+		return fmt.Errorf("lease duration %v must exceed renew deadline %v: %w", c.LeaseDuration, c.RenewDeadline,
+			errBadLeaderConfig)
+	}
+	return nil
+}
+
+// Leadership phases of one replica. They only move forward: a replica that
+// lost the lease never serves again (the process exits).
+const (
+	roleStandby  int32 = iota // follows the cluster, refuses requests
+	roleCatching              // took the lease, catching up before it serves
+	roleLeading               // serves
+	roleLost                  // lost the lease: refuses, Run returns ErrLeadershipLost
+)
+
+// leadership runs leader election for one Server and gates it: only the
+// leader, once caught up with the API, serves; the standby keeps its informers
+// synced and its outbox muted (no Events, no gang nudges: nothing is written
+// by two replicas). It holds no index state: what the new leader needs is in
+// its index already (the informers) or recorded on the pods (gang plans,
+// resumed by Server.Housekeep before it serves).
+type leadership struct {
+	cfg     LeaderConfig
+	client  kubernetes.Interface
+	log     *slog.Logger
+	role    atomic.Int32
+	leader  atomic.Pointer[string] // last observed holder ("" none yet)
+	catchUp atomic.Int64           // the last takeover's catch-up, in nanoseconds
+
+	gauge       prometheus.Gauge
+	transitions prometheus.Counter
+	failover    prometheus.Gauge // seconds from taking the lease to serving, last time
+}
+
+func newLeadership(cfg LeaderConfig, client kubernetes.Interface, reg prometheus.Registerer,
+	log *slog.Logger) (*leadership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, fmt.Errorf("leader election needs an API client: %w", errBadLeaderConfig)
+	}
+	l := &leadership{cfg: cfg, client: client, log: log,
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.ExtenderNamespace, Name: "leader",
+			Help: "1 while this replica leads and serves (filter, prioritize, bind), else 0 (standby, catching up, lost)."}),
+		transitions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.ExtenderNamespace,
+			Name: "leader_transitions_total",
+			Help: "Leaders this replica observed taking the lease (the first it saw and every change since, itself included)."}),
+		failover: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.ExtenderNamespace,
+			Name: "leader_catchup_seconds",
+			Help: "How long this replica, once it took the lease, caught up with the API before it served."}),
+	}
+	for _, c := range []prometheus.Collector{l.gauge, l.transitions, l.failover} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering leader metrics: %w", err)
+		}
+	}
+	empty := ""
+	l.leader.Store(&empty)
+	return l, nil
+}
+
+// serving reports whether this replica serves (nil: no election, always).
+func (l *leadership) serving() bool { return l == nil || l.role.Load() == roleLeading }
+
+// holder is the last observed leader identity.
+func (l *leadership) holder() string { return *l.leader.Load() }
+
+// refusal is why a non-serving replica refuses (ErrStandby, or
+// ErrLeadershipLost) with the leader it knows of.
+func (l *leadership) refusal() error {
+	switch l.role.Load() {
+	case roleLost:
+		return fmt.Errorf("%s lost the lease and is exiting: %w", l.cfg.Identity, ErrLeadershipLost)
+	case roleCatching:
+		return fmt.Errorf("standby: took the lease, catching up with the API: %w", ErrStandby)
+	}
+	h := l.holder()
+	if h == "" {
+		h = "unknown yet"
+	}
+	return fmt.Errorf("standby: leader is %s: %w", h, ErrStandby)
+}
+
+// run takes part in the election until ctx is done (nil; the lease is
+// released if held) or the lease is lost (ErrLeadershipLost). s's informers
+// must have synced: a replica competes only once it could serve. becomeLeader
+// catches s up before it serves.
+func (l *leadership) run(ctx context.Context, s *Server) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: l.cfg.Namespace, Name: l.cfg.Name},
+		Client:     l.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.cfg.Identity},
+	}
+	var lost atomic.Bool
+	// ectx ends the election early when the takeover fails: the lease is
+	// released then (ReleaseOnCancel), so the other replica takes it at once.
+	ectx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	// becomeLeader runs on its own goroutine (client-go starts it); run waits
+	// for it, and one that would start after run returned does nothing.
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		closed bool
+	)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: l.cfg.Name, ReleaseOnCancel: true,
+		LeaseDuration: l.cfg.LeaseDuration, RenewDeadline: l.cfg.RenewDeadline, RetryPeriod: l.cfg.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if closed {
+					mu.Unlock()
+					return
+				}
+				wg.Add(1)
+				mu.Unlock()
+				defer wg.Done()
+				if err := l.becomeLeader(lctx, s); err != nil && lctx.Err() == nil {
+					l.log.Error("taking over as leader failed: giving the lease up", "err", err)
+					lost.Store(true)
+					l.stop()
+					giveUp()
+				}
+			},
+			OnStoppedLeading: func() {
+				// Called when Run ends: ctx done (shutdown: the lease is released
+				// after the HTTP server drained), or the lease lost. Refuse at once
+				// either way: a standby may take the lease LeaseDuration after our
+				// last renewal, RenewDeadline before which we get here.
+				l.stop()
+				if ctx.Err() == nil {
+					lost.Store(true)
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity == "" {
+					return // released: the next holder follows
+				}
+				id := identity
+				l.leader.Store(&id)
+				l.transitions.Inc()
+				l.log.Info("leader observed", "leader", identity, "self", identity == l.cfg.Identity)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w: %w", err, errBadLeaderConfig)
+	}
+	le.Run(ectx)
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+	wg.Wait()
+	if lost.Load() && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w", l.cfg.Identity, ErrLeadershipLost)
+	}
+	return nil
+}
+
+// stop ends serving for good.
+func (l *leadership) stop() {
+	l.role.Store(roleLost)
+	l.gauge.Set(0)
+}
+
+// becomeLeader catches s up with the API and then serves: every pod bound at
+// this moment must be in the index (a Binding the old leader sent just before
+// it died may not have reached our informer yet), the outbox is unmuted, and
+// one housekeeping pass resumes the gang plans recorded on the pods and ages
+// node metrics. Reservations the old leader held only in memory (filtered, not
+// yet bound) are gone: kube-scheduler's bind of such a pod places it again
+// (binder.Bind of an unknown pod), on the devices free now.
+func (l *leadership) becomeLeader(ctx context.Context, s *Server) error {
+	if !l.role.CompareAndSwap(roleStandby, roleCatching) {
+		return fmt.Errorf("took the lease in role %d: %w", l.role.Load(), ErrLeadershipLost)
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.CatchUpTimeout)
+	defer cancel()
+	n, err := catchUp(cctx, l.client, s.state, l.cfg.RetryPeriod/10)
+	if err != nil {
+		return fmt.Errorf("catching up with the API: %w", err)
+	}
+	s.out.setMuted(false)
+	s.Housekeep()
+	if ctx.Err() != nil || !l.role.CompareAndSwap(roleCatching, roleLeading) {
+		return fmt.Errorf("lease lost while catching up: %w", ErrLeadershipLost)
+	}
+	l.gauge.Set(1)
+	took := time.Since(start)
+	l.failover.Set(took.Seconds())
+	l.catchUp.Store(int64(took))
+	if l.cfg.Service != "" { // serving already: kube-scheduler's calls may come at once
+		if err := publishLeader(cctx, l.client, l.cfg); err != nil {
+			return err
+		}
+	}
+	l.log.Info("leading: serving filter, prioritize and bind", "identity", l.cfg.Identity,
+		"catchUp", took.Round(time.Millisecond), "boundPods", n)
+	return nil
+}
+
+// boundPod is a pod the API shows bound, that the index must show bound too.
+type boundPod struct {
+	namespace, name string
+	uid             types.UID
+	node            string
+}
+
+// catchUp lists the pods bound now (a consistent read) and waits until the
+// index shows each bound to the same node: informer events it had not yet
+// handled. A pod the index still lacks after a while is read again; gone (or
+// terminated, or recreated under another uid) it no longer matters. It
+// returns how many bound pods it checked.
+func catchUp(ctx context.Context, client kubernetes.Interface, st *State, poll time.Duration) (int, error) {
+	sel := fields.AndSelectors(fields.OneTermNotEqualSelector("spec.nodeName", ""),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
+	opts := metav1.ListOptions{FieldSelector: sel, Limit: 5000}
+	var missing []boundPod
+	total := 0
+	for {
+		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return total, fmt.Errorf("listing bound pods: %w", err)
+		}
+		total += len(list.Items)
+		st.rlock()
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue // the selector's job, unless the server ignored it
+			}
+			if !indexShowsBound(st, p.UID, p.Spec.NodeName) {
+				missing = append(missing, boundPod{p.Namespace, p.Name, p.UID, p.Spec.NodeName})
+			}
+		}
+		st.runlock()
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	poll = max(poll, 10*time.Millisecond)
+	reread := time.Now().Add(20 * poll)
+	for len(missing) > 0 {
+		st.rlock()
+		missing = slices.DeleteFunc(missing, func(b boundPod) bool { return indexShowsBound(st, b.uid, b.node) })
+		st.runlock()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(reread) {
+			kept := missing[:0]
+			for _, b := range missing {
+				p, err := client.CoreV1().Pods(b.namespace).Get(ctx, b.name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err):
+					continue
+				case err != nil:
+					return total, fmt.Errorf("reading pod %s/%s: %w", b.namespace, b.name, err)
+				case p.UID != b.uid || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+					continue
+				}
+				kept = append(kept, b)
+			}
+			missing = kept
+			reread = time.Now().Add(20 * poll)
+			if len(missing) == 0 {
+				break
+			}
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return total, fmt.Errorf("%d bound pods (first %s/%s on %s) not yet in the index: %w", len(missing),
+				missing[0].namespace, missing[0].name, missing[0].node, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return total, nil
+}
+
+// indexShowsBound reports whether the index holds uid bound (or assumed
+// bound) on node. Call with st's lock held.
+func indexShowsBound(st *State, uid types.UID, node string) bool {
+	p := st.pod(uid)
+	return p != nil && p.node == node && (p.phase == phaseBound || p.phase == phaseAssumed)
+}
+
+// LeaderSliceSuffix names the EndpointSlice a leader writes for its Service.
+const LeaderSliceSuffix = "-leader"
+
+// leaderSliceManager is the EndpointSlice managed-by label value of the
+// leader's slice (the EndpointSlice controller leaves such slices alone).
+const leaderSliceManager = "understory-scheduler-extender"
+
+// publishLeader points cfg.Service at this replica: it creates or replaces
+// the EndpointSlice cfg.Service+LeaderSliceSuffix with one ready endpoint, this
+// pod. The Service has no selector, so this slice is its only one; a replica
+// that lost the lease leaves it pointing at itself until the next leader
+// writes it (it refuses, then exits, meanwhile).
+func publishLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderConfig) error {
+	ip := net.ParseIP(cfg.PodIP)
+	family := discoveryv1.AddressTypeIPv4
+	if ip.To4() == nil {
+		family = discoveryv1.AddressTypeIPv6
+	}
+	ready, proto := true, corev1.ProtocolTCP
+	want := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: cfg.Service + LeaderSliceSuffix, Namespace: cfg.Namespace,
+			Labels: map[string]string{discoveryv1.LabelServiceName: cfg.Service,
+				discoveryv1.LabelManagedBy: leaderSliceManager, "app.kubernetes.io/part-of": "understory"}},
+		AddressType: family,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{cfg.PodIP},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: cfg.Namespace, Name: cfg.Identity}}},
+		Ports: []discoveryv1.EndpointPort{{Name: &cfg.PortName, Port: &cfg.Port, Protocol: &proto}},
+	}
+	esc := client.DiscoveryV1().EndpointSlices(cfg.Namespace)
+	old, err := esc.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = esc.Create(ctx, want, metav1.CreateOptions{})
+	case err == nil:
+		want.ResourceVersion = old.ResourceVersion
+		_, err = esc.Update(ctx, want, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("pointing Service %s/%s at this replica (EndpointSlice %s): %w", cfg.Namespace, cfg.Service,
+			want.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,454 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/internal/testenv"
+	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/test/e2e/extenderharness"
+)
+
+// Leader election of the failover test: shorter than the shipped 8 s / 5 s / 1 s
+// (a killed leader is replaced after about LeaseDuration + RetryPeriod), so that
+// ten failovers fit in the test's time; the shipped values are checked against
+// 15 s by the extender's unit tests and measured at 5 000 nodes by
+// cmd/extender-bench -runs failover.
+const (
+	failoverLease   = "3s"
+	failoverRenew   = "2s"
+	failoverRetry   = "250ms"
+	failoverService = "e2e-extender"
+	failoverNS      = "default" // the Lease's and the EndpointSlice's namespace
+	failoverBudget  = 15 * time.Second
+)
+
+// haReplica is one replica of cmd/scheduler-extender with -leader-elect, a
+// process of its own on a fixed loopback address (so a fresh replica can take
+// a killed one's place), pointing the Service at itself when it leads.
+type haReplica struct {
+	id, ip, bin, addr, kubeconfig, log string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	starts int
+}
+
+// hostIP is an address of this machine outside the loopback range: an
+// EndpointSlice refuses loopback addresses.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	testenv.SkipOrFailInCI(t, "no IPv4 address outside loopback for the replicas' EndpointSlice")
+	return ""
+}
+
+// freeAddr is a free TCP address on ip.
+func freeAddr(t *testing.T, ip string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newHAReplica(t *testing.T, id, bin, kubeconfig, ip string) *haReplica {
+	r := &haReplica{id: id, ip: ip, bin: bin, addr: freeAddr(t, ip), kubeconfig: kubeconfig,
+		log: filepath.Join(t.TempDir(), id+".log")}
+	t.Cleanup(func() {
+		r.stop(syscall.SIGKILL)
+		if t.Failed() {
+			if b, err := os.ReadFile(r.log); err == nil {
+				t.Logf("%s log (%s, %d starts):\n%s", id, r.log, r.starts, controlplane.TailLines(string(b), 40))
+			}
+		}
+	})
+	return r
+}
+
+// start runs a fresh process and waits until it is synced (/syncz): leader or standby.
+func (r *haReplica) start(t *testing.T, ctx context.Context) {
+	t.Helper()
+	f, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r.mu.Lock()
+	r.starts++
+	fmt.Fprintf(f, "=== start %d\n", r.starts)
+	cmd := exec.Command(r.bin, "-listen", r.addr, "-kubeconfig", r.kubeconfig, "-leader-elect",
+		"-leader-elect-namespace", failoverNS, "-leader-elect-identity", fmt.Sprintf("%s-%d", r.id, r.starts),
+		"-leader-elect-lease-duration", failoverLease, "-leader-elect-renew-deadline", failoverRenew,
+		"-leader-elect-retry-period", failoverRetry, "-leader-elect-service", failoverService,
+		"-leader-elect-port-name", "http")
+	cmd.Env = append(os.Environ(), "POD_IP="+r.ip)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		r.mu.Unlock()
+		t.Fatalf("starting %s: %v", r.id, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	r.cmd, r.done = cmd, done
+	r.mu.Unlock()
+	testenv.WaitFor(t, 60*time.Second, r.id+" synced (/syncz)", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("%s exited during start-up (see %s)", r.id, r.log)
+		default:
+		}
+		code, _ := r.get(ctx, "/syncz")
+		return code == http.StatusOK
+	})
+}
+
+// stop sends sig (SIGKILL: gone at once; SIGTERM: binds in flight finish and
+// the lease is released) and waits for the process to be gone.
+func (r *haReplica) stop(sig syscall.Signal) {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	<-done
+}
+
+// get answers GET path's status code and body (0 when unreachable).
+func (r *haReplica) get(ctx context.Context, path string) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.addr+path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (r *haReplica) status(t *testing.T, ctx context.Context) extender.Status {
+	t.Helper()
+	code, body := r.get(ctx, "/status")
+	if code != http.StatusOK {
+		t.Fatalf("%s /status: %d %s", r.id, code, body)
+	}
+	var st extender.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("decoding /status: %v", err)
+	}
+	return st
+}
+
+// leaderRoute is what kube-proxy does for the selector-less Service: it
+// forwards to the address the Service's EndpointSlice names, as the leader
+// wrote it (read from the API every 100 ms, about kube-proxy's own delay).
+type leaderRoute struct {
+	target atomic.Pointer[url.URL]
+}
+
+func startLeaderRoute(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane) *httptest.Server {
+	t.Helper()
+	lr := &leaderRoute{}
+	slices := cp.Client().DiscoveryV1().EndpointSlices(failoverNS)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if es, err := slices.Get(rctx, failoverService+extender.LeaderSliceSuffix, metav1.GetOptions{}); err == nil {
+				lr.set(es)
+			}
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if u := lr.target.Load(); u != nil {
+				pr.SetURL(u)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, "no leader reachable: "+err.Error(), http.StatusServiceUnavailable)
+		},
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (lr *leaderRoute) set(es *discoveryv1.EndpointSlice) {
+	if len(es.Endpoints) != 1 || len(es.Endpoints[0].Addresses) != 1 || len(es.Ports) != 1 || es.Ports[0].Port == nil {
+		return
+	}
+	lr.target.Store(&url.URL{Scheme: "http", Host: es.Endpoints[0].Addresses[0] + ":" + strconv.Itoa(int(*es.Ports[0].Port))})
+}
+
+// TestExtenderFailover runs two replicas of cmd/scheduler-extender with leader
+// election against a real kube-apiserver and kube-scheduler, kube-scheduler
+// reaching the leader through the EndpointSlice the leader writes. Under a
+// steady stream of GPU pods (whole GPUs and shares) and two-member gangs, the
+// leader is stopped 10 times (SIGKILL and SIGTERM in turn); each time the
+// standby must lead and serve within 15 s, and a fresh standby takes the old
+// one's place. No GPU device is ever booked beyond 1000 milli (a whole GPU is
+// 1000) by the pods bound at any moment, as the API shows them, and the last
+// leader's index agrees with the pods' devices annotations.
+func TestExtenderFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real control plane; skipped in -short mode")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	bin := filepath.Join(t.TempDir(), "scheduler-extender")
+	built := make(chan error, 1)
+	go func() { built <- buildExtender(ctx, bin) }()
+	cp := controlplane.Start(ctx, t, controlplane.Options{})
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	ip := hostIP(t)
+	replicas := [2]*haReplica{newHAReplica(t, "a", bin, cp.Kubeconfig(), ip),
+		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip)}
+	replicas[0].start(t, ctx)
+	testenv.WaitFor(t, 30*time.Second, "a leading", func() bool {
+		code, _ := replicas[0].get(ctx, "/readyz")
+		return code == http.StatusOK
+	})
+	replicas[1].start(t, ctx)
+	testenv.WaitFor(t, 10*time.Second, "standby b refusing, naming leader a-1", func() bool {
+		code, body := replicas[1].get(ctx, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "standby: leader is a-1")
+	})
+	route := startLeaderRoute(t, ctx, cp)
+	manifest, err := extenderharness.ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := extenderharness.SchedulerConfig(manifest, route.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.StartScheduler(t, cfg)
+	c := &cluster{ctx: ctx, cp: cp}
+
+	const (
+		ns        = "e2e-failover"
+		failovers = 10
+		live      = 8 // pods alive at once (a gang counts its members): at most 16 GPUs of 24
+	)
+	if err := cp.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.nodes(t, ns, nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100},
+		nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100})
+	gpus := map[string]int{}
+	for _, n := range nodes {
+		gpus[n] = 4
+	}
+	w := watchDevices(t, c, ns, gpus)
+	stream := startFailoverStream(c, ns, live)
+	t.Cleanup(stream.stop)
+
+	leader := 0
+	var worst time.Duration
+	for k := range failovers {
+		// Let the leader bind some pods, then stop it mid-stream.
+		before, _ := w.result()
+		if !testenv.Poll(30*time.Second, func() bool { n, _ := w.result(); return n >= before+2 || stream.failed() }) {
+			t.Fatalf("failover %d: no pod bound within 30 s of the last one", k)
+		}
+		if err := stream.err(); err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		sig, how := syscall.SIGKILL, "killed"
+		if k%2 == 1 {
+			sig, how = syscall.SIGTERM, "stopped"
+		}
+		old, next := replicas[leader], replicas[1-leader]
+		// The clock starts when the leader is gone: a stopped one first lets
+		// its binds in flight finish (a gang member's up to -gang-bind-timeout).
+		drain := time.Now()
+		old.stop(sig)
+		start := time.Now()
+		if !testenv.Poll(failoverBudget, func() bool { code, _ := next.get(ctx, "/readyz"); return code == http.StatusOK }) {
+			_, body := next.get(ctx, "/readyz")
+			t.Fatalf("failover %d (%s leader %s): %s not leading after %v: %s", k, how, old.id, next.id, failoverBudget, body)
+		}
+		took := time.Since(start)
+		worst = max(worst, took)
+		if st := next.status(t, ctx); !st.Leading || !strings.HasPrefix(st.Leader, next.id+"-") {
+			t.Fatalf("failover %d: new leader's status leading=%v leader=%q", k, st.Leading, st.Leader)
+		}
+		t.Logf("failover %d: leader %s %s (gone after %v), %s serving %v later", k, old.id, how,
+			start.Sub(drain).Round(time.Millisecond), next.id, took.Round(time.Millisecond))
+		old.start(t, ctx) // a fresh standby in its place
+		leader = 1 - leader
+	}
+	stream.stop()
+	if err := stream.err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	c.waitBound(t, ns, stream.alive()...)
+	binds, violations := w.result()
+	if len(violations) > 0 {
+		t.Errorf("devices double-booked or invalid across %d failovers:\n%s", failovers, strings.Join(violations, "\n"))
+	}
+	held := checkDevicesAgree(t, ctx, cp.Client(), ns, func() extender.Status { return replicas[leader].status(t, ctx) })
+	t.Logf("%d pods bound (%d gangs created) across %d failovers, the slowest %v; %d device bookings live at the end",
+		binds, stream.gangs.Load(), failovers, worst.Round(time.Millisecond), held)
+}
+
+// failoverStream creates a GPU pod every 100 ms (whole GPUs and shares; every
+// fifth a gang of two whole-GPU members, Koordinator's annotations) while
+// fewer than live exist; once live exist, the oldest bound one is deleted
+// first.
+type failoverStream struct {
+	quit  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	names []string
+	e     error
+	gangs atomic.Int64
+}
+
+func startFailoverStream(c *cluster, ns string, live int) *failoverStream {
+	s := &failoverStream{quit: make(chan struct{}), done: make(chan struct{})}
+	shapes := []podSpec{{gpus: 1}, {milli: 500}, {gpus: 2}, {milli: 300}, {milli: 700}}
+	go func() {
+		defer close(s.done)
+		client := c.cp.Client().CoreV1().Pods(ns)
+		zero := int64(0)
+		for i := 0; ; i++ {
+			select {
+			case <-s.quit:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			s.mu.Lock()
+			alive := len(s.names)
+			oldest := ""
+			if alive > 0 {
+				oldest = s.names[0]
+			}
+			s.mu.Unlock()
+			if alive >= live {
+				p, err := client.Get(c.ctx, oldest, metav1.GetOptions{})
+				if err != nil {
+					s.fail(err)
+					return
+				}
+				if p.Spec.NodeName == "" {
+					continue // not bound yet: wait
+				}
+				if err := client.Delete(c.ctx, oldest, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+					s.fail(err)
+					return
+				}
+				s.mu.Lock()
+				s.names = s.names[1:]
+				s.mu.Unlock()
+			}
+			var specs []podSpec
+			if i%5 == 4 {
+				g := fmt.Sprintf("g-%03d", i)
+				for m := range 2 {
+					specs = append(specs, podSpec{name: fmt.Sprintf("%s-%d", g, m), gpus: 1, annotations: map[string]string{
+						extender.AnnotationKoordinatorName: g, extender.AnnotationKoordinatorMinAvailable: "2"}})
+				}
+				s.gangs.Add(1)
+			} else {
+				sp := shapes[i%len(shapes)]
+				sp.name = fmt.Sprintf("s-%03d", i)
+				specs = append(specs, sp)
+			}
+			for _, sp := range specs {
+				if _, err := client.Create(c.ctx, newPod(ns, sp), metav1.CreateOptions{}); err != nil {
+					s.fail(err)
+					return
+				}
+				s.mu.Lock()
+				s.names = append(s.names, sp.name)
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *failoverStream) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.e = err
+}
+
+func (s *failoverStream) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.e
+}
+
+func (s *failoverStream) failed() bool { return s.err() != nil }
+
+// stop ends the stream and waits for it (idempotent).
+func (s *failoverStream) stop() {
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
+	}
+	<-s.done
+}
+
+func (s *failoverStream) alive() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.names...)
+}
