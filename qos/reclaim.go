@@ -84,7 +84,8 @@ const (
 	// Computed, Write = true.
 	ReasonReclaimInitial = "initial"
 	// ReasonReclaimDrop: Computed is more than the deadband below the published
-	// value (or 0, or the published value exceeds capacity); published at once.
+	// value (or 0, or at its floor, what batch pods request: nothing is spare; or
+	// the published value exceeds capacity); published at once.
 	ReasonReclaimDrop = "drop"
 	// ReasonReclaimRise: Computed is more than the deadband above the published
 	// value and the rise limit allows all of it; published.
@@ -507,7 +508,12 @@ func (s *reclaimState) decide(t *ReclaimTerms, now time.Time, creditMin float64,
 	}
 	ceiling := math.Min(t.Computed, pub+s.credit*t.Capacity)
 	switch {
-	case t.Computed < pub && (pub-t.Computed > t.Deadband || t.Computed == 0 || pub > t.Capacity):
+	// A drop is written at once when it passes the deadband, and also when LS
+	// leaves batch nothing beyond what its pods already request (Raw at or below
+	// BatchRequest): a value held above that floor would let the scheduler place
+	// a pod there is no room for.
+	case t.Computed < pub && (pub-t.Computed > t.Deadband || t.Computed == 0 || pub > t.Capacity ||
+		t.Raw <= t.BatchRequest):
 		write(t.Computed, ReasonReclaimDrop)
 	case now.Sub(s.lastWrite) >= c.RefreshInterval.Duration:
 		write(ceiling, ReasonReclaimRefresh)

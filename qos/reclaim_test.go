@@ -400,6 +400,47 @@ func TestReclaimDeadbandAndRefresh(t *testing.T) {
 	}
 }
 
+// TestReclaimDropToTheFloorIgnoresDeadband: once LS leaves batch nothing beyond
+// what its pods request, the published value falls to that floor at once, even
+// when the drop is inside the deadband (1.6 cores here); above the floor the
+// deadband holds as before.
+func TestReclaimDropToTheFloorIgnoresDeadband(t *testing.T) {
+	t.Parallel()
+	at := func(sec int, ls, batchReq float64) qos.ReclaimInput {
+		in := cpuAt(time.Duration(sec)*time.Second, ls)
+		in.CPU.BatchRequest = batchReq
+		return in
+	}
+	for _, tc := range []struct {
+		name     string
+		ls       float64 // after the first call, which publishes 13.4 - 12.0 = 1.4
+		batchReq float64
+		want     float64
+	}{
+		{"to the floor inside the deadband", 13.4, 0.5, 0.5},
+		{"to 0 with no batch pods", 13.4, 0, 0},
+		{"above the floor inside the deadband holds", 12.5, 0.5, 1.4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := qos.DefaultReclaimConfig()
+			c.LSWindow.Duration = time.Second // the LS term follows the sample at once
+			r := qos.NewReclaimer(c)
+			first := r.Next(at(0, 12, tc.batchReq)).CPU
+			if !first.Write || !near(first.Published, 1.4) {
+				t.Fatalf("first %+v, want 1.4 written", first)
+			}
+			var got qos.ReclaimTerms
+			for sec := 1; sec <= 30; sec++ {
+				got = r.Next(at(sec, tc.ls, tc.batchReq)).CPU
+			}
+			if !near(got.Published, tc.want) {
+				t.Fatalf("after LS %.1f for 30 s: %+v, want published %.1f", tc.ls, got, tc.want)
+			}
+		})
+	}
+}
+
 // TestReclaimNeverZeroFromBursts: one period at full node, a NaN sample or a
 // short burst never zero batch; LS that keeps the node busy does.
 func TestReclaimNeverZeroFromBursts(t *testing.T) {
