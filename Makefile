@@ -180,7 +180,8 @@ e2e-deps: images k8s-bins
 
 # The end-to-end tests on a REAL node (docs/real-node.md): kubelet + containerd + runc +
 # kube-proxy + a bridge pod network + the control plane, Understory's images imported
-# and installed with `kubectl apply -k manifests/overlays/realnode` (TestInstall), and
+# and installed with `helm install` of charts/understory and its realnode values
+# (TestInstall, second-scheduler mode), and
 # the agent's assumptions about kubelet (TestRealNode). Root.
 e2e: e2e-deps
 	$(GO) test -race -count=1 -timeout 40m -v $(REALNODE_PKG)

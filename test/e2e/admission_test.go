@@ -77,7 +77,7 @@ type webhookServer struct {
 }
 
 func startWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, profiles admission.Profiles,
-	certs *controlplane.WebhookCerts) *webhookServer {
+	certs *controlplane.WebhookCerts, opts ...admission.MutatorOption) *webhookServer {
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
@@ -91,7 +91,7 @@ func startWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPla
 	cctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() { cancel(); cluster.Shutdown() })
 	cluster.Start(cctx)
-	mut, err := admission.NewMutator(profiles, cluster)
+	mut, err := admission.NewMutator(profiles, cluster, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -667,19 +667,28 @@ func shippedProfiles(t *testing.T) (admission.Profiles, schedulingv1.PriorityCla
 func registerWebhook(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
 	profiles admission.Profiles) *webhookServer {
 	t.Helper()
+	var mwc admissionregv1.MutatingWebhookConfiguration
+	manifestObject(t, "mutatingwebhook.yaml", "MutatingWebhookConfiguration", &mwc)
+	return registerWebhookConfig(t, ctx, cp, profiles, &mwc)
+}
+
+// registerWebhookConfig starts the webhook (with opts) and registers mwc pointed at it.
+func registerWebhookConfig(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
+	profiles admission.Profiles, mwc *admissionregv1.MutatingWebhookConfiguration,
+	opts ...admission.MutatorOption) *webhookServer {
+	t.Helper()
 	certs, err := controlplane.NewWebhookCerts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := startWebhook(t, ctx, cp, profiles, certs)
-	var mwc admissionregv1.MutatingWebhookConfiguration
-	manifestObject(t, "mutatingwebhook.yaml", "MutatingWebhookConfiguration", &mwc)
+	wh := startWebhook(t, ctx, cp, profiles, certs, opts...)
+	mwc.ResourceVersion = ""
 	for i := range mwc.Webhooks {
 		w := &mwc.Webhooks[i]
 		url := wh.url + *w.ClientConfig.Service.Path
 		w.ClientConfig = admissionregv1.WebhookClientConfig{URL: &url, CABundle: certs.CAPEM}
 	}
-	if _, err := cp.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc,
+	if _, err := cp.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc,
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,12 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,15 +41,12 @@ const (
 )
 
 // haReplica is one replica of cmd/scheduler-extender with -leader-elect, a
-// process of its own on a fixed loopback address (so a fresh replica can take
-// a killed one's place), pointing the Service at itself when it leads.
+// process of its own on a fixed address (so a fresh replica can take a killed
+// one's place), pointing the Service at itself when it leads. It starts once
+// synced (/syncz): leader or standby.
 type haReplica struct {
-	id, ip, bin, addr, kubeconfig, log string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	starts int
+	*extenderProcess
+	id string
 }
 
 // hostIP is an address of this machine outside the loopback range: an
@@ -85,99 +78,16 @@ func freeAddr(t *testing.T, ip string) string {
 }
 
 func newHAReplica(t *testing.T, id, bin, kubeconfig, ip string) *haReplica {
-	r := &haReplica{id: id, ip: ip, bin: bin, addr: freeAddr(t, ip), kubeconfig: kubeconfig,
-		log: filepath.Join(t.TempDir(), id+".log")}
-	t.Cleanup(func() {
-		r.stop(syscall.SIGKILL)
-		if t.Failed() {
-			if b, err := os.ReadFile(r.log); err == nil {
-				t.Logf("%s log (%s, %d starts):\n%s", id, r.log, r.starts, controlplane.TailLines(string(b), 40))
-			}
-		}
-	})
-	return r
-}
-
-// start runs a fresh process and waits until it is synced (/syncz): leader or standby.
-func (r *haReplica) start(t *testing.T, ctx context.Context) {
-	t.Helper()
-	f, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
+	p := newExtenderProcessAt(t, id, bin, kubeconfig, freeAddr(t, ip))
+	p.readyPath, p.env = "/syncz", []string{"POD_IP=" + ip}
+	p.args = func(n int) []string {
+		return []string{"-leader-elect",
+			"-leader-elect-namespace", failoverNS, "-leader-elect-identity", fmt.Sprintf("%s-%d", id, n),
+			"-leader-elect-lease-duration", failoverLease, "-leader-elect-renew-deadline", failoverRenew,
+			"-leader-elect-retry-period", failoverRetry, "-leader-elect-service", failoverService,
+			"-leader-elect-port-name", "http"}
 	}
-	defer f.Close()
-	r.mu.Lock()
-	r.starts++
-	fmt.Fprintf(f, "=== start %d\n", r.starts)
-	cmd := exec.Command(r.bin, "-listen", r.addr, "-kubeconfig", r.kubeconfig, "-leader-elect",
-		"-leader-elect-namespace", failoverNS, "-leader-elect-identity", fmt.Sprintf("%s-%d", r.id, r.starts),
-		"-leader-elect-lease-duration", failoverLease, "-leader-elect-renew-deadline", failoverRenew,
-		"-leader-elect-retry-period", failoverRetry, "-leader-elect-service", failoverService,
-		"-leader-elect-port-name", "http")
-	cmd.Env = append(os.Environ(), "POD_IP="+r.ip)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		r.mu.Unlock()
-		t.Fatalf("starting %s: %v", r.id, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	r.cmd, r.done = cmd, done
-	r.mu.Unlock()
-	testenv.WaitFor(t, 60*time.Second, r.id+" synced (/syncz)", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("%s exited during start-up (see %s)", r.id, r.log)
-		default:
-		}
-		code, _ := r.get(ctx, "/syncz")
-		return code == http.StatusOK
-	})
-}
-
-// stop sends sig (SIGKILL: gone at once; SIGTERM: binds in flight finish and
-// the lease is released) and waits for the process to be gone.
-func (r *haReplica) stop(sig syscall.Signal) {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-	<-done
-}
-
-// get answers GET path's status code and body (0 when unreachable).
-func (r *haReplica) get(ctx context.Context, path string) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.addr+path, nil)
-	if err != nil {
-		return 0, err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func (r *haReplica) status(t *testing.T, ctx context.Context) extender.Status {
-	t.Helper()
-	code, body := r.get(ctx, "/status")
-	if code != http.StatusOK {
-		t.Fatalf("%s /status: %d %s", r.id, code, body)
-	}
-	var st extender.Status
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		t.Fatalf("decoding /status: %v", err)
-	}
-	return st
+	return &haReplica{extenderProcess: p, id: id}
 }
 
 // leaderRoute is what kube-proxy does for the selector-less Service: it
@@ -259,12 +169,12 @@ func TestExtenderFailover(t *testing.T) {
 		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip)}
 	replicas[0].start(t, ctx)
 	testenv.WaitFor(t, 30*time.Second, "a leading", func() bool {
-		code, _ := replicas[0].get(ctx, "/readyz")
+		code, _ := replicas[0].probe(ctx, "/readyz")
 		return code == http.StatusOK
 	})
 	replicas[1].start(t, ctx)
 	testenv.WaitFor(t, 10*time.Second, "standby b refusing, naming leader a-1", func() bool {
-		code, body := replicas[1].get(ctx, "/readyz")
+		code, body := replicas[1].probe(ctx, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "standby: leader is a-1")
 	})
 	route := startLeaderRoute(t, ctx, cp)
@@ -318,8 +228,8 @@ func TestExtenderFailover(t *testing.T) {
 		drain := time.Now()
 		old.stop(sig)
 		start := time.Now()
-		if !testenv.Poll(failoverBudget, func() bool { code, _ := next.get(ctx, "/readyz"); return code == http.StatusOK }) {
-			_, body := next.get(ctx, "/readyz")
+		if !testenv.Poll(failoverBudget, func() bool { code, _ := next.probe(ctx, "/readyz"); return code == http.StatusOK }) {
+			_, body := next.probe(ctx, "/readyz")
 			t.Fatalf("failover %d (%s leader %s): %s not leading after %v: %s", k, how, old.id, next.id, failoverBudget, body)
 		}
 		took := time.Since(start)

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/testenv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,10 +30,16 @@ import (
 )
 
 // extenderProcess is cmd/scheduler-extender run as a process of its own on a
-// fixed loopback address, so that it can be killed (SIGKILL: no shutdown, no
-// binds finished) and started again where kube-scheduler expects it.
+// fixed address, so that it can be killed (SIGKILL: no shutdown, no binds
+// finished) or stopped and started again where kube-scheduler expects it.
 type extenderProcess struct {
-	bin, addr, kubeconfig, log string
+	name, bin, addr, kubeconfig, log string
+	// args are the flags after -listen and -kubeconfig for the n-th start (1, 2,
+	// ...); env is added to the process' environment; start waits until
+	// readyPath answers 200.
+	args      func(n int) []string
+	env       []string
+	readyPath string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -51,20 +59,26 @@ func buildExtender(ctx context.Context, out string) error {
 }
 
 func newExtenderProcess(t *testing.T, bin, kubeconfig string) *extenderProcess {
-	e := &extenderProcess{bin: bin, addr: freeLoopbackAddr(t), kubeconfig: kubeconfig,
-		log: filepath.Join(t.TempDir(), "scheduler-extender.log")}
+	return newExtenderProcessAt(t, "scheduler-extender", bin, kubeconfig, freeLoopbackAddr(t))
+}
+
+// newExtenderProcessAt is an extender named name (its log's name) listening on addr,
+// waited for at /readyz; the caller may set args, env and readyPath before start.
+func newExtenderProcessAt(t *testing.T, name, bin, kubeconfig, addr string) *extenderProcess {
+	e := &extenderProcess{name: name, bin: bin, addr: addr, kubeconfig: kubeconfig,
+		log: filepath.Join(t.TempDir(), name+".log"), readyPath: "/readyz"}
 	t.Cleanup(func() {
 		e.kill()
 		if t.Failed() {
 			if b, err := os.ReadFile(e.log); err == nil {
-				t.Logf("scheduler-extender log (%s, %d starts):\n%s", e.log, e.starts, controlplane.TailLines(string(b), 60))
+				t.Logf("%s log (%s, %d starts):\n%s", name, e.log, e.starts, controlplane.TailLines(string(b), 60))
 			}
 		}
 	})
 	return e
 }
 
-// start runs a new process (appending to the log) and waits for /readyz.
+// start runs a new process (appending to the log) and waits for readyPath.
 func (e *extenderProcess) start(t *testing.T, ctx context.Context) {
 	t.Helper()
 	f, err := os.OpenFile(e.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -75,36 +89,39 @@ func (e *extenderProcess) start(t *testing.T, ctx context.Context) {
 	e.mu.Lock()
 	e.starts++
 	fmt.Fprintf(f, "=== start %d\n", e.starts)
-	cmd := exec.Command(e.bin, "-listen", e.addr, "-kubeconfig", e.kubeconfig)
+	args := []string{"-listen", e.addr, "-kubeconfig", e.kubeconfig}
+	if e.args != nil {
+		args = append(args, e.args(e.starts)...)
+	}
+	cmd := exec.Command(e.bin, args...)
+	cmd.Env = append(os.Environ(), e.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		e.mu.Unlock()
-		t.Fatalf("starting scheduler-extender: %v", err)
+		t.Fatalf("starting %s: %v", e.name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	e.cmd, e.done = cmd, done
 	e.mu.Unlock()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.WaitFor(t, 60*time.Second, e.name+" answering "+e.readyPath, func() bool {
 		select {
 		case <-done:
-			t.Fatalf("scheduler-extender exited during start-up (see %s)", e.log)
+			t.Fatalf("%s exited during start-up (see %s)", e.name, e.log)
 		default:
 		}
-		if _, err := e.get(ctx, "/readyz"); err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("scheduler-extender not ready within 60s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		code, _ := e.probe(ctx, e.readyPath)
+		return code == http.StatusOK
+	})
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (e *extenderProcess) kill() {
+func (e *extenderProcess) kill() { e.stop(syscall.SIGKILL) }
+
+// stop sends sig (SIGKILL: gone at once; SIGTERM: binds in flight finish and, with
+// -leader-elect, the lease is released) and waits for the process to be gone.
+func (e *extenderProcess) stop(sig syscall.Signal) {
 	e.mu.Lock()
 	cmd, done := e.cmd, e.done
 	e.cmd = nil
@@ -112,9 +129,31 @@ func (e *extenderProcess) kill() {
 	if cmd == nil {
 		return
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
 	<-done
 }
+
+// probe answers GET path's status code and body (0 and the error when unreachable).
+func (e *extenderProcess) probe(ctx context.Context, path string) (int, string) {
+	b, err := e.get(ctx, path)
+	var se statusError
+	switch {
+	case errors.As(err, &se):
+		return se.code, string(b)
+	case err != nil:
+		return 0, err.Error()
+	}
+	return http.StatusOK, string(b)
+}
+
+// statusError is an answer other than 200.
+type statusError struct {
+	code   int
+	status string
+	path   string
+}
+
+func (s statusError) Error() string { return fmt.Sprintf("GET %s: %s", s.path, s.status) }
 
 func (e *extenderProcess) url() string { return "http://" + e.addr }
 
@@ -135,7 +174,7 @@ func (e *extenderProcess) get(ctx context.Context, path string) ([]byte, error) 
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("GET %s: %s", path, resp.Status)
+		return b, statusError{code: resp.StatusCode, status: resp.Status, path: path}
 	}
 	return b, nil
 }

@@ -6,9 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -18,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -424,57 +419,9 @@ func startSecondSchedulerWebhook(t *testing.T, ctx context.Context, cp *controlp
 			schedulerName = v
 		}
 	}
-	certs, err := controlplane.NewWebhookCerts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := admission.NewClusterCache(cp.Client(), 0)
-	cctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(func() { cancel(); cluster.Shutdown() })
-	cluster.Start(cctx)
-	mut, err := admission.NewMutator(profiles, cluster, admission.WithSchedulerName(schedulerName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := admission.NewServer(admission.DefaultConfig(), admission.Deps{
-		Mutator: mut, Cluster: cluster, Registry: prometheus.NewRegistry(), Ready: cluster.HasSynced,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(certs.CertPEM, certs.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &webhookServer{
-		url:  "https://" + ln.Addr().String(),
-		hs:   &http.Server{Handler: srv.Handler(), TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}}},
-		done: make(chan struct{}),
-	}
-	go func() {
-		defer close(w.done)
-		if err := w.hs.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("webhook server: %v", err)
-		}
-	}()
-	t.Cleanup(w.stop)
-
 	var mwc admissionregv1.MutatingWebhookConfiguration
 	fromUnstructured(t, mustFind(t, objs, "MutatingWebhookConfiguration", admissionName), &mwc)
-	mwc.ResourceVersion = ""
-	for i := range mwc.Webhooks {
-		wb := &mwc.Webhooks[i]
-		url := w.url + *wb.ClientConfig.Service.Path
-		wb.ClientConfig = admissionregv1.WebhookClientConfig{URL: &url, CABundle: certs.CAPEM}
-	}
-	if _, err := cp.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc,
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registerWebhookConfig(t, ctx, cp, profiles, &mwc, admission.WithSchedulerName(schedulerName))
 }
 
 // waitScheduledBy waits for the Scheduled event of pod ns/name and checks which
@@ -483,27 +430,12 @@ func waitScheduledBy(t *testing.T, ctx context.Context, cp *controlplane.Control
 	t.Helper()
 	var got []string
 	testenv.WaitFor(t, 30*time.Second, "the Scheduled event of pod "+name, func() bool {
-		list, err := cp.Client().EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		got = got[:0]
-		for _, e := range list.Items {
-			if e.Reason == "Scheduled" && e.Regarding.Name == name {
-				got = append(got, reportedBy(e))
-			}
-		}
-		return len(got) > 0
+		by, err := controlplane.ScheduledBy(ctx, cp.Client(), ns, name)
+		got = by
+		return err == nil && len(by) > 0
 	})
 	if !slices.Equal(got, []string{want}) {
 		t.Errorf("pod %s: Scheduled reported by %v, want %s", name, got, want)
 	}
 	t.Logf("pod %s: Scheduled by %v", name, got)
-}
-
-func reportedBy(e eventsv1.Event) string {
-	if e.ReportingController != "" {
-		return e.ReportingController
-	}
-	return e.DeprecatedSource.Component
 }

@@ -27,8 +27,6 @@ const (
 	chartDir = repoRoot + "/charts/understory"
 	// namespace is the one namespace the install's objects name.
 	namespace = "understory-system"
-	// helmScript builds helm into the cache and prints its directory.
-	helmScript = "scripts/helm.sh"
 )
 
 // obj is one decoded Kubernetes object.
@@ -136,20 +134,5 @@ func (m manifests) kustomize(ctx context.Context, dir string) ([]obj, error) {
 	return objs, nil
 }
 
-// findHelm returns the helm binary scripts/helm.sh builds, skipping the test (failing
-// it under CI=true) when it is not there.
-func findHelm(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("UNDERSTORY_HELM"); p != "" {
-		return p
-	}
-	out, err := run(context.Background(), "", filepath.Join(repoRoot, helmScript), "--print-bin-dir")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(strings.TrimSpace(string(out)), "helm")
-	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
-		testenv.SkipOrFailInCI(t, "helm not found at %s: build it once with `%s` (~15 min cold on 2 cores), or set UNDERSTORY_HELM", p, helmScript)
-	}
-	return p
-}
+// findHelm returns the helm binary scripts/helm.sh builds (controlplane.HelmBinary).
+func findHelm(t *testing.T) string { return controlplane.HelmBinary(t, repoRoot) }

@@ -238,17 +238,7 @@ func compareObjects(t *testing.T, chart, kust []obj) {
 		return m
 	}
 	c, k := index("the chart", chart), index("kustomize", kust)
-	var keys []string
-	for n := range c {
-		keys = append(keys, n)
-	}
-	for n := range k {
-		if _, ok := c[n]; !ok {
-			keys = append(keys, n)
-		}
-	}
-	sort.Strings(keys)
-	for _, n := range keys {
+	for _, n := range unionKeys(c, k) {
 		co, inChart := c[n]
 		ko, inKust := k[n]
 		switch {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -651,17 +653,7 @@ func TestChartIsGenerated(t *testing.T) {
 		t.Logf("wrote %d generated files under %s", len(want), chartDir)
 		return
 	}
-	var paths []string
-	for p := range want {
-		paths = append(paths, p)
-	}
-	for p := range have {
-		if _, ok := want[p]; !ok {
-			paths = append(paths, p)
-		}
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range unionKeys(want, have) {
 		w, inWant := want[p]
 		h, inHave := have[p]
 		switch {
@@ -704,4 +696,16 @@ func readVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(v))
+}
+
+// unionKeys is every key of a and b, sorted: what a comparison of the two walks.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -190,3 +190,23 @@ func TailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// HelmBinary returns the helm that scripts/helm.sh builds (make helm-bin), repo being
+// the repository's root, or $UNDERSTORY_HELM when set. Without it the test skips (fails
+// under CI=true) and says what to run.
+func HelmBinary(t testing.TB, repo string) string {
+	t.Helper()
+	if p := os.Getenv("UNDERSTORY_HELM"); p != "" {
+		return p
+	}
+	out, err := exec.Command(filepath.Join(repo, "scripts", "helm.sh"), "--print-bin-dir").Output()
+	if err != nil {
+		t.Fatalf("scripts/helm.sh --print-bin-dir: %v", err)
+	}
+	p := filepath.Join(strings.TrimSpace(string(out)), "helm")
+	if !isExecutable(p) {
+		testenv.SkipOrFailInCI(t, "helm not found at %s: run `make helm-bin` (make test does; ~15 min cold on "+
+			"2 cores), or set UNDERSTORY_HELM", p)
+	}
+	return p
+}

@@ -3,11 +3,13 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // defaultPodsPerNode is the kubelet's default maxPods.
@@ -154,4 +156,27 @@ feed:
 		return firstErr
 	}
 	return ctx.Err()
+}
+
+// ScheduledBy returns who reported pod namespace/name Scheduled, sorted and without
+// repeats: each Scheduled event's reportingController (a scheduler profile's name), or
+// its deprecated source component. Empty before the pod is scheduled.
+func ScheduledBy(ctx context.Context, c kubernetes.Interface, namespace, name string) ([]string, error) {
+	list, err := c.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing events of %s: %w", namespace, err)
+	}
+	var by []string
+	for _, e := range list.Items {
+		if e.Reason != "Scheduled" || e.Regarding.Name != name {
+			continue
+		}
+		if e.ReportingController != "" {
+			by = append(by, e.ReportingController)
+		} else {
+			by = append(by, e.DeprecatedSource.Component)
+		}
+	}
+	slices.Sort(by)
+	return slices.Compact(by), nil
 }

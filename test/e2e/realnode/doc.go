@@ -38,7 +38,10 @@
 //     new agent puts back a quota the test moved meanwhile within one control period;
 //  8. kube-apiserver stopped for 30 s: the agent keeps enforcing (LS load started during
 //     the outage is cut), the extender refuses binds once staler than
-//     -max-cache-staleness (/status and a refused /bind), and both recover;
+//     -max-cache-staleness (/status and a refused /bind), and both recover: a leader
+//     holds the extender's Lease again and a new batch pod is placed through it; only
+//     the two leaders (extender, second scheduler) restart, once, having lost their
+//     Leases;
 //  9. every panel and variable of the shipped Grafana dashboards shows data over the
 //     run, but for those that need a GPU or a gang (installExemptions, with reasons)
 //     and, when the agent ran with an LS harm signal, the cut-reaction panels.

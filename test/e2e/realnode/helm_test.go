@@ -12,11 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // The Helm install (charts/understory, README.md "Install").
@@ -27,7 +27,6 @@ const (
 	// the two): its agent configuration, -max-cache-staleness, and the second scheduler
 	// on a node without cluster DNS.
 	realnodeValues = "charts/understory/ci/realnode-values.yaml"
-	helmScript     = "scripts/helm.sh"
 	// secondScheduler is the profile of components/second-scheduler's kube-scheduler,
 	// also its Deployment's and its Lease's name.
 	secondScheduler  = "understory-scheduler"
@@ -35,21 +34,6 @@ const (
 	// kubeSchedulerTar is the second scheduler's image (make e2e-deps).
 	kubeSchedulerTar = "kube-scheduler.tar"
 )
-
-// helmBinary is the helm scripts/helm.sh builds (make helm-bin); without it the test
-// skips, or fails under CI=true.
-func helmBinary(t *testing.T, repo string) string {
-	t.Helper()
-	out, err := exec.Command(filepath.Join(repo, helmScript), "--print-bin-dir").Output()
-	if err != nil {
-		t.Fatalf("%s --print-bin-dir: %v", helmScript, err)
-	}
-	p := filepath.Join(strings.TrimSpace(string(out)), "helm")
-	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
-		testenv.SkipOrFailInCI(t, "helm not found at %s: run `make helm-bin` (make test does)", p)
-	}
-	return p
-}
 
 // schedulerImage is the tarball of the second scheduler's image, built by make
 // e2e-deps next to the project's images.
@@ -234,35 +218,18 @@ func (in *install) secondSchedulerRuns(t *testing.T) {
 		nsSystem, secondScheduler, ip, extenderPort, extenderServer)
 }
 
-// scheduledBy returns who reported pod ns/name Scheduled (events.k8s.io
-// reportingController, or the deprecated source), waiting for the event.
+// scheduledBy returns who reported pod ns/name Scheduled (controlplane.ScheduledBy),
+// waiting for the event.
 func (in *install) scheduledBy(t *testing.T, ns, name string) []string {
 	t.Helper()
-	ctx, n := in.ctx, in.n
 	var got []string
-	err := poll(ctx, 30*time.Second, func() (bool, error) {
-		list, err := n.client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		got = got[:0]
-		for _, e := range list.Items {
-			if e.Reason == "Scheduled" && e.Regarding.Name == name {
-				got = append(got, reporter(e))
-			}
-		}
-		return len(got) > 0, nil
+	err := poll(in.ctx, 30*time.Second, func() (bool, error) {
+		by, err := controlplane.ScheduledBy(in.ctx, in.n.client, ns, name)
+		got = by
+		return err == nil && len(by) > 0, nil
 	})
 	if err != nil {
 		t.Errorf("pod %s/%s: no Scheduled event: %v", ns, name, err)
 	}
-	slices.Sort(got)
-	return slices.Compact(got)
-}
-
-func reporter(e eventsv1.Event) string {
-	if e.ReportingController != "" {
-		return e.ReportingController
-	}
-	return e.DeprecatedSource.Component
+	return got
 }

@@ -137,7 +137,7 @@ func TestInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	in := &install{ctx: ctx, repo: repo, version: version}
-	in.helmBin = helmBinary(t, repo)
+	in.helmBin = controlplane.HelmBinary(t, repo)
 	tars = append(tars, schedulerImage(t, repo))
 	in.manifests = copyManifests(t, repo, version)
 	in.certs = t.TempDir()
