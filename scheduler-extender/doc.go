@@ -59,8 +59,10 @@
 //     runs the same informers and housekeeping but refuses filter, prioritize
 //     and bind (503, ErrStandby) and writes nothing (its outbox is muted). It
 //     competes for the lease only once synced; when it takes the lease it
-//     catches up before it serves (catchUp: every pod the API shows bound must
-//     be bound in its index; then Housekeep resumes recorded gang plans) and
+//     catches up before it serves (every pod the API shows bound must be bound
+//     in its index: podBarrier, a write on its own pod that its informer must
+//     deliver, relying on client-go's in-order informers; else catchUp, a list
+//     of every bound pod; then Housekeep resumes recorded gang plans) and
 //     points the Service at itself (publishLeader, an EndpointSlice). A leader
 //     that loses its lease refuses at once and Run returns ErrLeadershipLost:
 //     the process must exit (kubelet restarts it as a fresh standby). That is

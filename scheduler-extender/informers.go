@@ -62,6 +62,7 @@ type informers struct {
 	contact *apiContact
 	out     *outbox
 	log     *slog.Logger
+	barrier *podBarrier // the leader's catch-up barrier; nil without one
 	synced  atomic.Bool
 	wg      sync.WaitGroup // start's informers, until they stop
 }
@@ -174,7 +175,16 @@ func (s *informers) upsertPodObj(obj any) {
 	if p, ok := obj.(*podRecord); ok {
 		s.ix.upsertRecord(p)
 		s.out.flush()
+		s.barrier.observe(p) // after the index took it
 	}
+}
+
+// barrierOrNil is the catch-up barrier; nil without informers or one.
+func (s *informers) barrierOrNil() *podBarrier {
+	if s == nil {
+		return nil
+	}
+	return s.barrier
 }
 
 // startGroupInformer watches one PodGroup resource into the index.

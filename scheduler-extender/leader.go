@@ -64,6 +64,12 @@ type LeaderConfig struct {
 	// bound at the moment it took the lease shown by its informer) before it
 	// serves; past it the replica gives the lease up (ErrLeadershipLost).
 	CatchUpTimeout time.Duration
+	// Pod is this replica's own pod (the downward API's POD_NAMESPACE and
+	// POD_NAME): the catch-up writes AnnotationCatchUp on it and waits for its
+	// informer to deliver that write (podBarrier), whatever the cluster's size.
+	// Empty, or the write refused: the catch-up lists every bound pod instead
+	// (seconds at 100 000 pods).
+	Pod types.NamespacedName
 }
 
 // DefaultLeaderConfig is LeaseName in namespace, as identity, with durations
@@ -96,6 +102,8 @@ func (c LeaderConfig) Validate() error {
 	case c.LeaseDuration <= c.RenewDeadline:
 		return fmt.Errorf("lease duration %v must exceed renew deadline %v: %w", c.LeaseDuration, c.RenewDeadline,
 			errBadLeaderConfig)
+	case (c.Pod.Namespace == "") != (c.Pod.Name == ""):
+		return fmt.Errorf("own pod %q needs both a namespace and a name: %w", c.Pod, errBadLeaderConfig)
 	}
 	return nil
 }
@@ -122,6 +130,8 @@ type leadership struct {
 	role    atomic.Int32
 	leader  atomic.Pointer[string] // last observed holder ("" none yet)
 	catchUp atomic.Int64           // the last takeover's catch-up, in nanoseconds
+	// catchUpBy is how the last takeover caught up ("barrier", "list").
+	catchUpBy atomic.Pointer[string]
 
 	gauge       prometheus.Gauge
 	transitions prometheus.Counter
@@ -275,9 +285,9 @@ func (l *leadership) becomeLeader(ctx context.Context, s *Server) error {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CatchUpTimeout)
 	defer cancel()
-	n, err := catchUp(cctx, l.client, s.state, l.cfg.RetryPeriod/10)
+	how, n, err := l.catchUpWith(cctx, s)
 	if err != nil {
-		return fmt.Errorf("catching up with the API: %w", err)
+		return fmt.Errorf("catching up with the API (%s): %w", how, err)
 	}
 	s.out.setMuted(false)
 	s.Housekeep()
@@ -288,14 +298,31 @@ func (l *leadership) becomeLeader(ctx context.Context, s *Server) error {
 	took := time.Since(start)
 	l.failover.Set(took.Seconds())
 	l.catchUp.Store(int64(took))
+	l.catchUpBy.Store(&how)
 	if l.cfg.Service != "" { // serving already: kube-scheduler's calls may come at once
 		if err := publishLeader(cctx, l.client, l.cfg); err != nil {
 			return err
 		}
 	}
 	l.log.Info("leading: serving filter, prioritize and bind", "identity", l.cfg.Identity,
-		"catchUp", took.Round(time.Millisecond), "boundPods", n)
+		"catchUp", took.Round(time.Millisecond), "by", how, "boundPodsListed", n)
 	return nil
+}
+
+// catchUpWith catches s's index up with the API: through the barrier on its
+// own pod when it has one (O(1)), else, or when the barrier cannot be
+// written, by listing every bound pod (catchUp). It says which it used and
+// how many pods it listed.
+func (l *leadership) catchUpWith(ctx context.Context, s *Server) (how string, listed int, err error) {
+	if b := s.feed.barrierOrNil(); b != nil {
+		err := b.cross(ctx, l.client, l.cfg.Identity, time.Now())
+		if !errors.Is(err, errNoBarrier) {
+			return "barrier", 0, err
+		}
+		l.log.Warn("catch-up barrier refused: listing every bound pod instead", "err", err)
+	}
+	n, err := catchUp(ctx, l.client, s.state, l.cfg.RetryPeriod/10)
+	return "list", n, err
 }
 
 // boundPod is a pod the API shows bound, that the index must show bound too.

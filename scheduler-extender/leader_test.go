@@ -46,6 +46,9 @@ func TestLeaderConfigValidate(t *testing.T) {
 			c.Service, c.PodIP, c.Port, c.PortName = "s", "10.1.2.3", 8888, "https"
 		}, ok: true},
 		{name: "service without pod IP", mut: func(c *LeaderConfig) { c.Service, c.Port, c.PortName = "s", 8888, "https" }},
+		{name: "own pod", mut: func(c *LeaderConfig) { c.Pod.Namespace, c.Pod.Name = "ns", "pod-a" }, ok: true},
+		{name: "own pod without namespace", mut: func(c *LeaderConfig) { c.Pod.Name = "pod-a" }},
+		{name: "own pod without name", mut: func(c *LeaderConfig) { c.Pod.Namespace = "ns" }},
 		{name: "service without port", mut: func(c *LeaderConfig) { c.Service, c.PodIP, c.PortName = "s", "10.1.2.3", "https" }},
 	}
 	for _, tc := range tests {

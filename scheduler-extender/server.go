@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -142,6 +143,13 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	if deps.Leader != nil {
 		if s.lead, err = newLeadership(*deps.Leader, s.client, s.registry, s.log); err != nil {
 			return nil, err
+		}
+		switch {
+		case deps.Leader.Pod.Name == "" || s.feed == nil:
+		case !clientfeatures.FeatureGates().Enabled(clientfeatures.InOrderInformers):
+			s.log.Warn("client-go's InOrderInformers is off: a new leader lists every bound pod to catch up")
+		default:
+			s.feed.barrier = newPodBarrier(deps.Leader.Pod)
 		}
 		s.out.setMuted(true) // a standby writes nothing (becomeLeader unmutes)
 	}

@@ -25,6 +25,9 @@ type Status struct {
 	// LeaderCatchUpSeconds is how long this replica, when it last took the
 	// lease, caught up with the API before it served.
 	LeaderCatchUpSeconds float64 `json:"leaderCatchUpSeconds,omitempty"`
+	// LeaderCatchUpBy is how: "barrier" (its own pod's annotation, delivered
+	// by its informer) or "list" (every bound pod listed).
+	LeaderCatchUpBy string `json:"leaderCatchUpBy,omitempty"`
 	// Refused says why filter, prioritize and bind are refused (not synced,
 	// standby, lease lost); empty while served.
 	Refused string `json:"refused,omitempty"`
@@ -107,6 +110,9 @@ func (s *Server) Status() Status {
 	if s.lead != nil {
 		out.Leader = s.lead.holder()
 		out.LeaderCatchUpSeconds = time.Duration(s.lead.catchUp.Load()).Seconds()
+		if by := s.lead.catchUpBy.Load(); by != nil {
+			out.LeaderCatchUpBy = *by
+		}
 	}
 	if err := refusal(s); err != nil {
 		out.Refused = err.Error()

@@ -58,6 +58,9 @@ type Options struct {
 	TargetRSSMiB     float64
 	MemProfile       string        // memory: the extender's heap profile, once synced
 	TargetFailover   time.Duration // failover: kill → the standby serving
+	// FailoverList makes the new leader catch up by listing every bound pod
+	// (no own pod to write its barrier on), as before the barrier.
+	FailoverList bool
 
 	leader *extender.LeaderConfig // failover: lease durations other than the shipped ones (tests)
 

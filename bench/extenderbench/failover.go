@@ -15,8 +15,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -39,6 +42,7 @@ type Failover struct {
 	SyncSeconds   float64 `json:"standby_sync_seconds"` // the standby's cold start, before the kill
 	FailoverSecs  float64 `json:"failover_seconds"`     // kill → the standby serving (Ready)
 	CatchUpSecs   float64 `json:"catch_up_seconds"`     // of which: lease taken → serving
+	CatchUpBy     string  `json:"catch_up_by"`          // "barrier" (its own pod) or "list" (every bound pod)
 	TargetSeconds float64 `json:"target_seconds"`
 	Machine       Machine `json:"machine"`
 	Pass          bool    `json:"pass"`
@@ -116,12 +120,99 @@ func (s *leaseStore) serve(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// failoverNamespace holds the Lease and the replicas' own pods.
+const failoverNamespace = "understory-system"
+
+// podWatches is the fake API server's pod watch streams and the replicas' own
+// pods: a PATCH of one (a new leader's catch-up barrier) gets the next
+// resourceVersion and goes to every open pod watch as MODIFIED, in order, as
+// the API server would send it. The listed pods never change.
+type podWatches struct {
+	mu      sync.Mutex
+	rv      int // the last resourceVersion handed out (0: none yet; the list's is 1)
+	streams map[chan []byte]struct{}
+}
+
+const ownPodPrefix = "/api/v1/namespaces/" + failoverNamespace + "/pods/"
+
+// serve answers pod watches and PATCHes of the replicas' pods; ok=false for
+// another request.
+func (h *podWatches) serve(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case r.URL.Path == "/api/v1/pods" && r.URL.Query().Get("watch") == "true":
+		ch := make(chan []byte, 16)
+		h.mu.Lock()
+		if h.streams == nil {
+			h.streams = map[chan []byte]struct{}{}
+		}
+		h.streams[ch] = struct{}{}
+		h.mu.Unlock()
+		defer func() { h.mu.Lock(); delete(h.streams, ch); h.mu.Unlock() }()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		f, _ := w.(http.Flusher)
+		if f != nil {
+			f.Flush()
+		}
+		for {
+			select {
+			case <-r.Context().Done():
+				return true
+			case ev := <-ch:
+				if _, err := w.Write(ev); err != nil {
+					return true
+				}
+				if f != nil {
+					f.Flush()
+				}
+			}
+		}
+	case r.Method == http.MethodPatch && strings.HasPrefix(r.URL.Path, ownPodPrefix):
+		name := strings.TrimPrefix(r.URL.Path, ownPodPrefix)
+		var patch struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&patch); err != nil || !strings.HasPrefix(name, "extender-") {
+			http.Error(w, fmt.Sprintf("bad patch of %s: %v", name, err), http.StatusBadRequest)
+			return true
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.rv = max(h.rv, 1) + 1
+		pod := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: failoverNamespace, Name: name, UID: types.UID("uid-" + name),
+				ResourceVersion: strconv.Itoa(h.rv), Annotations: patch.Metadata.Annotations}}
+		body, err := json.Marshal(pod)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return true
+		}
+		ev, err := json.Marshal(map[string]any{"type": "MODIFIED", "object": json.RawMessage(body)})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return true
+		}
+		for ch := range h.streams {
+			ch <- append(ev, '\n') // buffered; a barrier is written once a takeover
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return true
+	}
+	return false
+}
+
 // failoverLeader is the election of a failover run: the shipped manifest's
 // durations (scheduler-extender.yaml) unless o.leader overrides them.
 func failoverLeader(o Options, id string) extender.LeaderConfig {
-	c := extender.DefaultLeaderConfig("understory-system", id)
+	c := extender.DefaultLeaderConfig(failoverNamespace, id)
 	if o.leader != nil {
 		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = o.leader.LeaseDuration, o.leader.RenewDeadline, o.leader.RetryPeriod
+	}
+	if !o.FailoverList {
+		c.Pod = types.NamespacedName{Namespace: failoverNamespace, Name: "extender-" + id}
 	}
 	return c
 }
@@ -134,9 +225,10 @@ func runFailover(ctx context.Context, o Options) (Failover, error) {
 		LeaseSeconds: lc.LeaseDuration.Seconds(), RenewSeconds: lc.RenewDeadline.Seconds(),
 		RetrySeconds: lc.RetryPeriod.Seconds(), Machine: thisMachine()}
 	leases := &leaseStore{}
+	watches := &podWatches{}
 	pods := fakeAPI(nodes, o.RSSPods, devs)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !leases.serve(w, r) {
+		if !leases.serve(w, r) && !watches.serve(w, r) {
 			pods.ServeHTTP(w, r)
 		}
 	}))
@@ -210,7 +302,8 @@ func runFailover(ctx context.Context, o Options) (Failover, error) {
 	case <-time.After(lc.RenewDeadline + lc.RetryPeriod):
 		return res, fmt.Errorf("the dead leader's Run did not return after it lost the lease")
 	}
-	res.CatchUpSecs = b.Status().LeaderCatchUpSeconds
+	st := b.Status()
+	res.CatchUpSecs, res.CatchUpBy = st.LeaderCatchUpSeconds, st.LeaderCatchUpBy
 	res.Pass = res.FailoverSecs <= res.TargetSeconds
 	return res, nil
 }

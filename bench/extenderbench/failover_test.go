@@ -14,7 +14,17 @@ import (
 // before, and the report says so.
 func TestFailoverSmall(t *testing.T) {
 	t.Parallel()
+	for _, list := range []bool{false, true} {
+		t.Run(map[bool]string{false: "barrier", true: "list"}[list], func(t *testing.T) {
+			t.Parallel()
+			failoverSmall(t, list)
+		})
+	}
+}
+
+func failoverSmall(t *testing.T, list bool) {
 	o := DefaultOptions()
+	o.FailoverList = list
 	o.Nodes, o.RSSPods = 50, 500
 	o.Runs = map[string]bool{RunFailover: true}
 	lc := extender.DefaultLeaderConfig("understory-system", "x")
@@ -31,5 +41,9 @@ func TestFailoverSmall(t *testing.T) {
 	if f.FailoverSecs < lc.LeaseDuration.Seconds()-lc.RenewDeadline.Seconds() || f.LeaseSeconds != 2 {
 		t.Fatalf("failover after %.2f s with a %v lease: faster than a kill allows", f.FailoverSecs, lc.LeaseDuration)
 	}
-	t.Logf("failover %.2f s, catch-up %.3f s, standby sync %.2f s", f.FailoverSecs, f.CatchUpSecs, f.SyncSeconds)
+	if want := map[bool]string{false: "barrier", true: "list"}[list]; f.CatchUpBy != want {
+		t.Fatalf("caught up by %q, want %q", f.CatchUpBy, want)
+	}
+	t.Logf("failover %.2f s, catch-up %.3f s by %s, standby sync %.2f s", f.FailoverSecs, f.CatchUpSecs, f.CatchUpBy,
+		f.SyncSeconds)
 }

@@ -55,6 +55,8 @@ func run(args []string) int {
 	fs.IntVar(&o.RSSPods, "rss-pods", o.RSSPods, "memory: pods in the cluster (90 % bound, a fifth of those with a GPU share)")
 	fs.Float64Var(&o.TargetRSSMiB, "target-rss-mib", o.TargetRSSMiB, "memory: RSS target in MiB")
 	fs.DurationVar(&o.TargetFailover, "target-failover", o.TargetFailover, "failover: kill → standby serving target")
+	fs.BoolVar(&o.FailoverList, "failover-list", false, "failover: the new leader catches up by listing every bound "+
+		"pod instead of through the barrier on its own pod")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "memory: write the extender's heap profile (once synced) here")
 	childAPI := fs.String("rss-child-api", "", "internal: run as the memory measurement's extender against this API URL")
 	if err := fs.Parse(args); err != nil {

@@ -15,10 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -70,6 +72,10 @@ func parseFlagsEnv(args []string, out io.Writer, getenv func(string) string) (op
 		leader: extender.DefaultLeaderConfig(getenv("POD_NAMESPACE"), getenv("POD_NAME"))}
 	l := &o.leader
 	l.PodIP, l.PortName = getenv("POD_IP"), "https"
+	ownPod := ""
+	if getenv("POD_NAMESPACE") != "" && getenv("POD_NAME") != "" {
+		ownPod = getenv("POD_NAMESPACE") + "/" + getenv("POD_NAME")
+	}
 	fs := flag.NewFlagSet("scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.cfg
@@ -103,6 +109,10 @@ func parseFlagsEnv(args []string, out io.Writer, getenv func(string) string) (op
 	fs.StringVar(&l.PortName, "leader-elect-port-name", l.PortName, "the Service port's name, for the EndpointSlice")
 	fs.DurationVar(&l.CatchUpTimeout, "leader-elect-catch-up-timeout", l.CatchUpTimeout, "how long a new leader may "+
 		"take to catch up with the API (every bound pod in its index) before it serves; past it, it gives the lease up")
+	fs.StringVar(&ownPod, "leader-elect-pod", ownPod, "this replica's own pod, namespace/name (default "+
+		"$POD_NAMESPACE/$POD_NAME): a new leader catches up by writing the annotation "+extender.AnnotationCatchUp+
+		" on it and waiting for its informer to deliver that write; empty: by listing every bound pod (seconds at "+
+		"100 000 pods)")
 	fs.BoolVar(&o.noPodGroup, "no-podgroup", false, "do not watch PodGroups at all (scheduling.x-k8s.io nor Volcano's)")
 	fs.BoolVar(&c.VolcanoPodGroups, "volcano-podgroups", c.VolcanoPodGroups, "watch Volcano's scheduling.volcano.sh/v1beta1 PodGroups for the minMember of Volcano gangs")
 	fs.StringVar(&c.Policy, "policy", c.Policy, fmt.Sprintf("placement policy, one of %v", placement.PolicyNames()))
@@ -150,6 +160,13 @@ func parseFlagsEnv(args []string, out io.Writer, getenv func(string) string) (op
 		return o, fmt.Errorf("-kube-api-qps %v must be > 0 and -kube-api-burst %d >= 1: %w", o.qps, o.burst, errBadFlag)
 	}
 	if o.leaderElect {
+		if ownPod != "" {
+			ns, name, ok := strings.Cut(ownPod, "/")
+			if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				return o, fmt.Errorf("-leader-elect-pod %q must be namespace/name: %w", ownPod, errBadFlag)
+			}
+			o.leader.Pod = types.NamespacedName{Namespace: ns, Name: name}
+		}
 		if o.leader.Service != "" {
 			_, port, err := net.SplitHostPort(o.listen)
 			p, perr := strconv.ParseUint(port, 10, 16)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -121,8 +122,18 @@ func TestLeaderFlags(t *testing.T) {
 				l := o.leader
 				return o.leaderElect && l.Namespace == "understory-system" && l.Identity == "ext-1" &&
 					l.PodIP == "10.0.0.7" && l.Port == 9443 && l.PortName == "https" && l.Service == "svc" &&
-					l.LeaseDuration == 8*time.Second && l.RenewDeadline == 5*time.Second && l.RetryPeriod == time.Second
+					l.LeaseDuration == 8*time.Second && l.RenewDeadline == 5*time.Second && l.RetryPeriod == time.Second &&
+					l.Pod == types.NamespacedName{Namespace: "understory-system", Name: "ext-1"}
 			}},
+		{name: "no own pod without the environment", args: []string{"-leader-elect", "-leader-elect-namespace", "ns",
+			"-leader-elect-identity", "me"}, ok: true, chk: func(o options) bool { return o.leader.Pod.Name == "" }},
+		{name: "own pod by flag", args: []string{"-leader-elect", "-leader-elect-pod", "a/b"}, env: env, ok: true,
+			chk: func(o options) bool { return o.leader.Pod == types.NamespacedName{Namespace: "a", Name: "b"} }},
+		{name: "own pod off", args: []string{"-leader-elect", "-leader-elect-pod", ""}, env: env, ok: true,
+			chk: func(o options) bool { return o.leader.Pod.Name == "" }},
+		{name: "own pod without a namespace", args: []string{"-leader-elect", "-leader-elect-pod", "b"}, env: env},
+		{name: "own pod with an empty name", args: []string{"-leader-elect", "-leader-elect-pod", "a/"}, env: env},
+		{name: "own pod with two slashes", args: []string{"-leader-elect", "-leader-elect-pod", "a/b/c"}, env: env},
 		{name: "no identity", args: []string{"-leader-elect"}, env: map[string]string{"POD_NAMESPACE": "ns"}},
 		{name: "flags instead of the environment", args: []string{"-leader-elect", "-leader-elect-namespace", "ns",
 			"-leader-elect-identity", "me"}, ok: true, chk: func(o options) bool { return o.leader.Identity == "me" }},

@@ -77,7 +77,10 @@ func freeAddr(t *testing.T, ip string) string {
 	return ln.Addr().String()
 }
 
-func newHAReplica(t *testing.T, id, bin, kubeconfig, ip string) *haReplica {
+// newHAReplica: ownPod, when set, is the pod (in failoverNS) on which the
+// replica writes its catch-up barrier when it takes over; without one it
+// lists every bound pod to catch up ("namespace/name", or "").
+func newHAReplica(t *testing.T, id, bin, kubeconfig, ip, ownPod string) *haReplica {
 	p := newExtenderProcessAt(t, id, bin, kubeconfig, freeAddr(t, ip))
 	p.readyPath, p.env = "/syncz", []string{"POD_IP=" + ip}
 	p.args = func(n int) []string {
@@ -85,8 +88,9 @@ func newHAReplica(t *testing.T, id, bin, kubeconfig, ip string) *haReplica {
 			"-leader-elect-namespace", failoverNS, "-leader-elect-identity", fmt.Sprintf("%s-%d", id, n),
 			"-leader-elect-lease-duration", failoverLease, "-leader-elect-renew-deadline", failoverRenew,
 			"-leader-elect-retry-period", failoverRetry, "-leader-elect-service", failoverService,
-			"-leader-elect-port-name", "http"}
+			"-leader-elect-port-name", "http", "-leader-elect-pod", ownPod}
 	}
+
 	return &haReplica{extenderProcess: p, id: id}
 }
 
@@ -165,8 +169,15 @@ func TestExtenderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := hostIP(t)
-	replicas := [2]*haReplica{newHAReplica(t, "a", bin, cp.Kubeconfig(), ip),
-		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip)}
+	// b catches up through the barrier on its pod, a by listing the bound
+	// pods: the failovers alternate between the two ways.
+	barrierPod := controlplane.NewPod(failoverNS, "extender-b", nil)
+	barrierPod.Spec.SchedulerName = "understory-e2e-nobody"
+	if _, err := cp.Client().CoreV1().Pods(failoverNS).Create(ctx, barrierPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicas := [2]*haReplica{newHAReplica(t, "a", bin, cp.Kubeconfig(), ip, ""),
+		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip, failoverNS+"/"+barrierPod.Name)}
 	replicas[0].start(t, ctx)
 	testenv.WaitFor(t, 30*time.Second, "a leading", func() bool {
 		code, _ := replicas[0].probe(ctx, "/readyz")
@@ -239,6 +250,16 @@ func TestExtenderFailover(t *testing.T) {
 		}
 		t.Logf("failover %d: leader %s %s (gone after %v), %s serving %v later", k, old.id, how,
 			start.Sub(drain).Round(time.Millisecond), next.id, took.Round(time.Millisecond))
+		if next.id == "b" { // its barrier is on its pod, written by this takeover
+			p, err := cp.Client().CoreV1().Pods(failoverNS).Get(ctx, barrierPod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			self := fmt.Sprintf("%s-%d", next.id, next.starts)
+			if v := p.Annotations[extender.AnnotationCatchUp]; !strings.HasPrefix(v, self+" ") {
+				t.Fatalf("failover %d: barrier annotation %q, want one written by %s", k, v, self)
+			}
+		}
 		old.start(t, ctx) // a fresh standby in its place
 		leader = 1 - leader
 	}

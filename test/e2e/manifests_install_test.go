@@ -445,6 +445,18 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 	if err := bind("plain", nil); err != nil {
 		t.Errorf("the extender's Binding without annotations: %v", err)
 	}
+	// A new leader's catch-up barrier, on its own replica's pod (leader.go).
+	replica := controlplane.NewPod(nsSystem, extenderName+"-5d9c7-x2b4q", nil)
+	replica.Spec.SchedulerName, replica.Spec.ServiceAccountName = "understory-e2e-nobody", extenderName
+	if _, err := admin.CoreV1().Pods(nsSystem).Create(ctx, replica, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	barrier := mergePatch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		extender.AnnotationCatchUp: "x 2026-11-28T04:00:00Z"}}})
+	if _, err := ext.CoreV1().Pods(nsSystem).Patch(ctx, replica.Name, types.MergePatchType, barrier,
+		metav1.PatchOptions{}); err != nil {
+		t.Errorf("the catch-up barrier on the extender's own pod: %v", err)
+	}
 	got, err := admin.CoreV1().Pods(ns).Get(ctx, "bound", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -460,6 +472,8 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 	}{
 		{"another annotation", annotate("example.com/other", "x"), []string{"not example.com/other", "extender-pod-writes"}},
 		{"removing an annotation", annotate("example.com/keep", nil), []string{"not example.com/keep"}},
+		{"the catch-up barrier on another pod", annotate(extender.AnnotationCatchUp, "x"),
+			[]string{"not " + extender.AnnotationCatchUp}},
 		{"a label", patch("patched", map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "y"}}}),
 			[]string{"labels"}},
 		{"the spec", patch("patched", map[string]any{"spec": map[string]any{"activeDeadlineSeconds": 5}}), []string{"spec"}},
