@@ -133,9 +133,7 @@ type leadership struct {
 	// catchUpBy is how the last takeover caught up ("barrier", "list").
 	catchUpBy atomic.Pointer[string]
 
-	gauge       prometheus.Gauge
-	transitions prometheus.Counter
-	failover    prometheus.Gauge // seconds from taking the lease to serving, last time
+	met *metrics.Leader
 }
 
 func newLeadership(cfg LeaderConfig, client kubernetes.Interface, reg prometheus.Registerer,
@@ -146,21 +144,11 @@ func newLeadership(cfg LeaderConfig, client kubernetes.Interface, reg prometheus
 	if client == nil {
 		return nil, fmt.Errorf("leader election needs an API client: %w", errBadLeaderConfig)
 	}
-	l := &leadership{cfg: cfg, client: client, log: log,
-		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.ExtenderNamespace, Name: "leader",
-			Help: "1 while this replica leads and serves (filter, prioritize, bind), else 0 (standby, catching up, lost)."}),
-		transitions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.ExtenderNamespace,
-			Name: "leader_transitions_total",
-			Help: "Leaders this replica observed taking the lease (the first it saw and every change since, itself included)."}),
-		failover: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.ExtenderNamespace,
-			Name: "leader_catchup_seconds",
-			Help: "How long this replica, once it took the lease, caught up with the API before it served."}),
+	m, err := metrics.NewLeader(reg)
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range []prometheus.Collector{l.gauge, l.transitions, l.failover} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering leader metrics: %w", err)
-		}
-	}
+	l := &leadership{cfg: cfg, client: client, log: log, met: m}
 	empty := ""
 	l.leader.Store(&empty)
 	return l, nil
@@ -246,7 +234,7 @@ func (l *leadership) run(ctx context.Context, s *Server) error {
 				}
 				id := identity
 				l.leader.Store(&id)
-				l.transitions.Inc()
+				l.met.Transitions.Inc()
 				l.log.Info("leader observed", "leader", identity, "self", identity == l.cfg.Identity)
 			},
 		},
@@ -268,7 +256,7 @@ func (l *leadership) run(ctx context.Context, s *Server) error {
 // stop ends serving for good.
 func (l *leadership) stop() {
 	l.role.Store(roleLost)
-	l.gauge.Set(0)
+	l.met.Leading.Set(0)
 }
 
 // becomeLeader catches s up with the API and then serves: every pod bound at
@@ -294,9 +282,9 @@ func (l *leadership) becomeLeader(ctx context.Context, s *Server) error {
 	if ctx.Err() != nil || !l.role.CompareAndSwap(roleCatching, roleLeading) {
 		return fmt.Errorf("lease lost while catching up: %w", ErrLeadershipLost)
 	}
-	l.gauge.Set(1)
+	l.met.Leading.Set(1)
 	took := time.Since(start)
-	l.failover.Set(took.Seconds())
+	l.met.CatchUpSeconds.Set(took.Seconds())
 	l.catchUp.Store(int64(took))
 	l.catchUpBy.Store(&how)
 	if l.cfg.Service != "" { // serving already: kube-scheduler's calls may come at once

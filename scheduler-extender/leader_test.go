@@ -143,7 +143,7 @@ func (r *replica) post(t *testing.T, path, body string) int {
 }
 
 func (r *replica) leaderGauge() float64 {
-	return testutil.ToFloat64(r.srv.lead.gauge)
+	return testutil.ToFloat64(r.srv.lead.met.Leading)
 }
 
 // TestStandbyRefusesThenTakesOver: of two replicas on one Lease, the one that
@@ -209,7 +209,7 @@ func TestStandbyRefusesThenTakesOver(t *testing.T) {
 	}
 	wantSlice(t, client, "fd00::2", discoveryv1.AddressTypeIPv6)
 	testenv.WaitFor(t, 5*time.Second, "two leaders observed (pod-a, then itself)", func() bool {
-		return testutil.ToFloat64(b.srv.lead.transitions) >= 2
+		return testutil.ToFloat64(b.srv.lead.met.Transitions) >= 2
 	})
 	if code := b.post(t, "/bind", bind); code == http.StatusServiceUnavailable {
 		t.Fatal("new leader refuses bind")

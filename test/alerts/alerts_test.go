@@ -308,6 +308,7 @@ func definedMetrics(tb testing.TB) map[string]bool {
 		"gpu":          func() error { _, err := metrics.NewGPU(rec); return err },
 		"extender":     func() error { _, err := metrics.NewExtender(rec, nil); return err },
 		"configreload": func() error { _, err := metrics.NewConfigReload(rec); return err },
+		"leader":       func() error { _, err := metrics.NewLeader(rec); return err },
 	} {
 		if err := f(); err != nil {
 			tb.Fatalf("creating the %s metrics: %v", name, err)
