@@ -26,20 +26,32 @@ var ErrNotSynced = errors.New("informer caches not synced")
 
 // touchingListWatch is a ListWatch that reports its informer's contact with
 // the API server (informerContact): every successful list, the watch streams
-// while open, and every watch event (bookmarks included).
-func touchingListWatch(ic *informerContact,
+// while open, and every watch event (bookmarks included). While the API
+// server cannot be reached, its list and watch retry every unreachableRetry
+// (retryUnreachable) instead of handing the error to the reflector, whose
+// backoff would delay the recovery by tens of seconds; log says when a list
+// or watch starts failing.
+func touchingListWatch(ic *informerContact, log *slog.Logger,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	failing := func(call string) func(error) {
+		return func(err error) {
+			log.Warn("API server unreachable: retrying every "+unreachableRetry.String(), "informer", ic.name,
+				"call", call, "err", err)
+		}
+	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			obj, err := list(ctx, o)
+			obj, err := retryUnreachable(ctx, unreachableRetry,
+				func(ctx context.Context) (runtime.Object, error) { return list(ctx, o) }, failing("list"))
 			if err == nil {
 				ic.Touch()
 			}
 			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := watchFn(ctx, o)
+			w, err := retryUnreachable(ctx, unreachableRetry,
+				func(ctx context.Context) (watch.Interface, error) { return watchFn(ctx, o) }, failing("watch"))
 			if err != nil {
 				return nil, err
 			}
@@ -82,14 +94,14 @@ func tombstone(obj any) any {
 func (s *informers) start(ctx context.Context) error {
 	c := s.client
 	st := s.ix
-	nodes := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerNodes),
+	nodes := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerNodes), s.log,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}), &corev1.Node{}, s.cfg.InformerResync, cache.Indexers{})
-	pods := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerPods),
+	pods := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(InformerPods), s.log,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -191,7 +203,7 @@ func (s *informers) barrierOrNil() *podBarrier {
 func (s *informers) startGroupInformer(ctx context.Context, name string, gvr schema.GroupVersionResource,
 	upsert func(*unstructured.Unstructured), del func(namespace, name string)) error {
 	ri := s.dynamic.Resource(gvr).Namespace(metav1.NamespaceAll)
-	inf := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(name),
+	inf := cache.NewSharedIndexInformer(touchingListWatch(s.contact.informer(name), s.log,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 	), &unstructured.Unstructured{}, s.cfg.InformerResync, cache.Indexers{})

@@ -166,7 +166,7 @@ func TestStaleCacheRefusesBinds(t *testing.T) {
 	// Two informers, fed by fake list/watch functions.
 	open := func(name string) (*cache.ListWatch, *watch.FakeWatcher) {
 		fw := watch.NewFake()
-		lw := touchingListWatch(s.contact.informer(name),
+		lw := touchingListWatch(s.contact.informer(name), s.log,
 			func(context.Context, metav1.ListOptions) (runtime.Object, error) { return &corev1.PodList{}, nil },
 			func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
 		if _, err := lw.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
