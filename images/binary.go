@@ -10,7 +10,7 @@ import (
 // (an upstream kube-scheduler for a node without network, say).
 type BinaryOptions struct {
 	// Ref is the image reference with an explicit tag (never latest), e.g.
-	// registry.k8s.io/kube-scheduler:v1.34.4.
+	// registry.k8s.io/kube-scheduler:v1.37.2.
 	Ref string
 	// Binary is the host file to copy.
 	Binary string

@@ -12,7 +12,7 @@
 #
 # Environment:
 #   UNDERSTORY_CACHE     cache root (default $HOME/.cache/understory)
-#   UNDERSTORY_K8S_BIN   bin dir to fill (default $UNDERSTORY_CACHE/k8s-v1.34.4/bin)
+#   UNDERSTORY_K8S_BIN   bin dir to fill (default $UNDERSTORY_CACHE/k8s-v1.37.2/bin)
 #   UNDERSTORY_K8S_EXTRA comma-separated extra binaries, same as --with
 #   UNDERSTORY_NO_APT=1  do not apt-get install etcd-server (fail if etcd is missing)
 #
@@ -24,8 +24,8 @@
 # cache (~1-4 min each). Warm (binaries present): < 1 s.
 set -euo pipefail
 
-K8S_VERSION=v1.34.4
-STAGING_VERSION=v0.34.4 # staging modules are tagged v0.<minor>.<patch>
+K8S_VERSION=v1.37.2
+STAGING_VERSION=v0.37.2 # staging modules are tagged v0.<minor>.<patch>
 
 DEFAULT_BINS=(kube-apiserver kube-scheduler)
 OPTIONAL_BINS=(kubelet kube-controller-manager kubectl kube-proxy)

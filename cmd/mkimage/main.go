@@ -14,7 +14,7 @@
 //	    [-lib-root /] [-label K=V]...
 //	    one prebuilt binary at /PATH, also the entrypoint, over the project images'
 //	    base layer (with its loader and libraries when it is dynamically linked),
-//	    e.g. registry.k8s.io/kube-scheduler:v1.34.4 from the cached kube-scheduler
+//	    e.g. registry.k8s.io/kube-scheduler:v1.37.2 from the cached kube-scheduler
 //	    for the real node, which has no network (the second scheduler)
 //
 // SOURCE_DATE_EPOCH (seconds) sets the images' time, default the Unix epoch, so
@@ -181,7 +181,7 @@ func binary(args []string, stdout, stderr io.Writer, created time.Time) error {
 	fs := flag.NewFlagSet("mkimage binary", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var labels listFlag
-	ref := fs.String("ref", "", "image name with its tag, e.g. registry.k8s.io/kube-scheduler:v1.34.4; required")
+	ref := fs.String("ref", "", "image name with its tag, e.g. registry.k8s.io/kube-scheduler:v1.37.2; required")
 	bin := fs.String("bin", "", "the binary to copy into the image; required")
 	entrypoint := fs.String("entrypoint", "", "absolute path of the binary in the image, also the entrypoint, "+
 		"e.g. /usr/local/bin/kube-scheduler; required")

@@ -4,7 +4,7 @@
 #   - containerd, containerd-shim-runc-v2, ctr  (containerd v2.1.4, Go module proxy)
 #   - runc v1.3.0 with seccomp (cgo; apt-get installs libseccomp-dev)
 #   - kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kube-proxy,
-#     kubectl v1.34.4 (scripts/k8s-binaries.sh) and Debian's etcd
+#     kubectl v1.37.2 (scripts/k8s-binaries.sh) and Debian's etcd
 #   - Debian's CNI plugins (loopback, bridge, host-local), iptables and busybox-static
 #   - two image tarballs, made by the repo's cmd/mkimage (go-containerregistry, the
 #     same build as `make images`): a pause image (a static Go program that waits for

@@ -4,9 +4,10 @@
 
 CONTAINERD_VERSION=v2.1.4
 RUNC_VERSION=v1.3.0
-K8S_VERSION=v1.34.4
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# One Kubernetes version for the harness and the node: scripts/k8s-binaries.sh's.
+K8S_VERSION=$(sed -n 's/^K8S_VERSION=//p' "$REPO_ROOT/scripts/k8s-binaries.sh")
 CACHE_ROOT=${UNDERSTORY_CACHE:-$HOME/.cache/understory}
 RT_WORK=$CACHE_ROOT/containerd-$CONTAINERD_VERSION
 RT_BIN=$RT_WORK/bin

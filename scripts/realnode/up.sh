@@ -320,7 +320,7 @@ start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig "$
 	--authentication-kubeconfig "$D/controller-manager.kubeconfig" --authorization-kubeconfig "$D/controller-manager.kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --use-service-account-credentials=true \
 	--service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" \
-	--controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
+	--controllers '*,-nodeipam'
 # The scheduler reads its configuration from a file, so that a test (or a user trying
 # the extender by hand) rewrites it and restarts it: ctl.sh DIR kube-scheduler restart.
 SCHEDULER_CONFIG=$D/kube-scheduler/config.yaml

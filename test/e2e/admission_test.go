@@ -130,7 +130,7 @@ func (w *webhookServer) stop() {
 }
 
 // TestAdmissionEndToEnd runs the admission webhook in-process behind a real
-// kube-apiserver v1.34.4, with the shipped MutatingWebhookConfiguration (pointed at
+// kube-apiserver v1.37.2, with the shipped MutatingWebhookConfiguration (pointed at
 // the test's URL), ValidatingAdmissionPolicy, binding, profiles and PriorityClass
 // from manifests/admission. It is skipped when the binaries are missing, unless
 // CI=true (see package controlplane).

@@ -36,7 +36,7 @@ const (
 )
 
 // TestExtenderEndToEnd drives the real extender (in-process, informers on
-// the control plane) with the real kube-scheduler v1.34.4 configured by
+// the control plane) with the real kube-scheduler v1.37.2 configured by
 // manifests/scheduler/kube-scheduler-config.yaml: device placement of whole
 // and shared GPUs, GPU models, pods the extender does not manage, and gangs
 // of the three dialects, one of which waits for capacity. It is skipped when

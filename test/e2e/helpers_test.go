@@ -13,11 +13,18 @@ import (
 // the control plane (skipped when its binaries are missing, unless CI=true).
 func startControlPlane(t *testing.T, timeout time.Duration) (context.Context, *controlplane.ControlPlane) {
 	t.Helper()
+	return startControlPlaneWith(t, timeout, controlplane.Options{})
+}
+
+// startControlPlaneWith is startControlPlane with opts.
+func startControlPlaneWith(t *testing.T, timeout time.Duration, opts controlplane.Options) (context.Context,
+	*controlplane.ControlPlane) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real control plane; skipped in -short mode")
 	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	return ctx, controlplane.Start(ctx, t, controlplane.Options{})
+	return ctx, controlplane.Start(ctx, t, opts)
 }

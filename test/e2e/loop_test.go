@@ -65,7 +65,7 @@ const (
 )
 
 // TestLoop proves the whole loop on a real control plane (etcd, kube-apiserver and
-// kube-scheduler v1.34.4 with the extender from manifests/scheduler), the admission
+// kube-scheduler v1.37.2 with the extender from manifests/scheduler), the admission
 // webhook over real TLS, and bin/koordlet run as a process on this machine's real
 // cgroups for one Node: the agent publishes batch resources, a batch pod written as a
 // user writes it is mutated, placed through the extender and capped in its cgroup, LS

@@ -71,9 +71,10 @@ spec:
   - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
 `
 
-// TestManifestsInstall installs manifests/ on a real kube-apiserver v1.34.4
-// the way a user does, with kubectl v1.34.4, and checks the least-privilege
-// rules in the API server itself:
+// TestManifestsInstall installs manifests/ on a real kube-apiserver (the
+// harness's version, controlplane.K8sVersion) the way a user does, with kubectl
+// of that version, and checks the least-privilege rules in the API server
+// itself:
 //
 //   - `kubectl apply -k manifests/` succeeds in one pass on an empty cluster,
 //     and `kubectl diff -k` then finds nothing to change, also after a second
@@ -93,8 +94,45 @@ spec:
 //     addresses and file paths replaced), reaches cmd/scheduler-extender over
 //     TLS with its client certificate, and the extender, running as its own
 //     service account under the policy above, binds a GPU pod and a gang.
+//
+// TestManifestsInstallOldest does it all again on the oldest Kubernetes the
+// README supports.
 func TestManifestsInstall(t *testing.T) {
 	ctx, cp := startControlPlane(t, 8*time.Minute)
+	testManifestsInstall(t, ctx, cp)
+}
+
+// TestManifestsInstallOldest proves the README's oldest supported Kubernetes,
+// controlplane.OldestSupported: TestManifestsInstall on kube-apiserver and
+// kube-scheduler emulating that release (--emulated-version: its APIs and
+// their versions, its feature gates' defaults, so a ValidatingAdmissionPolicy
+// field or an API that release lacks fails the install).
+func TestManifestsInstallOldest(t *testing.T) {
+	readme := string(readFile(t, "../../README.md"))
+	if want := "Kubernetes ≥ " + controlplane.OldestSupported; !strings.Contains(readme, want) {
+		t.Errorf("README.md does not say %q", want)
+	}
+	ctx, cp := startControlPlaneWith(t, 8*time.Minute, controlplane.Options{EmulatedVersion: controlplane.OldestSupported})
+	// /version names the binary; the compatibility metric names the emulation.
+	m, err := cp.Client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `emulation="` + controlplane.OldestSupported + `"`
+	found := false
+	for _, l := range strings.Split(string(m), "\n") {
+		if strings.HasPrefix(l, "version_info{") && strings.Contains(l, `component="kube"`) {
+			found = strings.Contains(l, want)
+			t.Logf("kube-apiserver: %s", l)
+		}
+	}
+	if !found {
+		t.Fatalf("kube-apiserver's version_info metric does not say %s", want)
+	}
+	testManifestsInstall(t, ctx, cp)
+}
+
+func testManifestsInstall(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane) {
 	k := newKubectl(t, cp.Kubeconfig())
 	root := copyManifests(t)
 	objs := k.build(t, ctx, root)

@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/test/e2e/manifestcopy"
@@ -147,7 +150,7 @@ func parseCert(t *testing.T, pemData []byte) *x509.Certificate {
 }
 
 // TestManifestsBuild builds every shipped kustomization with kubectl's
-// kustomize (v1.34.4) and checks what they promise without a cluster: one tag
+// kustomize (v1.37.2) and checks what they promise without a cluster: one tag
 // for every image and never :latest, the least-privilege settings of each
 // workload, certificates that match the Services, the scheduler configuration
 // that matches the extender's Service and certificate, and overlays that change
@@ -513,6 +516,57 @@ func TestManifestTagsAreVERSION(t *testing.T) {
 	} {
 		if got != version {
 			t.Errorf("%s is %q; the VERSION file says %q (make images tags with it)", what, got, version)
+		}
+	}
+}
+
+// TestPolicyComparesEveryStatusField: the agent's ValidatingAdmissionPolicies
+// (manifests/koordlet/node-policy.yaml) keep every NodeStatus field but its
+// own extended resources, and every PodStatus field but its own condition,
+// unchanged, by naming each field: a field the vendored k8s.io/api has that
+// the policy does not name could be changed by the agent. (Fields of releases
+// newer than the vendored API are listed by hand: docs/security.md, Limits.)
+func TestPolicyComparesEveryStatusField(t *testing.T) {
+	t.Parallel()
+	policy := string(readFile(t, "../../manifests/koordlet/node-policy.yaml"))
+	docs := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(policy), 4096)
+	bodies := map[string]string{} // policy name → its validations' expressions
+	for {
+		var u unstructured.Unstructured
+		if err := docs.Decode(&u.Object); err != nil {
+			break
+		}
+		if u.GetKind() != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		vs, _, _ := unstructured.NestedSlice(u.Object, "spec", "validations")
+		for _, v := range vs {
+			if e, ok := v.(map[string]any)["expression"].(string); ok {
+				bodies[u.GetName()] += e + "\n"
+			}
+		}
+	}
+	tests := []struct {
+		policy string
+		typ    reflect.Type
+		own    []string // fields the policy judges otherwise
+	}{
+		{"understory-koordlet-node", reflect.TypeFor[corev1.NodeStatus](), []string{"capacity", "allocatable"}},
+		{"understory-koordlet-pod-status", reflect.TypeFor[corev1.PodStatus](), []string{"conditions"}},
+	}
+	for _, tc := range tests {
+		body, ok := bodies[tc.policy]
+		if !ok {
+			t.Fatalf("no ValidatingAdmissionPolicy %s in node-policy.yaml (have %v)", tc.policy, slices.Collect(maps.Keys(bodies)))
+		}
+		for f := range tc.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if slices.Contains(tc.own, name) {
+				continue
+			}
+			if want := "object.status.?" + name + " == oldObject.status.?" + name; !strings.Contains(body, want) {
+				t.Errorf("%s does not keep %s.%s unchanged (no %q)", tc.policy, tc.typ.Name(), name, want)
+			}
 		}
 	}
 }

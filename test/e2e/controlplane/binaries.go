@@ -15,7 +15,13 @@ import (
 )
 
 // K8sVersion is the Kubernetes release the harness runs.
-const K8sVersion = "v1.34.4"
+const K8sVersion = "v1.37.2"
+
+// OldestSupported is the oldest Kubernetes minor release Understory supports
+// (README, Install), proven by the e2e tests that run the harness with
+// Options.EmulatedVersion set to it. K8sVersion's kube-apiserver emulates
+// back to three minor releases.
+const OldestSupported = "1.34"
 
 // buildScript is the repo-relative script that builds the binaries.
 const buildScript = "scripts/k8s-binaries.sh"

@@ -45,6 +45,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// Verbosity is klog's -v for kube-apiserver and kube-scheduler.
 	Verbosity int
+	// EmulatedVersion, when set ("1.34"), makes kube-apiserver and
+	// kube-scheduler emulate that older minor release (--emulated-version:
+	// its APIs, their versions and its feature gates' defaults; 1.37 emulates
+	// back to 1.34). The oldest-supported-version test runs on it.
+	EmulatedVersion string
 }
 
 func (o Options) withDefaults() Options {
@@ -336,6 +341,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, t testing.TB, etcdUR
 			"--disable-admission-plugins=TaintNodesByCondition",
 			"--profiling=false",
 			"--v=" + strconv.Itoa(cp.opts.Verbosity),
+		}
+		if v := cp.opts.EmulatedVersion; v != "" {
+			args = append(args, "--emulated-version=kube="+v)
 		}
 		args = append(args, cp.opts.APIServerArgs...)
 		p, err := startProcess("kube-apiserver", cp.path("kube-apiserver.log"), cp.bin.apiserver, args)

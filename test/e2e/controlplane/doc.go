@@ -10,9 +10,9 @@
 //	_, err := cp.CreateNodes(ctx, "node", 3, capacity, nil)
 //	err = cp.WaitForPodsBound(ctx, "default", metav1.ListOptions{}, 1)
 //
-// Binaries: kube-apiserver and kube-scheduler v1.34.4 come from
+// Binaries: kube-apiserver and kube-scheduler v1.37.2 come from
 // scripts/k8s-binaries.sh (built from the Go module proxy into
-// $UNDERSTORY_CACHE/k8s-v1.34.4/bin, or UNDERSTORY_K8S_BIN); etcd is Debian's
+// $UNDERSTORY_CACHE/k8s-v1.37.2/bin, or UNDERSTORY_K8S_BIN); etcd is Debian's
 // etcd-server (3.4) from PATH or UNDERSTORY_ETCD. When they are missing, Start
 // runs the script if CI=true or UNDERSTORY_BUILD_K8S=1, otherwise it skips the
 // test with the command to run. Under CI=true it never skips: a missing or

@@ -559,3 +559,22 @@ func TestControllerManager(t *testing.T) {
 		t.Errorf("kube-controller-manager was denied: %s", TailLines(string(b[:i+len(" is forbidden")]), 1))
 	}
 }
+
+// TestK8sVersionIsTheScripts: the harness runs the version scripts/k8s-binaries.sh
+// builds (and the real node runs, scripts/realnode/lib.sh reads it there).
+func TestK8sVersionIsTheScripts(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../../" + buildScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "K8S_VERSION="); ok {
+			if v != K8sVersion {
+				t.Fatalf("%s builds %s, the harness expects %s", buildScript, v, K8sVersion)
+			}
+			return
+		}
+	}
+	t.Fatalf("no K8S_VERSION= in %s", buildScript)
+}

@@ -104,7 +104,7 @@ func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...
 		label: "kube-scheduler", procName: "kube-scheduler-" + n, bin: cp.bin.scheduler,
 		logFile: "kube-scheduler-" + n + ".log", certStem: "scheduler-" + n, readyPath: "/readyz",
 		args: func(port int, certFile, keyFile string) []string {
-			return append([]string{
+			args := []string{
 				"--config=" + s.configPath,
 				"--bind-address=127.0.0.1",
 				"--secure-port=" + strconv.Itoa(port),
@@ -113,7 +113,11 @@ func (cp *ControlPlane) StartScheduler(t testing.TB, configYAML string, opts ...
 				"--authentication-kubeconfig=" + kubeconfig,
 				"--authorization-kubeconfig=" + kubeconfig,
 				"--v=" + strconv.Itoa(cp.opts.Verbosity),
-			}, o.args...)
+			}
+			if v := cp.opts.EmulatedVersion; v != "" {
+				args = append(args, "--emulated-version=kube="+v)
+			}
+			return append(args, o.args...)
 		},
 	})
 	return s

@@ -1,5 +1,5 @@
 // Package realnode runs Understory on a REAL single-node Kubernetes started on this
-// machine (kubelet v1.34 + containerd v2.1 + runc + kube-proxy, a bridge pod network,
+// machine (kubelet v1.37 + containerd v2.1 + runc + kube-proxy, a bridge pod network,
 // cgroupfs driver, cgroup v1/hybrid; see scripts/realnode/ and docs/real-node.md).
 //
 // TestInstall installs Understory as a user does and checks it end to end:
