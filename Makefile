@@ -12,7 +12,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell cat VERSION)
 endif
 
-.PHONY: all build demo test vet tracefs k8s-bins helm-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins helm-bin kueue-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler bench-cluster test-realnode clean
 
 all: build
 
@@ -44,7 +44,7 @@ demo: build
 # real-node end-to-end tests (test/e2e/realnode, see e2e) on their own: they own the
 # machine's kubepods cgroups and need the CPU to themselves, so they run after the rest.
 REALNODE_PKG := ./test/e2e/realnode/
-test: vet k8s-bins helm-bin e2e-deps tracefs
+test: vet k8s-bins helm-bin kueue-bin e2e-deps tracefs
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/e2e/realnode$$')
 	$(GO) test -race -count=1 -timeout 40m $(REALNODE_PKG)
 
@@ -57,7 +57,7 @@ tracefs:
 	@if [ "$$(id -u)" = 0 ] && ! mountpoint -q /sys/kernel/tracing; then \
 	  mount -t tracefs tracefs /sys/kernel/tracing; fi
 
-# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl v1.34.4 built from the Go
+# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl v1.37.2 built from the Go
 # module proxy (cached outside the repo), and Debian's etcd.
 k8s-bins:
 	scripts/k8s-binaries.sh --with kube-controller-manager,kubectl
@@ -66,6 +66,21 @@ k8s-bins:
 # chart's tests (test/helmchart) and the real-node install (test/e2e/realnode) run it.
 helm-bin:
 	scripts/helm.sh
+
+# Kueue v0.17.0's manager and CRDs built from the Go module proxy (cached outside the repo):
+# the Kueue tests (test/e2e/kueue_test.go, docs/kueue.md) run it in front of the extender.
+kueue-bin:
+	scripts/kueue.sh
+
+# The cluster benchmark (issue 23, docs/cluster-bench.md): kwok nodes, the real control
+# plane, scheduler and extender, the agents' own qos code for every node; a 20-node smoke
+# check first. Writes bench/out/cluster.json and docs/img/cluster-bench.png.
+CLUSTER_SIZES ?= 500,1000,2000,5000
+bench-cluster: k8s-bins
+	scripts/kwok.sh >/dev/null
+	$(GO) test ./bench/clusterbench -run '^$$' -bench '^BenchmarkClusterSmoke$$' -benchtime 1x -timeout 20m
+	$(GO) test ./bench/clusterbench -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x -timeout 4h \
+	  -args -clusterbench.sizes $(CLUSTER_SIZES)
 
 # Regenerates the committed eBPF objects (koordlet/signals/runqlat/runqlat_bpfel.{go,o}) from
 # bpf/runqlat.c with bpf2go at go.mod's cilium/ebpf version. Needs clang, llvm-strip and

@@ -32,6 +32,11 @@
 //     understory.io/BatchSlowed the agent writes on a batch pod (Throttled,
 //     Frozen, Suspended, Evicted, or False with Running) and when: a harder
 //     state at once, a milder one or new numbers only after a minimum interval.
+//   - DecideQueueQuotas and SelectQuotaEvictions (queuequota.go) are the Kueue
+//     quota follower's decisions: each ClusterQueue's weighted part of the
+//     published batch capacity (falling at once, rising damped with a
+//     deadband, never above what is published), and which admitted Workloads
+//     to deactivate when the quotas fall below what the cohort admitted.
 //
 // Traps:
 //

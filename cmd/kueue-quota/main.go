@@ -1,0 +1,148 @@
+// Command kueue-quota is the Kueue quota follower (package kueuequota): it keeps the
+// nominalQuota of the ClusterQueues labelled understory.io/quota-follower=true
+// following the batch capacity the agents publish on the Nodes, and deactivates
+// admitted Workloads through Kueue when the quotas fall below what is admitted. Run
+// one replica. See docs/kueue.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/understory/understory/kueuequota"
+)
+
+type options struct {
+	listen     string
+	kubeconfig string
+	master     string
+	cfg        kueuequota.Config
+}
+
+func parseFlags(args []string, out io.Writer) (options, error) {
+	o := options{cfg: kueuequota.DefaultConfig()}
+	fs := flag.NewFlagSet("kueue-quota", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.listen, "listen", ":9464", "HTTP listen address (/metrics, /healthz, /readyz)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
+	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
+	resources := strings.Join(o.cfg.Resources, ",")
+	fs.StringVar(&resources, "resources", resources, "comma-separated published resources the quotas follow")
+	fs.StringVar(&o.cfg.Flavor, "flavor", o.cfg.Flavor, "ResourceFlavor whose nominalQuota is written")
+	fs.DurationVar(&o.cfg.Interval, "interval", o.cfg.Interval, "time between passes")
+	fs.Float64Var(&o.cfg.Params.RiseFraction, "rise-fraction", o.cfg.Params.RiseFraction,
+		"part of the gap to a higher target closed per pass (0 < f <= 1); falls are at once")
+	fs.Float64Var(&o.cfg.Params.Deadband, "deadband", o.cfg.Params.Deadband,
+		"relative gap below which a rise is not written (0 <= d < 1)")
+	fs.BoolVar(&o.cfg.EvictOverQuota, "evict-over-quota", o.cfg.EvictOverQuota,
+		"deactivate admitted Workloads (Kueue evicts and, once reactivated, requeues them) when the cohort's reservations exceed the quotas")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.cfg.Resources = nil
+	for r := range strings.SplitSeq(resources, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			o.cfg.Resources = append(o.cfg.Resources, r)
+		}
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	rc, err := clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kube client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kube client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	broadcaster := record.NewBroadcaster()
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.cfg.Component})
+	f, err := kueuequota.New(client, dyn, o.cfg, reg, recorder, log)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !f.Synced() {
+			http.Error(w, "node informer not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", o.listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("kueue quota follower started", "listen", ln.Addr().String(), "interval", o.cfg.Interval,
+		"resources", o.cfg.Resources, "flavor", o.cfg.Flavor)
+	runErr := f.Run(ctx)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		log.Error("bad flags", "err", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("kueue-quota failed", "err", err)
+		os.Exit(1)
+	}
+}

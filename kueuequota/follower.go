@@ -1,0 +1,600 @@
+package kueuequota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/qos"
+)
+
+// Names the follower reads and writes.
+const (
+	// LabelFollow selects the ClusterQueues the follower manages (value "true").
+	LabelFollow = "understory.io/quota-follower"
+	// AnnotationWeight is a ClusterQueue's weight (a positive decimal; default 1).
+	AnnotationWeight = "understory.io/quota-weight"
+	// LabelEvicted marks a Workload the follower deactivated, to reactivate it
+	// once Kueue has evicted it.
+	LabelEvicted = "understory.io/quota-evicted"
+	// DefaultFlavor is the component's ResourceFlavor.
+	DefaultFlavor = "understory-batch"
+)
+
+// Event reasons.
+const (
+	ReasonQuotaFollowed = "QuotaFollowed"
+	ReasonQuotaEvicted  = "QuotaEvicted"
+	ReasonQuotaRequeued = "QuotaRequeued"
+	ReasonBadWeight     = "QuotaWeightInvalid"
+)
+
+// ErrConfig marks an unusable Config.
+var ErrConfig = errors.New("invalid kueue quota follower config")
+
+// GVRs of Kueue's storage version.
+var (
+	clusterQueuesGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
+	workloadsGVR     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+)
+
+// Config is the follower's configuration (cmd/kueue-quota's flags).
+type Config struct {
+	// Resources are the published resources the quotas follow.
+	Resources []string
+	// Flavor is the ResourceFlavor whose nominalQuota is written.
+	Flavor string
+	// Interval is the time between passes.
+	Interval time.Duration
+	// Params damp the quotas (qos.DecideQueueQuotas).
+	Params qos.QueueQuotaParams
+	// EvictOverQuota deactivates admitted Workloads when the cohort's
+	// reservations exceed the quotas (see the package doc), and reactivates them
+	// once Kueue has evicted them.
+	EvictOverQuota bool
+	// Component names the Events' source.
+	Component string
+}
+
+// DefaultConfig: the four batch resources, flavor understory-batch, a pass every
+// 30 s, qos.DefaultQueueQuotaParams, eviction on.
+func DefaultConfig() Config {
+	return Config{
+		Resources:      []string{contract.ResourceBatchCPU, contract.ResourceBatchMemory, contract.ResourceGPUMilli, contract.ResourceGPU},
+		Flavor:         DefaultFlavor,
+		Interval:       30 * time.Second,
+		Params:         qos.DefaultQueueQuotaParams(),
+		EvictOverQuota: true,
+		Component:      "understory-kueue-quota",
+	}
+}
+
+// Validate returns an error wrapping ErrConfig when c is unusable.
+func (c Config) Validate() error {
+	if len(c.Resources) == 0 {
+		return fmt.Errorf("%w: no resources", ErrConfig)
+	}
+	for _, r := range c.Resources {
+		if strings.TrimSpace(r) == "" {
+			return fmt.Errorf("%w: an empty resource name", ErrConfig)
+		}
+	}
+	if c.Flavor == "" {
+		return fmt.Errorf("%w: no flavor", ErrConfig)
+	}
+	if c.Interval <= 0 {
+		return fmt.Errorf("%w: interval %v must be positive", ErrConfig, c.Interval)
+	}
+	if err := c.Params.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// eventRecorder is the part of record.EventRecorder the follower uses.
+type eventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+var _ eventRecorder = record.EventRecorder(nil)
+
+// Follower is the quota follower. Create it with New, then Run.
+type Follower struct {
+	cfg     Config
+	dyn     dynamic.Interface
+	factory informers.SharedInformerFactory
+	nodes   listerscorev1.NodeLister
+	synced  cache.InformerSynced
+	events  eventRecorder
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
+}
+
+// New builds a Follower reading Nodes through client and Kueue's objects through
+// dyn; metrics go to reg (nil: none), Events to events (nil: none).
+func New(client kubernetes.Interface, dyn dynamic.Interface, cfg Config, reg prometheus.Registerer,
+	events eventRecorder, log *slog.Logger) (*Follower, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	inf := factory.Core().V1().Nodes()
+	f := &Follower{
+		cfg: cfg, dyn: dyn, factory: factory, nodes: inf.Lister(), synced: inf.Informer().HasSynced,
+		events: events, log: log, m: m, now: time.Now,
+	}
+	return f, nil
+}
+
+// Run starts the Node informer, waits for it, and runs a pass every Interval
+// until ctx ends. A failed pass is logged and counted; Run returns only when ctx
+// ends (nil) or the informer never syncs.
+func (f *Follower) Run(ctx context.Context) error {
+	f.factory.Start(ctx.Done())
+	defer f.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), f.synced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("node informer did not sync")
+	}
+	t := time.NewTicker(f.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := f.Step(ctx); err != nil && ctx.Err() == nil {
+			f.log.Error("quota pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Synced reports whether the Node informer has synced (for a readiness probe).
+func (f *Follower) Synced() bool { return f.synced() }
+
+// Step runs one pass (see the package doc). It needs the Node informer synced
+// (Run does that).
+func (f *Follower) Step(ctx context.Context) error {
+	err := f.step(ctx)
+	if err != nil {
+		f.m.errors.Inc()
+	}
+	f.m.lastPass.Set(float64(f.now().Unix()))
+	return err
+}
+
+// queueState is one followed ClusterQueue as read.
+type queueState struct {
+	obj      *unstructured.Unstructured
+	weight   float64
+	current  map[string]int64
+	reserved map[string]int64
+}
+
+func (f *Follower) step(ctx context.Context) error {
+	published, err := f.published()
+	if err != nil {
+		return err
+	}
+	for r, v := range published {
+		f.m.published.WithLabelValues(r).Set(float64(v))
+	}
+	queues, err := f.queues(ctx)
+	if err != nil {
+		return err
+	}
+	tenants := make([]qos.QueueTenant, 0, len(queues))
+	for _, q := range queues {
+		tenants = append(tenants, qos.QueueTenant{Name: q.obj.GetName(), Weight: q.weight, Current: q.current})
+	}
+	decisions, err := qos.DecideQueueQuotas(published, tenants, f.cfg.Params)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	usage := make([]qos.QueueUsage, 0, len(queues))
+	for i, d := range decisions {
+		q := queues[i]
+		for r, v := range d.Target {
+			f.m.target.WithLabelValues(d.Name, r).Set(float64(v))
+		}
+		if d.Changed {
+			if err := f.writeQuota(ctx, d.Name, d.Quota); err != nil {
+				errs = append(errs, err)
+			} else {
+				f.m.updates.WithLabelValues(d.Name, direction(d)).Inc()
+				f.event(q.obj, corev1.EventTypeNormal, ReasonQuotaFollowed, "%s", describe(d, q.current, published))
+				f.log.Info("quota followed", "clusterQueue", d.Name, "change", describe(d, q.current, published))
+			}
+		}
+		for r, v := range d.Quota {
+			f.m.nominal.WithLabelValues(d.Name, r).Set(float64(v))
+		}
+		usage = append(usage, qos.QueueUsage{Name: d.Name, Nominal: d.Quota, Used: q.reserved})
+	}
+	if f.cfg.EvictOverQuota {
+		if overQuota(usage) {
+			if err := f.evictOverQuota(ctx, usage); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := f.requeue(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// published sums allocatable Config.Resources over schedulable Nodes (every
+// resource is present, 0 where no Node publishes it).
+func (f *Follower) published() (map[string]int64, error) {
+	nodes, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	out := make(map[string]int64, len(f.cfg.Resources))
+	for _, r := range f.cfg.Resources {
+		out[r] = 0
+	}
+	for _, n := range nodes {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		for _, r := range f.cfg.Resources {
+			if q, ok := n.Status.Allocatable[corev1.ResourceName(r)]; ok && q.Sign() > 0 {
+				out[r] += q.Value()
+			}
+		}
+	}
+	return out, nil
+}
+
+// queues reads the followed ClusterQueues, sorted by name. A queue with a bad
+// weight is left out (Event, error counted).
+func (f *Follower) queues(ctx context.Context) ([]queueState, error) {
+	l, err := f.dyn.Resource(clusterQueuesGVR).List(ctx, metav1.ListOptions{LabelSelector: LabelFollow + "=true"})
+	if err != nil {
+		return nil, fmt.Errorf("listing ClusterQueues: %w", err)
+	}
+	items := l.Items
+	slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
+	out := make([]queueState, 0, len(items))
+	for i := range items {
+		obj := &items[i]
+		w, err := parseWeight(obj.GetAnnotations()[AnnotationWeight])
+		if err != nil {
+			f.m.errors.Inc()
+			f.event(obj, corev1.EventTypeWarning, ReasonBadWeight, "%s: %v; the queue is not followed", AnnotationWeight, err)
+			f.log.Warn("ClusterQueue weight invalid, not followed", "clusterQueue", obj.GetName(), "err", err)
+			continue
+		}
+		cur, err := flavorQuotas(obj, f.cfg.Flavor, f.cfg.Resources)
+		if err != nil {
+			return nil, fmt.Errorf("ClusterQueue %s: %w", obj.GetName(), err)
+		}
+		out = append(out, queueState{obj: obj, weight: w, current: cur, reserved: reservations(obj, f.cfg.Flavor, f.cfg.Resources)})
+	}
+	return out, nil
+}
+
+// ErrWeight marks an unusable weight annotation.
+var ErrWeight = errors.New("invalid weight")
+
+func parseWeight(s string) (float64, error) {
+	if s == "" {
+		return 1, nil
+	}
+	w, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || w < 0 || w != w || w > 1e9 {
+		return 0, fmt.Errorf("%w: %q (want a decimal in [0, 1e9])", ErrWeight, s)
+	}
+	return w, nil
+}
+
+// flavorQuotas returns the nominalQuota of resources in flavor (the resources the
+// flavor lists; others are absent).
+func flavorQuotas(obj *unstructured.Unstructured, flavor string, resources []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	var bad error
+	forEachFlavorResource(obj.Object, flavor, func(rm map[string]any) {
+		name, _ := rm["name"].(string)
+		if !slices.Contains(resources, name) {
+			return
+		}
+		q, err := resource.ParseQuantity(fmt.Sprint(rm["nominalQuota"]))
+		if err != nil {
+			bad = fmt.Errorf("nominalQuota of %s: %w", name, err)
+			return
+		}
+		out[name] = q.Value()
+	})
+	return out, bad
+}
+
+// forEachFlavorResource calls fn with every spec.resourceGroups[].flavors[name ==
+// flavor].resources[] entry (maps of obj, so fn may change them).
+func forEachFlavorResource(obj map[string]any, flavor string, fn func(map[string]any)) {
+	// Not unstructured.NestedSlice: it copies, and fn may change the entries.
+	spec, _ := obj["spec"].(map[string]any)
+	live, _ := spec["resourceGroups"].([]any)
+	for _, rg := range live {
+		rgm, _ := rg.(map[string]any)
+		flavors, _ := rgm["flavors"].([]any)
+		for _, fl := range flavors {
+			fm, _ := fl.(map[string]any)
+			if fm == nil || fm["name"] != flavor {
+				continue
+			}
+			res, _ := fm["resources"].([]any)
+			for _, r := range res {
+				if rm, ok := r.(map[string]any); ok {
+					fn(rm)
+				}
+			}
+		}
+	}
+}
+
+// reservations reads status.flavorsReservation of flavor.
+func reservations(obj *unstructured.Unstructured, flavor string, resources []string) map[string]int64 {
+	out := map[string]int64{}
+	fr, _, _ := unstructured.NestedSlice(obj.Object, "status", "flavorsReservation")
+	for _, f := range fr {
+		fm, _ := f.(map[string]any)
+		if fm == nil || fm["name"] != flavor {
+			continue
+		}
+		res, _ := fm["resources"].([]any)
+		for _, r := range res {
+			rm, _ := r.(map[string]any)
+			name, _ := rm["name"].(string)
+			if !slices.Contains(resources, name) {
+				continue
+			}
+			if q, err := resource.ParseQuantity(fmt.Sprint(rm["total"])); err == nil {
+				out[name] = q.Value()
+			}
+		}
+	}
+	return out
+}
+
+// writeQuota sets the nominalQuota values of quota on ClusterQueue name (read,
+// modify, update; retried on conflicts).
+func (f *Follower) writeQuota(ctx context.Context, name string, quota map[string]int64) error {
+	rc := f.dyn.Resource(clusterQueuesGVR)
+	for attempt := 0; ; attempt++ {
+		obj, err := rc.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading ClusterQueue %s: %w", name, err)
+		}
+		forEachFlavorResource(obj.Object, f.cfg.Flavor, func(rm map[string]any) {
+			r, _ := rm["name"].(string)
+			if v, ok := quota[r]; ok {
+				rm["nominalQuota"] = resource.NewQuantity(v, quantityFormat(r)).String()
+			}
+		})
+		_, err = rc.Update(ctx, obj, metav1.UpdateOptions{FieldManager: f.cfg.Component})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			return fmt.Errorf("updating ClusterQueue %s: %w", name, err)
+		}
+	}
+}
+
+func quantityFormat(r string) resource.Format {
+	if r == contract.ResourceBatchMemory {
+		return resource.BinarySI
+	}
+	return resource.DecimalSI
+}
+
+// overQuota: some resource's reservations sum above its quotas' sum.
+func overQuota(usage []qos.QueueUsage) bool {
+	sum := map[string]int64{}
+	for _, u := range usage {
+		for r, v := range u.Used {
+			sum[r] += v
+		}
+		for r, v := range u.Nominal {
+			sum[r] -= v
+		}
+	}
+	for _, v := range sum {
+		if v > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// evictOverQuota deactivates what qos.SelectQuotaEvictions picks. Usage is
+// recomputed from the admitted, active Workloads (the queues' status may lag
+// behind evictions of the previous pass).
+func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) error {
+	l, err := f.dyn.Resource(workloadsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing Workloads: %w", err)
+	}
+	queues := map[string]*qos.QueueUsage{}
+	for i := range usage {
+		usage[i].Used = map[string]int64{}
+		queues[usage[i].Name] = &usage[i]
+	}
+	byName := map[string]*unstructured.Unstructured{}
+	var wls []qos.QueueWorkload
+	for i := range l.Items {
+		w := &l.Items[i]
+		qw, ok := f.admitted(w)
+		if !ok {
+			continue
+		}
+		q := queues[qw.Queue]
+		if q == nil {
+			continue
+		}
+		for r, v := range qw.Usage {
+			q.Used[r] += v
+		}
+		wls = append(wls, qw)
+		byName[qw.Name] = w
+	}
+	var errs []error
+	for _, name := range qos.SelectQuotaEvictions(usage, wls) {
+		w := byName[name]
+		patch := []byte(`{"metadata":{"labels":{"` + LabelEvicted + `":"true"}},"spec":{"active":false}}`)
+		if _, err := f.dyn.Resource(workloadsGVR).Namespace(w.GetNamespace()).Patch(ctx, w.GetName(), types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: f.cfg.Component}); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deactivating Workload %s: %w", name, err))
+			}
+			continue
+		}
+		queue, _, _ := unstructured.NestedString(w.Object, "status", "admission", "clusterQueue")
+		f.m.evictions.WithLabelValues(queue).Inc()
+		f.event(w, corev1.EventTypeNormal, ReasonQuotaEvicted,
+			"ClusterQueue %s's quota fell below what its cohort has admitted (batch capacity taken back): deactivated so that Kueue evicts and requeues it", queue)
+		f.log.Info("workload deactivated over quota", "workload", name, "clusterQueue", queue)
+	}
+	return errors.Join(errs...)
+}
+
+// admitted returns w as SelectQuotaEvictions ranks it, when it holds a quota
+// reservation and is active.
+func (f *Follower) admitted(w *unstructured.Unstructured) (qos.QueueWorkload, bool) {
+	if active, found, _ := unstructured.NestedBool(w.Object, "spec", "active"); found && !active {
+		return qos.QueueWorkload{}, false
+	}
+	reserved, at := condition(w, "QuotaReserved")
+	if !reserved {
+		return qos.QueueWorkload{}, false
+	}
+	queue, _, _ := unstructured.NestedString(w.Object, "status", "admission", "clusterQueue")
+	if queue == "" {
+		return qos.QueueWorkload{}, false
+	}
+	prio, _, _ := unstructured.NestedInt64(w.Object, "spec", "priority")
+	qw := qos.QueueWorkload{
+		Name: w.GetNamespace() + "/" + w.GetName(), Queue: queue, Priority: int32(prio),
+		Admitted: at.UnixNano(), Usage: map[string]int64{},
+	}
+	psas, _, _ := unstructured.NestedSlice(w.Object, "status", "admission", "podSetAssignments")
+	for _, p := range psas {
+		pm, _ := p.(map[string]any)
+		flavors, _ := pm["flavors"].(map[string]any)
+		ru, _ := pm["resourceUsage"].(map[string]any)
+		for r, v := range ru {
+			if !slices.Contains(f.cfg.Resources, r) || flavors[r] != f.cfg.Flavor {
+				continue
+			}
+			if q, err := resource.ParseQuantity(fmt.Sprint(v)); err == nil {
+				qw.Usage[r] += q.Value()
+			}
+		}
+	}
+	return qw, true
+}
+
+// condition reports whether w's condition typ is True, and since when.
+func condition(w *unstructured.Unstructured, typ string) (bool, time.Time) {
+	conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
+	for _, c := range conds {
+		cm, _ := c.(map[string]any)
+		if cm["type"] != typ {
+			continue
+		}
+		at, _ := time.Parse(time.RFC3339, fmt.Sprint(cm["lastTransitionTime"]))
+		return cm["status"] == "True", at
+	}
+	return false, time.Time{}
+}
+
+// requeue reactivates the Workloads the follower deactivated once Kueue has
+// evicted them (they hold no quota reservation).
+func (f *Follower) requeue(ctx context.Context) error {
+	l, err := f.dyn.Resource(workloadsGVR).List(ctx, metav1.ListOptions{LabelSelector: LabelEvicted + "=true"})
+	if err != nil {
+		return fmt.Errorf("listing evicted Workloads: %w", err)
+	}
+	var errs []error
+	for i := range l.Items {
+		w := &l.Items[i]
+		if reserved, _ := condition(w, "QuotaReserved"); reserved {
+			continue // Kueue has not evicted it yet
+		}
+		patch := []byte(`{"metadata":{"labels":{"` + LabelEvicted + `":null}},"spec":{"active":true}}`)
+		if _, err := f.dyn.Resource(workloadsGVR).Namespace(w.GetNamespace()).Patch(ctx, w.GetName(), types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: f.cfg.Component}); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("reactivating Workload %s/%s: %w", w.GetNamespace(), w.GetName(), err))
+			}
+			continue
+		}
+		f.m.requeues.Inc()
+		f.event(w, corev1.EventTypeNormal, ReasonQuotaRequeued, "evicted by Kueue after its queue's quota fell; reactivated: Kueue requeues it")
+		f.log.Info("workload reactivated", "workload", w.GetNamespace()+"/"+w.GetName())
+	}
+	return errors.Join(errs...)
+}
+
+func (f *Follower) event(obj runtime.Object, typ, reason, format string, args ...any) {
+	if f.events != nil {
+		f.events.Eventf(obj, typ, reason, format, args...)
+	}
+}
+
+func direction(d qos.QueueQuota) string {
+	switch {
+	case len(d.Fell) > 0 && len(d.Rose) > 0:
+		return "both"
+	case len(d.Fell) > 0:
+		return "down"
+	}
+	return "up"
+}
+
+// describe is a decision as an Event message: "understory.io/batch-cpu 8000 -> 6000
+// (target 6000 of 12000 published)".
+func describe(d qos.QueueQuota, cur, published map[string]int64) string {
+	var parts []string
+	for _, r := range append(slices.Clone(d.Fell), d.Rose...) {
+		parts = append(parts, fmt.Sprintf("%s %d -> %d (target %d of %d published)", r, cur[r], d.Quota[r], d.Target[r], published[r]))
+	}
+	return strings.Join(parts, "; ")
+}
