@@ -1,0 +1,379 @@
+package clusterbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/understory/understory/contract"
+)
+
+// podState is what the tracker knows of one batch pod.
+type podState struct {
+	submitted, bound, running, done time.Time
+	node                            int
+	counted                         bool // its requests are in used[node]
+	cpu, mem, gpu                   int64
+}
+
+// tracker follows the batch pods: when each was submitted, bound and completed, and
+// what the pods bound to each node hold (used, read by the agent stand-in).
+type tracker struct {
+	client  kubernetes.Interface
+	index   map[string]int
+	used    []usage
+	mu      sync.Mutex
+	pods    map[string]*podState
+	deletes chan string
+}
+
+func newTracker(c kubernetes.Interface, nodes []benchNode, used []usage) *tracker {
+	t := &tracker{client: c, index: map[string]int{}, used: used, pods: map[string]*podState{},
+		deletes: make(chan string, 1<<16)}
+	for i, n := range nodes {
+		t.index[n.name] = i
+	}
+	return t
+}
+
+func (t *tracker) submitted(name string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.pods[name]; p != nil {
+		if p.submitted.IsZero() {
+			p.submitted = at
+		}
+		return
+	}
+	t.pods[name] = &podState{submitted: at, node: -1}
+}
+
+// run watches the batch namespace until ctx ends and deletes completed pods (with
+// 4 workers), so the API server's pod count stays what is live.
+func (t *tracker) run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(t.client, 0, informers.WithNamespace(nsBatch))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { t.observe(o) },
+		UpdateFunc: func(_, o any) { t.observe(o) },
+	}); err != nil {
+		return fmt.Errorf("pod handler: %w", err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("pod informer: %w", ctx.Err())
+	}
+	zero := int64(0)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case name := <-t.deletes:
+					_ = t.client.CoreV1().Pods(nsBatch).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+func (t *tracker) observe(o any) {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[pod.Name]
+	if p == nil {
+		p = &podState{node: -1}
+		t.pods[pod.Name] = p
+	}
+	if pod.Spec.NodeName != "" && p.bound.IsZero() {
+		p.bound = now
+		if i, ok := t.index[pod.Spec.NodeName]; ok {
+			p.node = i
+			req := pod.Spec.Containers[0].Resources.Requests
+			p.cpu = quantity(req, contract.ResourceBatchCPU)
+			p.mem = quantity(req, contract.ResourceBatchMemory)
+			p.gpu = quantity(req, contract.ResourceGPU)*contract.MilliPerGPU + quantity(req, contract.ResourceGPUMilli)
+			u := &t.used[i]
+			u.cpuMilli.Add(p.cpu)
+			u.memBytes.Add(p.mem)
+			u.gpuMilli.Add(p.gpu)
+			p.counted = true
+		}
+	}
+	if pod.Status.Phase == corev1.PodRunning && p.running.IsZero() {
+		p.running = now
+	}
+	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && p.done.IsZero() {
+		p.done = now
+		if p.counted {
+			u := &t.used[p.node]
+			u.cpuMilli.Add(-p.cpu)
+			u.memBytes.Add(-p.mem)
+			u.gpuMilli.Add(-p.gpu)
+			p.counted = false
+		}
+		select {
+		case t.deletes <- pod.Name:
+		default:
+		}
+	}
+}
+
+func quantity(l corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := l[name]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// podStats are the batch pods' figures over the window [from, to].
+type podStats struct {
+	// Submitted: pods created in the window; Bound, Running, Completed: pods bound,
+	// seen Running, Succeeded in the window, whenever submitted; StillPending: pods
+	// submitted before to and not bound by then.
+	Submitted, Bound, Running, Completed, StillPending int
+	// QueueP50 and QueueP99: seconds from submission to bind of the pods bound in
+	// the window.
+	QueueP50, QueueP99 float64
+	// BindToRunP50 is kwok's lag from bind to Running, seconds.
+	BindToRunP50    float64
+	PeakBindsPer10s int
+}
+
+func (t *tracker) stats(from, to time.Time) podStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var s podStats
+	var waits, lags []float64
+	bins := map[int64]int{}
+	in := func(at time.Time) bool { return !at.IsZero() && !at.Before(from) && !at.After(to) }
+	for _, p := range t.pods {
+		if p.submitted.IsZero() {
+			continue
+		}
+		if in(p.submitted) {
+			s.Submitted++
+		}
+		if !p.submitted.After(to) && (p.bound.IsZero() || p.bound.After(to)) {
+			s.StillPending++
+		}
+		if in(p.bound) {
+			s.Bound++
+			waits = append(waits, p.bound.Sub(p.submitted).Seconds())
+			bins[p.bound.Sub(from).Milliseconds()/10000]++
+		}
+		if in(p.running) && !p.bound.IsZero() {
+			s.Running++
+			lags = append(lags, p.running.Sub(p.bound).Seconds())
+		}
+		if in(p.done) {
+			s.Completed++
+		}
+	}
+	s.QueueP50, s.QueueP99 = quantile(waits, 0.5), quantile(waits, 0.99)
+	s.BindToRunP50 = quantile(lags, 0.5)
+	for _, v := range bins {
+		s.PeakBindsPer10s = max(s.PeakBindsPer10s, v)
+	}
+	return s
+}
+
+// quantile is the q-quantile of v (nearest rank); 0 for none.
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	i := int(math.Ceil(q*float64(len(v)))) - 1
+	return v[min(max(i, 0), len(v)-1)]
+}
+
+// scrape reads a Prometheus text endpoint.
+func scrape(ctx context.Context, get func(ctx context.Context) (io.ReadCloser, error)) (map[string]*dto.MetricFamily, error) {
+	rc, err := get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rc)
+	if err != nil {
+		return nil, fmt.Errorf("parsing metrics: %w", err)
+	}
+	return fams, nil
+}
+
+func httpGetter(url string) func(ctx context.Context) (io.ReadCloser, error) {
+	return func(ctx context.Context) (io.ReadCloser, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, fmt.Errorf("metrics request: %w", err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("scraping %s: %w", url, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("scraping %s: %s: %w", url, resp.Status, errScrape)
+		}
+		return resp.Body, nil
+	}
+}
+
+// RequestRate is the API server's request rate of one verb on one resource.
+type RequestRate struct {
+	Verb        string  `json:"verb"`
+	Resource    string  `json:"resource"`
+	Subresource string  `json:"subresource,omitempty"`
+	PerSec      float64 `json:"per_sec"`
+}
+
+// requestRates diffs apiserver_request_total between two scrapes, per verb,
+// resource and subresource (codes and scopes summed), over secs; highest first.
+func requestRates(before, after map[string]*dto.MetricFamily, secs float64) []RequestRate {
+	sum := func(fams map[string]*dto.MetricFamily) map[[3]string]float64 {
+		out := map[[3]string]float64{}
+		f := fams["apiserver_request_total"]
+		if f == nil {
+			return out
+		}
+		for _, m := range f.GetMetric() {
+			var k [3]string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "verb":
+					k[0] = l.GetValue()
+				case "resource":
+					k[1] = l.GetValue()
+				case "subresource":
+					k[2] = l.GetValue()
+				}
+			}
+			out[k] += m.GetCounter().GetValue()
+		}
+		return out
+	}
+	b, a := sum(before), sum(after)
+	var out []RequestRate
+	for k, v := range a {
+		if d := v - b[k]; d > 0 && k[1] != "" {
+			out = append(out, RequestRate{Verb: k[0], Resource: k[1], Subresource: k[2], PerSec: d / secs})
+		}
+	}
+	slices.SortFunc(out, func(x, y RequestRate) int {
+		if c := -cmpFloat(x.PerSec, y.PerSec); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Verb+x.Resource+x.Subresource, y.Verb+y.Resource+y.Subresource)
+	})
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// histogramQuantile is Prometheus' histogram_quantile over the difference of the
+// histogram samples labelled verb=<verb> between two scrapes: linear interpolation
+// within the bucket; the largest finite bound when q falls in +Inf. It returns the
+// count too; NaN without observations.
+func histogramQuantile(before, after map[string]*dto.MetricFamily, name, verb string, q float64) (float64, uint64) {
+	buckets := func(fams map[string]*dto.MetricFamily) (map[float64]uint64, uint64) {
+		out := map[float64]uint64{}
+		var n uint64
+		f := fams[name]
+		if f == nil {
+			return out, 0
+		}
+		for _, m := range f.GetMetric() {
+			match := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "verb" && l.GetValue() == verb {
+					match = true
+				}
+			}
+			if !match || m.GetHistogram() == nil {
+				continue
+			}
+			for _, b := range m.GetHistogram().GetBucket() {
+				out[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+			n += m.GetHistogram().GetSampleCount()
+		}
+		return out, n
+	}
+	b, nb := buckets(before)
+	a, na := buckets(after)
+	n := na - nb
+	if n == 0 {
+		return math.NaN(), 0
+	}
+	var bounds []float64
+	for ub := range a {
+		bounds = append(bounds, ub)
+	}
+	slices.Sort(bounds)
+	rank := q * float64(n)
+	prevUB, prevC := 0.0, 0.0
+	for _, ub := range bounds {
+		c := float64(a[ub] - b[ub])
+		if c >= rank {
+			if math.IsInf(ub, 1) {
+				return prevUB, n
+			}
+			if c == prevC {
+				return ub, n
+			}
+			return prevUB + (ub-prevUB)*(rank-prevC)/(c-prevC), n
+		}
+		prevUB, prevC = ub, c
+	}
+	return prevUB, n
+}
+
+// counterValue sums the counter or gauge family name.
+func counterValue(fams map[string]*dto.MetricFamily, name string) float64 {
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+	s := 0.0
+	for _, m := range f.GetMetric() {
+		s += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return s
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
