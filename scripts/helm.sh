@@ -23,23 +23,10 @@ set -euo pipefail
 
 HELM_VERSION=v3.22.0
 
-cache_root=${UNDERSTORY_CACHE:-$HOME/.cache/understory}
-work=$cache_root/helm-$HELM_VERSION
-bin=${UNDERSTORY_HELM_BIN:-$work/bin}
-
-usage() {
-	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-}
-
-while [ $# -gt 0 ]; do
-	case $1 in
-	--print-bin-dir) echo "$bin"; exit 0 ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "helm.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
-	esac
-done
-
-log() { echo "helm.sh: $*" >&2; }
+# shellcheck source=lib/gotool.sh
+. "$(dirname "$0")/lib/gotool.sh"
+gotool_init helm "$HELM_VERSION" "${UNDERSTORY_HELM_BIN:-}"
+gotool_args "$@"
 
 # ldflags: helm's own release flags. Besides its version, the Kubernetes version
 # `helm template` and `helm lint` assume (Capabilities.KubeVersion; without it v1.20,
@@ -49,7 +36,7 @@ ldflags() {
 	local gomod kv
 	gomod=$(cd / && GOFLAGS=-buildvcs=false go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | jq -r .GoMod)
 	kv=$(awk '$1 == "k8s.io/client-go" { print $2 }' "$gomod")
-	[ -n "$kv" ] || { log "no k8s.io/client-go in $gomod"; return 1; }
+	[ -n "$kv" ] || { gotool_log "no k8s.io/client-go in $gomod"; return 1; }
 	kv=${kv#v}
 	local major=$((${kv%%.*} + 1)) minor
 	minor=$(echo "$kv" | cut -d. -f2)
@@ -78,31 +65,19 @@ build() {
 	local flags
 	flags=$(ldflags) || return 1
 	if up_to_date "$flags"; then
-		log "up to date in $bin (helm $HELM_VERSION)"
+		gotool_log "up to date in $bin (helm $HELM_VERSION)"
 		return 0
 	fi
-	log "building helm $HELM_VERSION into $bin (cold: ~15 min on 2 busy cores)"
+	gotool_log "building helm $HELM_VERSION into $bin (cold: ~15 min on 2 busy cores)"
 	mkdir -p "$bin"
-	# Build into a temp dir then rename, so a killed build never leaves a
-	# truncated binary that looks installed.
 	local tmp start=$SECONDS
 	tmp=$(mktemp -d "$work/build.XXXXXX")
-	# Run outside any module (the repo's go.mod must not take part).
-	(cd / && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$tmp" nice -n 10 \
-		go install -trimpath -ldflags "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") ||
-		{ rm -rf "$tmp"; return 1; }
+	gotool_install "$tmp" "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" || { rm -rf "$tmp"; return 1; }
 	mv -f "$tmp/helm" "$bin/helm"
 	echo "$flags" >"$bin/.ldflags"
 	rm -rf "$tmp"
-	log "built helm in $((SECONDS - start))s"
-	up_to_date "$flags" || { log "$bin/helm does not report $HELM_VERSION"; return 1; }
+	gotool_log "built helm in $((SECONDS - start))s"
+	up_to_date "$flags" || { gotool_log "$bin/helm does not report $HELM_VERSION"; return 1; }
 }
 
-mkdir -p "$work"
-exec 9>"$work/.lock"
-if ! flock -n 9; then
-	log "waiting for another build (lock $work/.lock)"
-	flock 9
-fi
-build
-echo "$bin"
+gotool_locked build

@@ -22,7 +22,7 @@
 #   UNDERSTORY_KUEUE_BIN  bin dir to fill (default $UNDERSTORY_CACHE/kueue-v0.17.0/bin)
 #
 # Needs go and jq. Kueue v0.17.0's go.mod asks for go 1.25 and k8s.io/* v0.35 (the
-# client side only: it runs against the v1.34.4 API server of the tests). Concurrency:
+# client side only: it runs against the v1.37.2 API server of the tests). Concurrency:
 # the build holds an flock on the cache directory, so parallel test binaries (or CI
 # jobs) wait for one build instead of racing.
 #
@@ -34,23 +34,10 @@ set -euo pipefail
 KUEUE_VERSION=v0.17.0
 KUEUE_MODULE=sigs.k8s.io/kueue
 
-cache_root=${UNDERSTORY_CACHE:-$HOME/.cache/understory}
-work=$cache_root/kueue-$KUEUE_VERSION
-bin=${UNDERSTORY_KUEUE_BIN:-$work/bin}
-
-usage() {
-	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-}
-
-while [ $# -gt 0 ]; do
-	case $1 in
-	--print-bin-dir) echo "$bin"; exit 0 ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "kueue.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
-	esac
-done
-
-log() { echo "kueue.sh: $*" >&2; }
+# shellcheck source=lib/gotool.sh
+. "$(dirname "$0")/lib/gotool.sh"
+gotool_init kueue "$KUEUE_VERSION" "${UNDERSTORY_KUEUE_BIN:-}"
+gotool_args "$@"
 
 # module_json: `go mod download -json` of the module, run outside any module
 # (the repo's go.mod must not take part).
@@ -77,46 +64,34 @@ concat_crds() {
 		cat "$f" >>"$out"
 		n=$((n + 1))
 	done
-	[ "$n" -gt 0 ] || { log "no CRDs in $dir"; return 1; }
-	log "$n CRDs from $dir"
+	[ "$n" -gt 0 ] || { gotool_log "no CRDs in $dir"; return 1; }
+	gotool_log "$n CRDs from $dir"
 }
 
 build() {
 	local js dir sum stamp
-	js=$(module_json) || { log "go mod download $KUEUE_MODULE@$KUEUE_VERSION failed"; return 1; }
+	js=$(module_json) || { gotool_log "go mod download $KUEUE_MODULE@$KUEUE_VERSION failed"; return 1; }
 	dir=$(jq -r .Dir <<<"$js")
 	sum=$(jq -r .Sum <<<"$js")
-	[ -d "$dir" ] || { log "module dir $dir missing"; return 1; }
+	[ -d "$dir" ] || { gotool_log "module dir $dir missing"; return 1; }
 	stamp="$KUEUE_VERSION $sum"
 	if up_to_date "$stamp"; then
-		log "up to date in $bin (kueue $KUEUE_VERSION)"
+		gotool_log "up to date in $bin (kueue $KUEUE_VERSION)"
 		return 0
 	fi
-	log "building kueue $KUEUE_VERSION into $bin (cold: ~11 min of CPU, up to ~20 min on 2 busy cores)"
+	gotool_log "building kueue $KUEUE_VERSION into $bin (cold: ~11 min of CPU, up to ~20 min on 2 busy cores)"
 	mkdir -p "$bin"
-	# Build into a temp dir then rename, so a killed build never leaves a
-	# truncated binary that looks installed.
 	local tmp start=$SECONDS
 	tmp=$(mktemp -d "$work/build.XXXXXX")
-	(cd / && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$tmp" nice -n 10 \
-		go install -trimpath \
-		-ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
-		"$KUEUE_MODULE/cmd/kueue@$KUEUE_VERSION") ||
-		{ rm -rf "$tmp"; return 1; }
+	gotool_install "$tmp" "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+		"$KUEUE_MODULE/cmd/kueue@$KUEUE_VERSION" || { rm -rf "$tmp"; return 1; }
 	concat_crds "$dir/config/components/crd/bases" "$tmp/crds.yaml" || { rm -rf "$tmp"; return 1; }
 	mv -f "$tmp/kueue" "$bin/kueue"
 	mv -f "$tmp/crds.yaml" "$bin/crds.yaml"
 	echo "$stamp" >"$bin/.stamp"
 	rm -rf "$tmp"
-	log "built kueue in $((SECONDS - start))s"
-	up_to_date "$stamp" || { log "$bin is incomplete after the build"; return 1; }
+	gotool_log "built kueue in $((SECONDS - start))s"
+	up_to_date "$stamp" || { gotool_log "$bin is incomplete after the build"; return 1; }
 }
 
-mkdir -p "$work"
-exec 9>"$work/.lock"
-if ! flock -n 9; then
-	log "waiting for another build (lock $work/.lock)"
-	flock 9
-fi
-build
-echo "$bin"
+gotool_locked build

@@ -24,23 +24,10 @@ set -euo pipefail
 
 KWOK_VERSION=v0.7.0
 
-cache_root=${UNDERSTORY_CACHE:-$HOME/.cache/understory}
-work=$cache_root/kwok-$KWOK_VERSION
-bin=${UNDERSTORY_KWOK_BIN:-$work/bin}
-
-usage() {
-	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-}
-
-while [ $# -gt 0 ]; do
-	case $1 in
-	--print-bin-dir) echo "$bin"; exit 0 ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "kwok.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
-	esac
-done
-
-log() { echo "kwok.sh: $*" >&2; }
+# shellcheck source=lib/gotool.sh
+. "$(dirname "$0")/lib/gotool.sh"
+gotool_init kwok "$KWOK_VERSION" "${UNDERSTORY_KWOK_BIN:-}"
+gotool_args "$@"
 
 # The version kwok reports (its release flags; without them it says "unknown").
 flags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
@@ -58,31 +45,19 @@ up_to_date() {
 
 build() {
 	if up_to_date; then
-		log "up to date in $bin (kwok $KWOK_VERSION)"
+		gotool_log "up to date in $bin (kwok $KWOK_VERSION)"
 		return 0
 	fi
-	log "building kwok $KWOK_VERSION into $bin (cold: ~12 min on 2 busy cores)"
+	gotool_log "building kwok $KWOK_VERSION into $bin (cold: ~12 min on 2 busy cores)"
 	mkdir -p "$bin"
-	# Build into a temp dir then rename, so a killed build never leaves a
-	# truncated binary that looks installed.
 	local tmp start=$SECONDS
 	tmp=$(mktemp -d "$work/build.XXXXXX")
-	# Run outside any module (the repo's go.mod must not take part).
-	(cd / && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$tmp" nice -n 10 \
-		go install -trimpath -ldflags "$flags" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") ||
-		{ rm -rf "$tmp"; return 1; }
+	gotool_install "$tmp" "$flags" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" || { rm -rf "$tmp"; return 1; }
 	mv -f "$tmp/kwok" "$bin/kwok"
 	echo "$flags" >"$bin/.ldflags"
 	rm -rf "$tmp"
-	log "built kwok in $((SECONDS - start))s"
-	up_to_date || { log "$bin/kwok does not report $KWOK_VERSION"; return 1; }
+	gotool_log "built kwok in $((SECONDS - start))s"
+	up_to_date || { gotool_log "$bin/kwok does not report $KWOK_VERSION"; return 1; }
 }
 
-mkdir -p "$work"
-exec 9>"$work/.lock"
-if ! flock -n 9; then
-	log "waiting for another build (lock $work/.lock)"
-	flock 9
-fi
-build
-echo "$bin"
+gotool_locked build

@@ -7,7 +7,9 @@
 //     more than skip-or-fail (build what is missing, say).
 //   - A test waits for the state it checks, never a fixed sleep followed by an
 //     assert: WaitFor polls a condition until a deadline and fails with what it
-//     waited for.
+//     waited for; Poll reports instead of failing, PollEvery at a chosen interval
+//     (a condition that reads the API server); Hold checks a "nothing happens"
+//     window.
 //   - The pure layers (qos, the placement core, the wire contract) import only what
 //     their tests allow and read no clock: CheckPure.
 //

@@ -40,7 +40,12 @@ func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 // Poll is WaitFor without the test: it reports whether cond held within timeout, for a
 // caller that fails with its own message (the last value it saw, say).
 func Poll(timeout time.Duration, cond func() bool) bool {
-	interval := min(max(timeout/100, time.Millisecond), 10*time.Millisecond)
+	return PollEvery(timeout, min(max(timeout/100, time.Millisecond), 10*time.Millisecond), cond)
+}
+
+// PollEvery is Poll checking every interval: for a cond that costs something each
+// time (it reads the API server, say).
+func PollEvery(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

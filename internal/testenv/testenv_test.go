@@ -122,3 +122,19 @@ func TestHold(t *testing.T) {
 		})
 	}
 }
+
+// TestPollEvery: cond is checked at once and then every interval, not more often.
+func TestPollEvery(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	if PollEvery(100*time.Millisecond, 40*time.Millisecond, func() bool { calls.Add(1); return false }) {
+		t.Fatal("PollEvery of a cond that never holds reported true")
+	}
+	// At 0, 40, 80 and (past the deadline) 120 ms: 4 calls, far below Poll's 10 ms rate.
+	if n := calls.Load(); n < 2 || n > 5 {
+		t.Fatalf("cond called %d times in 100 ms at a 40 ms interval", n)
+	}
+	if !PollEvery(time.Second, time.Hour, func() bool { return true }) {
+		t.Fatal("PollEvery of a cond that holds at once reported false")
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,19 +154,7 @@ func (lr *leaderRoute) set(es *discoveryv1.EndpointSlice) {
 // 1000) by the pods bound at any moment, as the API shows them, and the last
 // leader's index agrees with the pods' devices annotations.
 func TestExtenderFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real control plane; skipped in -short mode")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	bin := filepath.Join(t.TempDir(), "scheduler-extender")
-	built := make(chan error, 1)
-	go func() { built <- buildExtender(ctx, bin) }()
-	cp := controlplane.Start(ctx, t, controlplane.Options{})
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 5*time.Minute)
 	ip := hostIP(t)
 	// b catches up through the barrier on its pod, a by listing the bound
 	// pods: the failovers alternate between the two ways.

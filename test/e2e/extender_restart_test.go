@@ -48,6 +48,27 @@ type extenderProcess struct {
 }
 
 // buildExtender builds cmd/scheduler-extender into out.
+// controlPlaneAndExtenderBinary starts a control plane (startControlPlane: a
+// parallel test, skipped in -short mode) while cmd/scheduler-extender builds, and
+// returns the test's context, the control plane and the binary.
+func controlPlaneAndExtenderBinary(t *testing.T, timeout time.Duration) (context.Context,
+	*controlplane.ControlPlane, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real control plane; skipped in -short mode")
+	}
+	bin := filepath.Join(t.TempDir(), "scheduler-extender")
+	built := make(chan error, 1)
+	bctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	go func() { built <- buildExtender(bctx, bin) }()
+	ctx, cp := startControlPlane(t, timeout)
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cp, bin
+}
+
 func buildExtender(ctx context.Context, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/scheduler-extender")
 	cmd.Dir = "../.."
@@ -295,19 +316,7 @@ func (w *deviceWatch) result() (int, []string) {
 //     the restarted extender resumes the recorded plan and binds the gang
 //     whole on the recorded nodes.
 func TestExtenderRestarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real control plane; skipped in -short mode")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	t.Cleanup(cancel)
-	bin := filepath.Join(t.TempDir(), "scheduler-extender")
-	built := make(chan error, 1)
-	go func() { built <- buildExtender(ctx, bin) }()
-	cp := controlplane.Start(ctx, t, controlplane.Options{})
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 6*time.Minute)
 	ext := newExtenderProcess(t, bin, cp.Kubeconfig())
 	ext.start(t, ctx)
 	manifest, err := extenderharness.ReadManifest()

@@ -307,16 +307,13 @@ func createJobs(t *testing.T, kc *kueueCluster, jobs ...*batchv1.Job) {
 // fails t after timeout with what and the last state cond described.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, state)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var state string
+	if !testenv.PollEvery(timeout, 200*time.Millisecond, func() bool {
+		ok, s := cond()
+		state = s
+		return ok
+	}) {
+		t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, state)
 	}
 }
 
