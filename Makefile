@@ -73,8 +73,8 @@ kueue-bin:
 	scripts/kueue.sh
 
 # The cluster benchmark (issue 23, docs/cluster-bench.md): kwok nodes, the real control
-# plane, scheduler and extender, the agents' own qos code for every node; a 20-node smoke
-# check first. Writes bench/out/cluster.json and docs/img/cluster-bench.png.
+# plane, scheduler, extender and admission webhook, the agents' own qos code for every
+# node; a 20-node smoke check first. Writes bench/out/cluster.json and docs/img/cluster-bench.png.
 CLUSTER_SIZES ?= 500,1000,2000,5000
 bench-cluster: k8s-bins
 	scripts/kwok.sh >/dev/null

@@ -45,7 +45,9 @@ type Component struct {
 // is the cgo build, for NVML; it dlopens libnvidia-ml.so.1 at run time and runs
 // with GPU features off where the library is missing, so one image, carrying glibc,
 // serves CPU-only and GPU nodes alike. koordlet-nogpu is the pure-Go agent, static
-// like the extender and the webhook, for clusters that want no libc in the image.
+// like the extender, the webhook and the Kueue quota follower, for clusters that
+// want no libc in the image. kueue-quota is deployed only with
+// manifests/components/kueue.
 func Components() []Component {
 	return []Component{
 		{
@@ -67,6 +69,11 @@ func Components() []Component {
 			Name: "admission", Repo: "understory/admission", Binary: "admission",
 			Package: "./cmd/admission", CGO: false, User: NonRootUser,
 			Description: "Understory admission webhook",
+		},
+		{
+			Name: "kueue-quota", Repo: "understory/kueue-quota", Binary: "kueue-quota",
+			Package: "./cmd/kueue-quota", CGO: false, User: NonRootUser,
+			Description: "Understory Kueue quota follower (ClusterQueue quotas follow published batch capacity)",
 		},
 	}
 }

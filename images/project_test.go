@@ -44,7 +44,7 @@ func TestComponents(t *testing.T) {
 	}
 	// The names the manifests use, and who runs as root: only the agent.
 	for name, user := range map[string]string{"koordlet": RootUser, "scheduler-extender": NonRootUser,
-		"admission": NonRootUser} {
+		"admission": NonRootUser, "kueue-quota": NonRootUser} {
 		if c, ok := ComponentNamed(name); !ok || c.User != user {
 			t.Errorf("component %s = %+v, %v; want user %s", name, c, ok, user)
 		}

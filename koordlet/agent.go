@@ -191,7 +191,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		gpuAlloc:   deps.GPUAlloc,
 	}
 	if deps.Publisher != nil {
-		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration,
+		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, cfg.NodeMetricsReport,
 			func() (contract.MemoryMetrics, error) { return a.sampler.memory(a.sorted) },
 			func() *contract.BatchResources { return writtenBatch(a.batchSink) })
 	}

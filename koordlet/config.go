@@ -63,8 +63,12 @@ type Config struct {
 	StaticPodDir string `json:"staticPodDir,omitempty"`
 	// ListenAddress serves /metrics, /healthz and /status.
 	ListenAddress string `json:"listenAddress,omitempty"`
-	// NodeMetricsPeriod is how often the node-metrics annotation is patched (Kubernetes mode).
+	// NodeMetricsPeriod is the node-metrics window (Kubernetes mode): the agent averages
+	// over it and decides at its end whether to patch the node-metrics annotation.
 	NodeMetricsPeriod metav1.Duration `json:"nodeMetricsPeriod,omitempty"`
+	// NodeMetricsReport says when a window's node metrics are written: on a material
+	// change, else every maxInterval (qos.ReportPolicy).
+	NodeMetricsReport qos.ReportPolicy `json:"nodeMetricsReport"`
 	// ShutdownBudgetCPU is the batch budget (cores) left in place on graceful shutdown.
 	ShutdownBudgetCPU *float64 `json:"shutdownBudgetCPU,omitempty"`
 	// Policy is the batch CPU budget policy.
@@ -129,6 +133,7 @@ func DefaultConfig() Config {
 		MinPodCPU:         DefaultMinPodCPU,
 		ListenAddress:     DefaultListenAddress,
 		NodeMetricsPeriod: metav1.Duration{Duration: DefaultNodeMetricsPeriod},
+		NodeMetricsReport: qos.DefaultReportPolicy(),
 		Policy:            qos.DefaultPolicy(),
 		BatchResources:    qos.DefaultReclaimConfig(),
 		Escalation:        qos.DefaultEscalationConfig(),
@@ -219,6 +224,13 @@ func (c Config) Validate() error {
 	}
 	if p := c.NodeMetricsPeriod.Duration; p < time.Second || p > 10*time.Minute {
 		return bad("nodeMetricsPeriod", "%v must be within [1s, 10m]", p)
+	}
+	if err := c.NodeMetricsReport.Validate(); err != nil {
+		return fmt.Errorf("nodeMetricsReport.%w", err)
+	}
+	if c.NodeMetricsReport.MaxInterval.Duration < c.NodeMetricsPeriod.Duration {
+		return bad("nodeMetricsReport.maxInterval", "%v must be at least nodeMetricsPeriod (%v)",
+			c.NodeMetricsReport.MaxInterval.Duration, c.NodeMetricsPeriod.Duration)
 	}
 	if s := c.ShutdownBudgetCPU; s != nil && (math.IsNaN(*s) || *s < 0) {
 		return bad("shutdownBudgetCPU", "%v must be ≥ 0 cores", *s)

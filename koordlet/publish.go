@@ -18,12 +18,14 @@ type nodeMetricsPublisher interface {
 	Publish(ctx context.Context, m contract.NodeMetrics) error
 }
 
-// publisher averages the per-period figures over the publishing window and hands the
-// result to the sink once per window, in its own goroutine so a slow API server never
-// delays the control loop.
+// publisher averages the per-period figures over the publishing window and, at the end
+// of each window, hands the result to the sink when the report policy says it is due (a
+// material change, a failed last write, or the heartbeat), in its own goroutine so a
+// slow API server never delays the control loop.
 type publisher struct {
 	sink    nodeMetricsPublisher
 	window  time.Duration
+	policy  qos.ReportPolicy
 	memory  func() (contract.MemoryMetrics, error)
 	written func() *contract.BatchResources
 	// gpu returns the GPU section (nil without GPU features); called off the control
@@ -35,11 +37,18 @@ type publisher struct {
 	node, ls, batch, budget, cpus float64
 	busy                          chan struct{}
 	inflight                      sync.WaitGroup
+	// last is the document the Node holds (the last successful write; nil before
+	// it) and lastFailed whether the attempt after it failed. Only the publishing
+	// goroutine touches them: busy lets one run at a time, and its receive at the
+	// end of one happens before the send that starts the next.
+	last       *contract.NodeMetrics
+	lastFailed bool
 }
 
-func newPublisher(sink nodeMetricsPublisher, window time.Duration, memory func() (contract.MemoryMetrics, error),
-	written func() *contract.BatchResources) *publisher {
-	return &publisher{sink: sink, window: window, memory: memory, written: written, busy: make(chan struct{}, 1)}
+func newPublisher(sink nodeMetricsPublisher, window time.Duration, policy qos.ReportPolicy,
+	memory func() (contract.MemoryMetrics, error), written func() *contract.BatchResources) *publisher {
+	return &publisher{sink: sink, window: window, policy: policy, memory: memory, written: written,
+		busy: make(chan struct{}, 1)}
 }
 
 func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budget, log *slog.Logger, m *metrics.Agent) {
@@ -92,10 +101,18 @@ func (p *publisher) add(ctx context.Context, now time.Time, u Usage, b qos.Budge
 				nm.Version, nm.GPU = contract.NodeMetricsVersion2, g
 			}
 		}
-		if err := p.sink.Publish(ctx, nm); err != nil {
-			m.Errors.WithLabelValues(metrics.ErrKindNodePatch).Inc()
-			log.Error("publishing node metrics", "err", err)
+		reason := p.policy.Due(p.last, p.lastFailed, nm)
+		if reason == "" {
+			return
 		}
+		if err := p.sink.Publish(ctx, nm); err != nil {
+			p.lastFailed = true
+			m.Errors.WithLabelValues(metrics.ErrKindNodePatch).Inc()
+			log.Error("publishing node metrics", "reason", reason, "err", err)
+			return
+		}
+		p.last, p.lastFailed = &nm, false
+		m.NodeMetricsWrites.WithLabelValues(string(reason)).Inc()
 	})
 }
 

@@ -31,11 +31,22 @@
 //     puts it back in its queue (condition Requeued, reason Reactivated) and admits
 //     it again when quota allows.
 //
+// Replicas (Follower.RunElected, LeaderConfig): every replica runs the Node
+// informer (Synced, the readiness probe, is the same on all), but only the one
+// holding the coordination.k8s.io Lease (default understory-kueue-quota; lease
+// 15 s, renew deadline 10 s, retry 2 s) runs passes. Cancelling the context
+// releases a held Lease, so a standby takes over within RetryPeriod; a leader
+// that cannot renew within RenewDeadline stops its passes and RunElected returns
+// ErrLeadershipLost: cmd/kueue-quota then exits 1 and kubelet restarts it as a
+// standby. Follower.Run is the single-replica mode, without a Lease.
+//
 // Metrics (client_golang, Registerer of New): understory_kueue_quota_published,
 // understory_kueue_quota_nominal, understory_kueue_quota_target,
 // understory_kueue_quota_updates_total, understory_kueue_quota_evictions_total,
 // understory_kueue_quota_requeues_total, understory_kueue_quota_errors_total,
-// understory_kueue_quota_last_pass_timestamp_seconds.
+// understory_kueue_quota_last_pass_timestamp_seconds, understory_kueue_quota_leader
+// (1 while this replica runs passes; a standby has run none, so its pass metrics
+// are empty or 0: read the leader's).
 //
 // Traps:
 //   - The follower owns the nominalQuota of the resources it follows: a client-side
@@ -52,4 +63,9 @@
 //   - A pass that fails part-way (a conflict, an API error) counts an error and is
 //     retried whole on the next pass; decisions depend only on what is read then.
 //   - Only the storage version kueue.x-k8s.io/v1beta2 is used.
+//   - Leader election bounds, it does not exclude, overlap: a leader cut off from
+//     the API server keeps passing until RenewDeadline (10 s) while a standby may
+//     take the Lease only after LeaseDuration (15 s) from its last renewal; a pass
+//     already sent when the Lease is lost can still land. Each pass decides from
+//     what it reads, so a late pass of the old leader is corrected by the next.
 package kueuequota

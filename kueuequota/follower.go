@@ -121,9 +121,11 @@ type eventRecorder interface {
 
 var _ eventRecorder = record.EventRecorder(nil)
 
-// Follower is the quota follower. Create it with New, then Run.
+// Follower is the quota follower. Create it with New, then call Run (one replica)
+// or RunElected (replicas electing a leader), once.
 type Follower struct {
 	cfg     Config
+	client  kubernetes.Interface
 	dyn     dynamic.Interface
 	factory informers.SharedInformerFactory
 	nodes   listerscorev1.NodeLister
@@ -151,18 +153,27 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, cfg Config, reg pro
 	factory := informers.NewSharedInformerFactory(client, 0)
 	inf := factory.Core().V1().Nodes()
 	f := &Follower{
-		cfg: cfg, dyn: dyn, factory: factory, nodes: inf.Lister(), synced: inf.Informer().HasSynced,
+		cfg: cfg, client: client, dyn: dyn, factory: factory, nodes: inf.Lister(), synced: inf.Informer().HasSynced,
 		events: events, log: log, m: m, now: time.Now,
 	}
 	return f, nil
 }
 
 // Run starts the Node informer, waits for it, and runs a pass every Interval
-// until ctx ends. A failed pass is logged and counted; Run returns only when ctx
-// ends (nil) or the informer never syncs.
+// until ctx ends: one replica, no leader election (RunElected is Run among
+// replicas). A failed pass is logged and counted; Run returns only when ctx ends
+// (nil) or the informer never syncs.
 func (f *Follower) Run(ctx context.Context) error {
 	f.factory.Start(ctx.Done())
 	defer f.factory.Shutdown()
+	f.m.leader.Set(1)
+	defer f.m.leader.Set(0)
+	return f.passes(ctx)
+}
+
+// passes waits for the Node informer (started by the caller) and runs a pass
+// every Interval until ctx ends.
+func (f *Follower) passes(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced) {
 		if ctx.Err() != nil {
 			return nil

@@ -15,6 +15,7 @@ type metrics struct {
 	requeues  prometheus.Counter
 	errors    prometheus.Counter
 	lastPass  prometheus.Gauge
+	leader    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,11 +52,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "understory_kueue_quota_last_pass_timestamp_seconds",
 			Help: "Unix time of the last pass.",
 		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "understory_kueue_quota_leader",
+			Help: "1 while this replica runs passes (it holds the leader Lease, or runs without leader election), else 0.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.nominal, m.target, m.updates, m.evictions, m.requeues, m.errors, m.lastPass} {
+	for _, c := range []prometheus.Collector{m.published, m.nominal, m.target, m.updates, m.evictions, m.requeues, m.errors, m.lastPass, m.leader} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering kueue quota metrics: %w", err)
 		}

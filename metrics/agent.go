@@ -81,6 +81,9 @@ type Agent struct {
 	TierMemoryLimit prometheus.Gauge
 	// NodeStatusWrites counts successful writes of the batch resources to the Node.
 	NodeStatusWrites prometheus.Counter
+	// NodeMetricsWrites counts successful writes of the node-metrics annotations by
+	// why the window was written (NodeMetricsReasons, the values of qos.ReportReason).
+	NodeMetricsWrites *prometheus.CounterVec
 	// CutReaction observes, per budget cut, by the signal that caused it, how long LS
 	// waited for batch to give way: for a harm signal, from when the signal was seen
 	// (the PSI event, the eBPF map read that saw the delay) to after the cut quota was
@@ -146,6 +149,10 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 			Help: "Memory limit in force on the batch tier (0 while unknown)."}),
 		NodeStatusWrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "node_status_writes_total",
 			Help: "Writes of the batch resources to the Node's status."}),
+		NodeMetricsWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "node_metrics_writes_total",
+			Help: "Writes of the node-metrics annotations to the Node, by why the window was written (first, retry, " +
+				"shape, gpu_alloc, cpu, memory, gpu: a material change; heartbeat: nothing changed for maxInterval)."},
+			[]string{"reason"}),
 		CutReaction: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "batch_cut_reaction_seconds",
 			Help: "Per batch CPU budget cut, by the signal that caused it: time from the harm signal (PSI event, " +
 				"eBPF read) or, for utilisation, from the start of the sample window in which the LS (or system) " +
@@ -168,7 +175,7 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 	for _, c := range []prometheus.Collector{m.NodeCPU, m.NodeCPUs, m.LSCPU, m.BECPU, m.SystemCPU, m.BatchCPU,
 		m.BatchBudget, m.BatchThrottled, m.BatchPeriods, m.CPUPressure, m.Pods, m.Actions, m.Errors,
 		m.LoopDuration, m.LastTick, m.BatchResource, m.Memory, m.TierMemoryLimit, m.NodeStatusWrites,
-		m.CutReaction, m.Cuts, m.HarmSignals, m.SignalSource, m.SignalUnavailable} {
+		m.NodeMetricsWrites, m.CutReaction, m.Cuts, m.HarmSignals, m.SignalSource, m.SignalUnavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -192,5 +199,14 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 	for _, src := range []string{SourceEBPF, SourcePSI, SourceSampling} {
 		m.SignalSource.WithLabelValues(src)
 	}
+	for _, r := range NodeMetricsReasons() {
+		m.NodeMetricsWrites.WithLabelValues(r)
+	}
 	return m, nil
+}
+
+// NodeMetricsReasons are the reason label values of Agent.NodeMetricsWrites: the
+// values of qos.ReportReason (a koordlet test keeps the two lists alike).
+func NodeMetricsReasons() []string {
+	return []string{"first", "retry", "shape", "gpu_alloc", "cpu", "memory", "gpu", "heartbeat"}
 }

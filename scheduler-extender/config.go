@@ -33,6 +33,7 @@ type Config struct {
 	NodeCacheCapable bool
 
 	// MetricsMaxAge: a node-metrics annotation older than this is treated as unknown (Node.Usage = nil).
+	// Agents rewrite an unchanged one every nodeMetricsReport.maxInterval (2 min by default).
 	MetricsMaxAge time.Duration
 	// MetricsMaxSkew: a node-metrics annotation stamped further than this in the
 	// future (a node's clock ahead of ours) is treated as unknown too; otherwise it
@@ -93,7 +94,7 @@ func DefaultConfig() Config {
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
 		NodeCacheCapable:  true,
-		MetricsMaxAge:     2 * time.Minute,
+		MetricsMaxAge:     5 * time.Minute,
 		MetricsMaxSkew:    10 * time.Second,
 		AssumedTTL:        30 * time.Second,
 		GangPlanTTL:       60 * time.Second,

@@ -30,6 +30,8 @@ type agentNode struct {
 	k, sumUsed, sumLS, sumBatch, sumBudget float64
 	published                              *contract.BatchResources
 	metricsOffset                          time.Duration
+	// lastMetrics is the node-metrics document last sent (nil before the first).
+	lastMetrics *contract.NodeMetrics
 }
 
 // usage is what the tracker knows a node's batch pods hold (atomics: the tracker
@@ -73,11 +75,14 @@ type standIn struct {
 	used    []usage
 	tick    time.Duration
 	nmEvery time.Duration
+	report  qos.ReportPolicy
 	sysFrac float64
 	origin  time.Time
 
 	statusPatches, metricsPatches, patchErrors atomic.Int64
-	writes                                     chan func(ctx context.Context) error
+	// metricsByReason counts node-metrics writes by qos.ReportReason.
+	metricsByReason sync.Map // qos.ReportReason -> *atomic.Int64
+	writes          chan func(ctx context.Context) error
 
 	mu     sync.Mutex
 	series []second // one per tick since measureFrom
@@ -86,7 +91,7 @@ type standIn struct {
 
 func newStandIn(c kubernetes.Interface, tr *LSTrace, nodes []benchNode, used []usage, o Options) *standIn {
 	s := &standIn{client: c, trace: tr, used: used, tick: o.AgentTick, nmEvery: o.NodeMetricsPeriod,
-		sysFrac: o.SystemCPUFraction, writes: make(chan func(ctx context.Context) error, 4096)}
+		report: o.NodeMetricsReport, sysFrac: o.SystemCPUFraction, writes: make(chan func(ctx context.Context) error, 4096)}
 	pol := qos.DefaultPolicy()
 	// The agent's Budgeter runs every 100 ms control period; here it runs every tick,
 	// so its per-period restore step is scaled to grow as fast per second.
@@ -161,7 +166,8 @@ func (s *standIn) record(now time.Time, sum second) {
 // step is one control period of one node's agent: the LS sample from the trace, the
 // Reclaimer's decision (patched to the Node's status when it says Write), the
 // Budgeter's batch CPU budget (what batch may run: its usage is min(requests,
-// budget)), and every nmEvery the node-metrics annotation.
+// budget)), and every nmEvery the node-metrics window, written when the agent's
+// report policy (qos.ReportPolicy) says it is due.
 func (s *standIn) step(ctx context.Context, a *agentNode, now time.Time) second {
 	capCPU := float64(a.n.shape.CPUMilli) / 1000
 	capMem := float64(a.n.shape.MemBytes)
@@ -189,7 +195,9 @@ func (s *standIn) step(ctx context.Context, a *agentNode, now time.Time) second 
 	}
 	b := a.bud.Next(qos.BudgetInput{NodeCPUs: capCPU, LSUsage: ls, SystemUsage: sys})
 	batchUsed := math.Min(bCPU, b.Applied)
-	// Node metrics, as the agent's publisher: window means, one patch per window.
+	// Node metrics, as the agent's publisher: window means, one patch per window
+	// that the report policy finds due. A sent patch counts as written (a failed one
+	// is counted in patchErrors, which fails the smoke check).
 	if a.start.IsZero() {
 		a.start = now.Add(-a.metricsOffset)
 	}
@@ -207,7 +215,11 @@ func (s *standIn) step(ctx context.Context, a *agentNode, now time.Time) second 
 				Batch: int64(bMem)},
 			Batch: a.published}
 		a.start, a.k, a.sumUsed, a.sumLS, a.sumBatch, a.sumBudget = now, 0, 0, 0, 0, 0
-		s.publishMetrics(ctx, a.n.name, nm)
+		if reason := s.report.Due(a.lastMetrics, false, nm); reason != "" && s.publishMetrics(ctx, a.n.name, nm) {
+			a.lastMetrics = &nm
+			c, _ := s.metricsByReason.LoadOrStore(reason, new(atomic.Int64))
+			c.(*atomic.Int64).Add(1)
+		}
 	}
 	out := second{capCPU: capCPU, lsCPU: ls, sysCPU: sys, batchUsedCPU: batchUsed, batchAllocCPU: bCPU,
 		lsReqCPU: a.n.lsCPUReq * capCPU, capMem: capMem, lsMem: lsMem, batchAllocMem: bMem,
@@ -228,22 +240,34 @@ func (s *standIn) step(ctx context.Context, a *agentNode, now time.Time) second 
 
 // publishMetrics writes both node-metrics annotations in one merge patch, as the
 // agent's NodeAnnotator does (koordlet/nodeannotation.go).
-func (s *standIn) publishMetrics(ctx context.Context, node string, nm contract.NodeMetrics) {
+// It reports whether the patch was sent.
+func (s *standIn) publishMetrics(ctx context.Context, node string, nm contract.NodeMetrics) bool {
 	vals, err := nm.EncodeAnnotations()
 	if err != nil {
 		s.patchErrors.Add(1)
-		return
+		return false
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": vals}})
 	if err != nil {
 		s.patchErrors.Add(1)
-		return
+		return false
 	}
 	s.metricsPatches.Add(1)
 	s.enqueue(ctx, func(ctx context.Context) error {
 		_, err := s.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{})
 		return err
 	})
+	return true
+}
+
+// metricsWrites returns the node-metrics writes so far by reason.
+func (s *standIn) metricsWrites() map[string]int64 {
+	out := map[string]int64{}
+	s.metricsByReason.Range(func(k, v any) bool {
+		out[string(k.(qos.ReportReason))] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 // enqueue hands a write to the writer pool (as each agent writes off its control

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/qos"
+
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
@@ -25,9 +27,13 @@ var (
 	flagGPULoad  = flag.Float64("clusterbench.gpu-load", 0.7, "offered GPU as a fraction of the GPUs")
 	flagGPUShare = flag.Float64("clusterbench.gpu-node-share", 0.2, "share of GPU nodes")
 	flagNMPeriod = flag.Duration("clusterbench.node-metrics-period", 10*time.Second, "the agents' nodeMetricsPeriod")
+	flagNMMax    = flag.Duration("clusterbench.node-metrics-max-interval", qos.DefaultReportMaxInterval, "the agents' nodeMetricsReport.maxInterval")
+	flagNice     = flag.Int("clusterbench.component-nice", -10, "niceness of the extender and the webhook (0: as the control plane)")
+	flagNMChange = flag.Float64("clusterbench.node-metrics-change", qos.DefaultReportChange, "the agents' nodeMetricsReport.change (0: every window)")
 	flagCompress = flag.Float64("clusterbench.compression", 20, "openb durations are divided by this (a larger value: shorter jobs, more pods per second)")
 	flagMaxDur   = flag.Duration("clusterbench.max-duration", 4*time.Minute, "longest job after compression")
 	flagSeed     = flag.Int64("clusterbench.seed", 42, "seed of the traces")
+	flagAdmit    = flag.Bool("clusterbench.admission", true, "run the admission webhook and create batch pods as users write them; false: create them in its output form, no webhook")
 	flagOut      = flag.String("clusterbench.out", "", "JSON report (default <repo>/bench/out/cluster.json)")
 	flagPNG      = flag.String("clusterbench.png", "", "PNG plot (default <repo>/docs/img/cluster-bench.png)")
 )
@@ -106,6 +112,8 @@ func BenchmarkCluster(b *testing.B) {
 				o.Duration, o.Warmup, o.LSTrace = *flagDuration, *flagWarmup, *flagLSTrace
 				o.CPULoad, o.GPULoad, o.GPUNodeShare, o.Seed = *flagCPULoad, *flagGPULoad, *flagGPUShare, *flagSeed
 				o.NodeMetricsPeriod, o.Compression, o.MaxDuration = *flagNMPeriod, *flagCompress, *flagMaxDur
+				o.NodeMetricsReport.MaxInterval.Duration, o.NodeMetricsReport.Change = *flagNMMax, *flagNMChange
+				o.Admission, o.ComponentNice = *flagAdmit, *flagNice
 				o.KwokBin, o.ModuleRoot, o.OpenbDir, o.Log = kwok, root, openb, os.Stderr
 				r, err := Run(context.Background(), b, o)
 				if err != nil {
@@ -147,7 +155,8 @@ func BenchmarkCluster(b *testing.B) {
 
 // BenchmarkClusterSmoke runs the whole benchmark on 20 nodes for a minute and
 // checks it: jobs are placed through the extender and completed by kwok, the
-// agents publish, and LS is never oversubscribed. `make bench-cluster` runs it
+// agents publish, LS is never oversubscribed, and (unless -clusterbench.admission
+// =false) the admission webhook was called and converted every batch pod. `make bench-cluster` runs it
 // before the sizes. It is a benchmark, not a test, so that `make test` does not
 // build kwok (about 12 minutes cold on 2 cores) for it.
 //
@@ -158,6 +167,9 @@ func BenchmarkClusterSmoke(b *testing.B) {
 	o := DefaultOptions(20)
 	o.KwokBin, o.ModuleRoot, o.OpenbDir = kwokBinary(t, root), root, openbDir(t, root)
 	o.Warmup, o.Duration, o.MaxDuration = 15*time.Second, 60*time.Second, 20*time.Second
+	// Heartbeats within the measured minute, whatever the trace does.
+	o.NodeMetricsReport.MaxInterval.Duration = 30 * time.Second
+	o.Admission, o.ComponentNice = *flagAdmit, *flagNice
 	o.Log = testWriter{t}
 	b.ResetTimer()
 	r, err := Run(context.Background(), t, o)
@@ -176,6 +188,9 @@ func BenchmarkClusterSmoke(b *testing.B) {
 		t.Errorf("extender filter calls %d, API requests/s %.1f: want both", r.ExtenderFilterCalls, r.APIRequestsPerSec)
 	case r.AgentPatchErrors != 0:
 		t.Errorf("%d agent patches failed", r.AgentPatchErrors)
+	}
+	if msg := admissionCheck(r, o.Admission); msg != "" {
+		t.Error(msg)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -188,11 +190,17 @@ type child struct {
 	log  string
 }
 
-func startChild(dir, name, bin string, args ...string) (*child, error) {
+// A nice other than 0 runs it through nice(1), which execs it: every thread of the
+// program has that niceness from its start, and the pid is the program's.
+func startChild(dir, name string, nice int, bin string, args ...string) (*child, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s log: %w", name, err)
+	}
+	if nice != 0 {
+		args = append([]string{"-n", strconv.Itoa(nice), bin}, args...)
+		bin = "nice"
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -249,7 +257,11 @@ func freePort() (int, error) {
 
 // waitHTTP polls url until it answers 200, the child exits or timeout passes.
 func waitHTTP(ctx context.Context, c *child, url string, timeout time.Duration) error {
-	hc := &http.Client{Timeout: 2 * time.Second}
+	return waitHTTPWith(ctx, c, &http.Client{Timeout: 2 * time.Second}, url, timeout)
+}
+
+// waitHTTPWith is waitHTTP through hc (the webhook's: HTTPS with its CA).
+func waitHTTPWith(ctx context.Context, c *child, hc *http.Client, url string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := hc.Get(url)
@@ -325,18 +337,45 @@ func lsPod(n benchNode) *corev1.Pod {
 	}
 }
 
-// batchPod is member m of job j, in the form the admission webhook gives batch pods
-// (batch resources instead of cpu and memory).
-func batchPod(j Job, m int) *corev1.Pod {
+// batchPod is member m of job j in the form the admission webhook gives a
+// user's batch pod (userBatchPod) through the shipped profile: batch resources
+// instead of cpu and memory, the class annotation and profile label, and the
+// profile's PriorityClass. The benchmark writes it itself when the webhook is off
+// (-clusterbench.admission=false).
+func batchPod(j Job, m int, priorityClass string) *corev1.Pod {
+	p := userBatchPod(j, m)
+	req := p.Spec.Containers[0].Resources.Requests
+	delete(req, corev1.ResourceCPU)
+	delete(req, corev1.ResourceMemory)
+	req[contract.ResourceBatchCPU] = *resource.NewQuantity(max(j.CPUMilli, 1), resource.DecimalSI)
+	req[contract.ResourceBatchMemory] = *resource.NewQuantity(max(j.MemBytes, 1), resource.DecimalSI)
+	p.Spec.Containers[0].Resources.Limits = req.DeepCopy()
+	p.Annotations[contract.AnnotationQOSClass] = "batch"
+	p.Labels = map[string]string{admission.LabelProfile: "batch"}
+	p.Spec.PriorityClassName = priorityClass
+	return p
+}
+
+// userBatchPod is member m of job j as a user writes it for the webhook
+// (docs/admission.md): in nsBatch, whose label admission.LabelProfile=batch the
+// shipped profile selects, with plain cpu and memory requests; a GPU job asks for
+// whole GPUs (nvidia.com/gpu) or one share (understory.io/gpu-milli), which the
+// webhook leaves as they are (extended resources: request = limit).
+func userBatchPod(j Job, m int) *corev1.Pod {
 	req := corev1.ResourceList{
-		contract.ResourceBatchCPU:    *resource.NewQuantity(max(j.CPUMilli, 1), resource.DecimalSI),
-		contract.ResourceBatchMemory: *resource.NewQuantity(max(j.MemBytes, 1), resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(max(j.CPUMilli, 1), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(max(j.MemBytes, 1), resource.BinarySI),
+	}
+	var lim corev1.ResourceList
+	gpu := func(name corev1.ResourceName, v int64) {
+		q := *resource.NewQuantity(v, resource.DecimalSI)
+		req[name], lim = q, corev1.ResourceList{name: q}
 	}
 	switch {
 	case j.NumGPU > 0 && j.GPUMilli >= contract.MilliPerGPU:
-		req[contract.ResourceGPU] = *resource.NewQuantity(int64(j.NumGPU), resource.DecimalSI)
+		gpu(contract.ResourceGPU, int64(j.NumGPU))
 	case j.NumGPU > 0:
-		req[contract.ResourceGPUMilli] = *resource.NewQuantity(int64(j.GPUMilli), resource.DecimalSI)
+		gpu(contract.ResourceGPUMilli, int64(j.GPUMilli))
 	}
 	ann := map[string]string{annDuration: j.Duration.String()}
 	name := j.Name
@@ -348,9 +387,20 @@ func batchPod(j Job, m int) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsBatch, Annotations: ann},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "job", Image: "batch",
-			Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
+			Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}},
 			TerminationGracePeriodSeconds: new(int64)},
 	}
+}
+
+// buildCommands builds the main packages pkgs (./cmd/...) of the module at root
+// into dir, in one go build (the binaries are named after their directories).
+func buildCommands(ctx context.Context, root, dir string, pkgs ...string) error {
+	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %w: %s", strings.Join(pkgs, " "), err, controlplane.TailLines(string(out), 20))
+	}
+	return nil
 }
 
 // forEach runs fn(i) for i in [0, n) on workers goroutines and returns the first error.

@@ -7,7 +7,11 @@
 //
 // What is real: etcd, kube-apiserver and kube-scheduler (the harness's release, test/e2e/controlplane),
 // the scheduler extender (the real cmd/scheduler-extender binary, built from this
-// tree and run as a child process, so its CPU and RSS are its own), kube-scheduler's
+// tree and run as a child process, so its CPU and RSS are its own), the admission
+// webhook (the real cmd/admission binary, built in the same go build and run the
+// same way, over TLS on loopback with controlplane.NewWebhookCerts, the shipped
+// profiles and PriorityClass, behind the shipped MutatingWebhookConfiguration
+// pointed at it; admission.go), kube-scheduler's
 // configuration (manifests/scheduler/kube-scheduler-config.yaml through
 // extenderharness.SchedulerConfig), and kwok's controller (scripts/kwok.sh) playing
 // the kubelets of N fake nodes: node leases, pods Running once bound, batch pods
@@ -21,12 +25,19 @@
 // for the whole run: the Reclaimer decides batch-cpu and batch-memory and when to
 // write them (its deadband and rise damping), which the stand-in patches into the
 // Node's status with nodestatus.PatchFor, as the agent's publisher does; every
-// nodeMetricsPeriod (10 s) it writes the node-metrics annotations (window means,
-// contract.NodeMetrics.EncodeAnnotations). The Budgeter gives the batch CPU the
+// nodeMetricsPeriod (10 s) it closes a node-metrics window and writes the
+// node-metrics annotations (window means, contract.NodeMetrics.EncodeAnnotations)
+// when the agent's qos.ReportPolicy finds it due. The Budgeter gives the batch CPU the
 // agent would let run: batch usage is min(what batch pods request, budget). Batch
 // pods do nothing (kwok): they are taken to use what they request, up to the
-// budget. The admission webhook is not run: batch pods are created in the form it
-// gives them (understory.io/batch-cpu and batch-memory instead of cpu and memory).
+// budget.
+//
+// Batch pods are created as a user writes them (userBatchPod: plain cpu and
+// memory requests, in the namespace nsBatch that carries the shipped profile's
+// label; GPU jobs add nvidia.com/gpu or understory.io/gpu-milli) and the webhook
+// converts them; the tracker counts every pod it first sees unconverted
+// (batch_pods_unconverted). With Options.Admission false (-clusterbench.admission
+// =false) no webhook runs and the pods are created in its output form (batchPod).
 //
 // Workload (workload.go): CPU jobs and GPU jobs drawn from openb's tasks
 // (../shared/traces/openb, openb.ParsePodRow for the requests, the trace's own
@@ -60,6 +71,16 @@
 //     jobs/s per node at the defaults), and all of it goes through one kube-scheduler
 //     and one extender: at the largest sizes on 2 cores the scheduler may fall behind
 //     (batch_pods_pending_at_end).
+//   - batchPod must stay what the webhook makes of userBatchPod: TestPodForms runs
+//     the webhook's own admission.Mutator with the shipped profiles on every kind
+//     of job and compares.
+//   - The ValidatingAdmissionPolicies are not installed: their gpu-devices-writer
+//     rule admits only the extender's service account, and the benchmark's
+//     extender runs as the harness's admin (its GPU-share Bindings would be refused).
+//   - The webhook's /healthz and /metrics are HTTPS only: they are read through a
+//     client trusting its throwaway CA (webhook.hc), not http.DefaultClient.
+//   - kube-apiserver adopts a new webhook configuration asynchronously: Run waits
+//     until a dry-run pod comes back converted before the agents and jobs start.
 //   - Everything shares the machine: on 2 cores the control plane, kwok and the
 //     extender compete, so latency figures are upper bounds of a real cluster's.
 package clusterbench

@@ -63,11 +63,38 @@ type SizeResult struct {
 	ExtenderFilterP99Ms float64 `json:"extender_filter_p99_ms"`
 	ExtenderCPUCores    float64 `json:"extender_cpu_cores"`
 	ExtenderRSSMiB      float64 `json:"extender_rss_peak_mib"`
+	// ComponentNice is the niceness the extender and the webhook ran at.
+	ComponentNice int `json:"component_nice"`
+
+	// The admission webhook (cmd/admission, a child process; Admission false:
+	// -clusterbench.admission=false, batch pods created in its output form).
+	// Calls and latency from its understory_admission_duration_seconds{endpoint=
+	// "mutate"}; AdmissionAPIServerP99Ms is kube-apiserver's side of the call (TLS
+	// and network included); AdmissionFailOpen the calls kube-apiserver gave up on
+	// and admitted the pod unmutated (failurePolicy Ignore).
+	Admission               bool    `json:"admission"`
+	AdmissionCalls          int64   `json:"admission_calls"`
+	AdmissionCallsPerSec    float64 `json:"admission_calls_per_s"`
+	AdmissionMutateP50Ms    float64 `json:"admission_mutate_p50_ms"`
+	AdmissionMutateP99Ms    float64 `json:"admission_mutate_p99_ms"`
+	AdmissionAPIServerP99Ms float64 `json:"admission_apiserver_p99_ms"`
+	AdmissionFailOpen       int64   `json:"admission_fail_open"`
+	AdmissionCPUCores       float64 `json:"admission_cpu_cores"`
+	AdmissionRSSMiB         float64 `json:"admission_rss_peak_mib"`
+	// BatchUnconverted counts the batch pods of the whole run (warm-up included)
+	// that carried cpu or memory instead of batch resources (must be 0).
+	BatchUnconverted int `json:"batch_pods_unconverted"`
 
 	AgentStatusPatchesPerSec  float64 `json:"agent_status_patches_per_s"`
 	AgentMetricsPatchesPerSec float64 `json:"agent_metrics_patches_per_s"`
 	AgentNodeWritesPerSec     float64 `json:"agent_node_writes_per_s"`
-	AgentPatchErrors          int64   `json:"agent_patch_errors"`
+	// AgentMetricsWritesByReason is the node-metrics writes of the measured part
+	// per second by qos.ReportReason (heartbeat, cpu, memory, shape, first, ...).
+	AgentMetricsWritesByReason map[string]float64 `json:"agent_metrics_writes_per_s_by_reason,omitempty"`
+	// NodeMetricsMaxInterval and NodeMetricsChange are the agents' report policy.
+	NodeMetricsMaxIntervalS float64 `json:"node_metrics_max_interval_s"`
+	NodeMetricsChange       float64 `json:"node_metrics_change"`
+	AgentPatchErrors        int64   `json:"agent_patch_errors"`
 
 	APIRequestsPerSec float64       `json:"api_requests_per_s"`
 	APIRequests       []RequestRate `json:"api_requests"`
@@ -183,6 +210,9 @@ func costs() []cost {
 		{"extender_filter_p99_ms", func(r SizeResult) float64 { return r.ExtenderFilterP99Ms }},
 		{"extender_cpu_cores", func(r SizeResult) float64 { return r.ExtenderCPUCores }},
 		{"extender_rss_peak_mib", func(r SizeResult) float64 { return r.ExtenderRSSMiB }},
+		{"admission_mutate_p99_ms", func(r SizeResult) float64 { return r.AdmissionMutateP99Ms }},
+		{"admission_cpu_cores", func(r SizeResult) float64 { return r.AdmissionCPUCores }},
+		{"admission_rss_peak_mib", func(r SizeResult) float64 { return r.AdmissionRSSMiB }},
 	}
 }
 

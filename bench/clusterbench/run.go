@@ -7,14 +7,16 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/understory/understory/bench/internal/proc"
+	"github.com/understory/understory/qos"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
@@ -46,21 +48,33 @@ type Options struct {
 	// AgentTick is the stand-in's control period; NodeMetricsPeriod the agent's
 	// nodeMetricsPeriod (10 s); SystemCPUFraction the CPU used outside pods.
 	AgentTick, NodeMetricsPeriod time.Duration
-	SystemCPUFraction            float64
-	AgentWorkers                 int
+	// NodeMetricsReport is the agents' nodeMetricsReport: when a window's node
+	// metrics are written (a material change, else every MaxInterval).
+	NodeMetricsReport qos.ReportPolicy
+	SystemCPUFraction float64
+	AgentWorkers      int
 	// KwokBin is the kwok binary (scripts/kwok.sh); ModuleRoot the repository
-	// (the extender is built from it).
+	// (the extender and the admission webhook are built from it).
 	KwokBin, ModuleRoot string
 	SchedulerQPS        float32
-	Log                 io.Writer `json:"-"`
+	// ComponentNice is the niceness of Understory's own processes, the extender and
+	// the webhook (0: as the rest). In a cluster each has its own CPU; on one
+	// machine that the API server, etcd, kwok and kube-scheduler saturate, their
+	// latencies would otherwise measure the machine's run queue (docs/cluster-bench.md).
+	ComponentNice int
+	// Admission runs the admission webhook (cmd/admission) and creates batch pods
+	// as users write them; false creates them in its output form (admission.go).
+	Admission bool
+	Log       io.Writer `json:"-"`
 }
 
 // DefaultOptions are the defaults for n nodes.
 func DefaultOptions(n int) Options {
 	return Options{Nodes: n, GPUNodeShare: 0.2, Warmup: 60 * time.Second, Duration: 8 * time.Minute, Seed: 42,
 		CPULoad: 0.9, GPULoad: 0.7, Compression: 20, GangShare: 0.1, GangMax: 8, MaxDuration: 4 * time.Minute,
-		AgentTick: time.Second, NodeMetricsPeriod: 10 * time.Second, SystemCPUFraction: 0.03, AgentWorkers: 8,
-		SchedulerQPS: 500}
+		AgentTick: time.Second, NodeMetricsPeriod: 10 * time.Second, NodeMetricsReport: qos.DefaultReportPolicy(),
+		SystemCPUFraction: 0.03, AgentWorkers: 8,
+		SchedulerQPS: 500, Admission: true, ComponentNice: -10}
 }
 
 // Validate reports refused options.
@@ -87,6 +101,12 @@ func (o Options) Validate() error {
 	}
 	if o.AgentTick < 100*time.Millisecond || o.NodeMetricsPeriod < o.AgentTick || o.AgentWorkers < 1 {
 		bad("agent", fmt.Sprint(o.AgentTick, o.NodeMetricsPeriod, o.AgentWorkers))
+	}
+	if err := o.NodeMetricsReport.Validate(); err != nil {
+		bad("node-metrics-report", err)
+	}
+	if o.ComponentNice < -20 || o.ComponentNice > 19 {
+		bad("component-nice", o.ComponentNice)
 	}
 	if !(o.SystemCPUFraction >= 0 && o.SystemCPUFraction < 1) {
 		bad("system-cpu", o.SystemCPUFraction)
@@ -178,7 +198,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if err := os.WriteFile(stages, []byte(kwokStages), 0o600); err != nil {
 		return res, fmt.Errorf("writing kwok stages: %w", err)
 	}
-	kwok, err := startChild(dir, "kwok", o.KwokBin, "--kubeconfig="+cp.Kubeconfig(), "--config="+stages,
+	kwok, err := startChild(dir, "kwok", 0, o.KwokBin, "--kubeconfig="+cp.Kubeconfig(), "--config="+stages,
 		"--manage-all-nodes=false", "--manage-nodes-with-label-selector="+kwokLabel+"=true",
 		"--node-lease-duration-seconds=40", "--cidr=10.0.0.1/8")
 	if err != nil {
@@ -186,17 +206,23 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	}
 	tb.Cleanup(kwok.stop)
 	dumpOnFailure(tb, kwok)
+	if err := buildCommands(ctx, o.ModuleRoot, dir, "./cmd/scheduler-extender", "./cmd/admission"); err != nil {
+		return res, err
+	}
 	extBin := filepath.Join(dir, "scheduler-extender")
-	build := exec.CommandContext(ctx, "go", "build", "-o", extBin, "./cmd/scheduler-extender")
-	build.Dir = o.ModuleRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return res, fmt.Errorf("building the extender: %w: %s", err, controlplane.TailLines(string(out), 20))
+	admManifests, err := readAdmissionManifests(o.ModuleRoot)
+	if err != nil {
+		return res, err
+	}
+	webhook, newBatchPod, err := setupAdmission(ctx, tb, cp, dir, filepath.Join(dir, "admission"), admManifests, o.Admission, o.ComponentNice)
+	if err != nil {
+		return res, err
 	}
 	port, err := freePort()
 	if err != nil {
 		return res, err
 	}
-	ext, err := startChild(dir, "extender", extBin, "-kubeconfig="+cp.Kubeconfig(),
+	ext, err := startChild(dir, "extender", o.ComponentNice, extBin, "-kubeconfig="+cp.Kubeconfig(),
 		"-listen=127.0.0.1:"+strconv.Itoa(port), "-no-podgroup", "-kube-api-qps=1000", "-kube-api-burst=2000")
 	if err != nil {
 		return res, err
@@ -239,7 +265,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	case <-time.After(settle):
 	}
 	admin := cp.Client()
-	go func() { subErr <- submit(runCtx, admin, tk, jobs, time.Now()) }()
+	go func() { subErr <- submit(runCtx, admin, tk, jobs, newBatchPod, time.Now()) }()
 	select {
 	case <-ctx.Done():
 		return res, ctx.Err()
@@ -262,6 +288,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 		return admin.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
 	}
 	st0, mp0 := agents.statusPatches.Load(), agents.metricsPatches.Load()
+	byReason0 := agents.metricsWrites()
 	extCPU0, _ := proc.ReadCPU("/proc", ext.pid())
 	apiBefore, err := scrape(ctx, apiGet)
 	if err != nil {
@@ -271,11 +298,16 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if err != nil {
 		return res, err
 	}
+	admMeter, err := startAdmissionMeter(ctx, webhook)
+	if err != nil {
+		return res, err
+	}
 	var peakRSS uint64
 	for end := from.Add(o.Duration); time.Now().Before(end); {
 		if rss, _, err := proc.ReadRSS("/proc", ext.pid()); err == nil {
 			peakRSS = max(peakRSS, rss)
 		}
+		admMeter.sample()
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -301,10 +333,21 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := admMeter.finish(ctx, &res, apiBefore, apiAfter, secs); err != nil {
+		return res, err
+	}
 	res.MeasuredSecs = secs
 	res.AgentStatusPatchesPerSec = float64(agents.statusPatches.Load()-st0) / secs
 	res.AgentMetricsPatchesPerSec = float64(agents.metricsPatches.Load()-mp0) / secs
 	res.AgentNodeWritesPerSec = res.AgentStatusPatchesPerSec + res.AgentMetricsPatchesPerSec
+	res.AgentMetricsWritesByReason = map[string]float64{}
+	for r, n := range agents.metricsWrites() {
+		if d := n - byReason0[r]; d > 0 {
+			res.AgentMetricsWritesByReason[r] = float64(d) / secs
+		}
+	}
+	res.NodeMetricsMaxIntervalS, res.NodeMetricsChange = o.NodeMetricsReport.MaxInterval.Seconds(), o.NodeMetricsReport.Change
+	res.ComponentNice = o.ComponentNice
 	res.AgentPatchErrors = agents.patchErrors.Load()
 	res.APIRequests = requestRates(apiBefore, apiAfter, secs)
 	for _, r := range res.APIRequests {
@@ -322,7 +365,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	res.ExtenderRSSMiB = float64(peakRSS) / (1 << 20)
 	ps := tk.stats(from, to)
 	res.BatchSubmitted, res.BatchBound, res.BatchCompleted, res.BatchPendingAtEnd = ps.Submitted, ps.Bound, ps.Completed, ps.StillPending
-	res.BatchRunning, res.KwokBindToRunP50Secs = ps.Running, ps.BindToRunP50
+	res.BatchRunning, res.KwokBindToRunP50Secs, res.BatchUnconverted = ps.Running, ps.BindToRunP50, ps.Unconverted
 	res.BatchCompletedPerHour = float64(ps.Completed) / secs * 3600
 	res.QueueDelayP50Secs, res.QueueDelayP99Secs = ps.QueueP50, ps.QueueP99
 	res.SchedulerPodsPerSec = float64(ps.Bound) / secs
@@ -331,10 +374,10 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	res.WallSecs = time.Since(began).Seconds()
 	res.LoadAvg = loadAvg()
 	o.logf("%d nodes: CPU util %.1f%% → %.1f%% (+%.1f points), oversubscribed node-seconds %d, %d/%d/%d/%d batch pods submitted/bound/running/done, "+
-		"filter p99 %.2f ms, agents %.1f writes/s, API %.0f req/s",
+		"filter p99 %.2f ms, admission %.1f calls/s p99 %.2f ms (%d pods unconverted), agents %.1f writes/s, API %.0f req/s",
 		o.Nodes, 100*res.CPUUtilWithout, 100*res.CPUUtilWith, 100*(res.CPUUtilWith-res.CPUUtilWithout),
 		res.LSOversubscribedCPUNodeSecs+res.LSOversubscribedMemNodeSecs, res.BatchSubmitted, res.BatchBound, res.BatchRunning, res.BatchCompleted,
-		res.ExtenderFilterP99Ms, res.AgentNodeWritesPerSec, res.APIRequestsPerSec)
+		res.ExtenderFilterP99Ms, res.AdmissionCallsPerSec, res.AdmissionMutateP99Ms, res.BatchUnconverted, res.AgentNodeWritesPerSec, res.APIRequestsPerSec)
 	return res, nil
 }
 
@@ -343,9 +386,9 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 // far below the trace's rate.
 const submitters = 16
 
-// submit creates every job's pods at its arrival time after from, up to
+// submit creates every job's pods (newPod) at its arrival time after from, up to
 // submitters at once (a job's members in order, jobs in arrival order).
-func submit(ctx context.Context, c kubernetesClient, tk *tracker, jobs []Job, from time.Time) error {
+func submit(ctx context.Context, c kubernetesClient, tk *tracker, jobs []Job, newPod func(Job, int) *corev1.Pod, from time.Time) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	work := make(chan Job)
@@ -355,7 +398,7 @@ func submit(ctx context.Context, c kubernetesClient, tk *tracker, jobs []Job, fr
 		wg.Go(func() {
 			for j := range work {
 				for m := range j.Members {
-					p := batchPod(j, m)
+					p := newPod(j, m)
 					tk.submitted(p.Name, time.Now())
 					if err := createPod(ctx, c, p); err != nil {
 						if ctx.Err() == nil {

@@ -29,6 +29,7 @@ type podState struct {
 	submitted, bound, running, done time.Time
 	node                            int
 	counted                         bool // its requests are in used[node]
+	checked                         bool // its form was checked (converted)
 	cpu, mem, gpu                   int64
 }
 
@@ -41,6 +42,9 @@ type tracker struct {
 	mu      sync.Mutex
 	pods    map[string]*podState
 	deletes chan string
+	// unconverted counts the batch pods seen without batch resources (created
+	// with cpu or memory: the webhook did not convert them).
+	unconverted int
 }
 
 func newTracker(c kubernetes.Interface, nodes []benchNode, used []usage) *tracker {
@@ -108,6 +112,12 @@ func (t *tracker) observe(o any) {
 		p = &podState{node: -1}
 		t.pods[pod.Name] = p
 	}
+	if !p.checked {
+		p.checked = true
+		if !converted(pod) {
+			t.unconverted++
+		}
+	}
 	if pod.Spec.NodeName != "" && p.bound.IsZero() {
 		p.bound = now
 		if i, ok := t.index[pod.Spec.NodeName]; ok {
@@ -162,6 +172,9 @@ type podStats struct {
 	// BindToRunP50 is kwok's lag from bind to Running, seconds.
 	BindToRunP50    float64
 	PeakBindsPer10s int
+	// Unconverted: batch pods seen (in the whole run) that the webhook did not
+	// convert to batch resources.
+	Unconverted int
 }
 
 func (t *tracker) stats(from, to time.Time) podStats {
@@ -196,6 +209,7 @@ func (t *tracker) stats(from, to time.Time) podStats {
 	}
 	s.QueueP50, s.QueueP99 = quantile(waits, 0.5), quantile(waits, 0.99)
 	s.BindToRunP50 = quantile(lags, 0.5)
+	s.Unconverted = t.unconverted
 	for _, v := range bins {
 		s.PeakBindsPer10s = max(s.PeakBindsPer10s, v)
 	}
@@ -229,12 +243,17 @@ func scrape(ctx context.Context, get func(ctx context.Context) (io.ReadCloser, e
 }
 
 func httpGetter(url string) func(ctx context.Context) (io.ReadCloser, error) {
+	return httpGetterWith(http.DefaultClient, url)
+}
+
+// httpGetterWith is httpGetter through hc.
+func httpGetterWith(hc *http.Client, url string) func(ctx context.Context) (io.ReadCloser, error) {
 	return func(ctx context.Context) (io.ReadCloser, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return nil, fmt.Errorf("metrics request: %w", err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return nil, fmt.Errorf("scraping %s: %w", url, err)
 		}
@@ -310,6 +329,12 @@ func cmpFloat(a, b float64) int {
 // within the bucket; the largest finite bound when q falls in +Inf. It returns the
 // count too; NaN without observations.
 func histogramQuantile(before, after map[string]*dto.MetricFamily, name, verb string, q float64) (float64, uint64) {
+	return histogramQuantileBy(before, after, name, "verb", verb, q)
+}
+
+// histogramQuantileBy is histogramQuantile over the samples labelled label=value
+// (summed when several match).
+func histogramQuantileBy(before, after map[string]*dto.MetricFamily, name, label, value string, q float64) (float64, uint64) {
 	buckets := func(fams map[string]*dto.MetricFamily) (map[float64]uint64, uint64) {
 		out := map[float64]uint64{}
 		var n uint64
@@ -320,7 +345,7 @@ func histogramQuantile(before, after map[string]*dto.MetricFamily, name, verb st
 		for _, m := range f.GetMetric() {
 			match := false
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "verb" && l.GetValue() == verb {
+				if l.GetName() == label && l.GetValue() == value {
 					match = true
 				}
 			}

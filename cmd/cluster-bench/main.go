@@ -102,13 +102,19 @@ func report(in, png string, w io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\tCPU util LS only %\tco-located %\tgain pts\toversub node-s\tpods done/h\tqueue p50 s\tp99 s\t"+
-		"sched pods/s\tfilter p99 ms\text CPU\text RSS MiB\tagent writes/s\tAPI req/s\t")
+		"sched pods/s\tfilter p99 ms\text CPU\text RSS MiB\twebhook calls/s\tp50 ms\tp99 ms\tCPU\tRSS MiB\tunconverted\t"+
+		"agent writes/s\tAPI req/s\t")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t\n",
+		adm := "off\t-\t-\t-\t-"
+		if s.Admission {
+			adm = fmt.Sprintf("%.1f\t%.2f\t%.2f\t%.2f\t%.0f", s.AdmissionCallsPerSec, s.AdmissionMutateP50Ms,
+				s.AdmissionMutateP99Ms, s.AdmissionCPUCores, s.AdmissionRSSMiB)
+		}
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%s\t%d\t%.1f\t%.0f\t\n",
 			s.Nodes, 100*s.CPUUtilWithout, 100*s.CPUUtilWith, s.CPUUtilGainPoints,
 			s.LSOversubscribedCPUNodeSecs+s.LSOversubscribedMemNodeSecs, s.BatchCompletedPerHour,
 			s.QueueDelayP50Secs, s.QueueDelayP99Secs, s.SchedulerPodsPerSec, s.ExtenderFilterP99Ms,
-			s.ExtenderCPUCores, s.ExtenderRSSMiB, s.AgentNodeWritesPerSec, s.APIRequestsPerSec)
+			s.ExtenderCPUCores, s.ExtenderRSSMiB, adm, s.BatchUnconverted, s.AgentNodeWritesPerSec, s.APIRequestsPerSec)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)

@@ -21,7 +21,8 @@ func TestRun(t *testing.T) {
 	report := filepath.Join(dir, "cluster.json")
 	rep := clusterbench.NewReport(clusterbench.DefaultOptions(500), "v1.34.4", "v0.7.0", []clusterbench.SizeResult{
 		{Nodes: 500, CPUUtilWith: 0.5, CPUUtilWithout: 0.2, APIRequestsPerSec: 100, Series: []clusterbench.Point{{T: 10, With: 0.5, Without: 0.2}}},
-		{Nodes: 1000, CPUUtilWith: 0.5, CPUUtilWithout: 0.2, CPUUtilGainPoints: 30, APIRequestsPerSec: 200},
+		{Nodes: 1000, CPUUtilWith: 0.5, CPUUtilWithout: 0.2, CPUUtilGainPoints: 30, APIRequestsPerSec: 200,
+			Admission: true, AdmissionCallsPerSec: 42.5, AdmissionMutateP99Ms: 1.25},
 	})
 	if err := clusterbench.WriteReport(report, rep); err != nil {
 		t.Fatal(err)
@@ -40,6 +41,8 @@ func TestRun(t *testing.T) {
 		{"check bad", []string{"check-ls", "-in", bad}, 1, ""},
 		{"check missing", []string{"check-ls"}, 1, ""},
 		{"report", []string{"report", "-in", report, "-png", filepath.Join(dir, "p.png")}, 0, "cpu_util_gain_points"},
+		{"report webhook", []string{"report", "-in", report}, 0, "42.5"},
+		{"report webhook off", []string{"report", "-in", report}, 0, "off"},
 		{"stray arg", []string{"report", "x"}, 2, ""},
 	} {
 		// Sequential: "check" reads what "synth" wrote.

@@ -1,8 +1,16 @@
 // Command kueue-quota is the Kueue quota follower (package kueuequota): it keeps the
 // nominalQuota of the ClusterQueues labelled understory.io/quota-follower=true
 // following the batch capacity the agents publish on the Nodes, and deactivates
-// admitted Workloads through Kueue when the quotas fall below what is admitted. Run
-// one replica. See docs/kueue.md.
+// admitted Workloads through Kueue when the quotas fall below what is admitted.
+//
+// Replicas elect a leader (-leader-elect, on by default: the Lease
+// understory-kueue-quota in $POD_NAMESPACE, identity $POD_NAME): only the leader
+// runs passes; a standby keeps its Node informer synced (so /readyz is 200 on
+// both) and takes over when the leader's Lease expires (about 17 s after a
+// killed leader's last renewal; within 2 s of a graceful stop, which releases
+// it). A leader that cannot renew its Lease exits with status 1, and its
+// Deployment restarts it as a standby. manifests/components/kueue runs two
+// replicas; docs/kueue.md.
 package main
 
 import (
@@ -34,15 +42,35 @@ import (
 	"github.com/understory/understory/kueuequota"
 )
 
+// defaultLeaseNamespace is the Lease's namespace when $POD_NAMESPACE is unset
+// (the install's namespace).
+const defaultLeaseNamespace = "understory-system"
+
 type options struct {
 	listen     string
 	kubeconfig string
 	master     string
 	cfg        kueuequota.Config
+	// leaderElect runs passes only while holding the Lease of leader.
+	leaderElect bool
+	leader      kueuequota.LeaderConfig
 }
 
-func parseFlags(args []string, out io.Writer) (options, error) {
-	o := options{cfg: kueuequota.DefaultConfig()}
+// parseFlags parses args; getenv and hostname are the environment's
+// (POD_NAMESPACE and POD_NAME, from the downward API, or the host name: the
+// Lease's namespace and this replica's identity).
+func parseFlags(args []string, out io.Writer, getenv func(string) string, hostname func() (string, error)) (options, error) {
+	ns, id := getenv("POD_NAMESPACE"), getenv("POD_NAME")
+	if ns == "" {
+		ns = defaultLeaseNamespace
+	}
+	if id == "" {
+		if h, err := hostname(); err == nil {
+			id = h
+		}
+	}
+	o := options{cfg: kueuequota.DefaultConfig(), leader: kueuequota.DefaultLeaderConfig(ns, id)}
+	l := &o.leader
 	fs := flag.NewFlagSet("kueue-quota", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.listen, "listen", ":9464", "HTTP listen address (/metrics, /healthz, /readyz)")
@@ -58,6 +86,19 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		"relative gap below which a rise is not written (0 <= d < 1)")
 	fs.BoolVar(&o.cfg.EvictOverQuota, "evict-over-quota", o.cfg.EvictOverQuota,
 		"deactivate admitted Workloads (Kueue evicts and, once reactivated, requeues them) when the cohort's reservations exceed the quotas")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among replicas (a coordination.k8s.io Lease): only "+
+		"the leader runs passes; a standby keeps its Node informer synced and takes over when the Lease expires. A "+
+		"leader that cannot renew the Lease exits (status 1). false: run passes at once, as the only replica")
+	fs.StringVar(&l.Namespace, "leader-elect-namespace", l.Namespace, "namespace of the leader Lease; its default is $POD_NAMESPACE, else "+
+		defaultLeaseNamespace)
+	fs.StringVar(&l.Name, "leader-elect-name", l.Name, "name of the leader Lease")
+	fs.StringVar(&l.Identity, "leader-elect-identity", l.Identity, "this replica's identity in the Lease, unique among "+
+		"the replicas; its default is $POD_NAME, else the host name")
+	fs.DurationVar(&l.LeaseDuration, "leader-elect-lease-duration", l.LeaseDuration, "how long a standby waits after "+
+		"the leader's last renewal before it takes the Lease (whole seconds)")
+	fs.DurationVar(&l.RenewDeadline, "leader-elect-renew-deadline", l.RenewDeadline, "how long the leader tries to "+
+		"renew before it gives up and exits; below the lease duration")
+	fs.DurationVar(&l.RetryPeriod, "leader-elect-retry-period", l.RetryPeriod, "how often replicas try to take or renew the Lease")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -72,6 +113,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return o, err
+	}
+	if o.leaderElect {
+		if err := o.leader.Validate(); err != nil {
+			return o, fmt.Errorf("-leader-elect (set POD_NAMESPACE and POD_NAME, or the -leader-elect-* flags): %w", err)
+		}
 	}
 	return o, nil
 }
@@ -118,8 +164,14 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("kueue quota follower started", "listen", ln.Addr().String(), "interval", o.cfg.Interval,
-		"resources", o.cfg.Resources, "flavor", o.cfg.Flavor)
-	runErr := f.Run(ctx)
+		"resources", o.cfg.Resources, "flavor", o.cfg.Flavor, "leaderElect", o.leaderElect,
+		"lease", o.leader.Namespace+"/"+o.leader.Name, "identity", o.leader.Identity)
+	var runErr error
+	if o.leaderElect {
+		runErr = f.RunElected(ctx, o.leader)
+	} else {
+		runErr = f.Run(ctx)
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
@@ -131,7 +183,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o, err := parseFlags(os.Args[1:], os.Stderr)
+	o, err := parseFlags(os.Args[1:], os.Stderr, os.Getenv, os.Hostname)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

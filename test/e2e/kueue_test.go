@@ -22,9 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/kueuequota"
@@ -36,11 +39,14 @@ import (
 
 // The component's names (manifests/components/kueue).
 const (
-	kueueTenantA   = "tenant-a"
-	kueueTenantB   = "tenant-b"
-	kueueQueue     = "batch"
-	kueueFlavor    = "understory-batch"
-	kueueQueueName = "kueue.x-k8s.io/queue-name"
+	// kueueFollowerSA names the quota follower's Deployment, ServiceAccount,
+	// ClusterRole and leader Lease, in understory-system.
+	kueueFollowerSA = "understory-kueue-quota"
+	kueueTenantA    = "tenant-a"
+	kueueTenantB    = "tenant-b"
+	kueueQueue      = "batch"
+	kueueFlavor     = "understory-batch"
+	kueueQueueName  = "kueue.x-k8s.io/queue-name"
 )
 
 // kueueNodeCPU is the batch CPU (millicores) each test node publishes; two nodes.
@@ -82,6 +88,13 @@ func TestKueueComponentRenders(t *testing.T) {
 	if _, err := cp.Dynamic().Resource(kueueharness.GVR("localqueues")).Namespace(kueueTenantB).Get(ctx, kueueQueue, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	d, err := cp.Client().AppsV1().Deployments("understory-system").Get(ctx, kueueFollowerSA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 || d.Spec.Template.Spec.ServiceAccountName != kueueFollowerSA {
+		t.Errorf("follower Deployment: replicas %v, service account %q", d.Spec.Replicas, d.Spec.Template.Spec.ServiceAccountName)
+	}
 }
 
 // skipShort skips in -short mode before anything is built (kueueharness.Find builds
@@ -94,7 +107,8 @@ func skipShort(t *testing.T) {
 }
 
 // applyKueueComponent renders the component alone (a kustomization with no
-// resources but the component) and applies it with kubectl.
+// resources but the component) and applies it with kubectl, into the namespace
+// understory-system created first (the base's).
 func applyKueueComponent(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, kubectl string) {
 	t.Helper()
 	comp, err := filepath.Abs("../../manifests/components/kueue")
@@ -118,10 +132,17 @@ func applyKueueComponent(ctx context.Context, t *testing.T, cp *controlplane.Con
 	if err := os.WriteFile(rendered, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"kind: ResourceFlavor", "kind: ClusterQueue", "kind: LocalQueue", "kind: Namespace"} {
+	for _, kind := range []string{"kind: ResourceFlavor", "kind: ClusterQueue", "kind: LocalQueue", "kind: Namespace",
+		"kind: Deployment", "kind: ClusterRole", "kind: Role"} {
 		if !strings.Contains(string(out), kind) {
 			t.Fatalf("rendered component has no %q:\n%s", kind, out)
 		}
+	}
+	// The follower's objects live in the base's namespace (the component is used
+	// on top of manifests/base). No Deployment controller runs here: its pods are
+	// never created.
+	if err := cp.CreateNamespace(ctx, "understory-system"); err != nil {
+		t.Fatal(err)
 	}
 	apply, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", cp.Kubeconfig(), "apply", "--server-side", "-f", rendered).CombinedOutput()
 	if err != nil {
@@ -834,9 +855,10 @@ func (k *fakeKubelet) partialGangs() int {
 }
 
 // TestKueueQuotaFollower runs the quota follower (package kueuequota, as
-// cmd/kueue-quota does, passes every 300 ms) against Kueue v0.17.0 with the
-// component's ClusterQueues (weights 3 and 1 here) on two nodes publishing batch
-// CPU:
+// cmd/kueue-quota does, passes every 300 ms; two replicas electing a leader, each
+// as the component's ServiceAccount, so with exactly its RBAC) against Kueue
+// v0.17.0 with the component's ClusterQueues (weights 3 and 1 here) on two nodes
+// publishing batch CPU:
 //
 //   - the quotas rise, damped, to each tenant's weighted part of what is published
 //     and never above it;
@@ -847,7 +869,8 @@ func (k *fakeKubelet) partialGangs() int {
 //     fall at once, the follower deactivates the excess Workloads, Kueue evicts them
 //     (Evicted, reason Deactivated: the Jobs are suspended by Kueue, nothing is
 //     deleted behind its back), the follower reactivates them and Kueue requeues
-//     them (pending); the cohort's reservations end within the published capacity.
+//     them (pending); the cohort's reservations end within the published capacity;
+//   - the standby replica wrote nothing (no Event) and the first kept the Lease.
 //
 // No kube-scheduler runs: admitted pods stay Pending, which is all Kueue needs here
 // (waitForPodsReady keeps the shipped 5 min).
@@ -877,22 +900,17 @@ func TestKueueQuotaFollower(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := kueuequota.DefaultConfig()
-	cfg.Interval = 300 * time.Millisecond
-	rec := &eventCounter{}
-	f, err := kueuequota.New(cp.Client(), cp.Dynamic(), cfg, nil, rec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(fctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("follower: %v", err)
-		}
+	// Two replicas, as the component deploys them: each as the component's
+	// ServiceAccount (so its RBAC is what is tested), electing a leader on the
+	// component's Lease. The first takes the Lease (it is free); the second
+	// stands by and must write nothing.
+	rec, standby := &eventCounter{}, &eventCounter{}
+	leaderReg := startKueueFollower(ctx, t, cp, "follower-0", rec)
+	eventually(t, 30*time.Second, "follower-0 holding the Lease", func() (bool, string) {
+		h := kueueLeaseHolder(ctx, cp)
+		return h == "follower-0", "holder " + h
 	})
+	standbyReg := startKueueFollower(ctx, t, cp, "follower-1", standby)
 
 	quota := func(cq string) (cpu int64, mem int64) {
 		obj, err := cp.Dynamic().Resource(kueueharness.GVR("clusterqueues")).Get(ctx, cq, metav1.GetOptions{})
@@ -1016,6 +1034,76 @@ func TestKueueQuotaFollower(t *testing.T) {
 	if rec.count(kueuequota.ReasonQuotaEvicted) != 4 || rec.count(kueuequota.ReasonQuotaRequeued) != 4 {
 		t.Errorf("events: %v", rec.snapshot())
 	}
+	if h := kueueLeaseHolder(ctx, cp); h != "follower-0" || len(standby.snapshot()) > 0 {
+		t.Errorf("Lease held by %q (want follower-0 throughout); the standby's events: %v", h, standby.snapshot())
+	}
+	const lastPass, leader = "understory_kueue_quota_last_pass_timestamp_seconds", "understory_kueue_quota_leader"
+	if got := gaugeValue(t, standbyReg, lastPass); got != 0 || gaugeValue(t, standbyReg, leader) != 0 {
+		t.Errorf("the standby ran a pass (last pass %v) or reports leading", got)
+	}
+	if gaugeValue(t, leaderReg, leader) != 1 || gaugeValue(t, leaderReg, lastPass) == 0 {
+		t.Error("the leader does not report leading, or ran no pass")
+	}
+}
+
+// gaugeValue is the value of the unlabelled gauge name in reg (0 when absent).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// startKueueFollower runs the quota follower (as cmd/kueue-quota does, passes every
+// 300 ms) as the component's ServiceAccount, with leader election on its Lease,
+// until the test ends; its Events go to rec, its metrics to the registry it returns.
+func startKueueFollower(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, identity string,
+	rec *eventCounter) *prometheus.Registry {
+	t.Helper()
+	rc := cp.RESTConfig()
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:understory-system:" + kueueFollowerSA}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kueuequota.DefaultConfig()
+	cfg.Interval = 300 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	f, err := kueuequota.New(client, dyn, cfg, reg, rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := kueuequota.DefaultLeaderConfig("understory-system", identity)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.RunElected(fctx, lc) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("follower %s: %v", identity, err)
+		}
+	})
+	return reg
+}
+
+// kueueLeaseHolder is the holder of the follower's Lease ("" none).
+func kueueLeaseHolder(ctx context.Context, cp *controlplane.ControlPlane) string {
+	l, err := cp.Client().CoordinationV1().Leases("understory-system").Get(ctx, kueuequota.LeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 // eventCounter records the follower's Events by reason.

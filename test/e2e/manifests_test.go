@@ -436,6 +436,7 @@ func TestManifestsBuild(t *testing.T) {
 				t.Errorf("ServiceMonitor %s scrapes port %q, the Service names %q", name, port, n)
 			}
 		}
+		checkKueueComponent(t, k.build(t, ctx, composition(t, root, "kueue", "certs", "components/kueue")), objs)
 		ex := k.build(t, ctx, filepath.Join(root, "examples"))
 		mustFind(t, ex, "PodGroup", "train")
 		job := mustFind(t, ex, "Job", "batch-crunch")
@@ -569,4 +570,82 @@ func TestPolicyComparesEveryStatusField(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkKueueComponent: components/kueue on the base (kobjs; base the base's build)
+// adds the quota follower as the base's workloads are: its image at the base's
+// release tag, two replicas, the least-privilege settings of the extender's pod,
+// probes on its metrics port, and a leader Role that names the Lease it uses; every
+// object labelled part-of=understory.
+func checkKueueComponent(t *testing.T, kobjs, base []*unstructured.Unstructured) {
+	t.Helper()
+	const name = "understory-kueue-quota"
+	_, baseTag, _ := strings.Cut(podTemplate(t, mustFind(t, base, "Deployment", extenderName)).Spec.Containers[0].Image, ":")
+	for where, img := range workloadImages(t, kobjs) {
+		ref, policy, _ := strings.Cut(img, " ")
+		if n, tag, _ := strings.Cut(ref, ":"); !strings.HasPrefix(n, "understory/") || tag != baseTag ||
+			policy != string(corev1.PullIfNotPresent) {
+			t.Errorf("kueue component: %s runs %q (%s), want understory/<name>:%s, IfNotPresent", where, ref, policy, baseTag)
+		}
+	}
+	for _, o := range kobjs {
+		if o.GetKind() != "CustomResourceDefinition" && o.GetLabels()[partOfLabel] != "understory" {
+			t.Errorf("kueue component: %s %s has no %s=understory label", o.GetKind(), o.GetName(), partOfLabel)
+		}
+	}
+	d := mustFind(t, kobjs, "Deployment", name)
+	var dep appsv1.Deployment
+	fromUnstructured(t, d, &dep)
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("follower replicas %v, want 2 (leader election)", dep.Spec.Replicas)
+	}
+	pod := podTemplate(t, d).Spec
+	if img := pod.Containers[0].Image; img != "understory/kueue-quota:"+baseTag {
+		t.Errorf("follower image %q, want understory/kueue-quota:%s", img, baseTag)
+	}
+	if pod.HostNetwork || pod.HostPID || pod.ServiceAccountName != name {
+		t.Errorf("follower pod: hostNetwork %v hostPID %v serviceAccount %q", pod.HostNetwork, pod.HostPID, pod.ServiceAccountName)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
+		psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("follower pod security context %+v, want non-root and seccomp RuntimeDefault", psc)
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil ||
+		!*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		len(sc.Capabilities.Add) > 0 || (sc.Privileged != nil && *sc.Privileged) {
+		t.Errorf("follower container security context %+v, want no escalation, read-only root, every capability dropped", sc)
+	}
+	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("follower resources %+v, want memory requests and limits", c.Resources)
+	}
+	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != probe || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("follower probe %s: %+v, want HTTP GET on port metrics", probe, p)
+		}
+	}
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "-leader-elect=true") || !strings.Contains(args, "-leader-elect-name="+name) {
+		t.Errorf("follower args %q, want -leader-elect=true and -leader-elect-name=%s", args, name)
+	}
+	role := mustFind(t, kobjs, "Role", name+"-leader")
+	if role.GetNamespace() != nsSystem {
+		t.Errorf("leader Role in %q, want %s", role.GetNamespace(), nsSystem)
+	}
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	named := false
+	for _, r := range rules {
+		names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+		named = named || slices.Contains(names, name)
+	}
+	if !named {
+		t.Errorf("leader Role rules %v do not name the Lease %s", rules, name)
+	}
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "PodDisruptionBudget",
+		"NetworkPolicy"} {
+		mustFind(t, kobjs, kind, name)
+	}
+	mustFind(t, kobjs, "RoleBinding", name+"-leader")
 }

@@ -42,8 +42,9 @@ func chartCases() []chartCase {
 		{name: "second-scheduler", values: "secondScheduler: {enabled: true}", components: []string{"certs", "components/second-scheduler"}},
 		{name: "second-scheduler-cert-manager", values: "secondScheduler: {enabled: true}\ncertificates: {mode: cert-manager}",
 			components: []string{"components/cert-manager", "components/second-scheduler"}},
-		{name: "everything", values: "gpu: {enabled: true}\ncgroupDriver: systemd\ncertificates: {mode: cert-manager}\nalerts: prometheusRule\nserviceMonitors: {enabled: true}\nsecondScheduler: {enabled: true}\n",
-			components: []string{"components/cert-manager", "components/gpu", "components/systemd", "components/prometheusrule", "components/servicemonitor", "components/second-scheduler"}},
+		{name: "kueue", values: "kueue: {enabled: true}", components: []string{"certs", "components/kueue"}},
+		{name: "everything", values: "gpu: {enabled: true}\ncgroupDriver: systemd\ncertificates: {mode: cert-manager}\nalerts: prometheusRule\nserviceMonitors: {enabled: true}\nsecondScheduler: {enabled: true}\nkueue: {enabled: true}\n",
+			components: []string{"components/cert-manager", "components/gpu", "components/systemd", "components/prometheusrule", "components/servicemonitor", "components/second-scheduler", "components/kueue"}},
 		{name: "everything-self-signed", values: "gpu: {enabled: true}\ncgroupDriver: systemd\nalerts: none\nserviceMonitors: {enabled: true}\nsecondScheduler: {enabled: true}\n",
 			components: []string{"certs", "components/gpu", "components/systemd", "components/servicemonitor", "components/second-scheduler"}},
 		{name: "realnode", valuesFile: "charts/understory/ci/realnode-values.yaml", overlay: "overlays/realnode"},
@@ -342,6 +343,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"empty tag", `image: {tag: ""}`, namespace, "tag"},
 		{"koordlet config with another driver", "cgroupDriver: systemd\nkoordlet: {config: \"cgroupDriver: cgroupfs\\n\"}", namespace, "cgroupDriver"},
 		{"koordlet config not YAML", "koordlet: {config: \"[\"}", namespace, "koordlet.config"},
+		{"unknown kueue value", "kueue: {enabled: true, replicas: 3}", namespace, "replicas"},
+		{"kueue follower args not strings", "kueue: {quotaFollower: {extraArgs: [1]}}", namespace, "extraArgs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -360,13 +363,13 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}
 }
 
-// image.repository and image.tag name every image of the install, the GPU agent's and
-// the release ConfigMap's included.
+// image.repository and image.tag name every image of the install, the GPU agent's,
+// the Kueue quota follower's and the release ConfigMap's included.
 func TestChartImages(t *testing.T) {
 	t.Parallel()
 	helm := findHelm(t)
 	f := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(f, []byte("image: {repository: registry.example/u, tag: \"1.2.3\"}\ngpu: {enabled: true}\n"), 0o644); err != nil {
+	if err := os.WriteFile(f, []byte("image: {repository: registry.example/u, tag: \"1.2.3\"}\ngpu: {enabled: true}\nkueue: {enabled: true}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := helmTemplate(context.Background(), helm, f)
@@ -390,7 +393,7 @@ func TestChartImages(t *testing.T) {
 			return s, false
 		})
 	}
-	for _, name := range []string{"koordlet-nogpu", "koordlet", "scheduler-extender", "admission"} {
+	for _, name := range []string{"koordlet-nogpu", "koordlet", "scheduler-extender", "admission", "kueue-quota"} {
 		if want := "registry.example/u/" + name + ":1.2.3"; !seen[want] {
 			t.Errorf("no %s in the rendered chart", want)
 		}

@@ -11,14 +11,15 @@
 //     manifests/, then run UNDERSTORY_UPDATE_CHART=1 go test ./test/helmchart -run
 //     TestChartIsGenerated.
 //   - TestChartMatchesKustomize: for each value set of a matrix (defaults, gpu,
-//     systemd, cert-manager, alerts, servicemonitors, the second scheduler, all at
-//     once, the real-node values), `helm
+//     systemd, cert-manager, alerts, servicemonitors, the second scheduler, Kueue
+//     with the quota follower, all at once, the real-node values), `helm
 //     template` renders the objects `kubectl kustomize` builds from the matching
 //     composition of manifests/; a difference names the object and the field.
 //   - TestHelmLint, TestChartRejectsBadValues: helm lint --strict, and clear errors
 //     for values the chart cannot install (the values schema, the namespace, a
 //     koordlet.config whose cgroupDriver differs from the value).
-//   - TestChartImages: image.repository and image.tag name every image.
+//   - TestChartImages: image.repository and image.tag name every image (kueue-quota
+//     with kueue.enabled).
 //   - TestChartSelfSignedCertificates: Helm's CA and certificates verify for the
 //     Services' names and client auth, and the webhook's caBundle is the CA.
 //   - TestHelmInstallUpgradeUninstall: on a real API server (test/e2e/controlplane),
@@ -42,7 +43,8 @@
 //   - A template the generator writes starts with its "Generated from manifests/"
 //     header; remove the header and the file is yours (and no longer checked).
 //   - The generator knows a few objects by name (generate_test.go: the agent's
-//     ConfigMap, the extender's Deployment, the webhook, the alerts ConfigMap) and
+//     ConfigMap, the extender's and the Kueue quota follower's Deployments (their
+//     extraArgs values), the webhook, the alerts ConfigMap) and
 //     images by their form (understory/<name>:<VERSION>, registry.k8s.io/
 //     kube-scheduler:<version>). It refuses what it cannot express: a component that
 //     removes a base object, or two contents for one data file.

@@ -53,6 +53,7 @@ func features() []feature {
 		{name: "prometheusrule", components: []string{"components/prometheusrule"}, cond: `eq .Values.alerts "prometheusRule"`},
 		{name: "servicemonitors", components: []string{"components/servicemonitor"}, cond: ".Values.serviceMonitors.enabled"},
 		{name: "second-scheduler", components: []string{"components/second-scheduler"}, cond: ".Values.secondScheduler.enabled"},
+		{name: "kueue", components: []string{"components/kueue"}, cond: ".Values.kueue.enabled"},
 	}
 }
 
@@ -63,6 +64,7 @@ const (
 	extenderDeploy    = "Deployment/understory-system/understory-scheduler-extender"
 	extenderService   = "Service/understory-system/understory-scheduler-extender"
 	secondScheduler   = "Deployment/understory-system/understory-scheduler"
+	kueueFollower     = "Deployment/understory-system/understory-kueue-quota"
 	webhookConfig     = "MutatingWebhookConfiguration//understory-admission"
 	namespaceObject   = "Namespace//understory-system"
 	originAnnotation  = "config.kubernetes.io/origin"
@@ -173,25 +175,13 @@ func (g *generator) templatize(o obj) (string, error) {
 			g.tokens[id] = token{kind: block, style: blockStyle(s), snippet: fmt.Sprintf(".Files.Get %q", p)}
 		}
 	case k == extenderDeploy:
-		spec, _ := o["spec"].(map[string]any)
-		tmpl, _ := spec["template"].(map[string]any)
-		pspec, _ := tmpl["spec"].(map[string]any)
-		containers, _ := pspec["containers"].([]any)
-		found := false
-		for _, c := range containers {
-			cm, _ := c.(map[string]any)
-			if cm["name"] != "extender" {
-				continue
-			}
-			args, _ := cm["args"].([]any)
-			cm["args"] = append(args, "HELMTOKEN_EXTENDER_EXTRA_ARGS")
-			found = true
+		if err := g.extraArgs(o, "extender", "HELMTOKEN_EXTENDER_EXTRA_ARGS", ".Values.schedulerExtender.extraArgs"); err != nil {
+			return "", err
 		}
-		if !found {
-			return "", fmt.Errorf("%s: no container extender for schedulerExtender.extraArgs", k)
+	case k == kueueFollower:
+		if err := g.extraArgs(o, "follower", "HELMTOKEN_KUEUE_QUOTA_EXTRA_ARGS", ".Values.kueue.quotaFollower.extraArgs"); err != nil {
+			return "", err
 		}
-		g.tokens["HELMTOKEN_EXTENDER_EXTRA_ARGS"] = token{kind: listItem,
-			snippet: "{{- range .Values.schedulerExtender.extraArgs }}\n- {{ . | quote }}\n{{- end }}"}
 	case k == extenderService:
 		// A fixed ClusterIP (schedulerExtender.clusterIP), for clusters without DNS whose
 		// second scheduler must know the address before the install.
@@ -258,6 +248,30 @@ func (g *generator) templatize(o obj) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// extraArgs appends the list value to the args of Deployment o's container: a
+// placeholder id after its own arguments.
+func (g *generator) extraArgs(o obj, container, id, value string) error {
+	spec, _ := o["spec"].(map[string]any)
+	tmpl, _ := spec["template"].(map[string]any)
+	pspec, _ := tmpl["spec"].(map[string]any)
+	containers, _ := pspec["containers"].([]any)
+	found := false
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		if cm["name"] != container {
+			continue
+		}
+		args, _ := cm["args"].([]any)
+		cm["args"] = append(args, id)
+		found = true
+	}
+	if !found {
+		return fmt.Errorf("%s: no container %s for %s", key(o), container, strings.TrimPrefix(value, ".Values."))
+	}
+	g.tokens[id] = token{kind: listItem, snippet: "{{- range " + value + " }}\n- {{ . | quote }}\n{{- end }}"}
+	return nil
 }
 
 // escapeTemplate makes literal text survive Helm's template engine.

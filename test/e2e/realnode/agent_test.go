@@ -51,7 +51,7 @@ func startAgent(t *testing.T, bin string, n *node, name string, nri bool) *agent
 	if err != nil {
 		t.Fatalf("agent port: %v", err)
 	}
-	cfg := fmt.Sprintf("cgroupDriver: cgroupfs\nnodeMetricsPeriod: 2s\nnri:\n  enabled: %t\n  socket: %s\n", nri, n.env["NRI_SOCKET"])
+	cfg := fmt.Sprintf("cgroupDriver: cgroupfs\nnodeMetricsPeriod: 2s\nnodeMetricsReport: {maxInterval: 10s}\nnri:\n  enabled: %t\n  socket: %s\n", nri, n.env["NRI_SOCKET"])
 	cfgPath := filepath.Join(n.dir, "koordlet-"+name+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("agent config: %v", err)

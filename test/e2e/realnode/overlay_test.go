@@ -14,7 +14,7 @@ import (
 // realnodeConfigChanges are the agent settings manifests/overlays/realnode/config.yaml
 // changes on purpose (a short test on a small machine); everything else must stay the
 // base's (manifests/koordlet/configmap.yaml), so the e2e tests what users install.
-var realnodeConfigChanges = []string{"nodeMetricsPeriod", "batchResources.lsWindow", "batchResources.smoothing",
+var realnodeConfigChanges = []string{"nodeMetricsPeriod", "nodeMetricsReport.maxInterval", "batchResources.lsWindow", "batchResources.smoothing",
 	"batchResources.riseStepPercentPerMinute"}
 
 // flatten turns nested maps into dotted keys.
