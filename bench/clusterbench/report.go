@@ -63,6 +63,15 @@ type SizeResult struct {
 	ExtenderFilterP99Ms float64 `json:"extender_filter_p99_ms"`
 	ExtenderCPUCores    float64 `json:"extender_cpu_cores"`
 	ExtenderRSSMiB      float64 `json:"extender_rss_peak_mib"`
+	// ExtenderRunqueueWaitShare is the part of the extender's runnable time it spent
+	// waiting for a CPU (its threads' schedstat over the measured part), and
+	// ExtenderRunqueueWaitMsPerFilter that wait per filter call (all its threads'
+	// waits, informers' included, over the filter calls): the machine's share of its
+	// latency. ExtenderLockHoldP99Ms is the p99 of its index write-lock holds
+	// (-lock-hold-metric), which filters wait behind.
+	ExtenderRunqueueWaitShare       float64 `json:"extender_runqueue_wait_share"`
+	ExtenderRunqueueWaitMsPerFilter float64 `json:"extender_runqueue_wait_ms_per_filter"`
+	ExtenderLockHoldP99Ms           float64 `json:"extender_lock_hold_p99_ms"`
 	// ComponentNice is the niceness the extender and the webhook ran at.
 	ComponentNice int `json:"component_nice"`
 

@@ -223,7 +223,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 		return res, err
 	}
 	ext, err := startChild(dir, "extender", o.ComponentNice, extBin, "-kubeconfig="+cp.Kubeconfig(),
-		"-listen=127.0.0.1:"+strconv.Itoa(port), "-no-podgroup", "-kube-api-qps=1000", "-kube-api-burst=2000")
+		"-listen=127.0.0.1:"+strconv.Itoa(port), "-no-podgroup", "-kube-api-qps=1000", "-kube-api-burst=2000", "-lock-hold-metric")
 	if err != nil {
 		return res, err
 	}
@@ -290,6 +290,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	st0, mp0 := agents.statusPatches.Load(), agents.metricsPatches.Load()
 	byReason0 := agents.metricsWrites()
 	extCPU0, _ := proc.ReadCPU("/proc", ext.pid())
+	extRun0, extWait0, _ := proc.ReadSchedWait("/proc", ext.pid())
 	apiBefore, err := scrape(ctx, apiGet)
 	if err != nil {
 		return res, err
@@ -322,6 +323,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	to := time.Now()
 	secs := to.Sub(from).Seconds()
 	extCPU1, _ := proc.ReadCPU("/proc", ext.pid())
+	extRun1, extWait1, _ := proc.ReadSchedWait("/proc", ext.pid())
 	if _, hwm, err := proc.ReadRSS("/proc", ext.pid()); err == nil {
 		peakRSS = max(peakRSS, hwm)
 	}
@@ -362,6 +364,13 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 		res.ExtenderFilterP50Ms = p50 * 1000
 	}
 	res.ExtenderCPUCores = (extCPU1 - extCPU0).Seconds() / secs
+	if run, wait := extRun1-extRun0, extWait1-extWait0; run+wait > 0 && n > 0 {
+		res.ExtenderRunqueueWaitShare = wait.Seconds() / (run + wait).Seconds()
+		res.ExtenderRunqueueWaitMsPerFilter = 1000 * wait.Seconds() / float64(n)
+	}
+	if p99, _ := histogramQuantileBy(extBefore, extAfter, "understory_extender_index_lock_hold_seconds", "", "", 0.99); !math.IsNaN(p99) {
+		res.ExtenderLockHoldP99Ms = p99 * 1000
+	}
 	res.ExtenderRSSMiB = float64(peakRSS) / (1 << 20)
 	ps := tk.stats(from, to)
 	res.BatchSubmitted, res.BatchBound, res.BatchCompleted, res.BatchPendingAtEnd = ps.Submitted, ps.Bound, ps.Completed, ps.StillPending

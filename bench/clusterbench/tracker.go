@@ -333,7 +333,7 @@ func histogramQuantile(before, after map[string]*dto.MetricFamily, name, verb st
 }
 
 // histogramQuantileBy is histogramQuantile over the samples labelled label=value
-// (summed when several match).
+// (summed when several match; every sample when label is empty).
 func histogramQuantileBy(before, after map[string]*dto.MetricFamily, name, label, value string, q float64) (float64, uint64) {
 	buckets := func(fams map[string]*dto.MetricFamily) (map[float64]uint64, uint64) {
 		out := map[float64]uint64{}
@@ -343,7 +343,7 @@ func histogramQuantileBy(before, after map[string]*dto.MetricFamily, name, label
 			return out, 0
 		}
 		for _, m := range f.GetMetric() {
-			match := false
+			match := label == ""
 			for _, l := range m.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
 					match = true

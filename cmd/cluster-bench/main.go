@@ -19,7 +19,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -118,6 +120,25 @@ func report(in, png string, w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
+	}
+	for _, s := range r.Sizes {
+		if s.ExtenderRunqueueWaitShare > 0 || s.ExtenderLockHoldP99Ms > 0 {
+			fmt.Fprintf(w, "%d nodes: extender waited for a CPU %.0f %% of its runnable time (%.2f ms per filter), "+
+				"index write-lock hold p99 %.3f ms, nice %d\n", s.Nodes, 100*s.ExtenderRunqueueWaitShare,
+				s.ExtenderRunqueueWaitMsPerFilter, s.ExtenderLockHoldP99Ms, s.ComponentNice)
+		}
+		if len(s.AgentMetricsWritesByReason) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d nodes: agent writes/s: %.1f batch-resource, %.1f node-metrics (", s.Nodes,
+			s.AgentStatusPatchesPerSec, s.AgentMetricsPatchesPerSec)
+		for i, reason := range slices.Sorted(maps.Keys(s.AgentMetricsWritesByReason)) {
+			if i > 0 {
+				fmt.Fprint(w, ", ")
+			}
+			fmt.Fprintf(w, "%s %.1f", reason, s.AgentMetricsWritesByReason[reason])
+		}
+		fmt.Fprintf(w, "; maxInterval %gs, change %g)\n", s.NodeMetricsMaxIntervalS, s.NodeMetricsChange)
 	}
 	for _, s := range r.Slopes {
 		fmt.Fprintf(w, "slope %-26s %10.4f per node, exponent %.2f (linear or better: %v)\n", s.Metric, s.PerNode, s.Exponent, s.Linear)

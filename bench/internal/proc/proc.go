@@ -146,3 +146,50 @@ func ParseSchedstat(b []byte) (time.Duration, error) {
 	}
 	return time.Duration(ns), nil
 }
+
+// ParseSchedstatWait parses /proc/<pid>/task/<tid>/schedstat: the time spent on a
+// CPU and the time spent runnable, waiting on a run queue (its first two fields,
+// nanoseconds).
+func ParseSchedstatWait(b []byte) (run, wait time.Duration, err error) {
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("%d fields, want at least 2: %w", len(f), ErrMalformed)
+	}
+	var ns [2]uint64
+	for i := range ns {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil || v > 1<<62 {
+			return 0, 0, fmt.Errorf("field %d %q: %w", i+1, f[i], ErrMalformed)
+		}
+		ns[i] = v
+	}
+	return time.Duration(ns[0]), time.Duration(ns[1]), nil
+}
+
+// ReadSchedWait sums ParseSchedstatWait over the live threads of process pid
+// (<procRoot>/<pid>/task/*/schedstat): how long they ran and how long they waited
+// for a CPU while runnable. Threads that exit during the walk are skipped (and so
+// are exited threads' times: compare two reads of a process whose threads live on,
+// as the Go runtime's do).
+func ReadSchedWait(procRoot string, pid int) (run, wait time.Duration, err error) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue
+			}
+			return 0, 0, err
+		}
+		r, w, err := ParseSchedstatWait(b)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s/%s/schedstat: %w", dir, e.Name(), err)
+		}
+		run, wait = run+r, wait+w
+	}
+	return run, wait, nil
+}

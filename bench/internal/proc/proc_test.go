@@ -65,6 +65,30 @@ func TestReadSelf(t *testing.T) {
 	if rss, _, err := ReadRSS("/proc", os.Getpid()); err != nil || rss == 0 {
 		t.Fatalf("rss %d, %v", rss, err)
 	}
+	if run, _, err := ReadSchedWait("/proc", os.Getpid()); err != nil || run <= 0 {
+		t.Fatalf("ReadSchedWait: run %v, %v", run, err)
+	}
+}
+
+func TestParseSchedstatWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in        string
+		run, wait time.Duration
+		ok        bool
+	}{
+		{"1500000 200 7\n", 1500 * time.Microsecond, 200, true},
+		{"0 0 0", 0, 0, true},
+		{"1500000", 0, 0, false},
+		{"", 0, 0, false},
+		{"1 -2 3", 0, 0, false},
+		{"18446744073709551615 0 0", 0, 0, false},
+	} {
+		run, wait, err := ParseSchedstatWait([]byte(tc.in))
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrMalformed) || run != tc.run || wait != tc.wait {
+			t.Errorf("ParseSchedstatWait(%q) = %v, %v, %v; want %v, %v, ok %v", tc.in, run, wait, err, tc.run, tc.wait, tc.ok)
+		}
+	}
 }
 
 func FuzzParse(f *testing.F) {
@@ -91,6 +115,13 @@ func FuzzParseSchedstat(f *testing.F) {
 		}
 		if d < 0 {
 			t.Fatalf("negative run time %v", d)
+		}
+		run, wait, err := ParseSchedstatWait(b)
+		if err != nil && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("error %v does not wrap ErrMalformed", err)
+		}
+		if run < 0 || wait < 0 {
+			t.Fatalf("negative times %v, %v", run, wait)
 		}
 	})
 }
