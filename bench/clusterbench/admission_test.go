@@ -241,7 +241,7 @@ func TestTrackerCountsUnconverted(t *testing.T) {
 	job := Job{Name: "cpu-1", Duration: time.Minute, Members: 1, CPUMilli: 1000, MemBytes: 1 << 30}
 	user := userBatchPod(job, 0)
 	good := batchPod(Job{Name: "cpu-2", Duration: time.Minute, Members: 1, CPUMilli: 1000, MemBytes: 1 << 30}, 0, "p")
-	tk.submitted(user.Name, time.Now())
+	tk.submitted(user.Namespace, user.Name, time.Now())
 	tk.observe(user)
 	bound := user.DeepCopy()
 	bound.Spec.NodeName = nodes[0].name

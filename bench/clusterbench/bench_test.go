@@ -34,6 +34,8 @@ var (
 	flagMaxDur   = flag.Duration("clusterbench.max-duration", 4*time.Minute, "longest job after compression")
 	flagSeed     = flag.Int64("clusterbench.seed", 42, "seed of the traces")
 	flagAdmit    = flag.Bool("clusterbench.admission", true, "run the admission webhook and create batch pods as users write them; false: create them in its output form, no webhook")
+	flagKueue    = flag.Bool("clusterbench.kueue", false, "put Kueue in front: trace jobs become suspended Jobs in the shipped component's tenant queues (kueue.go)")
+	flagKueueInt = flag.Duration("clusterbench.kueue-quota-interval", 30*time.Second, "the quota follower's -interval (with -clusterbench.kueue)")
 	flagOut      = flag.String("clusterbench.out", "", "JSON report (default <repo>/bench/out/cluster.json)")
 	flagPNG      = flag.String("clusterbench.png", "", "PNG plot (default <repo>/docs/img/cluster-bench.png)")
 )
@@ -114,6 +116,7 @@ func BenchmarkCluster(b *testing.B) {
 				o.NodeMetricsPeriod, o.Compression, o.MaxDuration = *flagNMPeriod, *flagCompress, *flagMaxDur
 				o.NodeMetricsReport.MaxInterval.Duration, o.NodeMetricsReport.Change = *flagNMMax, *flagNMChange
 				o.Admission, o.ComponentNice = *flagAdmit, *flagNice
+				o.Kueue, o.KueueQuotaInterval = *flagKueue, *flagKueueInt
 				o.KwokBin, o.ModuleRoot, o.OpenbDir, o.Log = kwok, root, openb, os.Stderr
 				r, err := Run(context.Background(), b, o)
 				if err != nil {
@@ -156,7 +159,9 @@ func BenchmarkCluster(b *testing.B) {
 // BenchmarkClusterSmoke runs the whole benchmark on 20 nodes for a minute and
 // checks it: jobs are placed through the extender and completed by kwok, the
 // agents publish, LS is never oversubscribed, and (unless -clusterbench.admission
-// =false) the admission webhook was called and converted every batch pod. `make bench-cluster` runs it
+// =false) the admission webhook was called and converted every batch pod, and
+// with -clusterbench.kueue that Kueue admitted and finished Workloads and no gang
+// was left partially bound. `make bench-cluster` runs it
 // before the sizes. It is a benchmark, not a test, so that `make test` does not
 // build kwok (about 12 minutes cold on 2 cores) for it.
 //
@@ -170,6 +175,9 @@ func BenchmarkClusterSmoke(b *testing.B) {
 	// Heartbeats within the measured minute, whatever the trace does.
 	o.NodeMetricsReport.MaxInterval.Duration = 30 * time.Second
 	o.Admission, o.ComponentNice = *flagAdmit, *flagNice
+	// With Kueue the follower starts the quotas from 0: a pass every 10 s (the
+	// shipped 30 s) lets them rise within the smoke's warm-up and minute.
+	o.Kueue, o.KueueQuotaInterval = *flagKueue, 10*time.Second
 	o.Log = testWriter{t}
 	b.ResetTimer()
 	r, err := Run(context.Background(), t, o)
@@ -190,6 +198,9 @@ func BenchmarkClusterSmoke(b *testing.B) {
 		t.Errorf("%d agent patches failed", r.AgentPatchErrors)
 	}
 	if msg := admissionCheck(r, o.Admission); msg != "" {
+		t.Error(msg)
+	}
+	if msg := kueueCheck(r, o.Kueue); msg != "" {
 		t.Error(msg)
 	}
 }

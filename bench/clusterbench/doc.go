@@ -39,6 +39,18 @@
 // (batch_pods_unconverted). With Options.Admission false (-clusterbench.admission
 // =false) no webhook runs and the pods are created in its output form (batchPod).
 //
+// Kueue (kueue.go; Options.Kueue, -clusterbench.kueue, off by default): Kueue
+// v0.17.0's manager (test/e2e/kueueharness, the shipped Configuration),
+// kube-controller-manager with the job controller only, the shipped component's
+// ResourceFlavor, ClusterQueues, tenant Namespaces (given the profile label) and
+// LocalQueues, and the quota follower (cmd/kueue-quota, built with the extender,
+// a child process, -leader-elect=false) in front of the extender. Each trace job
+// becomes a suspended batch/v1 Job (kueueJob) in tenant-a or tenant-b, dealt
+// alternately, with the user's pod as its template; Kueue admits it, the Job
+// controller creates the pods, and a watch on the Workloads and samples of the
+// ClusterQueues give the Kueue figures (admission wait, tenants' shares,
+// evictions); the tracker counts gangs left partially bound.
+//
 // Workload (workload.go): CPU jobs and GPU jobs drawn from openb's tasks
 // (../shared/traces/openb, openb.ParsePodRow for the requests, the trace's own
 // durations divided by Compression), each stream a Poisson process offering a set
@@ -81,6 +93,15 @@
 //     client trusting its throwaway CA (webhook.hc), not http.DefaultClient.
 //   - kube-apiserver adopts a new webhook configuration asynchronously: Run waits
 //     until a dry-run pod comes back converted before the agents and jobs start.
+//   - Kueue's Job webhook is not registered (kueueharness): Jobs are created with
+//     spec.suspend true. Its manager's pid is not exposed by the harness: childPID
+//     finds it in /proc (the child of this process running the binary).
+//   - A Job's finished pods keep the Job controller's finalizer until it has
+//     counted them: the tracker deletes them only after (kwok's delete Stage
+//     empties finalizers, which would lose the count). Pods deleted unfinished (a
+//     Kueue eviction) free their node in the tracker's use counts.
+//   - With Kueue a pod exists only after admission: pod figures count from the
+//     Job's creation; Jobs Kueue holds are Workloads pending, not pods pending.
 //   - Everything shares the machine: on 2 cores the control plane, kwok and the
 //     extender compete, so latency figures are upper bounds of a real cluster's.
 package clusterbench

@@ -94,6 +94,34 @@ type SizeResult struct {
 	// that carried cpu or memory instead of batch resources (must be 0).
 	BatchUnconverted int `json:"batch_pods_unconverted"`
 
+	// Kueue in front (Options.Kueue, -clusterbench.kueue; kueue.go): Workloads
+	// first seen, first seen Admitted and Finished in the measured part, those
+	// created and not admitted by its end, and the wait from a Workload's creation
+	// to its first admission (of those admitted in the measured part). Tenant CPU
+	// shares: each tenant's mean share of the batch-cpu the tenants' ClusterQueues
+	// have reserved together, over samples every 5 s; the fair-share error the
+	// largest |share − 0.5| / 0.5. Evictions: Workloads evicted at least once in
+	// the whole run, and evictions by reason (status.schedulingStats). Partial
+	// gangs: gang Jobs with some but not all members bound at the end (must be 0).
+	// CPU and peak RSS of Kueue's manager and of the quota follower.
+	Kueue                      bool               `json:"kueue"`
+	KueueWorkloadsCreated      int                `json:"kueue_workloads_created,omitempty"`
+	KueueWorkloadsAdmitted     int                `json:"kueue_workloads_admitted,omitempty"`
+	KueueWorkloadsFinished     int                `json:"kueue_workloads_finished,omitempty"`
+	KueueWorkloadsPendingAtEnd int                `json:"kueue_workloads_pending_at_end,omitempty"`
+	KueueAdmissionWaitP50Secs  float64            `json:"kueue_admission_wait_p50_s,omitempty"`
+	KueueAdmissionWaitP99Secs  float64            `json:"kueue_admission_wait_p99_s,omitempty"`
+	KueueTenantCPUShares       map[string]float64 `json:"kueue_tenant_cpu_shares,omitempty"`
+	KueueFairShareError        float64            `json:"kueue_fair_share_error,omitempty"`
+	KueueShareSamples          int                `json:"kueue_share_samples,omitempty"`
+	KueueWorkloadsEvicted      int                `json:"kueue_workloads_evicted,omitempty"`
+	KueueEvictionsByReason     map[string]int     `json:"kueue_evictions_by_reason,omitempty"`
+	KueuePartialGangs          int                `json:"kueue_partial_gangs,omitempty"`
+	KueueCPUCores              float64            `json:"kueue_cpu_cores,omitempty"`
+	KueueRSSMiB                float64            `json:"kueue_rss_peak_mib,omitempty"`
+	KueueQuotaCPUCores         float64            `json:"kueue_quota_cpu_cores,omitempty"`
+	KueueQuotaRSSMiB           float64            `json:"kueue_quota_rss_peak_mib,omitempty"`
+
 	AgentStatusPatchesPerSec  float64 `json:"agent_status_patches_per_s"`
 	AgentMetricsPatchesPerSec float64 `json:"agent_metrics_patches_per_s"`
 	AgentNodeWritesPerSec     float64 `json:"agent_node_writes_per_s"`

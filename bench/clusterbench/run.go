@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/qos"
@@ -65,7 +65,15 @@ type Options struct {
 	// Admission runs the admission webhook (cmd/admission) and creates batch pods
 	// as users write them; false creates them in its output form (admission.go).
 	Admission bool
-	Log       io.Writer `json:"-"`
+	// Kueue puts Kueue (v0.17.0, kueueharness) in front of the extender: each
+	// trace job becomes a suspended batch/v1 Job in a tenant's LocalQueue of the
+	// shipped manifests/components/kueue, kube-controller-manager's Job
+	// controller creates its pods once Kueue admits it, and the quota follower
+	// (cmd/kueue-quota, a child process) keeps the ClusterQueues' quotas following
+	// what the agents publish, one pass every KueueQuotaInterval (kueue.go).
+	Kueue              bool
+	KueueQuotaInterval time.Duration
+	Log                io.Writer `json:"-"`
 }
 
 // DefaultOptions are the defaults for n nodes.
@@ -74,7 +82,7 @@ func DefaultOptions(n int) Options {
 		CPULoad: 0.9, GPULoad: 0.7, Compression: 20, GangShare: 0.1, GangMax: 8, MaxDuration: 4 * time.Minute,
 		AgentTick: time.Second, NodeMetricsPeriod: 10 * time.Second, NodeMetricsReport: qos.DefaultReportPolicy(),
 		SystemCPUFraction: 0.03, AgentWorkers: 8,
-		SchedulerQPS: 500, Admission: true, ComponentNice: -10}
+		SchedulerQPS: 500, Admission: true, ComponentNice: -10, KueueQuotaInterval: 30 * time.Second}
 }
 
 // Validate reports refused options.
@@ -107,6 +115,9 @@ func (o Options) Validate() error {
 	}
 	if o.ComponentNice < -20 || o.ComponentNice > 19 {
 		bad("component-nice", o.ComponentNice)
+	}
+	if o.Kueue && o.KueueQuotaInterval < time.Second {
+		bad("kueue-quota-interval", o.KueueQuotaInterval)
 	}
 	if !(o.SystemCPUFraction >= 0 && o.SystemCPUFraction < 1) {
 		bad("system-cpu", o.SystemCPUFraction)
@@ -206,7 +217,11 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	}
 	tb.Cleanup(kwok.stop)
 	dumpOnFailure(tb, kwok)
-	if err := buildCommands(ctx, o.ModuleRoot, dir, "./cmd/scheduler-extender", "./cmd/admission"); err != nil {
+	cmds := []string{"./cmd/scheduler-extender", "./cmd/admission"}
+	if o.Kueue {
+		cmds = append(cmds, "./cmd/kueue-quota")
+	}
+	if err := buildCommands(ctx, o.ModuleRoot, dir, cmds...); err != nil {
 		return res, err
 	}
 	extBin := filepath.Join(dir, "scheduler-extender")
@@ -242,10 +257,18 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 		return res, err
 	}
 	cp.StartScheduler(tb, schedCfg, controlplane.WithClientRate(o.SchedulerQPS, int32(2*o.SchedulerQPS)))
+	namespaces := []string{nsBatch}
+	var kq *kueueSetup
+	if o.Kueue {
+		if kq, err = startKueue(ctx, tb, cp, o, dir, filepath.Join(dir, "kueue-quota")); err != nil {
+			return res, err
+		}
+		namespaces = append(namespaces, kueueTenants()...)
+	}
 
 	// The agents and the pod tracker.
 	used := make([]usage, len(nodes))
-	tk := newTracker(cp.Client(), nodes, used)
+	tk := newTracker(cp.Client(), nodes, used, namespaces...)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	if err := tk.run(runCtx); err != nil {
@@ -265,7 +288,27 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	case <-time.After(settle):
 	}
 	admin := cp.Client()
-	go func() { subErr <- submit(runCtx, admin, tk, jobs, newBatchPod, time.Now()) }()
+	create := func(ctx context.Context, _ int, j Job) error {
+		for m := range j.Members {
+			p := newBatchPod(j, m)
+			tk.submitted(p.Namespace, p.Name, time.Now())
+			if err := createPod(ctx, admin, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if o.Kueue {
+		create = func(ctx context.Context, i int, j Job) error {
+			job := kueueJob(j, tenantOf(i), newBatchPod(j, 0))
+			tk.jobSubmitted(job.Namespace, job.Name, time.Now())
+			if _, err := admin.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err)
+			}
+			return nil
+		}
+	}
+	go func() { subErr <- submit(runCtx, jobs, create, time.Now()) }()
 	select {
 	case <-ctx.Done():
 		return res, ctx.Err()
@@ -303,12 +346,19 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if err != nil {
 		return res, err
 	}
+	var kMeter *kueueMeter
+	if kq != nil {
+		kMeter = startKueueMeter(kq, cp)
+	}
 	var peakRSS uint64
 	for end := from.Add(o.Duration); time.Now().Before(end); {
 		if rss, _, err := proc.ReadRSS("/proc", ext.pid()); err == nil {
 			peakRSS = max(peakRSS, rss)
 		}
 		admMeter.sample()
+		if kMeter != nil {
+			kMeter.sample(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -380,6 +430,15 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	res.SchedulerPodsPerSec = float64(ps.Bound) / secs
 	res.SchedulerPeakPodsPerSec = float64(ps.PeakBindsPer10s) / 10
 	res.summarize(agents.snapshot(), o.AgentTick)
+	if kMeter != nil {
+		if err := kMeter.finish(ctx, &res, tk, from, to); err != nil {
+			return res, err
+		}
+		o.logf("kueue: %d/%d/%d Workloads created/admitted/finished, admission wait p50 %.1fs p99 %.1fs, shares %v (error %.2f), "+
+			"%d evicted %v, %d partial gangs", res.KueueWorkloadsCreated, res.KueueWorkloadsAdmitted, res.KueueWorkloadsFinished,
+			res.KueueAdmissionWaitP50Secs, res.KueueAdmissionWaitP99Secs, res.KueueTenantCPUShares, res.KueueFairShareError,
+			res.KueueWorkloadsEvicted, res.KueueEvictionsByReason, res.KueuePartialGangs)
+	}
 	res.WallSecs = time.Since(began).Seconds()
 	res.LoadAvg = loadAvg()
 	o.logf("%d nodes: CPU util %.1f%% → %.1f%% (+%.1f points), oversubscribed node-seconds %d, %d/%d/%d/%d batch pods submitted/bound/running/done, "+
@@ -390,39 +449,40 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	return res, nil
 }
 
-// submitters is how many pod creations run at once: one at a time, a loaded
+// submitters is how many job creations run at once: one at a time, a loaded
 // API server's create latency (tens of ms) capped the arrivals at 1 000 nodes
 // far below the trace's rate.
 const submitters = 16
 
-// submit creates every job's pods (newPod) at its arrival time after from, up to
-// submitters at once (a job's members in order, jobs in arrival order).
-func submit(ctx context.Context, c kubernetesClient, tk *tracker, jobs []Job, newPod func(Job, int) *corev1.Pod, from time.Time) error {
+// submit creates every job (create: its pods, or its Kueue Job; i is the job's
+// index in jobs) at its arrival time after from, up to submitters at once, jobs in
+// arrival order.
+func submit(ctx context.Context, jobs []Job, create func(ctx context.Context, i int, j Job) error, from time.Time) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan Job)
+	type item struct {
+		i int
+		j Job
+	}
+	work := make(chan item)
 	errs := make(chan error, submitters)
 	var wg sync.WaitGroup
 	for range submitters {
 		wg.Go(func() {
-			for j := range work {
-				for m := range j.Members {
-					p := newPod(j, m)
-					tk.submitted(p.Name, time.Now())
-					if err := createPod(ctx, c, p); err != nil {
-						if ctx.Err() == nil {
-							errs <- err
-							cancel()
-						}
-						return
+			for it := range work {
+				if err := create(ctx, it.i, it.j); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+						cancel()
 					}
+					return
 				}
 			}
 		})
 	}
 	dispatch := func() {
 		defer close(work)
-		for _, j := range jobs {
+		for i, j := range jobs {
 			if d := time.Until(from.Add(j.At)); d > 0 {
 				select {
 				case <-ctx.Done():
@@ -433,7 +493,7 @@ func submit(ctx context.Context, c kubernetesClient, tk *tracker, jobs []Job, ne
 			select {
 			case <-ctx.Done():
 				return
-			case work <- j:
+			case work <- item{i, j}:
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/understory/understory/contract"
+	extender "github.com/understory/understory/scheduler-extender"
 )
 
 // podState is what the tracker knows of one batch pod.
@@ -31,57 +32,90 @@ type podState struct {
 	counted                         bool // its requests are in used[node]
 	checked                         bool // its form was checked (converted)
 	cpu, mem, gpu                   int64
+	// job is the namespace/name of the Job that created it (Kueue mode), gang its
+	// gang's size (1: not a gang).
+	job  string
+	gang int
+	// gone: deleted before it completed (Kueue evicted its Workload); deleting:
+	// its delete is queued.
+	gone, deleting bool
 }
+
+// jobTrackingFinalizer is the Job controller's finalizer on the pods it creates:
+// it removes it once it has counted the finished pod; deleting the pod before
+// that would lose the count.
+const jobTrackingFinalizer = "batch.kubernetes.io/job-tracking"
+
+// podKey is the tracker's key of a pod (or a Job): namespace/name.
+func podKey(ns, name string) string { return ns + "/" + name }
 
 // tracker follows the batch pods: when each was submitted, bound and completed, and
 // what the pods bound to each node hold (used, read by the agent stand-in).
 type tracker struct {
-	client  kubernetes.Interface
-	index   map[string]int
-	used    []usage
-	mu      sync.Mutex
+	client     kubernetes.Interface
+	namespaces []string
+	index      map[string]int
+	used       []usage
+	mu         sync.Mutex
+	// pods by podKey; jobs: when each Job (podKey) was created (Kueue mode).
 	pods    map[string]*podState
-	deletes chan string
+	jobs    map[string]time.Time
+	deletes chan [2]string
 	// unconverted counts the batch pods seen without batch resources (created
 	// with cpu or memory: the webhook did not convert them).
 	unconverted int
 }
 
-func newTracker(c kubernetes.Interface, nodes []benchNode, used []usage) *tracker {
-	t := &tracker{client: c, index: map[string]int{}, used: used, pods: map[string]*podState{},
-		deletes: make(chan string, 1<<16)}
+// newTracker follows the batch pods of namespaces (nsBatch; with Kueue, the
+// tenants' namespaces).
+func newTracker(c kubernetes.Interface, nodes []benchNode, used []usage, namespaces ...string) *tracker {
+	t := &tracker{client: c, namespaces: namespaces, index: map[string]int{}, used: used, pods: map[string]*podState{},
+		jobs: map[string]time.Time{}, deletes: make(chan [2]string, 1<<16)}
 	for i, n := range nodes {
 		t.index[n.name] = i
 	}
 	return t
 }
 
-func (t *tracker) submitted(name string, at time.Time) {
+// submitted records when the benchmark created pod ns/name.
+func (t *tracker) submitted(ns, name string, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.pods[name]; p != nil {
+	k := podKey(ns, name)
+	if p := t.pods[k]; p != nil {
 		if p.submitted.IsZero() {
 			p.submitted = at
 		}
 		return
 	}
-	t.pods[name] = &podState{submitted: at, node: -1}
+	t.pods[k] = &podState{submitted: at, node: -1}
 }
 
-// run watches the batch namespace until ctx ends and deletes completed pods (with
+// jobSubmitted records when the benchmark created Job ns/name: its pods count as
+// submitted then (their wait includes Kueue's).
+func (t *tracker) jobSubmitted(ns, name string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.jobs[podKey(ns, name)] = at
+}
+
+// run watches the batch namespaces until ctx ends and deletes completed pods (with
 // 4 workers), so the API server's pod count stays what is live.
 func (t *tracker) run(ctx context.Context) error {
-	f := informers.NewSharedInformerFactoryWithOptions(t.client, 0, informers.WithNamespace(nsBatch))
-	inf := f.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { t.observe(o) },
-		UpdateFunc: func(_, o any) { t.observe(o) },
-	}); err != nil {
-		return fmt.Errorf("pod handler: %w", err)
-	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("pod informer: %w", ctx.Err())
+	for _, ns := range t.namespaces {
+		f := informers.NewSharedInformerFactoryWithOptions(t.client, 0, informers.WithNamespace(ns))
+		inf := f.Core().V1().Pods().Informer()
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { t.observe(o) },
+			UpdateFunc: func(_, o any) { t.observe(o) },
+			DeleteFunc: func(o any) { t.deleted(o) },
+		}); err != nil {
+			return fmt.Errorf("pod handler: %w", err)
+		}
+		f.Start(ctx.Done())
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("pod informer of %s: %w", ns, ctx.Err())
+		}
 	}
 	zero := int64(0)
 	for range 4 {
@@ -90,13 +124,45 @@ func (t *tracker) run(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return
-				case name := <-t.deletes:
-					_ = t.client.CoreV1().Pods(nsBatch).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				case k := <-t.deletes:
+					_ = t.client.CoreV1().Pods(k[0]).Delete(ctx, k[1], metav1.DeleteOptions{GracePeriodSeconds: &zero})
 				}
 			}
 		}()
 	}
 	return nil
+}
+
+// deleted handles a pod gone from the API: one deleted before it completed (its
+// Job suspended by Kueue) no longer holds its node's resources.
+func (t *tracker) deleted(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[podKey(pod.Namespace, pod.Name)]
+	if p == nil || !p.done.IsZero() {
+		return
+	}
+	p.gone = true
+	t.uncount(p)
+}
+
+// uncount takes p's requests off its node (t.mu held).
+func (t *tracker) uncount(p *podState) {
+	if !p.counted {
+		return
+	}
+	u := &t.used[p.node]
+	u.cpuMilli.Add(-p.cpu)
+	u.memBytes.Add(-p.mem)
+	u.gpuMilli.Add(-p.gpu)
+	p.counted = false
 }
 
 func (t *tracker) observe(o any) {
@@ -107,10 +173,20 @@ func (t *tracker) observe(o any) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.pods[pod.Name]
+	k := podKey(pod.Namespace, pod.Name)
+	p := t.pods[k]
 	if p == nil {
-		p = &podState{node: -1}
-		t.pods[pod.Name] = p
+		p = &podState{node: -1, gang: 1}
+		t.pods[k] = p
+	}
+	if job := pod.Labels[labelJobName]; job != "" && p.job == "" {
+		p.job = podKey(pod.Namespace, job)
+		if at, ok := t.jobs[p.job]; ok && p.submitted.IsZero() {
+			p.submitted = at
+		}
+		if n, err := strconv.Atoi(pod.Annotations[extender.AnnotationKoordinatorMinAvailable]); err == nil && n > 1 {
+			p.gang = n
+		}
 	}
 	if !p.checked {
 		p.checked = true
@@ -138,18 +214,50 @@ func (t *tracker) observe(o any) {
 	}
 	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && p.done.IsZero() {
 		p.done = now
-		if p.counted {
-			u := &t.used[p.node]
-			u.cpuMilli.Add(-p.cpu)
-			u.memBytes.Add(-p.mem)
-			u.gpuMilli.Add(-p.gpu)
-			p.counted = false
-		}
+		t.uncount(p)
+	}
+	// A Job's pod is deleted once the Job controller has counted it (its
+	// finalizer removed).
+	if !p.done.IsZero() && !p.deleting && !slices.Contains(pod.Finalizers, jobTrackingFinalizer) {
 		select {
-		case t.deletes <- pod.Name:
+		case t.deletes <- [2]string{pod.Namespace, pod.Name}:
+			p.deleting = true
 		default:
 		}
 	}
+}
+
+// partialGangs counts the gang Jobs with some but not all of their pods bound:
+// pods bound and not finished, while the Job's bound-or-finished pods are fewer
+// than the gang (pods deleted unfinished, by an eviction, do not count).
+func (t *tracker) partialGangs() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	type count struct{ live, placed, gang int }
+	jobs := map[string]*count{}
+	for _, p := range t.pods {
+		if p.job == "" || p.gang < 2 || p.gone {
+			continue
+		}
+		c := jobs[p.job]
+		if c == nil {
+			c = &count{gang: p.gang}
+			jobs[p.job] = c
+		}
+		if !p.bound.IsZero() {
+			c.placed++
+			if p.done.IsZero() {
+				c.live++
+			}
+		}
+	}
+	n := 0
+	for _, c := range jobs {
+		if c.live > 0 && c.placed < c.gang {
+			n++
+		}
+	}
+	return n
 }
 
 func quantity(l corev1.ResourceList, name corev1.ResourceName) int64 {

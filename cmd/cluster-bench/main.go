@@ -140,6 +140,11 @@ func report(in, png string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "; maxInterval %gs, change %g)\n", s.NodeMetricsMaxIntervalS, s.NodeMetricsChange)
 	}
+	for _, s := range r.Sizes {
+		if s.Kueue {
+			kueueLine(w, s)
+		}
+	}
 	for _, s := range r.Slopes {
 		fmt.Fprintf(w, "slope %-26s %10.4f per node, exponent %.2f (linear or better: %v)\n", s.Metric, s.PerNode, s.Exponent, s.Linear)
 	}
@@ -161,6 +166,29 @@ func report(in, png string, w io.Writer) error {
 		return fmt.Errorf("writing %s: %w", png, err)
 	}
 	return nil
+}
+
+// kueueLine prints the Kueue figures of a size run with -clusterbench.kueue.
+func kueueLine(w io.Writer, s clusterbench.SizeResult) {
+	fmt.Fprintf(w, "%d nodes: kueue Workloads %d created, %d admitted, %d finished, %d pending at end; admission wait p50 %.1f s, p99 %.1f s; "+
+		"tenant batch-cpu shares", s.Nodes, s.KueueWorkloadsCreated, s.KueueWorkloadsAdmitted, s.KueueWorkloadsFinished,
+		s.KueueWorkloadsPendingAtEnd, s.KueueAdmissionWaitP50Secs, s.KueueAdmissionWaitP99Secs)
+	for _, t := range slices.Sorted(maps.Keys(s.KueueTenantCPUShares)) {
+		fmt.Fprintf(w, " %s %.2f", t, s.KueueTenantCPUShares[t])
+	}
+	fmt.Fprintf(w, " (fair-share error %.2f, %d samples); %d evicted", s.KueueFairShareError, s.KueueShareSamples, s.KueueWorkloadsEvicted)
+	for i, r := range slices.Sorted(maps.Keys(s.KueueEvictionsByReason)) {
+		sep := ", "
+		if i == 0 {
+			sep = " ("
+		}
+		fmt.Fprintf(w, "%s%s %d", sep, r, s.KueueEvictionsByReason[r])
+	}
+	if len(s.KueueEvictionsByReason) > 0 {
+		fmt.Fprint(w, ")")
+	}
+	fmt.Fprintf(w, "; partial gangs %d; kueue CPU %.2f RSS %.0f MiB, quota follower CPU %.3f RSS %.0f MiB\n",
+		s.KueuePartialGangs, s.KueueCPUCores, s.KueueRSSMiB, s.KueueQuotaCPUCores, s.KueueQuotaRSSMiB)
 }
 
 func checkLS(in string, w io.Writer) error {

@@ -22,7 +22,10 @@ func TestRun(t *testing.T) {
 	rep := clusterbench.NewReport(clusterbench.DefaultOptions(500), "v1.34.4", "v0.7.0", []clusterbench.SizeResult{
 		{Nodes: 500, CPUUtilWith: 0.5, CPUUtilWithout: 0.2, APIRequestsPerSec: 100, Series: []clusterbench.Point{{T: 10, With: 0.5, Without: 0.2}}},
 		{Nodes: 1000, CPUUtilWith: 0.5, CPUUtilWithout: 0.2, CPUUtilGainPoints: 30, APIRequestsPerSec: 200,
-			Admission: true, AdmissionCallsPerSec: 42.5, AdmissionMutateP99Ms: 1.25},
+			Admission: true, AdmissionCallsPerSec: 42.5, AdmissionMutateP99Ms: 1.25,
+			Kueue: true, KueueWorkloadsCreated: 120, KueueWorkloadsAdmitted: 100, KueueWorkloadsFinished: 80,
+			KueueTenantCPUShares: map[string]float64{"tenant-a": 0.52, "tenant-b": 0.48}, KueueFairShareError: 0.04,
+			KueueEvictionsByReason: map[string]int{"Preempted": 3, "PodsReadyTimeout": 1}, KueueWorkloadsEvicted: 4},
 	})
 	if err := clusterbench.WriteReport(report, rep); err != nil {
 		t.Fatal(err)
@@ -43,6 +46,9 @@ func TestRun(t *testing.T) {
 		{"report", []string{"report", "-in", report, "-png", filepath.Join(dir, "p.png")}, 0, "cpu_util_gain_points"},
 		{"report webhook", []string{"report", "-in", report}, 0, "42.5"},
 		{"report webhook off", []string{"report", "-in", report}, 0, "off"},
+		{"report kueue", []string{"report", "-in", report}, 0, "1000 nodes: kueue Workloads 120 created, 100 admitted, 80 finished"},
+		{"report kueue shares", []string{"report", "-in", report}, 0, "tenant-a 0.52 tenant-b 0.48 (fair-share error 0.04"},
+		{"report kueue evictions", []string{"report", "-in", report}, 0, "4 evicted (PodsReadyTimeout 1, Preempted 3); partial gangs 0"},
 		{"stray arg", []string{"report", "x"}, 2, ""},
 	} {
 		// Sequential: "check" reads what "synth" wrote.
