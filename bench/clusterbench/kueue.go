@@ -241,8 +241,13 @@ func startKueue(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlan
 	}
 	// Job controller only: Job pods, their status (ready, succeeded) and
 	// completion. Finished pods are deleted by the tracker once the Job controller
-	// has counted them, so the garbage collector is not needed.
-	cp.StartControllerManager(tb, controlplane.WithControllers("job"))
+	// has counted them, so the garbage collector is not needed. Its client's
+	// default 20 requests/s (and 5 Job workers) created Job pods slower than Kueue
+	// admitted Jobs at 1 000 nodes, so admitted Workloads hit waitForPodsReady's
+	// timeout without pods: the limits are raised as for the extender.
+	cp.StartControllerManager(tb, controlplane.WithControllers("job"),
+		controlplane.WithControllerManagerArgs("--kube-api-qps=500", "--kube-api-burst=1000",
+			"--concurrent-job-syncs=50"))
 	wh := kueueharness.InstallCRDs(ctx, tb, cp, bin)
 	kueueharness.Start(ctx, tb, cp, bin, wh, kueueharness.Options{Config: cfg, StartTimeout: 3 * time.Minute})
 	pid, err := childPID("/proc", os.Getpid(), bin.Manager)
