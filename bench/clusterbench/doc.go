@@ -94,8 +94,7 @@
 //   - kube-apiserver adopts a new webhook configuration asynchronously: Run waits
 //     until a dry-run pod comes back converted before the agents and jobs start.
 //   - Kueue's Job webhook is not registered (kueueharness): Jobs are created with
-//     spec.suspend true. Its manager's pid is not exposed by the harness: childPID
-//     finds it in /proc (the child of this process running the binary).
+//     spec.suspend true.
 //   - A Job's finished pods keep the Job controller's finalizer until it has
 //     counted them: the tracker deletes them only after (kwok's delete Stage
 //     empties finalizers, which would lose the count). Pods deleted unfinished (a

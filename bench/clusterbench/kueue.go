@@ -55,9 +55,6 @@ const (
 // needs.
 var errBadKueueManifest = errors.New("unexpected Kueue component manifest")
 
-// errProcStat means a /proc/<pid>/stat line did not parse.
-var errProcStat = errors.New("unparsable /proc stat")
-
 // kueueTenants are the tenants of the shipped component, in the order jobs are
 // dealt to them.
 func kueueTenants() []string { return []string{kueueTenantA, kueueTenantB} }
@@ -249,11 +246,7 @@ func startKueue(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlan
 		controlplane.WithControllerManagerArgs("--kube-api-qps=500", "--kube-api-burst=1000",
 			"--concurrent-job-syncs=50"))
 	wh := kueueharness.InstallCRDs(ctx, tb, cp, bin)
-	kueueharness.Start(ctx, tb, cp, bin, wh, kueueharness.Options{Config: cfg, StartTimeout: 3 * time.Minute})
-	pid, err := childPID("/proc", os.Getpid(), bin.Manager)
-	if err != nil {
-		return nil, err
-	}
+	pid := kueueharness.Start(ctx, tb, cp, bin, wh, kueueharness.Options{Config: cfg, StartTimeout: 3 * time.Minute}).Pid()
 	if err := applyKueueObjects(ctx, cp, objs); err != nil {
 		return nil, err
 	}
@@ -276,51 +269,6 @@ func startKueue(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlan
 		return nil, err
 	}
 	return &kueueSetup{managerPID: pid, follower: f, workloads: ww}, nil
-}
-
-// childPID finds the child of parent running exe (kueueharness does not expose
-// its process): /proc/<pid>/stat's parent and /proc/<pid>/exe.
-func childPID(procRoot string, parent int, exe string) (int, error) {
-	want, err := filepath.EvalSymlinks(exe)
-	if err != nil {
-		return 0, fmt.Errorf("resolving %s: %w", exe, err)
-	}
-	ents, err := os.ReadDir(procRoot)
-	if err != nil {
-		return 0, fmt.Errorf("listing %s: %w", procRoot, err)
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		got, err := os.Readlink(filepath.Join(procRoot, e.Name(), "exe"))
-		if err != nil || got != want {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		if pp, err := statParent(stat); err == nil && pp == parent {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("no child of %d runs %s: %w", parent, exe, os.ErrNotExist)
-}
-
-// statParent is the parent pid of a /proc/<pid>/stat line (the field after the
-// state, itself after the parenthesised command name).
-func statParent(b []byte) (int, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %q: %w", b, errProcStat)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("stat %q: %w", b, errProcStat)
-	}
-	return strconv.Atoi(f[1])
 }
 
 // wlState is what the benchmark saw of one Workload: when it first saw it, saw it

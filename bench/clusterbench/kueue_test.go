@@ -264,25 +264,6 @@ func TestReadKueueObjects(t *testing.T) {
 	}
 }
 
-func TestStatParent(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		want int
-		ok   bool
-	}{
-		{"1234 (kueue) S 99 1234 1234 0 -1", 99, true},
-		{"1234 (a b) c) R 7 1 1", 7, true},
-		{"1234 kueue S 99", 0, false},
-		{"1234 (kueue) S", 0, false},
-	} {
-		got, err := statParent([]byte(tc.in))
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("%q: %d, %v; want %d ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
 // TestTrackerJobPods checks the tracker on pods of Kueue Jobs: submission at the
 // Job's creation, a gang bound whole is not partial, one bound in part is, pods
 // deleted unfinished (an eviction) free their node and leave the count.

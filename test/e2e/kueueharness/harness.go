@@ -263,6 +263,9 @@ func (k *Kueue) LogPath() string { return k.logPath }
 // ConfigPath is the Configuration file the manager runs with.
 func (k *Kueue) ConfigPath() string { return k.configPath }
 
+// Pid is the manager's process id (for measuring its CPU and memory in /proc).
+func (k *Kueue) Pid() int { return k.cmd.Process.Pid }
+
 // Start runs Kueue's manager against cp (see the package doc) and waits until it
 // is ready. The webhook port comes from InstallCRDs.
 func Start(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane, b Bin, wh Webhook, opts Options) *Kueue {
