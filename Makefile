@@ -12,7 +12,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell cat VERSION)
 endif
 
-.PHONY: all build demo test vet tracefs k8s-bins helm-bin kueue-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler bench-cluster test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins helm-bin kueue-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler bench-cluster bench-cluster-kueue test-realnode clean
 
 all: build
 
@@ -81,6 +81,16 @@ bench-cluster: k8s-bins
 	$(GO) test ./bench/clusterbench -run '^$$' -bench '^BenchmarkClusterSmoke$$' -benchtime 1x -timeout 20m
 	$(GO) test ./bench/clusterbench -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x -timeout 4h \
 	  -args -clusterbench.sizes $(CLUSTER_SIZES)
+
+# The same benchmark with Kueue in front (docs/cluster-bench.md, "Kueue in front"): Jobs in
+# the shipped tenant queues, Kueue's manager, the Job controller and the quota follower.
+# Writes bench/out/cluster-kueue.json and docs/img/cluster-bench-kueue.png.
+KUEUE_CLUSTER_SIZES ?= 500,1000
+bench-cluster-kueue: k8s-bins kueue-bin
+	scripts/kwok.sh >/dev/null
+	$(GO) test ./bench/clusterbench -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x -timeout 2h \
+	  -args -clusterbench.sizes $(KUEUE_CLUSTER_SIZES) -clusterbench.kueue=true \
+	  -clusterbench.out $(CURDIR)/bench/out/cluster-kueue.json -clusterbench.png $(CURDIR)/docs/img/cluster-bench-kueue.png
 
 # Regenerates the committed eBPF objects (koordlet/signals/runqlat/runqlat_bpfel.{go,o}) from
 # bpf/runqlat.c with bpf2go at go.mod's cilium/ebpf version. Needs clang, llvm-strip and

@@ -19,9 +19,11 @@
 //  4. Over quota (Config.EvictOverQuota): Kueue does not evict admitted Workloads
 //     when a nominalQuota falls (it preempts only to admit pending work: v0.17.0,
 //     pkg/scheduler/preemption). When the queues' reservations (status
-//     flavorsReservation) sum above the new quotas, the follower lists the admitted
+//     flavorsReservation) sum above the new quotas by more than
+//     Params.EvictTolerance of them (qos.OverQuota), the follower lists the admitted
 //     Workloads and qos.SelectQuotaEvictions picks the lowest-priority, latest
-//     admitted Workloads of the queues furthest over their quota; each is
+//     admitted Workloads of the queues furthest over their quota, until the excess
+//     is within the tolerance; each is
 //     deactivated through the Workload API (spec.active=false, label
 //     understory.io/quota-evicted=true, Event QuotaEvicted): Kueue evicts it itself
 //     (condition Evicted, reason Deactivated), suspends its Job (which deletes the

@@ -258,7 +258,7 @@ func (f *Follower) step(ctx context.Context) error {
 		usage = append(usage, qos.QueueUsage{Name: d.Name, Nominal: d.Quota, Used: q.reserved})
 	}
 	if f.cfg.EvictOverQuota {
-		if overQuota(usage) {
+		if qos.OverQuota(usage, f.cfg.Params.EvictTolerance) {
 			if err := f.evictOverQuota(ctx, usage); err != nil {
 				errs = append(errs, err)
 			}
@@ -436,25 +436,6 @@ func quantityFormat(r string) resource.Format {
 	return resource.DecimalSI
 }
 
-// overQuota: some resource's reservations sum above its quotas' sum.
-func overQuota(usage []qos.QueueUsage) bool {
-	sum := map[string]int64{}
-	for _, u := range usage {
-		for r, v := range u.Used {
-			sum[r] += v
-		}
-		for r, v := range u.Nominal {
-			sum[r] -= v
-		}
-	}
-	for _, v := range sum {
-		if v > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // evictOverQuota deactivates what qos.SelectQuotaEvictions picks. Usage is
 // recomputed from the admitted, active Workloads (the queues' status may lag
 // behind evictions of the previous pass).
@@ -487,7 +468,7 @@ func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) e
 		byName[qw.Name] = w
 	}
 	var errs []error
-	for _, name := range qos.SelectQuotaEvictions(usage, wls) {
+	for _, name := range qos.SelectQuotaEvictions(usage, wls, f.cfg.Params.EvictTolerance) {
 		w := byName[name]
 		patch := []byte(`{"metadata":{"labels":{"` + LabelEvicted + `":"true"}},"spec":{"active":false}}`)
 		if _, err := f.dyn.Resource(workloadsGVR).Namespace(w.GetNamespace()).Patch(ctx, w.GetName(), types.MergePatchType, patch,

@@ -247,6 +247,40 @@ func TestStepEvictsOverQuotaThroughKueue(t *testing.T) {
 	}
 }
 
+// TestStepToleratesSmallExcess: the published total dips by less than the
+// eviction tolerance under what a full cohort has admitted; the quotas fall, but
+// nothing is deactivated.
+func TestStepToleratesSmallExcess(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// 3900 published, 2 × 2000 reserved: 100 over, within 5 % of 3900.
+	fx := newFixture(t, []runtime.Object{node("n1", 3900, false)},
+		clusterQueue("a", "1", 2000, 2000), clusterQueue("b", "1", 2000, 2000),
+		workload("ta", "a-1", "a", 2000, 0, t0, true),
+		workload("tb", "b-1", "b", 2000, 0, t0, true),
+	)
+	fx.f.cfg.Params.EvictTolerance = qos.DefaultQueueQuotaParams().EvictTolerance
+	ctx := context.Background()
+	if err := fx.f.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := fx.quota(t, "a"); a != 1950 {
+		t.Errorf("quota a = %d, want 1950 (falls at once)", a)
+	}
+	for _, n := range [][2]string{{"ta", "a-1"}, {"tb", "b-1"}} {
+		w, err := fx.dyn.Resource(workloadsGVR).Namespace(n[0]).Get(ctx, n[1], metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, _, _ := unstructured.NestedBool(w.Object, "spec", "active"); !a {
+			t.Errorf("%s deactivated within the tolerance", n[1])
+		}
+	}
+	if got := testutil.ToFloat64(fx.f.m.evictions.WithLabelValues("a")) + testutil.ToFloat64(fx.f.m.evictions.WithLabelValues("b")); got != 0 {
+		t.Errorf("evictions %v, want 0", got)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	bad := []func(*Config){
@@ -255,6 +289,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Flavor = "" },
 		func(c *Config) { c.Interval = 0 },
 		func(c *Config) { c.Params.RiseFraction = 0 },
+		func(c *Config) { c.Params.EvictTolerance = 1 },
 	}
 	for i, mut := range bad {
 		c := DefaultConfig()

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/understory/understory/internal/election"
 )
 
 // LeaseName is the default name of the follower's leader Lease.
@@ -22,20 +22,12 @@ const LeaseName = "understory-kueue-quota"
 var ErrLeadershipLost = errors.New("leader lease lost")
 
 // ErrLeaderConfig marks an unusable LeaderConfig.
-var ErrLeaderConfig = errors.New("invalid leader election config")
+var ErrLeaderConfig = election.ErrConfig
 
-// LeaderConfig configures leader election between follower replicas (RunElected).
-type LeaderConfig struct {
-	// Namespace and Name of the coordination.k8s.io Lease.
-	Namespace, Name string
-	// Identity of this replica (its pod name), unique among the replicas.
-	Identity string
-	// LeaseDuration is how long a standby waits after the leader's last renewal
-	// before it takes the Lease; RenewDeadline how long the leader keeps trying to
-	// renew before it gives up (RunElected returns ErrLeadershipLost); RetryPeriod
-	// how often both try.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-}
+// LeaderConfig configures leader election between follower replicas (RunElected):
+// the Lease and its timing. A leader that cannot renew within RenewDeadline stops
+// its passes and RunElected returns ErrLeadershipLost.
+type LeaderConfig = election.Config
 
 // DefaultLeaderConfig is the Lease LeaseName in namespace, held as identity, with
 // client-go's usual durations (lease 15 s, renew deadline 10 s, retry 2 s): a
@@ -43,28 +35,6 @@ type LeaderConfig struct {
 func DefaultLeaderConfig(namespace, identity string) LeaderConfig {
 	return LeaderConfig{Namespace: namespace, Name: LeaseName, Identity: identity,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
-}
-
-// Validate returns an error wrapping ErrLeaderConfig when c is unusable; client-go's
-// own rules included (LeaseDuration > RenewDeadline > 1.2 × RetryPeriod).
-func (c LeaderConfig) Validate() error {
-	switch {
-	case c.Namespace == "" || c.Name == "" || c.Identity == "":
-		return fmt.Errorf("%w: lease namespace %q, name %q and identity %q must all be set",
-			ErrLeaderConfig, c.Namespace, c.Name, c.Identity)
-	case c.RetryPeriod <= 0:
-		return fmt.Errorf("%w: retry period %v must be positive", ErrLeaderConfig, c.RetryPeriod)
-	case float64(c.RenewDeadline) <= leaderelection.JitterFactor*float64(c.RetryPeriod):
-		return fmt.Errorf("%w: renew deadline %v must exceed %.1f × retry period %v", ErrLeaderConfig,
-			c.RenewDeadline, leaderelection.JitterFactor, c.RetryPeriod)
-	case c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0:
-		return fmt.Errorf("%w: lease duration %v must be whole seconds (the Lease records seconds)", ErrLeaderConfig,
-			c.LeaseDuration)
-	case c.LeaseDuration <= c.RenewDeadline:
-		return fmt.Errorf("%w: lease duration %v must exceed renew deadline %v", ErrLeaderConfig, c.LeaseDuration,
-			c.RenewDeadline)
-	}
-	return nil
 }
 
 // RunElected is Run among replicas: it starts the Node informer (so that /readyz,
@@ -89,11 +59,6 @@ func (f *Follower) RunElected(ctx context.Context, lc LeaderConfig) error {
 		}
 		return errors.New("node informer did not sync")
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: lc.Namespace, Name: lc.Name},
-		Client:     f.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: lc.Identity},
-	}
 	// OnStartedLeading runs on its own goroutine (client-go starts it just before
 	// it renews); RunElected waits for it, and one that would start after the
 	// election ended does nothing.
@@ -102,35 +67,31 @@ func (f *Follower) RunElected(ctx context.Context, lc LeaderConfig) error {
 		wg     sync.WaitGroup
 		closed bool
 	)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: lc.Name, ReleaseOnCancel: true,
-		LeaseDuration: lc.LeaseDuration, RenewDeadline: lc.RenewDeadline, RetryPeriod: lc.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				mu.Lock()
-				if closed {
-					mu.Unlock()
-					return
-				}
-				wg.Add(1)
+	le, err := election.NewElector(f.client, lc, leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(lctx context.Context) {
+			mu.Lock()
+			if closed {
 				mu.Unlock()
-				defer wg.Done()
-				f.m.leader.Set(1)
-				f.log.Info("leading: running quota passes", "identity", lc.Identity,
-					"lease", lc.Namespace+"/"+lc.Name)
-				// lctx ends when the Lease is lost or ctx ends; passes returns then.
-				_ = f.passes(lctx)
-			},
-			OnStoppedLeading: func() { f.m.leader.Set(0) },
-			OnNewLeader: func(identity string) {
-				if identity != "" {
-					f.log.Info("leader observed", "leader", identity, "self", identity == lc.Identity)
-				}
-			},
+				return
+			}
+			wg.Add(1)
+			mu.Unlock()
+			defer wg.Done()
+			f.m.leader.Set(1)
+			f.log.Info("leading: running quota passes", "identity", lc.Identity,
+				"lease", lc.Namespace+"/"+lc.Name)
+			// lctx ends when the Lease is lost or ctx ends; passes returns then.
+			_ = f.passes(lctx)
+		},
+		OnStoppedLeading: func() { f.m.leader.Set(0) },
+		OnNewLeader: func(identity string) {
+			if identity != "" {
+				f.log.Info("leader observed", "leader", identity, "self", identity == lc.Identity)
+			}
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrLeaderConfig, err)
+		return err
 	}
 	le.Run(ctx)
 	mu.Lock()

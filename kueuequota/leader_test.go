@@ -173,32 +173,12 @@ func TestRunElectedLostLease(t *testing.T) {
 	testenv.Hold(t, 200*time.Millisecond, "no pass after RunElected returned", func() bool { return a.passes() == n })
 }
 
+// TestLeaderConfigValidate: the defaults are valid, and RunElected refuses a bad
+// config (the rules themselves: internal/election).
 func TestLeaderConfigValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		mut  func(*LeaderConfig)
-		ok   bool
-	}{
-		{name: "defaults", mut: func(*LeaderConfig) {}, ok: true},
-		{name: "no namespace", mut: func(c *LeaderConfig) { c.Namespace = "" }},
-		{name: "no name", mut: func(c *LeaderConfig) { c.Name = "" }},
-		{name: "no identity", mut: func(c *LeaderConfig) { c.Identity = "" }},
-		{name: "no retry period", mut: func(c *LeaderConfig) { c.RetryPeriod = 0 }},
-		{name: "renew deadline within the retry jitter", mut: func(c *LeaderConfig) { c.RenewDeadline = 2 * time.Second }},
-		{name: "lease not above the renew deadline", mut: func(c *LeaderConfig) { c.LeaseDuration = 10 * time.Second }},
-		{name: "lease not whole seconds", mut: func(c *LeaderConfig) { c.LeaseDuration = 15500 * time.Millisecond }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c := DefaultLeaderConfig("understory-system", "pod-1")
-			tc.mut(&c)
-			err := c.Validate()
-			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrLeaderConfig)) {
-				t.Errorf("Validate() = %v, want ok %v (errors wrapping ErrLeaderConfig)", err, tc.ok)
-			}
-		})
+	if err := DefaultLeaderConfig("understory-system", "pod-1").Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
 	}
 	f := newReplica(t, fake.NewClientset()).f
 	lc := DefaultLeaderConfig("understory-system", "")

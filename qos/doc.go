@@ -36,7 +36,8 @@
 //     quota follower's decisions: each ClusterQueue's weighted part of the
 //     published batch capacity (falling at once, rising damped with a
 //     deadband, never above what is published), and which admitted Workloads
-//     to deactivate when the quotas fall below what the cohort admitted.
+//     to deactivate when the quotas fall below what the cohort admitted by more
+//     than the eviction tolerance (OverQuota says whether they do).
 //
 // Traps:
 //

@@ -26,12 +26,22 @@ type QueueQuotaParams struct {
 	// (0 <= Deadband < 1): capacity that jitters upwards does not cause a write every
 	// minute. A rise that would leave a gap inside the deadband goes to the target.
 	Deadband float64
+	// EvictTolerance is the part of the quotas' sum (per resource) by which the
+	// cohort's reservations may exceed it before SelectQuotaEvictions evicts
+	// anything, and what is left over after it has (0 <= EvictTolerance < 1). The
+	// quotas fall at once, so Kueue admits nothing new while the cohort is over;
+	// admitted work drains as it finishes, and each node's agent keeps its own LS
+	// safe meanwhile. Without a tolerance every small dip of the published total
+	// evicted admitted work a full cohort had just been given (measured: 762
+	// evictions for 1 264 admissions in a 300-node cluster benchmark).
+	EvictTolerance float64
 }
 
-// DefaultQueueQuotaParams: half of the gap per decision, a 5 % deadband. At one
-// decision a minute a quota reaches 95 % of a risen target in about 4 minutes.
+// DefaultQueueQuotaParams: half of the gap per decision, a 5 % deadband, evictions
+// only beyond 5 % over. At one decision a minute a quota reaches 95 % of a risen
+// target in about 4 minutes.
 func DefaultQueueQuotaParams() QueueQuotaParams {
-	return QueueQuotaParams{RiseFraction: 0.5, Deadband: 0.05}
+	return QueueQuotaParams{RiseFraction: 0.5, Deadband: 0.05, EvictTolerance: 0.05}
 }
 
 // ErrQueueQuotaInput is returned for input DecideQueueQuotas refuses: bad
@@ -45,6 +55,9 @@ func (p QueueQuotaParams) Validate() error {
 	}
 	if !(p.Deadband >= 0 && p.Deadband < 1) {
 		return fmt.Errorf("%w: deadband %v must be in [0, 1)", ErrQueueQuotaInput, p.Deadband)
+	}
+	if !(p.EvictTolerance >= 0 && p.EvictTolerance < 1) {
+		return fmt.Errorf("%w: evictTolerance %v must be in [0, 1)", ErrQueueQuotaInput, p.EvictTolerance)
 	}
 	return nil
 }
@@ -237,26 +250,24 @@ type QueueWorkload struct {
 // SelectQuotaEvictions returns the Workloads to evict (by name, in order) so that
 // the cohort's reservations fit its quotas again after they fell: for every resource,
 // the Workloads' usage summed over the queues must not exceed the nominal quotas
-// summed over them. Kueue itself does not evict admitted work when a nominalQuota
-// falls (it preempts only to admit pending work), so without this the cohort keeps
-// running more than the agents publish. While a resource is over: among the queues
-// using more of an over resource than their own nominal quota, the one furthest
-// over (in units of that resource, the resources taken in sorted order) gives up
-// its lowest-priority, latest-admitted Workload using that resource; ties by name.
-// Stops when nothing is over or no Workload can help. Pure: it only ranks.
-func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload) []string {
+// summed over them by more than tolerance of that sum (QueueQuotaParams.
+// EvictTolerance; outside [0, 1) counts as 0). Kueue itself does not evict admitted
+// work when a nominalQuota falls (it preempts only to admit pending work), so
+// without this the cohort keeps running more than the agents publish. While a
+// resource is over: among the queues using more of an over resource than their own
+// nominal quota, the one furthest over (in units of that resource, the resources
+// taken in sorted order) gives up its lowest-priority, latest-admitted Workload
+// using that resource; ties by name. Stops when nothing is over or no Workload can
+// help. Pure: it only ranks.
+func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload, tolerance float64) []string {
 	used := map[string]map[string]int64{}
-	excess := map[string]int64{}
+	excess := quotaExcess(queues, tolerance)
 	for _, q := range queues {
-		u := map[string]int64{}
+		u := make(map[string]int64, len(q.Used))
 		for r, v := range q.Used {
 			u[r] = v
-			excess[r] += v
 		}
 		used[q.Name] = u
-		for r, v := range q.Nominal {
-			excess[r] -= v
-		}
 	}
 	nominal := map[string]map[string]int64{}
 	for _, q := range queues {
@@ -311,6 +322,35 @@ func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload) []stri
 			}
 		}
 	}
+}
+
+// OverQuota reports whether the queues' reservations exceed their nominal quotas,
+// summed over the queues, by more than tolerance of that sum for some resource:
+// whether SelectQuotaEvictions would look for evictions.
+func OverQuota(queues []QueueUsage, tolerance float64) bool {
+	return overResource(quotaExcess(queues, tolerance)) != ""
+}
+
+// quotaExcess is, per resource, what the queues reserve beyond their nominal
+// quotas' sum and the tolerance of it (positive: over).
+func quotaExcess(queues []QueueUsage, tolerance float64) map[string]int64 {
+	if !(tolerance >= 0 && tolerance < 1) {
+		tolerance = 0
+	}
+	excess := map[string]int64{}
+	nominal := map[string]int64{}
+	for _, q := range queues {
+		for r, v := range q.Used {
+			excess[r] += v
+		}
+		for r, v := range q.Nominal {
+			nominal[r] += v
+		}
+	}
+	for r, v := range nominal {
+		excess[r] -= v + int64(math.Floor(tolerance*float64(v)))
+	}
+	return excess
 }
 
 // overResource is the first resource (sorted) whose excess is positive, or "".

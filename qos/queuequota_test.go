@@ -221,6 +221,8 @@ func TestDecideQueueQuotasRefusesBadInput(t *testing.T) {
 		{"rise fraction above 1", nil, ok, QueueQuotaParams{RiseFraction: 1.5}},
 		{"rise fraction NaN", nil, ok, QueueQuotaParams{RiseFraction: math.NaN()}},
 		{"deadband 1", nil, ok, QueueQuotaParams{RiseFraction: 0.5, Deadband: 1}},
+		{"evict tolerance 1", nil, ok, QueueQuotaParams{RiseFraction: 0.5, EvictTolerance: 1}},
+		{"evict tolerance negative", nil, ok, QueueQuotaParams{RiseFraction: 0.5, EvictTolerance: -0.1}},
 		{"negative weight", nil, []QueueTenant{{Name: "a", Weight: -1}}, DefaultQueueQuotaParams()},
 		{"infinite weight", nil, []QueueTenant{{Name: "a", Weight: math.Inf(1)}}, DefaultQueueQuotaParams()},
 		{"no name", nil, []QueueTenant{{Weight: 1}}, DefaultQueueQuotaParams()},
@@ -265,7 +267,10 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		name      string
 		queues    []QueueUsage
 		workloads []QueueWorkload
+		tolerance float64
 		want      []string
+		// stuck: over, though no Workload can help (OverQuota true, no evictions).
+		stuck bool
 	}{
 		{
 			name: "within quota: nothing",
@@ -317,19 +322,62 @@ func TestSelectQuotaEvictions(t *testing.T) {
 			want: []string{"a2", "a1"},
 		},
 		{
+			name: "over by no more than the tolerance: nothing",
+			queues: []QueueUsage{
+				{Name: "a", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 54}},
+				{Name: "b", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 51}},
+			},
+			workloads: []QueueWorkload{
+				{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 54}, Admitted: 1},
+				{Name: "b1", Queue: "b", Usage: map[string]int64{cpu: 51}, Admitted: 2},
+			},
+			// 105 reserved against 100 + 5 % of 100.
+			tolerance: 0.05,
+		},
+		{
+			name: "over beyond the tolerance: back within it, not down to the quotas",
+			queues: []QueueUsage{
+				{Name: "a", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 60}},
+				{Name: "b", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 50}},
+			},
+			workloads: []QueueWorkload{
+				{Name: "a-old", Queue: "a", Usage: map[string]int64{cpu: 52}, Admitted: 1},
+				{Name: "a-mid", Queue: "a", Usage: map[string]int64{cpu: 4}, Admitted: 2},
+				{Name: "a-new", Queue: "a", Usage: map[string]int64{cpu: 4}, Admitted: 3},
+				{Name: "b1", Queue: "b", Usage: map[string]int64{cpu: 50}, Admitted: 1},
+			},
+			// 110 against 105 allowed: a-new (4) leaves 106, a-mid (4) 102; with no
+			// tolerance a-old would go too.
+			tolerance: 0.05,
+			want:      []string{"a-new", "a-mid"},
+		},
+		{
+			name: "a tolerance out of range counts as none",
+			queues: []QueueUsage{
+				{Name: "a", Nominal: map[string]int64{cpu: 10}, Used: map[string]int64{cpu: 11}},
+			},
+			workloads: []QueueWorkload{{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 11}}},
+			tolerance: math.NaN(),
+			want:      []string{"a1"},
+		},
+		{
 			name: "no Workload uses the over resource: nothing to do",
 			queues: []QueueUsage{
 				{Name: "a", Nominal: map[string]int64{cpu: 0}, Used: map[string]int64{cpu: 2}},
 			},
 			workloads: []QueueWorkload{{Name: "a1", Queue: "a", Usage: map[string]int64{mem: 1}}},
+			stuck:     true,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := SelectQuotaEvictions(tc.queues, tc.workloads)
+			got := SelectQuotaEvictions(tc.queues, tc.workloads, tc.tolerance)
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("evictions (-want +got):\n%s", d)
+			}
+			if over, want := OverQuota(tc.queues, tc.tolerance), len(tc.want) > 0 || tc.stuck; over != want {
+				t.Errorf("OverQuota = %v, want %v", over, want)
 			}
 		})
 	}

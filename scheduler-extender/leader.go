@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/understory/understory/internal/election"
 	"github.com/understory/understory/metrics"
 )
 
@@ -43,16 +43,12 @@ var errBadLeaderConfig = errors.New("invalid leader election config")
 
 // LeaderConfig configures leader election among extender replicas (Deps.Leader).
 type LeaderConfig struct {
-	// Namespace and Name of the coordination.k8s.io Lease.
-	Namespace, Name string
-	// Identity of this replica (its pod name), unique among the replicas.
-	Identity string
-	// LeaseDuration is how long a standby waits after the leader's last renewal
-	// before it takes the lease; RenewDeadline how long the leader keeps trying
-	// to renew before it gives up (it stops serving then); RetryPeriod how often
-	// both try. A killed leader is replaced after at most LeaseDuration +
+	// Config is the Lease (Namespace, Name, this replica's Identity) and the
+	// election's timing: a standby takes the lease LeaseDuration after the
+	// leader's last renewal; a leader that cannot renew within RenewDeadline stops
+	// serving. A killed leader is replaced after at most LeaseDuration +
 	// RetryPeriod + the catch-up (CatchUpTimeout bounds it).
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	election.Config
 	// Service, when set, is the selector-less Service kube-scheduler calls: the
 	// leader, once caught up, points it at itself by writing the EndpointSlice
 	// Service+"-leader" (address PodIP, port Port named PortName). Routing by
@@ -75,33 +71,23 @@ type LeaderConfig struct {
 // DefaultLeaderConfig is LeaseName in namespace, as identity, with durations
 // that replace a killed leader within 15 s (8 s + 1 s + the catch-up).
 func DefaultLeaderConfig(namespace, identity string) LeaderConfig {
-	return LeaderConfig{Namespace: namespace, Name: LeaseName, Identity: identity,
-		LeaseDuration: 8 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: time.Second,
+	return LeaderConfig{Config: election.Config{Namespace: namespace, Name: LeaseName, Identity: identity,
+		LeaseDuration: 8 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: time.Second},
 		CatchUpTimeout: 5 * time.Second}
 }
 
 // Validate checks c; client-go's own rules included (LeaseDuration >
 // RenewDeadline > 1.2 × RetryPeriod).
 func (c LeaderConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", err, errBadLeaderConfig)
+	}
 	switch {
-	case c.Namespace == "" || c.Name == "" || c.Identity == "":
-		return fmt.Errorf("lease namespace %q, name %q and identity %q must all be set: %w",
-			c.Namespace, c.Name, c.Identity, errBadLeaderConfig)
-	case c.RetryPeriod <= 0 || c.CatchUpTimeout <= 0:
-		return fmt.Errorf("retry period %v and catch-up timeout %v must be > 0: %w", c.RetryPeriod, c.CatchUpTimeout,
-			errBadLeaderConfig)
-	case float64(c.RenewDeadline) <= leaderelection.JitterFactor*float64(c.RetryPeriod):
-		return fmt.Errorf("renew deadline %v must exceed %.1f × retry period %v: %w", c.RenewDeadline,
-			leaderelection.JitterFactor, c.RetryPeriod, errBadLeaderConfig)
+	case c.CatchUpTimeout <= 0:
+		return fmt.Errorf("catch-up timeout %v must be > 0: %w", c.CatchUpTimeout, errBadLeaderConfig)
 	case c.Service != "" && (net.ParseIP(c.PodIP) == nil || c.Port <= 0 || c.PortName == ""):
 		return fmt.Errorf("publishing Service %s needs the pod IP (%q), a port (%d) and its name (%q): %w",
 			c.Service, c.PodIP, c.Port, c.PortName, errBadLeaderConfig)
-	case c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0:
-		return fmt.Errorf("lease duration %v must be whole seconds (the Lease records seconds): %w", c.LeaseDuration,
-			errBadLeaderConfig)
-	case c.LeaseDuration <= c.RenewDeadline:
-		return fmt.Errorf("lease duration %v must exceed renew deadline %v: %w", c.LeaseDuration, c.RenewDeadline,
-			errBadLeaderConfig)
 	case (c.Pod.Namespace == "") != (c.Pod.Name == ""):
 		return fmt.Errorf("own pod %q needs both a namespace and a name: %w", c.Pod, errBadLeaderConfig)
 	}
@@ -181,11 +167,6 @@ func (l *leadership) refusal() error {
 // must have synced: a replica competes only once it could serve. becomeLeader
 // catches s up before it serves.
 func (l *leadership) run(ctx context.Context, s *Server) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: l.cfg.Namespace, Name: l.cfg.Name},
-		Client:     l.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: l.cfg.Identity},
-	}
 	var lost atomic.Bool
 	// ectx ends the election early when the takeover fails: the lease is
 	// released then (ReleaseOnCancel), so the other replica takes it at once.
@@ -198,45 +179,41 @@ func (l *leadership) run(ctx context.Context, s *Server) error {
 		wg     sync.WaitGroup
 		closed bool
 	)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: l.cfg.Name, ReleaseOnCancel: true,
-		LeaseDuration: l.cfg.LeaseDuration, RenewDeadline: l.cfg.RenewDeadline, RetryPeriod: l.cfg.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				mu.Lock()
-				if closed {
-					mu.Unlock()
-					return
-				}
-				wg.Add(1)
+	le, err := election.NewElector(l.client, l.cfg.Config, leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(lctx context.Context) {
+			mu.Lock()
+			if closed {
 				mu.Unlock()
-				defer wg.Done()
-				if err := l.becomeLeader(lctx, s); err != nil && lctx.Err() == nil {
-					l.log.Error("taking over as leader failed: giving the lease up", "err", err)
-					lost.Store(true)
-					l.stop()
-					giveUp()
-				}
-			},
-			OnStoppedLeading: func() {
-				// Called when Run ends: ctx done (shutdown: the lease is released
-				// after the HTTP server drained), or the lease lost. Refuse at once
-				// either way: a standby may take the lease LeaseDuration after our
-				// last renewal, RenewDeadline before which we get here.
+				return
+			}
+			wg.Add(1)
+			mu.Unlock()
+			defer wg.Done()
+			if err := l.becomeLeader(lctx, s); err != nil && lctx.Err() == nil {
+				l.log.Error("taking over as leader failed: giving the lease up", "err", err)
+				lost.Store(true)
 				l.stop()
-				if ctx.Err() == nil {
-					lost.Store(true)
-				}
-			},
-			OnNewLeader: func(identity string) {
-				if identity == "" {
-					return // released: the next holder follows
-				}
-				id := identity
-				l.leader.Store(&id)
-				l.met.Transitions.Inc()
-				l.log.Info("leader observed", "leader", identity, "self", identity == l.cfg.Identity)
-			},
+				giveUp()
+			}
+		},
+		OnStoppedLeading: func() {
+			// Called when Run ends: ctx done (shutdown: the lease is released
+			// after the HTTP server drained), or the lease lost. Refuse at once
+			// either way: a standby may take the lease LeaseDuration after our
+			// last renewal, RenewDeadline before which we get here.
+			l.stop()
+			if ctx.Err() == nil {
+				lost.Store(true)
+			}
+		},
+		OnNewLeader: func(identity string) {
+			if identity == "" {
+				return // released: the next holder follows
+			}
+			id := identity
+			l.leader.Store(&id)
+			l.met.Transitions.Inc()
+			l.log.Info("leader observed", "leader", identity, "self", identity == l.cfg.Identity)
 		},
 	})
 	if err != nil {

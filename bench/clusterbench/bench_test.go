@@ -36,6 +36,7 @@ var (
 	flagAdmit    = flag.Bool("clusterbench.admission", true, "run the admission webhook and create batch pods as users write them; false: create them in its output form, no webhook")
 	flagKueue    = flag.Bool("clusterbench.kueue", false, "put Kueue in front: trace jobs become suspended Jobs in the shipped component's tenant queues (kueue.go)")
 	flagKueueInt = flag.Duration("clusterbench.kueue-quota-interval", 30*time.Second, "the quota follower's -interval (with -clusterbench.kueue)")
+	flagKueueW   = flag.Int("clusterbench.kueue-workers", DefaultOptions(1).KueueWorkers, "workers of Kueue's Job and Workload reconcilers (Kueue's install ships 5)")
 	flagOut      = flag.String("clusterbench.out", "", "JSON report (default <repo>/bench/out/cluster.json)")
 	flagPNG      = flag.String("clusterbench.png", "", "PNG plot (default <repo>/docs/img/cluster-bench.png)")
 )
@@ -116,7 +117,7 @@ func BenchmarkCluster(b *testing.B) {
 				o.NodeMetricsPeriod, o.Compression, o.MaxDuration = *flagNMPeriod, *flagCompress, *flagMaxDur
 				o.NodeMetricsReport.MaxInterval.Duration, o.NodeMetricsReport.Change = *flagNMMax, *flagNMChange
 				o.Admission, o.ComponentNice = *flagAdmit, *flagNice
-				o.Kueue, o.KueueQuotaInterval = *flagKueue, *flagKueueInt
+				o.Kueue, o.KueueQuotaInterval, o.KueueWorkers = *flagKueue, *flagKueueInt, *flagKueueW
 				o.KwokBin, o.ModuleRoot, o.OpenbDir, o.Log = kwok, root, openb, os.Stderr
 				r, err := Run(context.Background(), b, o)
 				if err != nil {

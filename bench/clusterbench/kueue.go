@@ -246,7 +246,12 @@ func startKueue(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlan
 		controlplane.WithControllerManagerArgs("--kube-api-qps=500", "--kube-api-burst=1000",
 			"--concurrent-job-syncs=50"))
 	wh := kueueharness.InstallCRDs(ctx, tb, cp, bin)
-	pid := kueueharness.Start(ctx, tb, cp, bin, wh, kueueharness.Options{Config: cfg, StartTimeout: 3 * time.Minute}).Pid()
+	// Kueue's Job and Workload reconcilers with KueueWorkers workers each: with
+	// the install's 5, admitted Jobs waited about 30 s to be unsuspended at 300
+	// nodes (13 Jobs/s), the reconcilers' queues growing behind a busy API server.
+	workers := map[string]int{"Job.batch": o.KueueWorkers, "Workload.kueue.x-k8s.io": o.KueueWorkers}
+	pid := kueueharness.Start(ctx, tb, cp, bin, wh, kueueharness.Options{Config: cfg, StartTimeout: 3 * time.Minute,
+		GroupKindConcurrency: workers}).Pid()
 	if err := applyKueueObjects(ctx, cp, objs); err != nil {
 		return nil, err
 	}

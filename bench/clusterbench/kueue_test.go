@@ -281,8 +281,10 @@ func TestTrackerJobPods(t *testing.T) {
 		p.Spec.NodeName = node
 		return p
 	}
-	tk.jobSubmitted(kueueTenantA, "whole", created)
-	tk.jobSubmitted(kueueTenantA, "part", created)
+	tk.jobSubmitted(kueueTenantA, "whole", 2, created)
+	tk.jobSubmitted(kueueTenantA, "part", 2, created)
+	// Not admitted yet: no pods, but its 3 count as submitted and pending.
+	tk.jobSubmitted(kueueTenantA, "queued", 3, created)
 	whole0, whole1 := gangPod("whole", 0, nodeName(0)), gangPod("whole", 1, nodeName(1))
 	part0, part1 := gangPod("part", 0, nodeName(0)), gangPod("part", 1, "")
 	for _, p := range []*corev1.Pod{whole0, whole1, part0, part1} {
@@ -295,8 +297,8 @@ func TestTrackerJobPods(t *testing.T) {
 		t.Errorf("node 0 holds %d millicores, want 2000", got)
 	}
 	s := tk.stats(created.Add(-time.Second), time.Now())
-	if s.Submitted != 4 || s.Bound != 3 || s.QueueP50 < 29 {
-		t.Errorf("stats %+v: want 4 submitted at the Job's creation, 3 bound after about 30 s", s)
+	if s.Submitted != 7 || s.Bound != 3 || s.StillPending != 4 || s.QueueP50 < 29 {
+		t.Errorf("stats %+v: want 7 submitted at the Jobs' creation, 3 bound after about 30 s, 4 pending", s)
 	}
 	// Kueue evicts "part": its pods are deleted unfinished.
 	tk.deleted(part0)
@@ -306,6 +308,9 @@ func TestTrackerJobPods(t *testing.T) {
 	}
 	if got := used[0].cpuMilli.Load(); got != 1000 {
 		t.Errorf("node 0 holds %d millicores after the eviction, want 1000", got)
+	}
+	if s := tk.stats(created.Add(-time.Second), time.Now()); s.StillPending != 5 {
+		t.Errorf("pending after the eviction %d, want 5 (both of part's, queued's 3)", s.StillPending)
 	}
 	// One member of "whole" finishes first: not partial.
 	done := whole0.DeepCopy()

@@ -103,8 +103,10 @@ type SizeResult struct {
 	// largest |share − 0.5| / 0.5. Evictions: Workloads evicted at least once in
 	// the whole run, and evictions by reason (status.schedulingStats). Partial
 	// gangs: gang Jobs with some but not all members bound at the end (must be 0).
-	// CPU and peak RSS of Kueue's manager and of the quota follower.
+	// CPU and peak RSS of Kueue's manager and of the quota follower; the workers of
+	// its Job and Workload reconcilers.
 	Kueue                      bool               `json:"kueue"`
+	KueueWorkers               int                `json:"kueue_workers,omitempty"`
 	KueueWorkloadsCreated      int                `json:"kueue_workloads_created,omitempty"`
 	KueueWorkloadsAdmitted     int                `json:"kueue_workloads_admitted,omitempty"`
 	KueueWorkloadsFinished     int                `json:"kueue_workloads_finished,omitempty"`

@@ -71,8 +71,11 @@ type Options struct {
 	// controller creates its pods once Kueue admits it, and the quota follower
 	// (cmd/kueue-quota, a child process) keeps the ClusterQueues' quotas following
 	// what the agents publish, one pass every KueueQuotaInterval (kueue.go).
+	// KueueWorkers is the number of workers of Kueue's Job and Workload
+	// reconcilers (controller.groupKindConcurrency; Kueue's install ships 5).
 	Kueue              bool
 	KueueQuotaInterval time.Duration
+	KueueWorkers       int
 	Log                io.Writer `json:"-"`
 }
 
@@ -82,7 +85,8 @@ func DefaultOptions(n int) Options {
 		CPULoad: 0.9, GPULoad: 0.7, Compression: 20, GangShare: 0.1, GangMax: 8, MaxDuration: 4 * time.Minute,
 		AgentTick: time.Second, NodeMetricsPeriod: 10 * time.Second, NodeMetricsReport: qos.DefaultReportPolicy(),
 		SystemCPUFraction: 0.03, AgentWorkers: 8,
-		SchedulerQPS: 500, Admission: true, ComponentNice: -10, KueueQuotaInterval: 30 * time.Second}
+		SchedulerQPS: 500, Admission: true, ComponentNice: -10, KueueQuotaInterval: 30 * time.Second,
+		KueueWorkers: 20}
 }
 
 // Validate reports refused options.
@@ -118,6 +122,9 @@ func (o Options) Validate() error {
 	}
 	if o.Kueue && o.KueueQuotaInterval < time.Second {
 		bad("kueue-quota-interval", o.KueueQuotaInterval)
+	}
+	if o.Kueue && (o.KueueWorkers < 1 || o.KueueWorkers > 1000) {
+		bad("kueue-workers", o.KueueWorkers)
 	}
 	if !(o.SystemCPUFraction >= 0 && o.SystemCPUFraction < 1) {
 		bad("system-cpu", o.SystemCPUFraction)
@@ -301,7 +308,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if o.Kueue {
 		create = func(ctx context.Context, i int, j Job) error {
 			job := kueueJob(j, tenantOf(i), newBatchPod(j, 0))
-			tk.jobSubmitted(job.Namespace, job.Name, time.Now())
+			tk.jobSubmitted(job.Namespace, job.Name, int(*job.Spec.Parallelism), time.Now())
 			if _, err := admin.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err)
 			}
@@ -400,6 +407,9 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	}
 	res.NodeMetricsMaxIntervalS, res.NodeMetricsChange = o.NodeMetricsReport.MaxInterval.Seconds(), o.NodeMetricsReport.Change
 	res.ComponentNice = o.ComponentNice
+	if o.Kueue {
+		res.KueueWorkers = o.KueueWorkers
+	}
 	res.AgentPatchErrors = agents.patchErrors.Load()
 	res.APIRequests = requestRates(apiBefore, apiAfter, secs)
 	for _, r := range res.APIRequests {

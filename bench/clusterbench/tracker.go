@@ -57,9 +57,9 @@ type tracker struct {
 	index      map[string]int
 	used       []usage
 	mu         sync.Mutex
-	// pods by podKey; jobs: when each Job (podKey) was created (Kueue mode).
+	// pods by podKey; jobs: each Job (podKey) the benchmark created (Kueue mode).
 	pods    map[string]*podState
-	jobs    map[string]time.Time
+	jobs    map[string]jobState
 	deletes chan [2]string
 	// unconverted counts the batch pods seen without batch resources (created
 	// with cpu or memory: the webhook did not convert them).
@@ -70,7 +70,7 @@ type tracker struct {
 // tenants' namespaces).
 func newTracker(c kubernetes.Interface, nodes []benchNode, used []usage, namespaces ...string) *tracker {
 	t := &tracker{client: c, namespaces: namespaces, index: map[string]int{}, used: used, pods: map[string]*podState{},
-		jobs: map[string]time.Time{}, deletes: make(chan [2]string, 1<<16)}
+		jobs: map[string]jobState{}, deletes: make(chan [2]string, 1<<16)}
 	for i, n := range nodes {
 		t.index[n.name] = i
 	}
@@ -91,12 +91,21 @@ func (t *tracker) submitted(ns, name string, at time.Time) {
 	t.pods[k] = &podState{submitted: at, node: -1}
 }
 
-// jobSubmitted records when the benchmark created Job ns/name: its pods count as
-// submitted then (their wait includes Kueue's).
-func (t *tracker) jobSubmitted(ns, name string, at time.Time) {
+// jobState is what the tracker knows of one Job (Kueue mode): when the benchmark
+// created it and how many pods it runs.
+type jobState struct {
+	submitted time.Time
+	members   int
+}
+
+// jobSubmitted records when the benchmark created Job ns/name of members pods:
+// its pods count as submitted then, whether or not they exist yet (the Job
+// controller creates them once Kueue admits the Job), and their wait includes
+// Kueue's.
+func (t *tracker) jobSubmitted(ns, name string, members int, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jobs[podKey(ns, name)] = at
+	t.jobs[podKey(ns, name)] = jobState{submitted: at, members: max(members, 1)}
 }
 
 // run watches the batch namespaces until ctx ends and deletes completed pods (with
@@ -181,8 +190,8 @@ func (t *tracker) observe(o any) {
 	}
 	if job := pod.Labels[labelJobName]; job != "" && p.job == "" {
 		p.job = podKey(pod.Namespace, job)
-		if at, ok := t.jobs[p.job]; ok && p.submitted.IsZero() {
-			p.submitted = at
+		if j, ok := t.jobs[p.job]; ok && p.submitted.IsZero() {
+			p.submitted = j.submitted
 		}
 		if n, err := strconv.Atoi(pod.Annotations[extender.AnnotationKoordinatorMinAvailable]); err == nil && n > 1 {
 			p.gang = n
@@ -272,7 +281,9 @@ func quantity(l corev1.ResourceList, name corev1.ResourceName) int64 {
 type podStats struct {
 	// Submitted: pods created in the window; Bound, Running, Completed: pods bound,
 	// seen Running, Succeeded in the window, whenever submitted; StillPending: pods
-	// submitted before to and not bound by then.
+	// submitted before to and not bound by then. A Job's pods (Kueue mode) count
+	// from the Job: submitted with it, pending while fewer of its pods than its
+	// members are bound (an evicted pod, deleted unfinished, no longer counts).
 	Submitted, Bound, Running, Completed, StillPending int
 	// QueueP50 and QueueP99: seconds from submission to bind of the pods bound in
 	// the window.
@@ -292,15 +303,24 @@ func (t *tracker) stats(from, to time.Time) podStats {
 	var waits, lags []float64
 	bins := map[int64]int{}
 	in := func(at time.Time) bool { return !at.IsZero() && !at.Before(from) && !at.After(to) }
+	// A Job's pods are counted submitted and pending through the Job: its pods may
+	// not exist yet, or exist more than once (evicted and created again).
+	jobBound := map[string]int{}
 	for _, p := range t.pods {
 		if p.submitted.IsZero() {
 			continue
 		}
-		if in(p.submitted) {
-			s.Submitted++
-		}
-		if !p.submitted.After(to) && (p.bound.IsZero() || p.bound.After(to)) {
-			s.StillPending++
+		if _, ok := t.jobs[p.job]; ok {
+			if !p.bound.IsZero() && !p.bound.After(to) && !p.gone {
+				jobBound[p.job]++
+			}
+		} else {
+			if in(p.submitted) {
+				s.Submitted++
+			}
+			if !p.submitted.After(to) && (p.bound.IsZero() || p.bound.After(to)) {
+				s.StillPending++
+			}
 		}
 		if in(p.bound) {
 			s.Bound++
@@ -313,6 +333,14 @@ func (t *tracker) stats(from, to time.Time) podStats {
 		}
 		if in(p.done) {
 			s.Completed++
+		}
+	}
+	for k, j := range t.jobs {
+		if in(j.submitted) {
+			s.Submitted += j.members
+		}
+		if !j.submitted.After(to) {
+			s.StillPending += max(j.members-jobBound[k], 0)
 		}
 	}
 	s.QueueP50, s.QueueP99 = quantile(waits, 0.5), quantile(waits, 0.99)

@@ -187,8 +187,8 @@ func kueueLine(w io.Writer, s clusterbench.SizeResult) {
 	if len(s.KueueEvictionsByReason) > 0 {
 		fmt.Fprint(w, ")")
 	}
-	fmt.Fprintf(w, "; partial gangs %d; kueue CPU %.2f RSS %.0f MiB, quota follower CPU %.3f RSS %.0f MiB\n",
-		s.KueuePartialGangs, s.KueueCPUCores, s.KueueRSSMiB, s.KueueQuotaCPUCores, s.KueueQuotaRSSMiB)
+	fmt.Fprintf(w, "; partial gangs %d; kueue CPU %.2f RSS %.0f MiB (%d Job and Workload workers), quota follower CPU %.3f RSS %.0f MiB\n",
+		s.KueuePartialGangs, s.KueueCPUCores, s.KueueRSSMiB, s.KueueWorkers, s.KueueQuotaCPUCores, s.KueueQuotaRSSMiB)
 }
 
 func checkLS(in string, w io.Writer) error {

@@ -25,7 +25,8 @@ func TestRun(t *testing.T) {
 			Admission: true, AdmissionCallsPerSec: 42.5, AdmissionMutateP99Ms: 1.25,
 			Kueue: true, KueueWorkloadsCreated: 120, KueueWorkloadsAdmitted: 100, KueueWorkloadsFinished: 80,
 			KueueTenantCPUShares: map[string]float64{"tenant-a": 0.52, "tenant-b": 0.48}, KueueFairShareError: 0.04,
-			KueueEvictionsByReason: map[string]int{"Preempted": 3, "PodsReadyTimeout": 1}, KueueWorkloadsEvicted: 4},
+			KueueEvictionsByReason: map[string]int{"Preempted": 3, "PodsReadyTimeout": 1}, KueueWorkloadsEvicted: 4,
+			KueueWorkers: 20},
 	})
 	if err := clusterbench.WriteReport(report, rep); err != nil {
 		t.Fatal(err)
@@ -48,6 +49,7 @@ func TestRun(t *testing.T) {
 		{"report webhook off", []string{"report", "-in", report}, 0, "off"},
 		{"report kueue", []string{"report", "-in", report}, 0, "1000 nodes: kueue Workloads 120 created, 100 admitted, 80 finished"},
 		{"report kueue shares", []string{"report", "-in", report}, 0, "tenant-a 0.52 tenant-b 0.48 (fair-share error 0.04"},
+		{"report kueue workers", []string{"report", "-in", report}, 0, "(20 Job and Workload workers)"},
 		{"report kueue evictions", []string{"report", "-in", report}, 0, "4 evicted (PodsReadyTimeout 1, Preempted 3); partial gangs 0"},
 		{"stray arg", []string{"report", "x"}, 2, ""},
 	} {

@@ -84,6 +84,9 @@ func parseFlags(args []string, out io.Writer, getenv func(string) string, hostna
 		"part of the gap to a higher target closed per pass (0 < f <= 1); falls are at once")
 	fs.Float64Var(&o.cfg.Params.Deadband, "deadband", o.cfg.Params.Deadband,
 		"relative gap below which a rise is not written (0 <= d < 1)")
+	fs.Float64Var(&o.cfg.Params.EvictTolerance, "evict-tolerance", o.cfg.Params.EvictTolerance,
+		"part of the quotas' sum the cohort's reservations may exceed before admitted Workloads are evicted, and what "+
+			"is left over after (0 <= t < 1); the quotas fall at once, so Kueue admits nothing new meanwhile")
 	fs.BoolVar(&o.cfg.EvictOverQuota, "evict-over-quota", o.cfg.EvictOverQuota,
 		"deactivate admitted Workloads (Kueue evicts and, once reactivated, requeues them) when the cohort's reservations exceed the quotas")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among replicas (a coordination.k8s.io Lease): only "+

@@ -24,7 +24,8 @@ func TestParseFlags(t *testing.T) {
 		check    func(t *testing.T, o options)
 	}{
 		{name: "defaults", env: pod, check: func(t *testing.T, o options) {
-			if len(o.cfg.Resources) != 4 || o.cfg.Flavor != kueuequota.DefaultFlavor || !o.cfg.EvictOverQuota {
+			if len(o.cfg.Resources) != 4 || o.cfg.Flavor != kueuequota.DefaultFlavor || !o.cfg.EvictOverQuota ||
+				o.cfg.Params.EvictTolerance != 0.05 {
 				t.Errorf("defaults: %+v", o.cfg)
 			}
 			want := kueuequota.DefaultLeaderConfig("ops", "kueue-quota-7d9f-abcde")
@@ -69,6 +70,12 @@ func TestParseFlags(t *testing.T) {
 		}},
 		{name: "no resources", env: pod, args: []string{"-resources", ""}, wantErr: kueuequota.ErrConfig},
 		{name: "bad rise fraction", env: pod, args: []string{"-rise-fraction", "2"}, wantErr: kueuequota.ErrConfig},
+		{name: "evict tolerance", env: pod, args: []string{"-evict-tolerance", "0.1"}, check: func(t *testing.T, o options) {
+			if o.cfg.Params.EvictTolerance != 0.1 {
+				t.Errorf("evict tolerance %v, want 0.1", o.cfg.Params.EvictTolerance)
+			}
+		}},
+		{name: "bad evict tolerance", env: pod, args: []string{"-evict-tolerance", "1"}, wantErr: kueuequota.ErrConfig},
 		{name: "stray argument", env: pod, args: []string{"x"}, wantErr: errAny},
 		{name: "unknown flag", env: pod, args: []string{"-leader-elect-lease-name", "x"}, wantErr: errAny},
 	}

@@ -36,6 +36,44 @@ func TestConfigurationLaysHarnessKeysOverTheShippedConfig(t *testing.T) {
 	if cfg["featureGates"].(map[string]any)["VisibilityOnDemand"] != false {
 		t.Errorf("featureGates %v", cfg["featureGates"])
 	}
+	gk := cfg["controller"].(map[string]any)["groupKindConcurrency"].(map[string]any)
+	if gk["Job.batch"] != float64(5) || gk["Workload.kueue.x-k8s.io"] != float64(5) || len(gk) != len(InstallConcurrency()) {
+		t.Errorf("groupKindConcurrency %v, want Kueue's install defaults", gk)
+	}
+}
+
+func TestConfigurationConcurrency(t *testing.T) {
+	t.Parallel()
+	const base = "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+	for _, tc := range []struct {
+		name string
+		cfg  string
+		over map[string]int
+		want map[string]any
+	}{
+		{"install defaults with an override", base, map[string]int{"Job.batch": 20},
+			map[string]any{"Job.batch": float64(20), "Workload.kueue.x-k8s.io": float64(5)}},
+		{"the configuration's own section is kept", base + "controller:\n  groupKindConcurrency:\n    Job.batch: 3\n", nil,
+			map[string]any{"Job.batch": float64(3), "Workload.kueue.x-k8s.io": nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := Configuration(Options{Config: []byte(tc.cfg), GroupKindConcurrency: tc.over}, 1, 2, 3, "/c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg map[string]any
+			if err := yaml.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			gk := cfg["controller"].(map[string]any)["groupKindConcurrency"].(map[string]any)
+			for k, v := range tc.want {
+				if gk[k] != v {
+					t.Errorf("%s = %v, want %v (all %v)", k, gk[k], v, gk)
+				}
+			}
+		})
+	}
 }
 
 func TestConfigurationRefusesBadInput(t *testing.T) {
@@ -48,6 +86,7 @@ func TestConfigurationRefusesBadInput(t *testing.T) {
 		{"not yaml", "{", Options{}},
 		{"not a Kueue Configuration", "apiVersion: v1\nkind: ConfigMap\n", Options{}},
 		{"override without waitForPodsReady", "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n", Options{PodsReadyTimeout: time.Second}},
+		{"no worker", "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n", Options{GroupKindConcurrency: map[string]int{"Job.batch": 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
