@@ -317,7 +317,7 @@ func (f *Follower) queues(ctx context.Context) ([]queueState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ClusterQueue %s: %w", obj.GetName(), err)
 		}
-		out = append(out, queueState{obj: obj, weight: w, current: cur, reserved: reservations(obj, f.cfg.Flavor, f.cfg.Resources)})
+		out = append(out, queueState{obj: obj, weight: w, current: cur, reserved: Reservations(obj, f.cfg.Flavor, f.cfg.Resources)})
 	}
 	return out, nil
 }
@@ -380,8 +380,11 @@ func forEachFlavorResource(obj map[string]any, flavor string, fn func(map[string
 	}
 }
 
-// reservations reads status.flavorsReservation of flavor.
-func reservations(obj *unstructured.Unstructured, flavor string, resources []string) map[string]int64 {
+// Reservations reads a ClusterQueue's status.flavorsReservation of flavor: the
+// total its admitted Workloads reserve of each of resources, in the resource's
+// units (batch-cpu: millicores). Resources it does not list, or lists with a
+// total that is not a quantity, are left out.
+func Reservations(obj *unstructured.Unstructured, flavor string, resources []string) map[string]int64 {
 	out := map[string]int64{}
 	fr, _, _ := unstructured.NestedSlice(obj.Object, "status", "flavorsReservation")
 	for _, f := range fr {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -338,4 +339,25 @@ func FuzzParseWeight(f *testing.F) {
 			t.Fatalf("parseWeight(%q) = %v, outside [0, 1e9]", s, w)
 		}
 	})
+}
+
+func TestReservations(t *testing.T) {
+	t.Parallel()
+	obj := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"flavorsReservation": []any{
+		map[string]any{"name": DefaultFlavor, "resources": []any{
+			map[string]any{"name": contract.ResourceBatchCPU, "total": "12500"},
+			map[string]any{"name": contract.ResourceBatchMemory, "total": "8Gi"},
+			map[string]any{"name": contract.ResourceGPU, "total": "lots"},
+			map[string]any{"name": "not-followed", "total": "3"},
+		}},
+		map[string]any{"name": "other", "resources": []any{map[string]any{"name": contract.ResourceBatchCPU, "total": "1k"}}},
+	}}}}
+	got := Reservations(obj, DefaultFlavor, []string{contract.ResourceBatchCPU, contract.ResourceBatchMemory, contract.ResourceGPU})
+	want := map[string]int64{contract.ResourceBatchCPU: 12500, contract.ResourceBatchMemory: 8 << 30}
+	if !maps.Equal(got, want) {
+		t.Errorf("Reservations = %v, want %v (other flavors, bad totals and unlisted resources left out)", got, want)
+	}
+	if got := Reservations(&unstructured.Unstructured{Object: map[string]any{}}, DefaultFlavor, []string{contract.ResourceBatchCPU}); len(got) != 0 {
+		t.Errorf("no status: %v", got)
+	}
 }

@@ -99,8 +99,12 @@
 //     counted them: the tracker deletes them only after (kwok's delete Stage
 //     empties finalizers, which would lose the count). Pods deleted unfinished (a
 //     Kueue eviction) free their node in the tracker's use counts.
-//   - With Kueue a pod exists only after admission: pod figures count from the
-//     Job's creation; Jobs Kueue holds are Workloads pending, not pods pending.
+//   - With Kueue a pod exists only after admission: a Job's pods are counted from
+//     the Job (tracker.jobSubmitted): all its members submitted at its creation,
+//     pending until as many of its pods are bound, whether or not they exist yet.
+//   - Kueue's reconcilers need workers: Options.KueueWorkers (20) for the Job and
+//     Workload reconcilers; with one each (a Configuration without Kueue's
+//     install's controller section) admitted Jobs waited ~40 s to be unsuspended.
 //   - Everything shares the machine: on 2 cores the control plane, kwok and the
 //     extender compete, so latency figures are upper bounds of a real cluster's.
 package clusterbench

@@ -1,7 +1,6 @@
 package clusterbench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,18 +18,17 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/kueuequota"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/kueueharness"
 )
@@ -115,25 +113,19 @@ func readKueueObjects(root string) ([]*unstructured.Unstructured, error) {
 	return out, checkKueueObjects(out)
 }
 
-// decodeObjects splits a multi-document YAML stream into objects (empty
-// documents skipped).
+// decodeObjects decodes a component file (controlplane.DecodeObjects); every
+// object must have a kind and a name.
 func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for _, d := range bytes.Split(data, []byte("\n---")) {
-		var m map[string]any
-		if err := yaml.Unmarshal(d, &m); err != nil {
-			return nil, fmt.Errorf("decoding: %w", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: m}
+	objs, err := controlplane.DecodeObjects(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	for _, u := range objs {
 		if u.GetKind() == "" || u.GetName() == "" {
 			return nil, fmt.Errorf("a document without kind or name: %w", errBadKueueManifest)
 		}
-		out = append(out, u)
 	}
-	return out, nil
+	return objs, nil
 }
 
 // checkKueueObjects checks that objs hold what the benchmark relies on: a
@@ -433,32 +425,8 @@ func workloadFigures(ws []wlState, from, to time.Time) kueueFigures {
 	return f
 }
 
-// clusterQueueReserved is the amount of resource name ClusterQueue obj has
-// reserved for admitted Workloads (status.flavorsReservation, every flavor),
-// in the resource's units (batch-cpu: millicores).
-func clusterQueueReserved(obj map[string]any, name string) (int64, error) {
-	var total int64
-	fr, _, _ := unstructured.NestedSlice(obj, "status", "flavorsReservation")
-	for _, f := range fr {
-		fm, _ := f.(map[string]any)
-		rs, _ := fm["resources"].([]any)
-		for _, r := range rs {
-			rm, _ := r.(map[string]any)
-			if rm["name"] != name {
-				continue
-			}
-			q, err := resource.ParseQuantity(fmt.Sprint(rm["total"]))
-			if err != nil {
-				return 0, fmt.Errorf("ClusterQueue reservation of %s: %w", name, err)
-			}
-			total += q.Value()
-		}
-	}
-	return total, nil
-}
-
 // sampleShares reads each tenant's reserved kueueCohortResource (one sample,
-// tenants in kueueTenants order).
+// tenants in kueueTenants order; kueuequota.Reservations).
 func sampleShares(ctx context.Context, cp *controlplane.ControlPlane) ([]float64, error) {
 	var out []float64
 	for _, t := range kueueTenants() {
@@ -466,10 +434,8 @@ func sampleShares(ctx context.Context, cp *controlplane.ControlPlane) ([]float64
 		if err != nil {
 			return nil, fmt.Errorf("reading ClusterQueue %s: %w", t, err)
 		}
-		v, err := clusterQueueReserved(obj.Object, kueueCohortResource)
-		if err != nil {
-			return nil, err
-		}
+		// The shipped component's one flavor is the follower's default.
+		v := kueuequota.Reservations(obj, kueuequota.DefaultFlavor, []string{kueueCohortResource})[kueueCohortResource]
 		out = append(out, float64(v))
 	}
 	return out, nil

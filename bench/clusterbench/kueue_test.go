@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/understory/understory/contract"
 	extender "github.com/understory/understory/scheduler-extender"
 )
 
@@ -192,31 +191,6 @@ func TestWorkloadFigures(t *testing.T) {
 	}
 	if f.Evicted != 2 || f.Evictions["Preempted"] != 3 || f.Evictions["PodsReadyTimeout"] != 1 {
 		t.Errorf("evicted %d %v, want 2, Preempted 3, PodsReadyTimeout 1", f.Evicted, f.Evictions)
-	}
-}
-
-func TestClusterQueueReserved(t *testing.T) {
-	t.Parallel()
-	obj := map[string]any{"status": map[string]any{"flavorsReservation": []any{
-		map[string]any{"name": "understory-batch", "resources": []any{
-			map[string]any{"name": contract.ResourceBatchCPU, "total": "12500"},
-			map[string]any{"name": contract.ResourceBatchMemory, "total": "8Gi"},
-		}},
-		map[string]any{"name": "other", "resources": []any{map[string]any{"name": contract.ResourceBatchCPU, "total": "1k"}}},
-	}}}
-	if v, err := clusterQueueReserved(obj, contract.ResourceBatchCPU); err != nil || v != 13500 {
-		t.Errorf("batch-cpu %d, %v; want 13500", v, err)
-	}
-	if v, err := clusterQueueReserved(obj, contract.ResourceBatchMemory); err != nil || v != 8<<30 {
-		t.Errorf("batch-memory %d, %v", v, err)
-	}
-	if v, err := clusterQueueReserved(map[string]any{}, contract.ResourceBatchCPU); err != nil || v != 0 {
-		t.Errorf("no status: %d, %v", v, err)
-	}
-	bad := map[string]any{"status": map[string]any{"flavorsReservation": []any{map[string]any{"resources": []any{
-		map[string]any{"name": contract.ResourceBatchCPU, "total": "lots"}}}}}}
-	if _, err := clusterQueueReserved(bad, contract.ResourceBatchCPU); err == nil {
-		t.Error("a bad quantity was accepted")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -70,28 +68,11 @@ func (k kubectl) must(t *testing.T, ctx context.Context, args ...string) string 
 func (k kubectl) build(t *testing.T, ctx context.Context, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	out := k.must(t, ctx, "kustomize", dir)
-	objs, err := decodeObjects([]byte(out))
+	objs, err := controlplane.DecodeObjects([]byte(out))
 	if err != nil {
 		t.Fatalf("kustomize %s: %v", dir, err)
 	}
 	return objs
-}
-
-func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		m := map[string]any{}
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("document %d: %w", len(objs), err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
 }
 
 // find returns the object of kind and name in objs, or nil.

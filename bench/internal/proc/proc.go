@@ -116,12 +116,12 @@ func ReadThreadsCPU(procRoot, prefix string) (time.Duration, int, error) {
 		if err != nil || !strings.HasPrefix(string(comm), prefix) {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "schedstat"))
+		b, gone, err := readLive(filepath.Join(procRoot, e.Name(), "schedstat"))
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-				continue
-			}
 			return 0, 0, err
+		}
+		if gone {
+			continue
 		}
 		d, err := ParseSchedstat(b)
 		if err != nil {
@@ -136,34 +136,50 @@ func ReadThreadsCPU(procRoot, prefix string) (time.Duration, int, error) {
 // ParseSchedstat parses /proc/<pid>/schedstat: its first field, the time spent on a CPU
 // (nanoseconds).
 func ParseSchedstat(b []byte) (time.Duration, error) {
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return 0, fmt.Errorf("empty: %w", ErrMalformed)
+	d, err := schedstatFields(b, 1)
+	if err != nil {
+		return 0, err
 	}
-	ns, err := strconv.ParseUint(f[0], 10, 64)
-	if err != nil || ns > 1<<62 {
-		return 0, fmt.Errorf("run time %q: %w", f[0], ErrMalformed)
-	}
-	return time.Duration(ns), nil
+	return d[0], nil
 }
 
 // ParseSchedstatWait parses /proc/<pid>/task/<tid>/schedstat: the time spent on a
 // CPU and the time spent runnable, waiting on a run queue (its first two fields,
 // nanoseconds).
 func ParseSchedstatWait(b []byte) (run, wait time.Duration, err error) {
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, 0, fmt.Errorf("%d fields, want at least 2: %w", len(f), ErrMalformed)
+	d, err := schedstatFields(b, 2)
+	if err != nil {
+		return 0, 0, err
 	}
-	var ns [2]uint64
-	for i := range ns {
+	return d[0], d[1], nil
+}
+
+// schedstatFields parses the first n fields of a schedstat line (nanoseconds, at
+// most 2^62).
+func schedstatFields(b []byte, n int) ([]time.Duration, error) {
+	f := strings.Fields(string(b))
+	if len(f) < n {
+		return nil, fmt.Errorf("%d fields, want at least %d: %w", len(f), n, ErrMalformed)
+	}
+	out := make([]time.Duration, n)
+	for i := range out {
 		v, err := strconv.ParseUint(f[i], 10, 64)
 		if err != nil || v > 1<<62 {
-			return 0, 0, fmt.Errorf("field %d %q: %w", i+1, f[i], ErrMalformed)
+			return nil, fmt.Errorf("field %d %q: %w", i+1, f[i], ErrMalformed)
 		}
-		ns[i] = v
+		out[i] = time.Duration(v)
 	}
-	return time.Duration(ns[0]), time.Duration(ns[1]), nil
+	return out, nil
+}
+
+// readLive reads path of a process or thread that may exit meanwhile: gone is
+// true (and err nil) when it has.
+func readLive(path string) (b []byte, gone bool, err error) {
+	b, err = os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return nil, true, nil
+	}
+	return b, false, err
 }
 
 // ReadSchedWait sums ParseSchedstatWait over the live threads of process pid
@@ -178,12 +194,12 @@ func ReadSchedWait(procRoot string, pid int) (run, wait time.Duration, err error
 		return 0, 0, err
 	}
 	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		b, gone, err := readLive(filepath.Join(dir, e.Name(), "schedstat"))
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-				continue
-			}
 			return 0, 0, err
+		}
+		if gone {
+			continue
 		}
 		r, w, err := ParseSchedstatWait(b)
 		if err != nil {
