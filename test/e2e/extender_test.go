@@ -82,17 +82,26 @@ func TestExtenderEndToEnd(t *testing.T) {
 		{"Koordinator gang is bound whole, extra member after", gangCase{minMember: 2, members: 3, gpus: 1, nodes: twoNodes(2, modelA100), dialect: extender.DialectKoordinator}.run},
 		{"gang that does not fit waits, then binds once capacity frees", testGangWaitsForCapacity},
 	}
+	// The scenarios run at once, each from its own goroutine, and not through
+	// t.Parallel: parallel subtests wait for one of -parallel's slots
+	// (GOMAXPROCS, 2 on CI), which the package's other control-plane tests
+	// hold for minutes, while ctx's three minutes run out (CI, 2026-11-28:
+	// every scenario failed creating its namespace with "context deadline
+	// exceeded").
 	t.Run("scenarios", func(t *testing.T) {
+		var wg sync.WaitGroup
 		for i, sc := range scenarios {
 			ns := fmt.Sprintf("e2e-ext-%d", i)
-			t.Run(sc.name, func(t *testing.T) {
-				t.Parallel()
-				if err := cp.CreateNamespace(ctx, ns); err != nil {
-					t.Fatal(err)
-				}
-				sc.run(t, c, ns)
+			wg.Go(func() {
+				t.Run(sc.name, func(t *testing.T) {
+					if err := cp.CreateNamespace(ctx, ns); err != nil {
+						t.Fatal(err)
+					}
+					sc.run(t, c, ns)
+				})
 			})
 		}
+		wg.Wait()
 	})
 	if t.Failed() {
 		return
