@@ -313,7 +313,7 @@ func (f *Follower) queues(ctx context.Context) ([]queueState, error) {
 			f.log.Warn("ClusterQueue weight invalid, not followed", "clusterQueue", obj.GetName(), "err", err)
 			continue
 		}
-		cur, err := flavorQuotas(obj, f.cfg.Flavor, f.cfg.Resources)
+		cur, err := NominalQuotas(obj, f.cfg.Flavor, f.cfg.Resources)
 		if err != nil {
 			return nil, fmt.Errorf("ClusterQueue %s: %w", obj.GetName(), err)
 		}
@@ -336,9 +336,9 @@ func parseWeight(s string) (float64, error) {
 	return w, nil
 }
 
-// flavorQuotas returns the nominalQuota of resources in flavor (the resources the
-// flavor lists; others are absent).
-func flavorQuotas(obj *unstructured.Unstructured, flavor string, resources []string) (map[string]int64, error) {
+// NominalQuotas returns a ClusterQueue's nominalQuota of resources in flavor, in
+// the resources' units (the resources the flavor lists; others are absent).
+func NominalQuotas(obj *unstructured.Unstructured, flavor string, resources []string) (map[string]int64, error) {
 	out := map[string]int64{}
 	var bad error
 	forEachFlavorResource(obj.Object, flavor, func(rm map[string]any) {

@@ -269,10 +269,13 @@ func startKueue(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlan
 }
 
 // wlState is what the benchmark saw of one Workload: when it first saw it, saw it
-// Admitted and Finished, and its evictions by reason (status.schedulingStats).
+// Admitted and Finished, and its evictions by reason (status.schedulingStats);
+// the Job that owns it (podKey) and whether it is Admitted and Finished now.
 type wlState struct {
 	created, admitted, finished time.Time
 	evictions                   map[string]int
+	job                         string
+	admittedNow, finishedNow    bool
 }
 
 // workloadView is what parseWorkload reads of a Workload object.
@@ -361,6 +364,12 @@ func (w *workloadWatch) observe(o any, now time.Time) {
 		s = &wlState{created: now}
 		w.wl[k] = s
 	}
+	for _, ref := range u.GetOwnerReferences() {
+		if ref.Kind == "Job" {
+			s.job = podKey(u.GetNamespace(), ref.Name)
+		}
+	}
+	s.admittedNow, s.finishedNow = v.admitted, v.finished
 	if v.admitted && s.admitted.IsZero() {
 		s.admitted = now
 	}
@@ -368,6 +377,55 @@ func (w *workloadWatch) observe(o any, now time.Time) {
 		s.finished = now
 	}
 	s.evictions = v.evictions
+}
+
+// neverAdmitted counts the Workloads seen and not yet seen Admitted.
+func (w *workloadWatch) neverAdmitted() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.wl {
+		if s.admitted.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// admittedJobs returns the Jobs of the Workloads Admitted now and not Finished.
+func (w *workloadWatch) admittedJobs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, s := range w.wl {
+		if s.admittedNow && !s.finishedNow && s.job != "" {
+			out = append(out, s.job)
+		}
+	}
+	return out
+}
+
+// admittedStages counts the admitted, unfinished Workloads by where their Job's
+// pods are: none seen yet (the Job not unsuspended, or its pods not created),
+// some waiting to be bound, some bound and running, all finished (the Workload
+// not yet Finished: quota still held).
+type admittedStages struct{ noPods, unbound, running, allDone int }
+
+func stagesOf(jobs []string, pods map[string]jobPods) admittedStages {
+	var st admittedStages
+	for _, j := range jobs {
+		switch c := pods[j]; {
+		case c.pods == 0:
+			st.noPods++
+		case c.unbound > 0:
+			st.unbound++
+		case c.live > 0:
+			st.running++
+		default:
+			st.allDone++
+		}
+	}
+	return st
 }
 
 func (w *workloadWatch) states() []wlState {
@@ -425,20 +483,32 @@ func workloadFigures(ws []wlState, from, to time.Time) kueueFigures {
 	return f
 }
 
-// sampleShares reads each tenant's reserved kueueCohortResource (one sample,
-// tenants in kueueTenants order; kueuequota.Reservations).
-func sampleShares(ctx context.Context, cp *controlplane.ControlPlane) ([]float64, error) {
-	var out []float64
+// cohortSample is one reading of the tenants' ClusterQueues.
+type cohortSample struct {
+	// reserved: each tenant's reserved kueueCohortResource (kueueTenants order);
+	// quota: their nominalQuota of it, summed. In the resource's units.
+	reserved []float64
+	quota    float64
+}
+
+// sampleCohort reads the tenants' ClusterQueues (kueuequota.Reservations and
+// NominalQuotas of the shipped component's one flavor, the follower's default).
+func sampleCohort(ctx context.Context, cp *controlplane.ControlPlane) (cohortSample, error) {
+	var s cohortSample
 	for _, t := range kueueTenants() {
 		obj, err := cp.Dynamic().Resource(kueueharness.GVR("clusterqueues")).Get(ctx, t, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("reading ClusterQueue %s: %w", t, err)
+			return s, fmt.Errorf("reading ClusterQueue %s: %w", t, err)
 		}
-		// The shipped component's one flavor is the follower's default.
-		v := kueuequota.Reservations(obj, kueuequota.DefaultFlavor, []string{kueueCohortResource})[kueueCohortResource]
-		out = append(out, float64(v))
+		res := []string{kueueCohortResource}
+		s.reserved = append(s.reserved, float64(kueuequota.Reservations(obj, kueuequota.DefaultFlavor, res)[kueueCohortResource]))
+		q, err := kueuequota.NominalQuotas(obj, kueuequota.DefaultFlavor, res)
+		if err != nil {
+			return s, fmt.Errorf("ClusterQueue %s: %w", t, err)
+		}
+		s.quota += float64(q[kueueCohortResource])
 	}
-	return out, nil
+	return s, nil
 }
 
 // tenantShares is each tenant's mean share of what the tenants hold together,
@@ -479,21 +549,24 @@ func tenantShares(samples [][]float64) ([]float64, float64) {
 	return sums, worst
 }
 
-// kueueMeter follows Kueue's manager's and the follower's CPU and RSS and the
-// tenants' shares over the measured part.
+// kueueMeter follows Kueue's manager's and the follower's CPU and RSS, the
+// tenants' shares and the cohort's series over the measured part.
 type kueueMeter struct {
 	k                  *kueueSetup
 	cp                 *controlplane.ControlPlane
+	tk                 *tracker
+	from               time.Time
 	mgrCPU0, folCPU0   time.Duration
 	mgrPeak, folPeak   uint64
 	samples            [][]float64
+	series             []KueuePoint
 	sampleErrs         int
 	lastErr            error
 	partialGangTimeout time.Duration
 }
 
-func startKueueMeter(k *kueueSetup, cp *controlplane.ControlPlane) *kueueMeter {
-	m := &kueueMeter{k: k, cp: cp, partialGangTimeout: 30 * time.Second}
+func startKueueMeter(k *kueueSetup, cp *controlplane.ControlPlane, tk *tracker, from time.Time) *kueueMeter {
+	m := &kueueMeter{k: k, cp: cp, tk: tk, from: from, partialGangTimeout: 30 * time.Second}
 	m.mgrCPU0, _ = proc.ReadCPU("/proc", k.managerPID)
 	m.folCPU0, _ = proc.ReadCPU("/proc", k.follower.pid())
 	return m
@@ -506,13 +579,26 @@ func (m *kueueMeter) sample(ctx context.Context) {
 	if rss, _, err := proc.ReadRSS("/proc", m.k.follower.pid()); err == nil {
 		m.folPeak = max(m.folPeak, rss)
 	}
-	s, err := sampleShares(ctx, m.cp)
+	at := time.Since(m.from).Seconds()
+	s, err := sampleCohort(ctx, m.cp)
 	if err != nil {
 		m.sampleErrs++
 		m.lastErr = err
 		return
 	}
-	m.samples = append(m.samples, s)
+	m.samples = append(m.samples, s.reserved)
+	st := stagesOf(m.k.workloads.admittedJobs(), m.tk.podsByJob())
+	m.series = append(m.series, KueuePoint{T: at, QuotaCores: s.quota / 1000, ReservedCores: sum(s.reserved) / 1000,
+		BoundCores: float64(m.tk.boundCPUMilli()) / 1000, WaitingWorkloads: m.k.workloads.neverAdmitted(),
+		AdmittedNoPods: st.noPods, AdmittedPodsUnbound: st.unbound, AdmittedRunning: st.running, AdmittedPodsDone: st.allDone})
+}
+
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
 }
 
 // finish fills r's Kueue figures over [from, to]; partial gangs are counted after
@@ -550,6 +636,7 @@ func (m *kueueMeter) finish(ctx context.Context, r *SizeResult, tk *tracker, fro
 		r.KueueFairShareError = fairErr
 	}
 	r.KueueShareSamples = len(m.samples)
+	r.KueueSeries = m.series
 	deadline := time.Now().Add(m.partialGangTimeout)
 	for {
 		r.KueuePartialGangs = tk.partialGangs()

@@ -3,14 +3,17 @@ package clusterbench
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
@@ -270,6 +273,15 @@ func TestTrackerJobPods(t *testing.T) {
 	if got := used[0].cpuMilli.Load(); got != 2000 {
 		t.Errorf("node 0 holds %d millicores, want 2000", got)
 	}
+	if got := tk.boundCPUMilli(); got != 3000 {
+		t.Errorf("bound pods hold %d millicores, want 3000 (3 bound of 1 000)", got)
+	}
+	if got, want := tk.podsByJob(), map[string]jobPods{
+		podKey(kueueTenantA, "whole"): {pods: 2, live: 2},
+		podKey(kueueTenantA, "part"):  {pods: 2, unbound: 1, live: 1},
+	}; !maps.Equal(got, want) {
+		t.Errorf("pods by Job %v, want %v", got, want)
+	}
 	s := tk.stats(created.Add(-time.Second), time.Now())
 	if s.Submitted != 7 || s.Bound != 3 || s.StillPending != 4 || s.QueueP50 < 29 {
 		t.Errorf("stats %+v: want 7 submitted at the Jobs' creation, 3 bound after about 30 s, 4 pending", s)
@@ -306,6 +318,69 @@ func TestTrackerJobPods(t *testing.T) {
 	if got := used[0].cpuMilli.Load(); got != 0 {
 		t.Errorf("node 0 holds %d millicores, want 0", got)
 	}
+	if got := tk.boundCPUMilli(); got != 1000 {
+		t.Errorf("bound pods hold %d millicores, want 1000 (whole's member on node 1)", got)
+	}
+	if got, want := tk.podsByJob(), map[string]jobPods{podKey(kueueTenantA, "whole"): {pods: 2, live: 1, done: 1}}; !maps.Equal(got, want) {
+		t.Errorf("pods by Job after the eviction and a finish %v, want %v (part's deleted pods left out)", got, want)
+	}
+}
+
+func TestStagesOf(t *testing.T) {
+	t.Parallel()
+	pods := map[string]jobPods{
+		"a/unbound": {pods: 2, unbound: 1, live: 1},
+		"a/running": {pods: 2, live: 1, done: 1},
+		"a/done":    {pods: 3, done: 3},
+	}
+	for _, tc := range []struct {
+		name string
+		jobs []string
+		want admittedStages
+	}{
+		{"none", nil, admittedStages{}},
+		{"a Job without pods seen", []string{"a/none"}, admittedStages{noPods: 1}},
+		{"one of each", []string{"a/none", "a/unbound", "a/running", "a/done"}, admittedStages{noPods: 1, unbound: 1, running: 1, allDone: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := stagesOf(tc.jobs, pods); got != tc.want {
+				t.Errorf("stages %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWorkloadWatchNeverAdmitted(t *testing.T) {
+	t.Parallel()
+	w := newWorkloadWatch()
+	wl := func(name string, conds ...map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: workloadObject(conds, nil)}
+		u.SetNamespace(kueueTenantA)
+		u.SetName(name)
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "job-" + name}})
+		return u
+	}
+	now := time.Now()
+	admitted := map[string]any{"type": "Admitted", "status": "True"}
+	finished := map[string]any{"type": "Finished", "status": "True"}
+	w.observe(wl("queued"), now)
+	w.observe(wl("running", admitted), now)
+	w.observe(wl("evicted"), now)
+	w.observe(wl("finished", admitted, finished), now)
+	if n := w.neverAdmitted(); n != 2 {
+		t.Errorf("never admitted %d, want 2", n)
+	}
+	// Admitted, then evicted and requeued: it was admitted once, and is not now.
+	w.observe(wl("evicted", admitted), now)
+	w.observe(wl("evicted"), now)
+	if n := w.neverAdmitted(); n != 1 {
+		t.Errorf("never admitted %d after one admission, want 1", n)
+	}
+	// Admitted now and not finished: running only, by its owning Job.
+	if got, want := w.admittedJobs(), []string{podKey(kueueTenantA, "job-running")}; !slices.Equal(got, want) {
+		t.Errorf("admitted Jobs %v, want %v", got, want)
+	}
 }
 
 func TestKueueCheck(t *testing.T) {
@@ -337,7 +412,8 @@ func TestKueueReportFields(t *testing.T) {
 		KueueWorkloadsPendingAtEnd: 1, KueueAdmissionWaitP50Secs: 1, KueueAdmissionWaitP99Secs: 1,
 		KueueTenantCPUShares: map[string]float64{kueueTenantA: 0.5}, KueueFairShareError: 0.1, KueueShareSamples: 1,
 		KueueWorkloadsEvicted: 1, KueueEvictionsByReason: map[string]int{"Preempted": 1}, KueuePartialGangs: 1,
-		KueueCPUCores: 1, KueueRSSMiB: 1, KueueQuotaCPUCores: 1, KueueQuotaRSSMiB: 1}
+		KueueCPUCores: 1, KueueRSSMiB: 1, KueueQuotaCPUCores: 1, KueueQuotaRSSMiB: 1,
+		KueueSeries: []KueuePoint{{T: 5, QuotaCores: 1, ReservedCores: 1, BoundCores: 1, WaitingWorkloads: 1, AdmittedNoPods: 1}}}
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +425,8 @@ func TestKueueReportFields(t *testing.T) {
 	for _, k := range []string{"kueue", "kueue_workloads_created", "kueue_workloads_admitted", "kueue_workloads_finished",
 		"kueue_workloads_pending_at_end", "kueue_admission_wait_p50_s", "kueue_admission_wait_p99_s", "kueue_tenant_cpu_shares",
 		"kueue_fair_share_error", "kueue_share_samples", "kueue_workloads_evicted", "kueue_evictions_by_reason",
-		"kueue_partial_gangs", "kueue_cpu_cores", "kueue_rss_peak_mib", "kueue_quota_cpu_cores", "kueue_quota_rss_peak_mib"} {
+		"kueue_partial_gangs", "kueue_cpu_cores", "kueue_rss_peak_mib", "kueue_quota_cpu_cores", "kueue_quota_rss_peak_mib",
+		"kueue_series"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("report lacks %s", k)
 		}

@@ -138,6 +138,11 @@ type SizeResult struct {
 	APIRequestsPerSec float64       `json:"api_requests_per_s"`
 	APIRequests       []RequestRate `json:"api_requests"`
 
+	// KueueSeries is the cohort sampled every 5 s of the measured part (Kueue
+	// mode): what quota, admission and the placed pods hold, to tell where
+	// admitted work waits.
+	KueueSeries []KueuePoint `json:"kueue_series,omitempty"`
+
 	// Series is the cluster's CPU utilisation with and without co-location, one
 	// point per 10 s (for the plot).
 	Series []Point `json:"series"`
@@ -150,6 +155,26 @@ type Point struct {
 	T       float64 `json:"t_s"`
 	With    float64 `json:"with"`
 	Without float64 `json:"without"`
+}
+
+// KueuePoint is one sample of the tenants' cohort, in batch-cpu cores: the
+// ClusterQueues' nominalQuota summed (what the follower set), what their admitted
+// Workloads reserve, and what the batch pods bound to nodes hold; and the
+// Workloads not yet admitted once. Reserved well above bound: admitted work
+// without placed pods, which the Admitted* counts locate: the admitted,
+// unfinished Workloads whose Job has no pods yet (not unsuspended, or its pods
+// not created), has pods waiting to be bound, has pods running, or has all its
+// pods finished (the Workload not yet Finished, its quota still held).
+type KueuePoint struct {
+	T                   float64 `json:"t_s"`
+	QuotaCores          float64 `json:"quota_cores"`
+	ReservedCores       float64 `json:"reserved_cores"`
+	BoundCores          float64 `json:"bound_cores"`
+	WaitingWorkloads    int     `json:"waiting_workloads"`
+	AdmittedNoPods      int     `json:"admitted_without_pods"`
+	AdmittedPodsUnbound int     `json:"admitted_pods_unbound"`
+	AdmittedRunning     int     `json:"admitted_running"`
+	AdmittedPodsDone    int     `json:"admitted_pods_done"`
 }
 
 // summarize fills the utilisation figures from the stand-in's per-tick sums.

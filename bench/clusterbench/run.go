@@ -355,7 +355,7 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	}
 	var kMeter *kueueMeter
 	if kq != nil {
-		kMeter = startKueueMeter(kq, cp)
+		kMeter = startKueueMeter(kq, cp, tk, from)
 	}
 	var peakRSS uint64
 	for end := from.Add(o.Duration); time.Now().Before(end); {

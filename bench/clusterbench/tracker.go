@@ -162,6 +162,16 @@ func (t *tracker) deleted(o any) {
 	t.uncount(p)
 }
 
+// boundCPUMilli is the batch-cpu the bound, unfinished batch pods hold, summed
+// over the nodes.
+func (t *tracker) boundCPUMilli() int64 {
+	var n int64
+	for i := range t.used {
+		n += t.used[i].cpuMilli.Load()
+	}
+	return n
+}
+
 // uncount takes p's requests off its node (t.mu held).
 func (t *tracker) uncount(p *podState) {
 	if !p.counted {
@@ -234,6 +244,34 @@ func (t *tracker) observe(o any) {
 		default:
 		}
 	}
+}
+
+// jobPods is what the tracker has seen of one Job's pods, those deleted unfinished
+// left out: pods seen, not yet bound, bound and not finished, finished.
+type jobPods struct{ pods, unbound, live, done int }
+
+// podsByJob counts the pods of each Job (podKey of the Job) it has seen.
+func (t *tracker) podsByJob() map[string]jobPods {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]jobPods{}
+	for _, p := range t.pods {
+		if p.job == "" || p.gone {
+			continue
+		}
+		c := out[p.job]
+		c.pods++
+		switch {
+		case !p.done.IsZero():
+			c.done++
+		case p.bound.IsZero():
+			c.unbound++
+		default:
+			c.live++
+		}
+		out[p.job] = c
+	}
+	return out
 }
 
 // partialGangs counts the gang Jobs with some but not all of their pods bound:
