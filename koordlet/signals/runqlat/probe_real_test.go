@@ -391,10 +391,12 @@ func TestProbeBatchAttribution(t *testing.T) {
 		t.Fatalf("behind a SCHED_IDLE burner of more weight the victim had %d delays >= %v, want many",
 			slow, BucketUpper(slowBucket-1))
 	}
-	// The rest end while one of the victim's own threads (the Go runtime's) or a kernel
-	// thread has the CPU: about 70 % were batch's here.
-	if d.Batch > slow || d.Batch*2 < slow {
-		t.Errorf("%d of %d slow delays counted as batch's, want at least half", d.Batch, slow)
+	// The rest end while one of the victim's own threads (the Go runtime's), a kernel
+	// thread or another process has the CPU: about 70 % were batch's on a quiet
+	// machine, 49 % (250 of 509) under `make test`'s other packages (2026-11-28). The
+	// ordinary burner below, as slow, gets at most 5 %: a third tells them apart.
+	if d.Batch > slow || d.Batch*3 < slow {
+		t.Errorf("%d of %d slow delays counted as batch's, want at least a third", d.Batch, slow)
 	}
 	if events != d.Batch {
 		t.Errorf("batch-only slow events %d, want %d (Histogram.Batch)", events, d.Batch)
