@@ -356,7 +356,8 @@ func (c *Collector) readMemory(h nvml.Device, d *Device) nvml.Return {
 
 // processSamples reads the device's per-process utilisation samples newer than the last
 // read into its sampleHold and returns the hold: each process's newest sample while it
-// is fresh (samplehold.go; devIdle: the device's utilisation read 0). A read that raced
+// is fresh (samplehold.go; devIdle: the device's utilisation read 0). Before the
+// driver's next sampling pass can be due it reads nothing new without asking. A read that raced
 // the driver (go-nvml panicked, see getProcessUtilization, or answered
 // ERROR_INSUFFICIENT_SIZE with samples) is retried once, then read as no newer sample.
 func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time, devIdle bool) (*sampleHold,
@@ -372,6 +373,13 @@ func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time, de
 			since = uint64(floor)
 		}
 	}
+	if !hold.due(now) {
+		// No pass can be newer yet: read as no newer sample, without the call.
+		hold.begin()
+		hold.end(now, devIdle)
+		return hold, nvml.SUCCESS
+	}
+	hold.read = now
 	raw, ret, err := getProcessUtilization(h, since)
 	if raced(raw, ret, err) {
 		raw, ret, err = getProcessUtilization(h, since)

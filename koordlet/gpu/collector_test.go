@@ -239,8 +239,10 @@ type wantGPU struct {
 	util        float64
 	unsupported bool
 	procs       []Process
-	// since, when set, is the lastSeenTimestamp the driver must have been asked with.
+	// since, when set, is the lastSeenTimestamp the driver must have been asked with;
+	// calls, when set, how many times it must have been asked for samples so far.
 	since uint64
+	calls int
 }
 
 func TestCollectTraces(t *testing.T) {
@@ -304,7 +306,11 @@ func TestCollectTraces(t *testing.T) {
 				{5: {util: 0, running: running[:1]}},
 				{5: {util: 100, running: running[:1], samples: []nvml.ProcessUtilizationSample{
 					{Pid: pidLS, TimeStamp: us(2), SmUtil: 100}}}},
-				// The driver still holds scrape 2's sample: it must not be read twice.
+				// Scrape 3 comes before the next pass can (us(2) + the 2-scrape period
+				// seen): the driver is not asked. Scrape 4: the driver still holds
+				// scrape 2's sample; it must not be read twice.
+				{5: {util: 0, running: running[:1], samples: []nvml.ProcessUtilizationSample{
+					{Pid: pidLS, TimeStamp: us(2), SmUtil: 100}}}},
 				{5: {util: 0, running: running[:1], samples: []nvml.ProcessUtilizationSample{
 					{Pid: pidLS, TimeStamp: us(2), SmUtil: 100}}}},
 			},
@@ -312,7 +318,8 @@ func TestCollectTraces(t *testing.T) {
 				{5: {util: 100, procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
 				{5: {util: 0, since: us(0), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
 				{5: {util: 100, since: us(0), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
-				{5: {util: 0, since: us(2), procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, calls: 3, procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
+				{5: {util: 0, since: us(2), calls: 4, procs: []Process{{PID: pidLS, SMUtil: 100, MemUsed: 2048 * mib, Pod: lsPod}}}},
 			},
 		},
 		{
@@ -415,6 +422,11 @@ func TestCollectTraces(t *testing.T) {
 						args := f.sinceArgs(i)
 						if got := args[len(args)-1]; got != w.since {
 							t.Errorf("scrape %d GPU %d: asked for samples since %d, want %d", k, i, got, w.since)
+						}
+					}
+					if w.calls != 0 {
+						if got := len(f.sinceArgs(i)); got != w.calls {
+							t.Errorf("scrape %d GPU %d: driver asked %d times for samples, want %d", k, i, got, w.calls)
 						}
 					}
 				}
@@ -881,10 +893,13 @@ func TestCollectHoldsSamples(t *testing.T) {
 		// otherUtil is device utilisation of no compute process (graphics, another
 		// container's without a sample): the device never reads idle.
 		otherUtil uint32
+		// maxCalls, when set, bounds the driver's GetProcessUtilization calls: with a
+		// process computing throughout, about one per pass, not one per step.
+		maxCalls int
 	}{
 		{name: "H200: LS stops beside busy batch", period: time.Second / 6, jitter: 3 * time.Millisecond,
 			procs: []driverProc{{pidLS, 40, 0, 100}, {pidBatch, 60, 0, 400}, {pidLS, 35, 200, 300}}, steps: 400,
-			idleWithin: time.Second/6 + 2*step},
+			idleWithin: time.Second/6 + 2*step, maxCalls: 400 * int(step) / int(time.Second/6) * 11 / 10},
 		{name: "H200: both stop (batch frozen, LS idle)", period: time.Second / 6,
 			procs: []driverProc{{pidLS, 40, 0, 100}, {pidBatch, 60, 0, 100}}, steps: 200,
 			idleWithin: 2*time.Second/6 + samplePass + step},
@@ -972,6 +987,10 @@ func TestCollectHoldsSamples(t *testing.T) {
 				if zeros > 5 {
 					t.FailNow()
 				}
+			}
+			if n := len(f.sinceArgs(0)); tc.maxCalls > 0 && n > tc.maxCalls {
+				t.Errorf("the driver was asked for samples %d times in %d steps, want at most %d (one a pass)",
+					n, tc.steps, tc.maxCalls)
 			}
 		})
 	}

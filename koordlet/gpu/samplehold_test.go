@@ -115,3 +115,54 @@ func TestSampleHold(t *testing.T) {
 		})
 	}
 }
+
+// TestSampleHoldDue: the driver is asked only once a pass newer than the newest read
+// may have come, always while the period is unknown, and at least every sampleFresh
+// of the caller's clock, so that timestamps ahead of a host clock set back do not stop
+// the reads.
+func TestSampleHoldDue(t *testing.T) {
+	t.Parallel()
+	base := time.Unix(1_800_000_000, 0)
+	us := func(d time.Duration) uint64 { return uint64(base.Add(d).UnixMicro()) }
+	learnt := func() *sampleHold { // passes at 0 and 1/6 s, last asked at 1/6 s + 20 ms
+		h := newSampleHold()
+		h.add(1, 40, 0, us(0), base)
+		h.add(1, 40, 0, us(time.Second/6), base.Add(time.Second/6))
+		h.read = base.Add(time.Second/6 + 20*time.Millisecond)
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		h    func() *sampleHold
+		now  time.Time
+		want bool
+	}{
+		{"nothing read yet", newSampleHold, base, true},
+		{"period unknown", func() *sampleHold {
+			h := newSampleHold()
+			h.add(1, 40, 0, us(0), base)
+			h.read = base
+			return h
+		}, base.Add(10 * time.Millisecond), true},
+		{"before the next pass can come", learnt, base.Add(300 * time.Millisecond), false},
+		{"when it can", learnt, base.Add(2 * time.Second / 6), true},
+		{"the host clock set back: asked after sampleFresh anyway", func() *sampleHold {
+			h := learnt()
+			h.add(1, 40, 0, us(time.Hour), base) // a timestamp an hour ahead of now
+			return h
+		}, base.Add(time.Second/6 + 20*time.Millisecond + sampleFresh), true},
+		{"the host clock set back, within sampleFresh", func() *sampleHold {
+			h := learnt()
+			h.add(1, 40, 0, us(time.Hour), base)
+			return h
+		}, base.Add(time.Second), false},
+		{"no clock", learnt, time.Time{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.h().due(tc.now); got != tc.want {
+				t.Errorf("due = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
