@@ -373,16 +373,15 @@ func (c *Collector) processSamples(h nvml.Device, uuid string, now time.Time, de
 			since = uint64(floor)
 		}
 	}
-	if !hold.due(now) {
-		// No pass can be newer yet: read as no newer sample, without the call.
-		hold.begin()
-		hold.end(now, devIdle)
-		return hold, nvml.SUCCESS
-	}
-	hold.read = now
-	raw, ret, err := getProcessUtilization(h, since)
-	if raced(raw, ret, err) {
+	// Before the next pass can be due, no call: a read of no newer sample.
+	var raw []nvml.ProcessUtilizationSample
+	ret, err := nvml.SUCCESS, error(nil)
+	if hold.due(now) {
+		hold.read = now
 		raw, ret, err = getProcessUtilization(h, since)
+		if raced(raw, ret, err) {
+			raw, ret, err = getProcessUtilization(h, since)
+		}
 	}
 	hold.begin()
 	switch {
