@@ -35,16 +35,19 @@ type GPUConfig struct {
 	// Mode is auto (default) or disabled.
 	Mode string `json:"mode,omitempty"`
 	// LoopPeriod is how often the GPU loop reads the GPUs and decides the batch duties:
-	// GPUs that batch pods share with other processes are read in full every period,
-	// the others only probed (their process lists).
+	// GPUs where batch pods run beside other processes are read in full every period,
+	// those where that batch is frozen only probed with their own utilisation, the others
+	// (and GPUs whose LS and batch run in MPS partitions) only probed (their process
+	// lists).
 	LoopPeriod metav1.Duration `json:"loopPeriod,omitempty"`
 	// FullScrapePeriod is how often a GPU that needs no fast reaction (no batch pod
-	// shares it with another process) is read in full: its metrics, node-metrics and
-	// /status figures are this old at most. Equal to LoopPeriod, every GPU is read in
-	// full every period.
+	// shares it with another process), or whose batch the loop holds frozen, is read in
+	// full: its metrics, node-metrics and /status figures are this old at most. Equal to
+	// LoopPeriod, every GPU is read in full every period.
 	FullScrapePeriod metav1.Duration `json:"fullScrapePeriod,omitempty"`
-	// Throttle is GPU-aware batch throttling: when LS pods use a GPU, the batch pods
-	// on it are frozen for a duty fraction of every throttle.period.
+	// Throttle is GPU-aware batch throttling: while LS pods need a GPU, the batch pods
+	// on it are frozen solid (or run in their MPS partition), and thawed once LS has been
+	// idle for throttle.hold.
 	Throttle qos.GPUThrottlePolicy `json:"throttle"`
 	// Suspend is the feature gate and settings of suspending starved batch through
 	// cuda-checkpoint before eviction.

@@ -175,7 +175,7 @@ func TestAgentCPUShort(t *testing.T) {
 		a.Pods != 110 || a.GPUs != 8 || a.GPUProcesses != 8 || a.Included == "" {
 		t.Fatalf("agent_cpu %+v in %s", a, b)
 	}
-	want := map[string]string{roleShared: "fast", roleLS: "probe", roleBatch: "probe", roleIdle: "probe"}
+	want := map[string]string{roleShared: "frozen", roleLS: "probe", roleBatch: "probe", roleIdle: "probe"}
 	if len(a.GPUsSeen) != 8 {
 		t.Fatalf("GPU status %+v", a.GPUsSeen)
 	}

@@ -270,7 +270,8 @@ type agentGPU struct {
 	Index int `json:"index"`
 	// Role is what runs on it: shared (an LS and a batch pod), ls, batch, idle.
 	Role string `json:"role"`
-	// Cadence is how the GPU loop reads it (gpu.CadenceFast or gpu.CadenceProbe).
+	// Cadence is how the GPU loop reads it (gpu.CadenceFast, gpu.CadenceFrozen or
+	// gpu.CadenceProbe).
 	Cadence   string  `json:"cadence"`
 	Duty      float64 `json:"duty"`
 	Reason    string  `json:"reason"`

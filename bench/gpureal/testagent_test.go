@@ -34,7 +34,7 @@ import (
 // driver's config file as bin/koordlet would.
 const testAgentEnv = "GPUREAL_TEST_AGENT"
 
-// mockBatchUtil is a batch process's SM utilisation on the mock, percent.
+// mockBatchUtil is a running batch process's SM utilisation on the mock, percent.
 const mockBatchUtil = 40
 
 func runTestAgent(args []string) int {
@@ -116,7 +116,10 @@ func mirrorPods(ctx context.Context, mock *gpumock.Node, h *cgroups.Hierarchy, b
 		at  time.Time
 	}
 	last := map[int]sample{}
-	lsUtil := func(pid int) uint32 {
+	// A process's SM utilisation on the mock is its CPU use (percent of a core since the
+	// last pass): a fake stand-in spins for each request or matmul, and, as on a GPU, a
+	// frozen process launches no work.
+	cpuUtil := func(pid int) uint32 {
 		c, err := cpuSeconds("/proc", pid)
 		if err != nil {
 			return 0
@@ -138,10 +141,14 @@ func mirrorPods(ctx context.Context, mock *gpumock.Node, h *cgroups.Hierarchy, b
 				batch := !strings.Contains(rel, "/burstable/")
 				for _, pid := range pids {
 					p := gpumock.Proc{PID: uint32(pid), MemUtil: 5, MemUsed: 1 << 30}
+					p.SMUtil = cpuUtil(pid)
 					if batch {
-						p.SMUtil, p.Batch = mockBatchUtil, true
-					} else {
-						p.SMUtil = lsUtil(pid)
+						// Running, batch reads mockBatchUtil; frozen (no CPU since the
+						// last pass), 0.
+						p.Batch = true
+						if p.SMUtil > 0 {
+							p.SMUtil = mockBatchUtil
+						}
 					}
 					procs = append(procs, p)
 				}

@@ -8,9 +8,17 @@ const DefaultFullScrapePeriod = time.Second
 
 // Cadences of GPUStatus.Cadence.
 const (
-	// CadenceFast: the GPU is read in full every loop period: batch pods share it with
-	// other processes (or it failed its last read).
+	// CadenceFast: the GPU is read in full every loop period: batch pods run beside other
+	// processes there (or it failed its last read).
 	CadenceFast = "fast"
+	// CadenceFrozen: batch pods share the GPU with other processes and the loop holds
+	// them frozen: its process list and its own utilisation are read every loop period
+	// (ScrapeUtil), in full on a change of the list and every full-scrape period.
+	CadenceFrozen = "frozen"
+	// CadenceMPS: every LS and batch process on the GPU is a client of the agent's MPS
+	// server and batch runs in its partition: probed like CadenceProbe. The partition,
+	// not the loop's reaction, protects LS there.
+	CadenceMPS = "mps"
 	// CadenceProbe: the GPU's process list is probed every loop period; it is read in
 	// full when the list changes, and every full-scrape period.
 	CadenceProbe = "probe"
@@ -27,6 +35,13 @@ type gpuCadence struct {
 	// batch: batch pods have processes on the GPU; shared: other processes (LS, BE, not
 	// attributed to a pod) too.
 	batch, shared bool
+	// frozen: the step's decision holds the GPU's batch pods frozen with the freeze
+	// lever (not an outgrown MPS partition: there the MPS server's share of the
+	// per-process figures is taken out of LS, which the device's utilisation cannot).
+	frozen bool
+	// mps: the step's decision runs the GPU's batch in its MPS partition (the MPS lever,
+	// not frozen).
+	mps bool
 	// scrapedAt is the GPU's last full scrape.
 	scrapedAt time.Time
 }
@@ -36,21 +51,34 @@ type gpuCadence struct {
 //
 // Reaction matters only where batch runs next to something else: there a rise of the
 // LS utilisation must cut batch within a loop period, and only a full read (the
-// per-process utilisation) shows it. So a GPU that batch pods share with other
+// per-process utilisation) shows it. So a GPU where batch pods run beside other
 // processes is read in full every period, as is one whose last read failed or that
-// is new. Every other GPU is only probed (its compute-process list, one NVML call,
-// no /proc read): an LS process arriving on a batch GPU, or batch arriving on an LS
-// GPU, changes the list, and the collector then reads that GPU in full within the same
-// step, so the cut is as fast as with full reads. A GPU without batch needs no fast
-// reaction at all; its figures (metrics, node-metrics, /status) are refreshed every
-// fullEvery. A fullEvery of one loop period reads every GPU in full every period.
+// is new. Where the loop holds that batch frozen, nothing of batch computes: the GPU's
+// own utilisation is the other processes', and it alone decides when batch is thawed
+// (LS idle for `hold`), so the GPU is probed with its utilisation (ScrapeUtil, two
+// cheap NVML calls) instead of the driver's per-process utilisation, the dearest
+// query of a full read. Every other GPU is only probed (its compute-process list, one
+// NVML call, no /proc read): an LS process arriving on a batch GPU, or batch arriving
+// on an LS GPU, changes the list, and the collector then reads that GPU in full within
+// the same step, so the cut is as fast as with full reads. So is a GPU where LS and
+// batch run in their MPS partitions: the partition protects LS without the loop, and
+// the per-process utilisation shows little there (on an H200 the driver reported the
+// clients' work under the MPS server's PID, not per client); an LS demand outgrowing
+// its partition is seen within fullEvery. A GPU without batch needs no fast reaction
+// at all; its figures (metrics, node-metrics, /status) are refreshed every fullEvery,
+// as are a frozen GPU's per-process figures. A fullEvery of one loop period reads
+// every GPU in full every period.
 func scrapeFor(g gpuCadence, now time.Time, period, fullEvery time.Duration) Scrape {
 	switch {
-	case !g.known, !g.healthy, g.shared, g.scrapedAt.IsZero(), now.Before(g.scrapedAt):
+	case !g.known, !g.healthy, g.scrapedAt.IsZero(), now.Before(g.scrapedAt):
 		return ScrapeFull
 	// Steps come about one period apart, never exactly: the full read is due from half
 	// a period before fullEvery has passed, so that it is not put off by a whole period.
 	case now.Sub(g.scrapedAt) >= fullEvery-period/2:
+		return ScrapeFull
+	case g.shared && g.frozen:
+		return ScrapeUtil
+	case g.shared && !g.mps:
 		return ScrapeFull
 	}
 	return ScrapeProbe
@@ -80,7 +108,13 @@ func loopFast(ok bool, cads []gpuCadence) bool {
 // cadenceOf names a GPU's cadence for /status.
 func cadenceOf(g gpuCadence, fast bool, period, fullEvery time.Duration) string {
 	switch {
-	case g.shared || !g.healthy || fullEvery-period/2 <= period:
+	case !g.healthy || fullEvery-period/2 <= period:
+		return CadenceFast
+	case g.shared && g.frozen:
+		return CadenceFrozen
+	case g.shared && g.mps:
+		return CadenceMPS
+	case g.shared:
 		return CadenceFast
 	case fast:
 		return CadenceProbe

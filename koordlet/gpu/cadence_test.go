@@ -5,6 +5,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/qos"
 )
 
 func TestScrapeFor(t *testing.T) {
@@ -31,6 +37,27 @@ func TestScrapeFor(t *testing.T) {
 			ScrapeFull},
 		{"batch shares it with LS: full every period", with(func(g *gpuCadence) { g.batch, g.shared = true, true }),
 			period, 0, 0, ScrapeFull},
+		{"batch shares it, frozen: utilisation probed", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.frozen = true, true, true
+		}), period, 0, 0, ScrapeUtil},
+		{"batch shares it, frozen: in full once due", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.frozen = true, true, true
+		}), every - period/2, 0, 0, ScrapeFull},
+		{"batch shares it, frozen, last read failed: full", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.frozen, g.healthy = true, true, true, false
+		}), period, 0, 0, ScrapeFull},
+		{"batch shares it, frozen, clock went back: full", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.frozen = true, true, true
+		}), -period, 0, 0, ScrapeFull},
+		{"LS and batch in MPS partitions: probed", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.mps = true, true, true
+		}), period, 0, 0, ScrapeProbe},
+		{"LS and batch in MPS partitions: in full once due", with(func(g *gpuCadence) {
+			g.batch, g.shared, g.mps = true, true, true
+		}), every - period/2, 0, 0, ScrapeFull},
+		{"batch alone, frozen (LS left within hold): probed", with(func(g *gpuCadence) {
+			g.batch, g.frozen = true, true
+		}), period, 0, 0, ScrapeProbe},
 		{"batch alone: probed", with(func(g *gpuCadence) { g.batch = true }), period, 0, 0, ScrapeProbe},
 		{"LS alone or idle: probed", idle, period, 0, 0, ScrapeProbe},
 		{"probed until the full read is due", idle, every - period/2 - time.Millisecond, 0, 0, ScrapeProbe},
@@ -91,6 +118,12 @@ func TestCadenceOf(t *testing.T) {
 		want  string
 	}{
 		{"shared", gpuCadence{known: true, healthy: true, batch: true, shared: true}, true, every, CadenceFast},
+		{"shared, batch frozen", gpuCadence{known: true, healthy: true, batch: true, shared: true, frozen: true}, true,
+			every, CadenceFrozen},
+		{"shared, MPS partitions", gpuCadence{known: true, healthy: true, batch: true, shared: true, mps: true}, true,
+			every, CadenceMPS},
+		{"shared, batch frozen, every GPU in full every period",
+			gpuCadence{known: true, healthy: true, batch: true, shared: true, frozen: true}, true, period, CadenceFast},
 		{"unhealthy", gpuCadence{known: true}, true, every, CadenceFast},
 		{"batch alone", gpuCadence{known: true, healthy: true, batch: true}, true, every, CadenceProbe},
 		{"LS on a node with batch elsewhere", ok, true, every, CadenceProbe},
@@ -131,8 +164,8 @@ func TestManagerPlansScrapes(t *testing.T) {
 		}
 		ds := devs()
 		for i := range ds {
-			if i < len(plan) && plan[i] == ScrapeProbe {
-				ds[i].Probed, ds[i].ScrapedAt = true, lastFull[i]
+			if i < len(plan) && plan[i] != ScrapeFull {
+				ds[i].Probed, ds[i].ScrapedAt, ds[i].UtilNow = true, lastFull[i], plan[i] == ScrapeUtil
 				continue
 			}
 			ds[i].ScrapedAt, lastFull[i] = now, now
@@ -148,14 +181,22 @@ func TestManagerPlansScrapes(t *testing.T) {
 		c.fast = r.m.fast
 		return c
 	}
-	P, F := ScrapeProbe, ScrapeFull
+	P, F, U := ScrapeProbe, ScrapeFull, ScrapeUtil
+	// GPU 0: LS idle beside batch, GPU 1: batch alone, GPU 2: LS alone. GPU 0's own
+	// utilisation is what it reads while the loop holds its batch frozen: 0.
 	shared := func() []Device {
-		return []Device{gpu(0, lsProc(5), batchProc), gpu(1, batchProc), gpu(2, lsProc(30))}
+		ds := []Device{gpu(0, lsProc(0), batchProc), gpu(1, batchProc), gpu(2, lsProc(30))}
+		ds[0].Util = 0
+		return ds
 	}
 	devs = shared
 	for i, want := range []call{
-		{nil, true},               // nothing known yet: every GPU in full
-		{[]Scrape{F, P, P}, true}, // batch next to LS on 0: fast; 1 and 2 probed
+		{nil, true},               // nothing known yet: every GPU in full; LS arrives on 0: frozen for hold
+		{[]Scrape{U, P, P}, true}, // 50 ms: batch shares 0 and is frozen; 1 and 2 probed
+		{[]Scrape{U, P, P}, true},
+		{[]Scrape{U, P, P}, true},
+		{[]Scrape{U, P, P}, true}, // 200 ms: LS idle for hold, thawed
+		{[]Scrape{F, P, P}, true}, // batch beside LS on 0: in full every period
 		{[]Scrape{F, P, P}, true},
 	} {
 		if got := step(); !slices.Equal(got.plan, want.plan) || got.fast != want.fast {
@@ -163,7 +204,7 @@ func TestManagerPlansScrapes(t *testing.T) {
 		}
 	}
 	// Probed GPUs are read in full again once the full-scrape period has passed.
-	for range 17 { // to 950 ms after the first full read: not due yet
+	for range 13 { // to 950 ms after the first full read: not due yet
 		if got := step(); !slices.Equal(got.plan, []Scrape{F, P, P}) {
 			t.Fatalf("plan %v before the full read is due", got.plan)
 		}
@@ -178,6 +219,52 @@ func TestManagerPlansScrapes(t *testing.T) {
 		st.GPUs[2].Cadence != CadenceProbe {
 		t.Fatalf("cadences %q %q %q, want fast probe probe", st.GPUs[0].Cadence, st.GPUs[1].Cadence,
 			st.GPUs[2].Cadence)
+	}
+	// LS busy on GPU 0 freezes its batch: from the next step on only the GPU's list and
+	// utilisation are read, in full again every full-scrape period, and in full every
+	// period once batch is thawed.
+	busy := func() []Device {
+		ds := []Device{gpu(0, lsProc(5), batchProc), gpu(1, batchProc), gpu(2, lsProc(30))}
+		ds[0].Util = 5
+		return ds
+	}
+	devs = busy
+	if got := step(); !slices.Equal(got.plan, []Scrape{F, P, P}) {
+		t.Fatalf("the step that freezes: plan %v", got.plan)
+	}
+	full := 0
+	for i := range 40 {
+		got := step()
+		if got.plan[0] == F {
+			full++
+		} else if got.plan[0] != U {
+			t.Fatalf("frozen step %d: plan %v, want GPU 0 read with its utilisation only", i, got.plan)
+		}
+	}
+	if full != 2 {
+		t.Fatalf("%d full reads of the frozen GPU in 2 s, want 2 (one per full-scrape period)", full)
+	}
+	if st := r.m.Status(); st.GPUs[0].Cadence != CadenceFrozen || st.GPUs[0].Decision.Duty != 1 {
+		t.Fatalf("frozen GPU 0: cadence %q duty %v, want %q 1", st.GPUs[0].Cadence, st.GPUs[0].Decision.Duty,
+			CadenceFrozen)
+	}
+	// The GPU's own utilisation says LS went idle: thawed after hold (200 ms), then read
+	// in full every period again.
+	devs = shared
+	for i := 0; ; i++ {
+		got := step()
+		if r.m.Status().GPUs[0].Decision.Duty == 0 {
+			break
+		}
+		if i > 6 {
+			t.Fatalf("batch still frozen %d steps after the GPU read idle (hold 200 ms); plan %v", i, got.plan)
+		}
+	}
+	for range 2 {
+		if got := step(); got.plan[0] != F || r.m.Status().GPUs[0].Decision.Duty != 0 {
+			t.Fatalf("thawed beside idle LS: plan %v duty %v, want GPU 0 in full, thawed", got.plan,
+				r.m.Status().GPUs[0].Decision.Duty)
+		}
 	}
 	// No batch anywhere: the loop slows down, and /status says so.
 	devs = func() []Device { return []Device{gpu(0, lsProc(5)), gpu(1), gpu(2, lsProc(30))} }
@@ -211,3 +298,62 @@ func (s *planSource) Collect(_ context.Context, now time.Time, plan []Scrape) (S
 }
 
 func (s *planSource) Close() error { return nil }
+
+// TestManagerUtilProbeOnlyWhenAllFrozen: a GPU is read with its utilisation only while
+// every batch pod on it is frozen: a pod the freeze leaves out (terminating, or without a
+// cgroup) computes on, and the GPU's utilisation would count its work as LS's.
+func TestManagerUtilProbeOnlyWhenAllFrozen(t *testing.T) {
+	t.Parallel()
+	root := cgroupstest.NewRoot(t, cgroupstest.Hybrid)
+	cgroupstest.AddGroup(t, root, cgroupstest.Hybrid, batchCg)
+	const leaving, unplaced = types.UID("batch-leaving"), types.UID("batch-no-cgroup")
+	pods := PodMap{
+		mgrLSUID:    {UID: mgrLSUID, Namespace: "web", Name: "infer", Class: qos.ClassLS, Cgroup: lsCg},
+		mgrBatchUID: {UID: mgrBatchUID, Namespace: "ml", Name: "train", Class: qos.ClassBatch, Cgroup: batchCg},
+		leaving: {UID: leaving, Namespace: "ml", Name: "old", Class: qos.ClassBatch, Cgroup: batchCg + "-old",
+			Terminating: true},
+		unplaced: {UID: unplaced, Namespace: "ml", Name: "new", Class: qos.ClassBatch},
+	}
+	var plans [][]Scrape
+	var procs []Process
+	var lastFull time.Time
+	src := &planSource{collect: func(now time.Time, plan []Scrape) (Sample, error) {
+		plans = append(plans, slices.Clone(plan))
+		d := device(procs...)
+		d.Util, d.ScrapedAt = 5, now
+		if len(plan) > 0 && plan[0] != ScrapeFull {
+			d.Probed, d.UtilNow, d.ScrapedAt = true, plan[0] == ScrapeUtil, lastFull
+		}
+		lastFull = d.ScrapedAt
+		return Sample{Devices: []Device{d}}, nil
+	}}
+	m, err := NewManager(Options{Source: src, Pods: func() PodView { return pods },
+		Groups: cgroups.OpenLayout(root, cgroups.LayoutHybrid), Cycler: newFakeCycler(),
+		Policy: qos.DefaultGPUThrottlePolicy(), Period: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name  string
+		other types.UID // a second batch pod's process on the GPU ("": none)
+		want  Scrape
+	}{
+		{"a terminating batch pod computes on", leaving, ScrapeFull},
+		{"a batch pod without a cgroup computes on", unplaced, ScrapeFull},
+		{"every batch pod frozen", "", ScrapeUtil},
+	} {
+		procs = []Process{lsProc(5), batchProc}
+		if tc.other != "" {
+			procs = append(procs, Process{PID: 400, SMUtil: 30, Pod: PodRef{UID: tc.other}})
+		}
+		for range 2 {
+			m.Step(t.Context(), now)
+			now = now.Add(50 * time.Millisecond)
+		}
+		st := m.Status().GPUs[0]
+		if got := plans[len(plans)-1]; !st.Decision.Frozen || len(got) != 1 || got[0] != tc.want {
+			t.Fatalf("%s: frozen %t, plan %v, want %v", tc.name, st.Decision.Frozen, got, tc.want)
+		}
+	}
+}

@@ -218,11 +218,12 @@ func (c *Collector) Collect(ctx context.Context, now time.Time, plan []Scrape) (
 }
 
 // scrape reads device i as kind says. A probe that finds the PIDs of the device's last
-// healthy full scrape returns that scrape again, Probed; anything else (another list, a
-// failing or unsupported listing, no full scrape yet) reads the device in full.
+// healthy full scrape returns that scrape again, Probed (ScrapeUtil: with the device's
+// utilisation read now, UtilNow); anything else (another list, a failing or unsupported
+// listing or utilisation, no full scrape yet) reads the device in full.
 func (c *Collector) scrape(i int, now time.Time, kind Scrape) Device {
 	last, ok := c.full[i]
-	if kind != ScrapeProbe || !ok || !last.dev.Healthy {
+	if (kind != ScrapeProbe && kind != ScrapeUtil) || !ok || !last.dev.Healthy {
 		return c.device(i, now, nil, nil, false)
 	}
 	h, ret := c.lib.DeviceGetHandleByIndex(i)
@@ -234,12 +235,19 @@ func (c *Collector) scrape(i int, now time.Time, kind Scrape) Device {
 		return c.device(i, now, h, nil, false) // not supported, or failing: reported there
 	}
 	c.pidBuf = sortedPIDs(c.pidBuf[:0], running)
-	if slices.Equal(c.pidBuf, last.pids) {
-		d := last.dev
-		d.Probed = true
-		return d
+	if !slices.Equal(c.pidBuf, last.pids) {
+		return c.device(i, now, h, running, true)
 	}
-	return c.device(i, now, h, running, true)
+	d := last.dev
+	d.Probed = true
+	if kind == ScrapeUtil && !d.UtilUnsupported {
+		util, ret := h.GetUtilizationRates()
+		if ret != nvml.SUCCESS {
+			return c.device(i, now, h, running, true) // reports the failure, or reads past it
+		}
+		d.Util, d.MemUtil, d.UtilNow = percent(util.Gpu), percent(util.Memory), true
+	}
+	return d
 }
 
 // sortedPIDs appends the PIDs of running to buf, sorted, without 0 and duplicates (a

@@ -10,7 +10,9 @@
 //     utilisation, health, and per process its SM and memory utilisation
 //     (GetProcessUtilization, held between the driver's samples) and memory
 //     (GetComputeRunningProcesses); or, where the plan says ScrapeProbe, only the
-//     process list, with the GPU's last full read returned while the list is unchanged.
+//     process list, with the GPU's last full read returned while the list is unchanged
+//     (ScrapeUtil: and the GPU's own utilisation read now, for a GPU whose batch the
+//     loop holds frozen).
 //   - samplehold.go (pure Go): sampleHold, each process's newest utilisation sample
 //     held between the driver's sampling passes until the process is seen idle.
 //   - view.go: viewDevice, a scrape's processes sorted by class (batch, or LS: LS and
@@ -26,8 +28,10 @@
 //   - recover.go: a panicking loop step is recovered (logged with its stack, counted,
 //     the cycler thawed, the error in /status) and the loop goes on.
 //   - cadence.go: the GPU loop's plan (pure): which GPU is read in full every period
-//     (batch shares it with other processes), which only probed, and whether the loop
-//     runs at its period or, with no batch on any GPU, at the full-scrape period.
+//     (batch runs beside other processes), which probed with its own utilisation
+//     (batch shares it but is frozen), which only probed (the rest, and a GPU where LS
+//     and batch run in MPS partitions), and whether the loop runs at its period or,
+//     with no batch on any GPU, at the full-scrape period.
 //   - open_nocgo.go: Open for the pure-Go build, always ErrNoNVML.
 //   - attribute.go (pure Go): ParseProcCgroup and PodOfPID, PID → pod UID and
 //     container ID for both cgroup drivers, v1, v2 and hybrid, and the agent's tier;
@@ -56,8 +60,12 @@
 //     PID that leaves every GPU is forgotten.
 //   - A probe compares only the PIDs listed: figures of a probed Device are those of
 //     its last full read (Probed, ScrapedAt). The probe cannot see an LS process's
-//     utilisation rise, so the manager reads a GPU that batch shares with other
-//     processes in full every period; and it cannot see a class change, so the manager
+//     utilisation rise, so the manager reads a GPU where batch runs beside other
+//     processes in full every period. Where it holds that batch frozen it asks for
+//     ScrapeUtil instead: the view then takes the GPU's own utilisation (UtilNow) as
+//     the other processes' (nothing of batch computes), and the per-process figures
+//     are a full read's, at most gpu.fullScrapePeriod old. The probe cannot see a
+//     class change either, so the manager
 //     classifies the processes again with its current pod view at every step. A driver
 //     without process listing cannot be probed: such a GPU is read in full every time.
 //   - An agent in a private cgroup namespace reads other processes' cgroups as

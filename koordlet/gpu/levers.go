@@ -187,7 +187,9 @@ func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, i
 		in := &ins[i]
 		in.LSArrived = r.arrived
 		if r.servers > 0 {
-			in.LSUtil = max(0, in.LSUtil-r.serverUtil)
+			if !v.dev.UtilNow { // the device's own utilisation counts the server once
+				in.LSUtil = max(0, in.LSUtil-r.serverUtil)
+			}
 			in.LSActive = v.others > r.servers
 		}
 	}

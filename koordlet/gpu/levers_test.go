@@ -155,6 +155,10 @@ func TestManagerMPSLever(t *testing.T) {
 	if !st.GPUs[0].MPS || st.MPS == nil || !st.MPS.Ready || len(st.MPS.Clients) != 2 {
 		t.Fatalf("status: GPU MPS %v, MPS %+v", st.GPUs[0].MPS, st.MPS)
 	}
+	// The partitions protect LS: the GPU is probed, not read in full every period.
+	if c := st.GPUs[0].Cadence; c != CadenceMPS {
+		t.Fatalf("cadence %q within the partitions, want %q", c, CadenceMPS)
+	}
 
 	// LS outgrows the partition: frozen, one event naming the batch pod.
 	for i := range 3 {
@@ -165,6 +169,9 @@ func TestManagerMPSLever(t *testing.T) {
 	}
 	if n := r.nEvents(); n != 1 {
 		t.Fatalf("%d lever events, want 1 per freeze", n)
+	}
+	if c := r.m.Status().GPUs[0].Cadence; c != CadenceFast {
+		t.Fatalf("cadence %q with batch frozen out of its partition, want %q", c, CadenceFast)
 	}
 	r.mu.Lock()
 	e := r.events[0]
@@ -219,6 +226,20 @@ func TestManagerMPSServerNotLS(t *testing.T) {
 		if d.Frozen || d.LSActive || d.LSArrived || d.LSUtil != 0 {
 			t.Fatalf("step %d: the MPS server counted as LS: %+v", i, d)
 		}
+	}
+	// An LS process outside MPS beside it: the freeze lever. Once batch is frozen the loop
+	// reads only the GPU's utilisation (Device.UtilNow), which counts the server's work
+	// once: it is LS's whole, nothing is taken out of it.
+	server, ls := Process{PID: mpsServerPID, SMUtil: 60}, lsProc(20)
+	if d := r.step(t, server, ls, batchProc); !d.Frozen || d.Lever != qos.GPULeverFreeze || d.LSUtil != 20 {
+		t.Fatalf("LS outside MPS: %+v", d)
+	}
+	probed := device(server, ls, batchProc)
+	probed.Probed, probed.UtilNow, probed.Util = true, true, 30
+	r.next = Sample{Devices: []Device{probed}}
+	r.m.Step(context.Background(), r.now)
+	if d := r.m.Status().GPUs[0].Decision; !d.Frozen || d.LSUtil != 30 {
+		t.Fatalf("utilisation probe of the frozen GPU: %+v, want LS at the GPU's 30 %%", d)
 	}
 	// Without an MPS server configured, the same process is LS (the safe side).
 	rig := newRig(t, &scriptSource{steps: []func() (Sample, error){sample(device(Process{PID: mpsServerPID, SMUtil: 60},

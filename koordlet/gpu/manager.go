@@ -163,8 +163,10 @@ type stepState struct {
 	err       string
 	views     []deviceView
 	decisions []qos.GPUThrottleDecision // sorted by GPU
-	// escalations are the views' GPUStatus.Escalation, by view.
+	// escalations are the views' GPUStatus.Escalation, and cads what the next step's
+	// plan knew of them, by view.
 	escalations []string
+	cads        []gpuCadence
 	suspended   []SuspendedStatus
 }
 
@@ -222,9 +224,13 @@ type GPUStatus struct {
 	// MPS: new containers on the GPU start as clients of the agent's MPS server.
 	MPS bool `json:"mps"`
 	// Cadence is how the loop reads the GPU: CadenceFast (in full every loop period),
+	// CadenceFrozen (batch shares it and is frozen: its process list and utilisation
+	// every period, in full on a change of the list and every gpu.fullScrapePeriod),
+	// CadenceMPS (LS and batch in MPS partitions: probed as CadenceProbe),
 	// CadenceProbe (its process list every period, in full on a change and every
 	// gpu.fullScrapePeriod) or CadenceSlow (no GPU runs batch: in full every
-	// gpu.fullScrapePeriod). ScrapedAt is when the figures above were read in full.
+	// gpu.fullScrapePeriod). ScrapedAt is when the figures above were read in full
+	// (utilPercent of a frozen GPU is read every period).
 	Cadence   string    `json:"cadence"`
 	ScrapedAt time.Time `json:"scrapedAt"`
 	// Escalation is what the loop did about starvation: "", "suspended", "evict-requested",
@@ -301,7 +307,7 @@ func (m *Manager) Status() Status {
 		s.GPUs[i] = GPUStatus{Index: v.dev.Index, UUID: v.dev.UUID, Model: v.dev.Model, Healthy: v.dev.Healthy,
 			Error: v.dev.Err, Util: v.dev.Util, MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal,
 			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i],
-			Cadence: cadenceOf(v.cadence(), r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt,
+			Cadence: cadenceOf(r.cads[i], r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt,
 			MPS: m.o.Partitions != nil && m.o.Partitions.MPSOn(v.dev.UUID)}
 	}
 	return s
@@ -403,32 +409,36 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	pods := m.o.Pods()
 	views := make([]deviceView, len(s.Devices))
 	m.in = m.in[:0]
-	m.cad = m.cad[:0]
 	for i, d := range s.Devices {
 		views[i] = viewDevice(d, pods)
 		m.in = append(m.in, views[i].input())
-		if idx := d.Index; idx >= 0 && idx < maxCadenceIndex {
-			for len(m.cad) <= idx {
-				m.cad = append(m.cad, gpuCadence{})
-			}
-			m.cad[idx] = views[i].cadence()
-		}
 	}
 	m.noteInventory(s.Devices)
-	m.fast = loopFast(true, m.cad)
 	m.lev.step = m.steps
 	m.lev.complete(now, views, pods, m.in)
 	if m.wake != nil {
 		m.wake.observe(now, views, m.lev.lsPIDs, m.in)
 	}
 	decisions := m.throttle.Step(now, m.in)
-	st := &stepState{time: now, available: true, fast: m.fast, views: views, decisions: decisions,
-		escalations: make([]string, len(views))}
+	st := &stepState{time: now, available: true, views: views, decisions: decisions,
+		escalations: make([]string, len(views)), cads: make([]gpuCadence, len(views))}
+	m.cad = m.cad[:0]
 	for i, v := range views {
 		d, _ := decisionFor(decisions, v.dev.Index)
-		m.apply(v, d)
+		whole := m.apply(v, d)
 		st.escalations[i] = m.escalate(ctx, now, v, d)
+		// The next step's plan: from what the GPU runs and whether all of its batch is
+		// frozen now (a pod left out computes on, and the GPU's utilisation counts it).
+		st.cads[i] = v.cadence(d, whole)
+		if idx := v.dev.Index; idx >= 0 && idx < maxCadenceIndex {
+			for len(m.cad) <= idx {
+				m.cad = append(m.cad, gpuCadence{})
+			}
+			m.cad[idx] = st.cads[i]
+		}
 	}
+	m.fast = loopFast(true, m.cad)
+	st.fast = m.fast
 	m.lev.events(now, views, decisions)
 	m.account(views, decisions)
 	m.forgetGone(views)
@@ -470,15 +480,22 @@ func (m *Manager) noteInventory(devs []Device) {
 func cyclerKey(gpu int) string { return "gpu" + strconv.Itoa(gpu) }
 
 // apply hands one GPU's duty and its batch pods' cgroups to the cycler. Terminating
-// pods and pods whose cgroup is unknown are left out; a GPU the throttle could not read
-// keeps its last groups (Set is not called).
-func (m *Manager) apply(v deviceView, d qos.GPUThrottleDecision) {
+// pods and pods whose cgroup is unknown or not loadable are left out; a GPU the throttle
+// could not read keeps its last groups (Set is not called). whole: every batch pod of the
+// GPU was handed over (or is suspended) and the cycler took the duty, so at duty 1 none
+// of them computes.
+func (m *Manager) apply(v deviceView, d qos.GPUThrottleDecision) (whole bool) {
 	if !v.dev.Healthy && d.Reason == qos.GPUReasonUnknown {
-		return
+		return false
 	}
+	whole = true
 	groups := m.scratch[:0]
 	for _, p := range v.batch {
-		if p.Terminating || p.Cgroup == "" || m.podSuspended(p.UID) {
+		if m.podSuspended(p.UID) {
+			continue
+		}
+		if p.Terminating || p.Cgroup == "" {
+			whole = false
 			continue
 		}
 		h := m.groups[p.Cgroup]
@@ -488,6 +505,7 @@ func (m *Manager) apply(v deviceView, d qos.GPUThrottleDecision) {
 			if err != nil {
 				m.log.Debug("batch pod cgroup not loadable; not duty-cycled", "pod", p.Namespace+"/"+p.Name,
 					"cgroup", p.Cgroup, "err", err)
+				whole = false
 				continue
 			}
 			h = &heldGroup{g: g}
@@ -498,9 +516,11 @@ func (m *Manager) apply(v deviceView, d qos.GPUThrottleDecision) {
 	m.scratch = groups
 	if err := m.o.Cycler.Set(cyclerKey(v.dev.Index), groups, d.Duty); err != nil {
 		m.log.Error("setting GPU duty", "gpu", v.dev.Index, "duty", d.Duty, "err", err)
+		whole = false
 	}
 	m.keyed[v.dev.Index] = true
 	clear(groups) // no handle outlives its heldGroup through the scratch slice
+	return whole
 }
 
 // forgetGone drops cgroup handles no GPU uses any more (the cycler thawed them when

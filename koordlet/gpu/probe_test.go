@@ -115,9 +115,108 @@ func TestCollectProbe(t *testing.T) {
 	}
 }
 
+// TestCollectUtilProbe: ScrapeUtil returns the GPU's last full read with its utilisation
+// of now (Probed, UtilNow) while the process list is unchanged, with no per-process
+// utilisation, UUID or memory query; a changed list, a failing utilisation query or a GPU
+// without utilisation figures is read as ScrapeProbe would be.
+func TestCollectUtilProbe(t *testing.T) {
+	t.Parallel()
+	f := newFakeNode()
+	c, err := NewCollector(f.srv, fakeProc(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	plan := []Scrape{ScrapeUtil, ScrapeUtil}
+	dev := func(i int) *dgxa100.Device { return f.srv.Devices[i].(*dgxa100.Device) }
+	others := func() int {
+		d := dev(0)
+		return len(d.GetUUIDCalls()) + len(d.GetProcessUtilizationCalls()) + len(d.GetMemoryInfo_v2Calls())
+	}
+	both := gpuStep{util: 90, memUtil: 30, running: running,
+		samples: []nvml.ProcessUtilizationSample{{Pid: pidLS, TimeStamp: us(0), SmUtil: 85}}}
+	f.set(map[int]gpuStep{0: both})
+	first, err := c.Collect(context.Background(), at(0), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := first.Devices[0]; d.Probed || d.UtilNow || !d.ScrapedAt.Equal(at(0)) {
+		t.Fatalf("first scrape: probed %t utilNow %t at %v: the first read must be full", d.Probed, d.UtilNow,
+			d.ScrapedAt)
+	}
+	before := others()
+	idle := both
+	idle.util, idle.memUtil, idle.samples = 0, 0, nil
+	f.set(map[int]gpuStep{0: idle})
+	s, err := c.Collect(context.Background(), at(1), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := first.Devices[0]
+	want.Probed, want.UtilNow, want.Util, want.MemUtil = true, true, 0, 0
+	if diff := cmp.Diff(want, s.Devices[0]); diff != "" {
+		t.Fatalf("utilisation probe of an unchanged GPU (-want +got):\n%s", diff)
+	}
+	if n := others() - before; n != 0 {
+		t.Fatalf("a utilisation probe made %d queries besides the listing and the utilisation", n)
+	}
+	if d := s.Devices[1]; !d.Probed || !d.UtilNow || d.Util != 0 {
+		t.Fatalf("idle GPU 1: probed %t utilNow %t util %v", d.Probed, d.UtilNow, d.Util)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		step    gpuStep
+		probed  bool
+		healthy bool
+	}{
+		{"another process: read in full", gpuStep{util: 30, running: running[:1]}, false, true},
+		{"utilisation fails: read in full, unhealthy", gpuStep{running: running[:1],
+			fail: map[string]nvml.Return{qUtil: nvml.ERROR_UNKNOWN}}, false, false},
+		{"read in full after the failure", gpuStep{util: 30, running: running[:1]}, false, true},
+		{"unchanged again: utilisation probed", gpuStep{util: 40, running: running[:1]}, true, true},
+	} {
+		now := at(3).Add(time.Duration(len(tc.name)) * time.Millisecond)
+		f.set(map[int]gpuStep{0: tc.step})
+		s, err := c.Collect(context.Background(), now, plan)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		d := s.Devices[0]
+		if d.Probed != tc.probed || d.UtilNow != tc.probed || d.Healthy != tc.healthy {
+			t.Fatalf("%s: probed %t utilNow %t healthy %t (%s)", tc.name, d.Probed, d.UtilNow, d.Healthy, d.Err)
+		}
+		if tc.healthy && d.Util != float64(tc.step.util) {
+			t.Fatalf("%s: util %v, want %d", tc.name, d.Util, tc.step.util)
+		}
+	}
+
+	// A GPU without utilisation figures (MIG) is only probed: there is nothing to read.
+	mig := gpuStep{running: running[:1], fail: map[string]nvml.Return{qUtil: nvml.ERROR_NOT_SUPPORTED,
+		qProcUtil: nvml.ERROR_NOT_SUPPORTED}}
+	f.set(map[int]gpuStep{0: mig})
+	if _, err := c.Collect(context.Background(), at(5), nil); err != nil {
+		t.Fatal(err)
+	}
+	utilCalls := len(dev(0).GetUtilizationRatesCalls())
+	s, err = c.Collect(context.Background(), at(6), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Devices[0]; !d.Probed || d.UtilNow || !d.UtilUnsupported || !d.Healthy {
+		t.Fatalf("MIG GPU: probed %t utilNow %t unsupported %t healthy %t", d.Probed, d.UtilNow,
+			d.UtilUnsupported, d.Healthy)
+	}
+	if n := len(dev(0).GetUtilizationRatesCalls()) - utilCalls; n != 0 {
+		t.Fatalf("%d utilisation queries of a GPU without utilisation figures", n)
+	}
+}
+
 // TestManagerReactsOnProbedBatchGPU: a GPU that batch runs alone on is only probed, yet
 // an LS process arriving there is read in full and cuts batch in the same step; while
-// LS stays, the GPU is read in full every period; once LS left and the duty is back to
+// LS stays and batch is frozen, only the GPU's process list and utilisation are read
+// (no per-process utilisation), and LS idle on it thaws batch after `hold`; LS beside
+// running batch is read in full every period; once LS left and the duty is back to
 // 0, it is probed again. Steps are driven with a fake clock; the time an LS step takes
 // to reach frozen batch is the bench's reaction_ms.
 func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
@@ -174,12 +273,23 @@ func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
 		}
 		now = now.Add(50 * time.Millisecond)
 	}
+	lsIdle := func() map[int]gpuStep { return map[int]gpuStep{0: {util: 0, running: running}} }
+	procUtilCalls := func() int { return len(f.srv.Devices[0].(*dgxa100.Device).GetProcessUtilizationCalls()) }
 	const frozen = 1.0
 	step("first read", batchOnly, want{true, 0, CadenceProbe})
 	step("batch alone: probed", batchOnly, want{false, 0, CadenceProbe})
 	step("batch alone: probed again", batchOnly, want{false, 0, CadenceProbe})
-	step("LS arrives: read in full, frozen at once", withLS, want{true, frozen, CadenceFast})
-	step("LS stays: read in full every period", withLS, want{true, frozen, CadenceFast})
+	step("LS arrives: read in full, frozen at once", withLS, want{true, frozen, CadenceFrozen})
+	calls := procUtilCalls()
+	step("LS stays: the GPU's utilisation keeps batch frozen", withLS, want{false, frozen, CadenceFrozen})
+	step("LS stays", withLS, want{false, frozen, CadenceFrozen})
+	if n := procUtilCalls() - calls; n != 0 {
+		t.Fatalf("%d per-process utilisation reads while batch was frozen, want 0", n)
+	}
+	step("LS idle (the GPU's utilisation 0): hold", lsIdle, want{false, frozen, CadenceFrozen})
+	step("LS idle for hold: thawed", lsIdle, want{false, 0, CadenceFast})
+	step("LS beside running batch: read in full every period", lsIdle, want{true, 0, CadenceFast})
+	step("LS busy again: frozen", withLS, want{true, frozen, CadenceFrozen})
 	step("LS leaves: seen at once, freeze held", batchOnly, want{true, frozen, CadenceProbe})
 	for i := 0; i < 20; i++ {
 		f.set(batchOnly())

@@ -34,12 +34,24 @@ const (
 	// is returned again (Device.Probed); when it differs, the GPU has no healthy full
 	// scrape, or the probe fails, the GPU is read in full.
 	ScrapeProbe
+	// ScrapeUtil is a probe that also reads the GPU's own utilisation (two NVML calls,
+	// no per-process utilisation, no /proc read). When the list holds the PIDs of the
+	// GPU's last full scrape, that scrape's Device is returned with the utilisation of
+	// now (Device.Probed and Device.UtilNow); otherwise as ScrapeProbe. The loop asks for
+	// it only while it holds the GPU's batch pods frozen: then nothing of batch computes
+	// there, the GPU's own utilisation is that of the other processes, and the driver's
+	// per-process utilisation, its dearest query (83–92 % of the agent's CPU on an
+	// H200), could not change the decision.
+	ScrapeUtil
 )
 
 // String names the scrape in /status.
 func (s Scrape) String() string {
-	if s == ScrapeProbe {
+	switch s {
+	case ScrapeProbe:
 		return "probe"
+	case ScrapeUtil:
+		return "util"
 	}
 	return "full"
 }
@@ -88,9 +100,13 @@ type Device struct {
 	// Processes are the compute processes on the device, with their utilisation where
 	// the driver reported it. Shared with later Probed copies: read-only.
 	Processes []Process
-	// Probed: the Collect only probed the device (ScrapeProbe) and found the processes
-	// of its last full scrape, whose figures these are; ScrapedAt says when that was.
+	// Probed: the Collect only probed the device (ScrapeProbe, ScrapeUtil) and found the
+	// processes of its last full scrape, whose figures these are (but for Util and
+	// MemUtil where UtilNow); ScrapedAt says when that was.
 	Probed bool
+	// UtilNow: Util and MemUtil of a Probed device were read by this Collect
+	// (ScrapeUtil); its processes' figures are still those of its last full scrape.
+	UtilNow bool
 	// ScrapedAt is when the figures were read: the Collect's now, or for a Probed
 	// device the time of its last full scrape.
 	ScrapedAt time.Time

@@ -20,6 +20,8 @@ type deviceView struct {
 	lsActive bool
 	// lsUtil is the non-batch processes' utilisation, plus that of processes no pod
 	// could be attributed to (the safe side: they may be LS); batchUtil the batch pods'.
+	// Of a device read with its utilisation only (UtilNow: its batch frozen), lsUtil is
+	// the device's and batchUtil 0.
 	lsUtil, batchUtil float64
 	// others counts the processes not of a batch pod (LS, BE, or not attributed).
 	others int
@@ -71,13 +73,21 @@ func viewDevice(d Device, pods PodView) deviceView {
 		}
 		v.batchPIDs[info.UID] = append(v.batchPIDs[info.UID], int(p.PID))
 	}
+	if d.UtilNow && !d.UtilUnsupported {
+		// ScrapeUtil, asked only while the loop holds the GPU's batch frozen: nothing of
+		// batch computes, so the GPU's utilisation of now is the other processes'; their
+		// per-process figures are a full read's (metrics keep those).
+		v.lsUtil, v.batchUtil = d.Util, 0
+	}
 	return v
 }
 
-// cadence is what the next step's scrape plan needs of the view.
-func (v deviceView) cadence() gpuCadence {
+// cadence is what the next step's scrape plan needs of the view, of the step's decision
+// d for its GPU, and of whether all of the GPU's batch pods took it (Manager.apply).
+func (v deviceView) cadence(d qos.GPUThrottleDecision, whole bool) gpuCadence {
 	return gpuCadence{known: true, healthy: v.dev.Healthy, batch: len(v.batch) > 0,
-		shared: len(v.batch) > 0 && v.others > 0, scrapedAt: v.dev.ScrapedAt}
+		shared: len(v.batch) > 0 && v.others > 0, scrapedAt: v.dev.ScrapedAt,
+		frozen: whole && d.Frozen && d.Lever == qos.GPULeverFreeze, mps: !d.Frozen && d.Lever == qos.GPULeverMPS}
 }
 
 // input is the GPU throttle's input for the view. A device the collector could not read

@@ -30,21 +30,30 @@ func TestViewDeviceClassifies(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		procs            []Process
+		utilNow          float64 // > 0: a utilisation probe (Device.UtilNow) read this
 		lsActive         bool
 		lsUtil, batchUtl float64
 		others, batchN   int
 	}{
-		{"nothing", nil, false, 0, 0, 0, 0},
-		{"batch alone", []Process{proc(1, batch, 60)}, false, 0, 60, 0, 1},
-		{"LS pod, idle", []Process{proc(1, batch, 60), proc(2, ls, 0)}, true, 0, 60, 1, 1},
-		{"BE pod", []Process{proc(2, be, 5)}, true, 5, 0, 1, 0},
-		{"no pod, idle", []Process{proc(1, batch, 60), proc(3, "", 0)}, true, 0, 60, 1, 1},
-		{"no pod, busy", []Process{proc(3, "", 30)}, true, 30, 0, 1, 0},
-		{"unknown pod", []Process{proc(1, batch, 60), proc(4, unknown, 20)}, true, 20, 60, 1, 1},
+		{"nothing", nil, 0, false, 0, 0, 0, 0},
+		{"batch alone", []Process{proc(1, batch, 60)}, 0, false, 0, 60, 0, 1},
+		{"LS pod, idle", []Process{proc(1, batch, 60), proc(2, ls, 0)}, 0, true, 0, 60, 1, 1},
+		{"BE pod", []Process{proc(2, be, 5)}, 0, true, 5, 0, 1, 0},
+		{"no pod, idle", []Process{proc(1, batch, 60), proc(3, "", 0)}, 0, true, 0, 60, 1, 1},
+		{"no pod, busy", []Process{proc(3, "", 30)}, 0, true, 30, 0, 1, 0},
+		{"unknown pod", []Process{proc(1, batch, 60), proc(4, unknown, 20)}, 0, true, 20, 60, 1, 1},
+		// Batch frozen: the GPU's utilisation of now is the other processes', whatever the
+		// last full read's per-process figures said.
+		{"batch frozen, LS busy now", []Process{proc(1, batch, 60), proc(2, ls, 0)}, 35, true, 35, 0, 1, 1},
+		{"batch frozen, LS idle now", []Process{proc(1, batch, 0), proc(2, ls, 40)}, -1, true, 0, 0, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := viewDevice(Device{Index: 0, Healthy: true, Processes: tc.procs}, pods)
+			d := Device{Index: 0, Healthy: true, Processes: tc.procs}
+			if tc.utilNow != 0 {
+				d.Probed, d.UtilNow, d.Util = true, true, max(tc.utilNow, 0)
+			}
+			v := viewDevice(d, pods)
 			if v.lsActive != tc.lsActive || v.lsUtil != tc.lsUtil || v.batchUtil != tc.batchUtl ||
 				v.others != tc.others || len(v.batch) != tc.batchN {
 				t.Fatalf("view: lsActive %t lsUtil %v batchUtil %v others %d batch pods %d; "+
