@@ -208,6 +208,19 @@ var (
 	t0       = time.Unix(1_700_000_000, 0)
 )
 
+// newFakeCollector is a Collector over a new fakeNode and fakeProc, closed when the test
+// ends.
+func newFakeCollector(t testing.TB) (*fakeNode, *Collector) {
+	t.Helper()
+	f := newFakeNode()
+	c, err := NewCollector(f.srv, fakeProc(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return f, c
+}
+
 func fakeProc(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
@@ -400,12 +413,7 @@ func TestCollectTraces(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeNode()
-			c, err := NewCollector(f.srv, fakeProc(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			f, c := newFakeCollector(t)
 			for k, steps := range tc.trace {
 				f.set(steps)
 				s, err := c.Collect(context.Background(), at(k), nil)
@@ -833,12 +841,7 @@ func TestCollectMemory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeNode()
-			c, err := NewCollector(f.srv, fakeProc(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			f, c := newFakeCollector(t)
 			f.set(map[int]gpuStep{1: {memUsed: 3000 * mib, memV2Ret: tc.v2}})
 			for k := range 2 {
 				s, err := c.Collect(context.Background(), at(k), nil)
@@ -918,12 +921,7 @@ func TestCollectHoldsSamples(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeNode()
-			c, err := NewCollector(f.srv, fakeProc(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			f, c := newFakeCollector(t)
 			clock := func(k int) time.Time { return t0.Add(time.Duration(k) * step) }
 			busy := func(p driverProc, at time.Time) bool {
 				return !at.Before(clock(p.from)) && at.Before(clock(p.to))

@@ -21,12 +21,7 @@ import (
 // unsupported listing, or a GPU whose last read failed is read in full.
 func TestCollectProbe(t *testing.T) {
 	t.Parallel()
-	f := newFakeNode()
-	c, err := NewCollector(f.srv, fakeProc(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f, c := newFakeCollector(t)
 	probe := make([]Scrape, 8)
 	for i := range probe {
 		probe[i] = ScrapeProbe
@@ -121,12 +116,7 @@ func TestCollectProbe(t *testing.T) {
 // without utilisation figures is read as ScrapeProbe would be.
 func TestCollectUtilProbe(t *testing.T) {
 	t.Parallel()
-	f := newFakeNode()
-	c, err := NewCollector(f.srv, fakeProc(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f, c := newFakeCollector(t)
 	plan := []Scrape{ScrapeUtil, ScrapeUtil}
 	dev := func(i int) *dgxa100.Device { return f.srv.Devices[i].(*dgxa100.Device) }
 	others := func() int {
