@@ -135,22 +135,53 @@ func TestInstallDashboardExemptions(t *testing.T) {
 
 // scrapeJobs are the jobs of manifests/monitoring/prometheus-scrape.yaml as static
 // targets: the agent's pod over HTTP with the node and pod labels that file's
-// relabelling gives, the extender's pod over HTTPS verified with the install's CA
+// relabelling gives, every extender pod over HTTPS verified with the install's CA
 // and the Service's name, without a client certificate (the extender serves
 // /metrics to anyone; the shipped job has none either).
-func (in *install) scrapeJobs(agent, ext *corev1.Pod) []dashboards.ScrapeJob {
+func (in *install) scrapeJobs(agent *corev1.Pod, exts []*corev1.Pod) []dashboards.ScrapeJob {
+	ext := dashboards.ScrapeJob{Name: "understory-scheduler-extender", Scheme: "https",
+		TLS: &dashboards.TLSConfig{CAFile: filepath.Join(in.certs, "ca.crt"), ServerName: extenderServer}}
+	for _, p := range exts {
+		ext.Targets = append(ext.Targets, dashboards.ScrapeTarget{
+			Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(extenderPort)),
+			Labels:  map[string]string{"pod": p.Name},
+		})
+	}
 	return []dashboards.ScrapeJob{
 		{Name: "understory-koordlet", Targets: []dashboards.ScrapeTarget{{
 			Address: net.JoinHostPort(agent.Status.PodIP, strconv.Itoa(agentPort)),
 			Labels:  map[string]string{"node": agent.Spec.NodeName, "pod": agent.Name},
 		}}},
-		{Name: "understory-scheduler-extender", Scheme: "https",
-			TLS: &dashboards.TLSConfig{CAFile: filepath.Join(in.certs, "ca.crt"), ServerName: extenderServer},
-			Targets: []dashboards.ScrapeTarget{{
-				Address: net.JoinHostPort(ext.Status.PodIP, strconv.Itoa(extenderPort)),
-				Labels:  map[string]string{"pod": ext.Name},
-			}}},
+		ext,
 	}
+}
+
+// extenderPods returns the extender's running pods with an IP, sorted by name: like the
+// shipped job, Prometheus scrapes the leader and the standby. With only the leader of
+// stage 3b scraped, the filter-latency panel once had no data in a run where stage 8's
+// outage handed the Lease to the other replica.
+func (in *install) extenderPods(ctx context.Context) ([]*corev1.Pod, error) {
+	l, err := in.n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=" + extenderName})
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// samePods reports whether a and b name the same pods at the same IPs.
+func samePods(a, b []*corev1.Pod) bool {
+	return slices.EqualFunc(a, b, func(x, y *corev1.Pod) bool {
+		return x.Name == y.Name && x.Status.PodIP == y.Status.PodIP
+	})
 }
 
 // scrape: Debian's Prometheus, on this host, scrapes the agent's and the extender's
@@ -160,34 +191,41 @@ func (in *install) scrapeJobs(agent, ext *corev1.Pod) []dashboards.ScrapeJob {
 func (in *install) scrape(t *testing.T) {
 	ctx := in.ctx
 	bin := dashboards.FindPrometheus(t)
-	// The leader: the standby serves no scheduling calls, its panels would be empty.
+	// Every extender pod, once one leads: the standby serves no scheduling calls until
+	// it takes the Lease over (stage 8 may hand it over).
 	ext := in.extenderLeader(t, 30*time.Second)
+	exts, err := in.extenderPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	agent := in.agentPod
-	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, ext),
+	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, exts),
 		ScrapeInterval: scrapeInterval, Binary: bin}, in.promDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.prom, in.extPod, in.scraped = p, ext, agent
+	in.prom, in.extPods, in.scraped = p, exts, agent
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = p.WaitTargetsUp(wctx, 2)
+	err = p.WaitTargetsUp(wctx, 1+len(exts))
 	in.promStart = time.Now()
 	if err != nil {
 		t.Fatalf("Prometheus scraping the agent and the extender as manifests/monitoring/prometheus-scrape.yaml "+
 			"does: %v\nits log:\n%s", err, p.LogTail(20))
 	}
-	t.Logf("Prometheus (%s) scrapes the agent %s at http://%s:%d/metrics and the extender %s at https://%s:%d/metrics "+
-		"(CA certs/generated/ca.crt, server name %s, no client certificate) every %v", p.URL(), agent.Name,
-		agent.Status.PodIP, agentPort, ext.Name, ext.Status.PodIP, extenderPort, extenderServer, scrapeInterval)
+	t.Logf("Prometheus (%s) scrapes the agent %s at http://%s:%d/metrics and the extender's %d pods (leader %s at "+
+		"%s) at https://<pod IP>:%d/metrics (CA certs/generated/ca.crt, server name %s, no client certificate) every %v",
+		p.URL(), agent.Name, agent.Status.PodIP, agentPort, len(exts), ext.Name, ext.Status.PodIP, extenderPort,
+		extenderServer, scrapeInterval)
 }
 
-// followAgent points the agent's scrape target at the DaemonSet's current pod when
-// it is another than the one scraped (stage 7 deletes the pod; its replacement has
-// a new IP). It runs after every stage, so the new agent is scraped from the end of
-// stage 7 on; the gap in between is the agent's restart. The series keep their node
-// label; the old pod's go stale. A failure is reported by stage 9.
-func (in *install) followAgent(t *testing.T) {
+// followPods points the scrape targets at the current pods when they changed: the
+// agent's DaemonSet pod (stage 7 deletes it; its replacement has a new IP) and the
+// extender's pods (a replaced one has a new IP; one restarted in place, as stage 8's
+// leader is, keeps it). It runs after every stage, so a new pod is scraped from the end
+// of the stage that made it; the gap in between is its restart. The series keep their
+// labels; the old pod's go stale. A failure is reported by stage 9.
+func (in *install) followPods(t *testing.T) {
 	if in.prom == nil {
 		return
 	}
@@ -195,29 +233,43 @@ func (in *install) followAgent(t *testing.T) {
 	defer cancel()
 	l, err := in.n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
 	if err != nil {
-		t.Logf("the agent's scrape target not checked after this stage: %v", err)
+		t.Logf("the scrape targets not checked after this stage: %v", err)
 		return
 	}
-	var cur *corev1.Pod
+	agent := in.scraped
 	for i := range l.Items {
 		p := &l.Items[i]
 		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && podReady(p) {
-			cur = p
+			agent = p
 		}
 	}
-	old := in.scraped
-	if cur == nil || (cur.Name == old.Name && cur.Status.PodIP == old.Status.PodIP) {
+	exts, err := in.extenderPods(ctx)
+	if err != nil || len(exts) == 0 {
+		exts = in.extPods // none running now (mid-restart): keep the last ones
+	}
+	oldAgent, oldExts := in.scraped, in.extPods
+	agentMoved := agent.Name != oldAgent.Name || agent.Status.PodIP != oldAgent.Status.PodIP
+	if !agentMoved && samePods(exts, oldExts) {
 		return
 	}
-	if err := in.prom.SetJobs(ctx, in.scrapeJobs(cur, in.extPod)); err != nil {
-		in.scrapeErrs = append(in.scrapeErrs, fmt.Sprintf("Prometheus could not follow the agent from pod %s (%s) to "+
-			"%s (%s): %v", old.Name, old.Status.PodIP, cur.Name, cur.Status.PodIP, err))
+	if err := in.prom.SetJobs(ctx, in.scrapeJobs(agent, exts)); err != nil {
+		in.scrapeErrs = append(in.scrapeErrs, fmt.Sprintf("Prometheus could not follow the pods (agent %s at %s, "+
+			"extender %s): %v", agent.Name, agent.Status.PodIP, podIPs(exts), err))
 		t.Logf("%s", in.scrapeErrs[len(in.scrapeErrs)-1])
 		return
 	}
-	in.scraped = cur
-	t.Logf("Prometheus now scrapes the agent's pod %s at %s (was %s at %s)", cur.Name, cur.Status.PodIP, old.Name,
-		old.Status.PodIP)
+	in.scraped, in.extPods = agent, exts
+	t.Logf("Prometheus now scrapes the agent's pod %s at %s (was %s at %s) and the extender's %s (was %s)", agent.Name,
+		agent.Status.PodIP, oldAgent.Name, oldAgent.Status.PodIP, podIPs(exts), podIPs(oldExts))
+}
+
+// podIPs lists pods as name@IP.
+func podIPs(ps []*corev1.Pod) string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name + "@" + p.Status.PodIP
+	}
+	return strings.Join(out, ", ")
 }
 
 // dashboardsHaveData: every panel and variable of the shipped dashboards

@@ -19,8 +19,8 @@
 //     TLS with the client certificate Helm issued; the node's own kube-scheduler is
 //     left as it was, without the extender;
 //     3b. Debian's Prometheus starts scraping the agent's pod (HTTP) and the extender's
-//     (HTTPS, the install's CA, no client certificate) for the rest of the run; after
-//     each stage the agent's target follows the DaemonSet's current pod (stage 7);
+//     two (HTTPS, the install's CA, no client certificate) for the rest of the run;
+//     after each stage the targets follow the current pods (the agent's: stage 7);
 //  4. an LS Deployment and a batch Job written as users write them: the LS pods stay as
 //     written and are placed by default-scheduler; the batch pod is mutated by the
 //     webhook (schedulerName understory-scheduler), placed by the second scheduler,
