@@ -495,12 +495,12 @@ type cohortSample struct {
 // NominalQuotas of the shipped component's one flavor, the follower's default).
 func sampleCohort(ctx context.Context, cp *controlplane.ControlPlane) (cohortSample, error) {
 	var s cohortSample
+	res := []string{kueueCohortResource}
 	for _, t := range kueueTenants() {
 		obj, err := cp.Dynamic().Resource(kueueharness.GVR("clusterqueues")).Get(ctx, t, metav1.GetOptions{})
 		if err != nil {
 			return s, fmt.Errorf("reading ClusterQueue %s: %w", t, err)
 		}
-		res := []string{kueueCohortResource}
 		s.reserved = append(s.reserved, float64(kueuequota.Reservations(obj, kueuequota.DefaultFlavor, res)[kueueCohortResource]))
 		q, err := kueuequota.NominalQuotas(obj, kueuequota.DefaultFlavor, res)
 		if err != nil {
@@ -519,10 +519,7 @@ func tenantShares(samples [][]float64) ([]float64, float64) {
 	var sums []float64
 	n := 0
 	for _, s := range samples {
-		tot := 0.0
-		for _, v := range s {
-			tot += v
-		}
+		tot := sum(s)
 		if tot <= 0 {
 			continue
 		}
@@ -593,6 +590,7 @@ func (m *kueueMeter) sample(ctx context.Context) {
 		AdmittedNoPods: st.noPods, AdmittedPodsUnbound: st.unbound, AdmittedRunning: st.running, AdmittedPodsDone: st.allDone})
 }
 
+// sum is the sum of v.
 func sum(v []float64) float64 {
 	t := 0.0
 	for _, x := range v {

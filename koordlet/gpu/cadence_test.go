@@ -23,6 +23,8 @@ func TestScrapeFor(t *testing.T) {
 		mut(&g)
 		return g
 	}
+	frozen := with(func(g *gpuCadence) { g.batch, g.shared, g.frozen = true, true, true })
+	inMPS := with(func(g *gpuCadence) { g.batch, g.shared, g.mps = true, true, true })
 	for _, tc := range []struct {
 		name   string
 		g      gpuCadence
@@ -37,24 +39,16 @@ func TestScrapeFor(t *testing.T) {
 			ScrapeFull},
 		{"batch shares it with LS: full every period", with(func(g *gpuCadence) { g.batch, g.shared = true, true }),
 			period, 0, 0, ScrapeFull},
-		{"batch shares it, frozen: utilisation probed", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.frozen = true, true, true
-		}), period, 0, 0, ScrapeUtil},
-		{"batch shares it, frozen: in full once due", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.frozen = true, true, true
-		}), every - period/2, 0, 0, ScrapeFull},
-		{"batch shares it, frozen, last read failed: full", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.frozen, g.healthy = true, true, true, false
-		}), period, 0, 0, ScrapeFull},
-		{"batch shares it, frozen, clock went back: full", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.frozen = true, true, true
-		}), -period, 0, 0, ScrapeFull},
-		{"LS and batch in MPS partitions: probed", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.mps = true, true, true
-		}), period, 0, 0, ScrapeProbe},
-		{"LS and batch in MPS partitions: in full once due", with(func(g *gpuCadence) {
-			g.batch, g.shared, g.mps = true, true, true
-		}), every - period/2, 0, 0, ScrapeFull},
+		{"batch shares it, frozen: utilisation probed", frozen, period, 0, 0, ScrapeUtil},
+		{"batch shares it, frozen: in full once due", frozen, every - period/2, 0, 0, ScrapeFull},
+		{"batch shares it, frozen, last read failed: full", func() gpuCadence {
+			g := frozen
+			g.healthy = false
+			return g
+		}(), period, 0, 0, ScrapeFull},
+		{"batch shares it, frozen, clock went back: full", frozen, -period, 0, 0, ScrapeFull},
+		{"LS and batch in MPS partitions: probed", inMPS, period, 0, 0, ScrapeProbe},
+		{"LS and batch in MPS partitions: in full once due", inMPS, every - period/2, 0, 0, ScrapeFull},
 		{"batch alone, frozen (LS left within hold): probed", with(func(g *gpuCadence) {
 			g.batch, g.frozen = true, true
 		}), period, 0, 0, ScrapeProbe},
