@@ -14,7 +14,11 @@
 // agent would classify LS through any of them is refused outside namespaces labelled
 // understory.io/allow-ls-besteffort=true; only the scheduler extender's identity
 // (Rules.GPUDevicesWriters) may set understory.io/gpu-devices on a pod or in a Binding,
-// or change it; gang minimums are bounded. See docs/admission.md.
+// or change it, and likewise understory.io/gang-state and understory.io/extender-catch-up
+// (Rules.ExtenderAnnotationWriters); understory.io/original-resources cannot change
+// after creation; gang minimums are bounded. contract.TrustedKeys lists every key a
+// component writes and later trusts. In second-scheduler mode a GPU-share pod must name
+// the second scheduler (Rules.GPUShareScheduler). See docs/admission.md.
 //
 // Second-scheduler mode (WithSchedulerName; cmd/admission -scheduler-name, which
 // manifests/components/second-scheduler sets to understory-scheduler; empty: off):

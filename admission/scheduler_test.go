@@ -5,8 +5,10 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -173,5 +175,47 @@ func TestExtenderResourcesMatchSchedulerConfig(t *testing.T) {
 	slices.Sort(ours)
 	if !slices.Equal(managed, ours) {
 		t.Fatalf("managedResources %v, the webhook hands over pods asking for %v", managed, ours)
+	}
+}
+
+// TestValidatePodGPUShareScheduler is the Go form of the second-scheduler mode's
+// policy understory-gpu-share-scheduler: a CREATE asking for gpu-milli must name the
+// second scheduler; other pods, UPDATEs and the mode off are left alone.
+func TestValidatePodGPUShareScheduler(t *testing.T) {
+	t.Parallel()
+	share := rl(contract.ResourceGPUMilli, "500")
+	named := func(p *corev1.Pod, s string) *corev1.Pod { p.Spec.SchedulerName = s; return p }
+	initShare := pod(nil, []corev1.Container{ctr("init", nil, share)}, ctr("main", nil, nil))
+	tests := []struct {
+		name      string
+		scheduler string // Rules.GPUShareScheduler
+		op        string
+		pod       *corev1.Pod
+		refused   bool
+	}{
+		{"share, default scheduler", second, "CREATE", named(pod(nil, nil, ctr("main", share, share)), DefaultSchedulerName), true},
+		{"share, none named", second, "CREATE", pod(nil, nil, ctr("main", share, share)), true},
+		{"share in a limit only", second, "CREATE", pod(nil, nil, ctr("main", nil, share)), true},
+		{"share in an init container", second, "CREATE", initShare, true},
+		{"share, another scheduler", second, "CREATE", named(pod(nil, nil, ctr("main", share, share)), "volcano"), true},
+		{"share, the second scheduler", second, "CREATE", named(pod(nil, nil, ctr("main", share, share)), second), false},
+		{"no share", second, "CREATE", pod(nil, nil, ctr("main", rl("cpu", "1"), nil)), false},
+		{"whole gpu", second, "CREATE", pod(nil, nil, ctr("main", rl(contract.ResourceGPU, "1"), rl(contract.ResourceGPU, "1"))), false},
+		{"mode off", "", "CREATE", pod(nil, nil, ctr("main", share, share)), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rules := DefaultRules()
+			rules.GPUShareScheduler = tc.scheduler
+			err := ValidatePod(PodRequest{Operation: admissionv1.Operation(tc.op), Pod: tc.pod, Username: "u"}, rules)
+			if (err != nil) != tc.refused {
+				t.Fatalf("err %v, want refused %v", err, tc.refused)
+			}
+			if err != nil && (!errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "spec.schedulerName: ") ||
+				!strings.Contains(err.Error(), "(rule "+RuleGPUShareScheduler+")")) {
+				t.Fatalf("err %v, want ErrRejected naming spec.schedulerName and rule %s", err, RuleGPUShareScheduler)
+			}
+		})
 	}
 }

@@ -33,9 +33,14 @@ type Config struct {
 	// MaxGangMinMember is the largest gang minimum /validate accepts.
 	MaxGangMinMember int
 	// GPUDevicesWriters are the user names /validate lets set or change
-	// understory.io/gpu-devices (on a pod or in a Binding): the scheduler extender's
-	// service account. Keep it equal to the policies' variable gpuDevicesWriters.
+	// understory.io/gpu-devices (on a pod or in a Binding), understory.io/gang-state and
+	// understory.io/extender-catch-up: the scheduler extender's service account. Keep it
+	// equal to the policies' variables gpuDevicesWriters and extenderAnnotationWriters.
 	GPUDevicesWriters []string
+	// GPUShareScheduler, in second-scheduler mode, is the second scheduler's name:
+	// /validate then refuses a GPU-share pod that names another scheduler (rule
+	// gpu-share-scheduler, the Go form of policy understory-gpu-share-scheduler). "" off.
+	GPUShareScheduler string
 	// ServeValidate serves /validate (the Go form of the ValidatingAdmissionPolicies),
 	// for API servers without ValidatingAdmissionPolicy.
 	ServeValidate bool
@@ -76,7 +81,9 @@ func (c Config) Validate() error {
 
 // rules are the validation rules cfg sets.
 func (c Config) rules() Rules {
-	return Rules{MaxGangMinMember: c.MaxGangMinMember, GPUDevicesWriters: c.GPUDevicesWriters}
+	// The extender's identity writes all its annotations.
+	return Rules{MaxGangMinMember: c.MaxGangMinMember, GPUDevicesWriters: c.GPUDevicesWriters,
+		ExtenderAnnotationWriters: c.GPUDevicesWriters, GPUShareScheduler: c.GPUShareScheduler}
 }
 
 // Deps are the server's collaborators.

@@ -310,8 +310,9 @@ func TestGPUDevicesWriterMatchesExtender(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `expression: "['` + DefaultGPUDevicesWriter + `']"`
-	if n := strings.Count(string(data), want); n != 2 {
-		t.Fatalf("the policies' gpuDevicesWriters: %d of 2 are %s", n, want)
+	// gpuDevicesWriters in both policies, extenderAnnotationWriters in the pod rules.
+	if n := strings.Count(string(data), want); n != 3 {
+		t.Fatalf("the policies' gpuDevicesWriters and extenderAnnotationWriters: %d of 3 are %s", n, want)
 	}
 	if !strings.Contains(string(data), "'"+contract.AnnotationGPUDevices+"'") {
 		t.Fatalf("the policies do not name %s", contract.AnnotationGPUDevices)

@@ -39,7 +39,7 @@ const (
 	// understory-system), the only writer of understory.io/gpu-devices: it puts the
 	// annotation in the Binding it creates (pods/binding), which kube-apiserver copies
 	// onto the pod. The policy's variable gpuDevicesWriters names it too; a test checks.
-	DefaultGPUDevicesWriter = "system:serviceaccount:understory-system:understory-scheduler-extender"
+	DefaultGPUDevicesWriter = contract.UserSchedulerExtender
 )
 
 // Rule names, quoted in every rejection (the ValidatingAdmissionPolicies in
@@ -50,6 +50,16 @@ const (
 	RuleLSBestEffort      = "ls-besteffort-namespace"
 	RuleGangMinMember     = "gang-min-member"
 	RuleGPUDevicesWriter  = "gpu-devices-writer"
+	// RuleGangStateWriter and RuleCatchUpWriter keep the extender's other annotations
+	// (contract.AnnotationGangState, contract.AnnotationExtenderCatchUp) to its identity.
+	RuleGangStateWriter = "gang-state-writer"
+	RuleCatchUpWriter   = "extender-catch-up-writer"
+	// RuleOriginalResourcesImmutable: understory.io/original-resources is the webhook's,
+	// written inside the pod's CREATE; no UPDATE may add, change or remove it.
+	RuleOriginalResourcesImmutable = "original-resources-immutable"
+	// RuleGPUShareScheduler (second-scheduler mode): a GPU-share pod must name the
+	// scheduler that calls the extender (policy understory-gpu-share-scheduler).
+	RuleGPUShareScheduler = "gpu-share-scheduler"
 )
 
 // maxGangDigits bounds the digits of a gang minimum (the CEL rule checks the same
@@ -65,11 +75,19 @@ type Rules struct {
 	// GPUDevicesWriters are the user names (request.userInfo.username) that may set
 	// understory.io/gpu-devices on a pod or a Binding, or change it on a pod.
 	GPUDevicesWriters []string
+	// ExtenderAnnotationWriters may set or change understory.io/gang-state and
+	// understory.io/extender-catch-up (the policy's extenderAnnotationWriters).
+	ExtenderAnnotationWriters []string
+	// GPUShareScheduler, when not "", is the second scheduler's name: a pod CREATE
+	// asking for understory.io/gpu-milli must name it in spec.schedulerName (the
+	// second-scheduler mode's policy understory-gpu-share-scheduler). "" is off.
+	GPUShareScheduler string
 }
 
 // DefaultRules returns the rules of the shipped policies.
 func DefaultRules() Rules {
-	return Rules{MaxGangMinMember: DefaultMaxGangMinMember, GPUDevicesWriters: []string{DefaultGPUDevicesWriter}}
+	return Rules{MaxGangMinMember: DefaultMaxGangMinMember, GPUDevicesWriters: []string{DefaultGPUDevicesWriter},
+		ExtenderAnnotationWriters: []string{DefaultGPUDevicesWriter}}
 }
 
 // PodRequest is one pod CREATE or UPDATE as the validation rules see it.
@@ -172,6 +190,30 @@ func ValidatePod(r PodRequest, rules Rules) error {
 	if err := checkGPUDevicesWriter(r, rules.GPUDevicesWriters); err != nil {
 		errs = append(errs, err)
 	}
+	for _, f := range []struct{ key, rule string }{
+		{contract.AnnotationGangState, RuleGangStateWriter},
+		{contract.AnnotationExtenderCatchUp, RuleCatchUpWriter},
+	} {
+		if changesAnnotation(r, f.key) && !slices.Contains(rules.ExtenderAnnotationWriters, r.Username) {
+			errs = append(errs, fmt.Errorf("metadata.annotations[%s]: only the scheduler extender (%s) may set or "+
+				"change it; not %q (rule %s)", f.key, strings.Join(rules.ExtenderAnnotationWriters, ", "), r.Username,
+				f.rule))
+		}
+	}
+	if r.Operation == admissionv1.Update && changesAnnotation(r, contract.AnnotationOriginalResources) {
+		errs = append(errs, fmt.Errorf("metadata.annotations[%s]: cannot be added, changed or removed after "+
+			"creation (rule %s)", contract.AnnotationOriginalResources, RuleOriginalResourcesImmutable))
+	}
+	if s := rules.GPUShareScheduler; s != "" && r.Operation == admissionv1.Create && asksGPUShare(pod) &&
+		pod.Spec.SchedulerName != s {
+		cur := pod.Spec.SchedulerName
+		if cur == "" {
+			cur = DefaultSchedulerName
+		}
+		errs = append(errs, fmt.Errorf("spec.schedulerName: a pod asking for %s must be placed by %s, the "+
+			"scheduler that calls the extender, not %q (rule %s)", contract.ResourceGPUMilli, s, cur,
+			RuleGPUShareScheduler))
+	}
 	for _, key := range []string{AnnotationVolcanoMinMember, AnnotationKoordinatorMinAvailable} {
 		v, ok := pod.Annotations[key]
 		if !ok {
@@ -190,6 +232,36 @@ func ValidatePod(r PodRequest, rules Rules) error {
 		return fmt.Errorf("%w: %w", ErrRejected, errors.Join(errs...))
 	}
 	return nil
+}
+
+// changesAnnotation reports whether r carries key at CREATE, or adds, changes or
+// removes it at UPDATE.
+func changesAnnotation(r PodRequest, key string) bool {
+	v, has := r.Pod.Annotations[key]
+	switch r.Operation {
+	case admissionv1.Create:
+		return has
+	case admissionv1.Update:
+		ov, oldHas := r.Old.Annotations[key]
+		return has != oldHas || v != ov
+	}
+	return false
+}
+
+// asksGPUShare reports whether any container or init container requests or limits
+// understory.io/gpu-milli.
+func asksGPUShare(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Requests[contract.ResourceGPUMilli]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Limits[contract.ResourceGPUMilli]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkGPUDevicesWriter refuses a pod CREATE that carries understory.io/gpu-devices,

@@ -9,7 +9,9 @@
 //   - nodemetrics.go: the versioned node-metrics document the agent writes to its Node's
 //     understory.io/node-metrics (version 1) and understory.io/node-metrics-v2 (version
 //     2, with GPUs) annotations and the extender reads (docs/node-metrics.md), and the
-//     bounds both sides share (MaxGPUsPerNode, MilliPerGPU).
+//     bounds both sides share (MaxGPUsPerNode, MilliPerGPU);
+//   - trusted.go: every key a component writes and later trusts (TrustedKeys), with its
+//     writers as the admission policies name them, its fence and its reader's bound.
 //
 // It is pure: no IO, no clock (callers pass now), no Kubernetes client.
 //

@@ -199,9 +199,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A crashed run may have left batch frozen: thaw first, then decide again.
-	a.act.tierFrozen = true
-	a.act.thawAll(a.sorted)
+	// A crashed run may have left batch frozen: thaw first, then decide again. The
+	// caller thawed already, before anything could fail; this covers callers that did
+	// not. A tier still frozen is thawed again by the next period that does not freeze.
+	if _, err := thawLeftFrozen(context.Background(), hier, cfg.KubeletCgroupRoot, log); err != nil {
+		a.act.tierFrozen = true
+	}
 	a.rediscover()
 	if err := a.newGPU(context.Background(), deps.GPU); err != nil {
 		return nil, err

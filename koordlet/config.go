@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
@@ -25,6 +26,11 @@ var ErrInvalidConfig = errors.New("invalid config")
 type NRIConfig struct {
 	Enabled bool   `json:"enabled"`
 	Socket  string `json:"socket,omitempty"`
+	// TrustedVisibilityNamespaces are the namespaces whose pods keep an
+	// NVIDIA_VISIBLE_DEVICES their own spec sets (the node's GPU agents and exporters
+	// ask for "all" that way); every other container is pinned to its devices or "void".
+	// Default: the agent's own namespace and kube-system.
+	TrustedVisibilityNamespaces []string `json:"trustedVisibilityNamespaces"`
 }
 
 // Config is the agent's configuration file. Durations are Go duration strings ("100ms").
@@ -127,7 +133,8 @@ func DefaultConfig() Config {
 		KubeletCgroupRoot: "/",
 		TierName:          DefaultTierName,
 		TierParent:        TierParentKubepods,
-		NRI:               NRIConfig{Socket: DefaultNRISocket},
+		NRI: NRIConfig{Socket: DefaultNRISocket,
+			TrustedVisibilityNamespaces: []string{"understory-system", "kube-system"}},
 		Period:            metav1.Duration{Duration: DefaultPeriod},
 		CFSPeriod:         metav1.Duration{Duration: DefaultCFSPeriod},
 		MinPodCPU:         DefaultMinPodCPU,
@@ -153,6 +160,29 @@ func LoadConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// LenientConfig is what can be read of a configuration that may not load, for the
+// start-up thaw (ThawAtStart), which must run before the configuration is validated:
+// the defaults with the file's cgroupRoot and kubeletCgroupRoot, whatever else the file
+// holds (a field of the wrong type, an unknown one, an invalid value), and nothing
+// validated; the defaults alone when those two cannot be read.
+func LenientConfig(data []byte) Config {
+	cfg := DefaultConfig()
+	var where struct {
+		CgroupRoot        string `json:"cgroupRoot"`
+		KubeletCgroupRoot string `json:"kubeletCgroupRoot"`
+	}
+	if err := yaml.Unmarshal(data, &where); err != nil {
+		return cfg
+	}
+	if where.CgroupRoot != "" {
+		cfg.CgroupRoot = where.CgroupRoot
+	}
+	if where.KubeletCgroupRoot != "" {
+		cfg.KubeletCgroupRoot = where.KubeletCgroupRoot
+	}
+	return cfg
 }
 
 // fieldOfError names the top-level field a decoding error comes from, by decoding the
@@ -208,6 +238,11 @@ func (c Config) Validate() error {
 	}
 	if c.NRI.Enabled && !strings.HasPrefix(c.NRI.Socket, "/") {
 		return bad("nri.socket", "%q must be an absolute path when nri.enabled", c.NRI.Socket)
+	}
+	for _, ns := range c.NRI.TrustedVisibilityNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return bad("nri.trustedVisibilityNamespaces", "%q is no namespace name: %s", ns, strings.Join(errs, "; "))
+		}
 	}
 	if p := c.Period.Duration; p < 10*time.Millisecond || p > 10*time.Second {
 		return bad("period", "%v must be within [10ms, 10s]", p)

@@ -183,8 +183,8 @@ func TestLoadConfigMPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	if m := cfg.GPU.MPS; m.Mode != mps.ModeDisabled || m.PipeDirectory != "/tmp/nvidia-mps" ||
-		m.LogDirectory != "/var/log/nvidia-mps" || m.ShmDirectory != "/dev/shm" ||
-		m.ControlBinary != "nvidia-cuda-mps-control" || m.ClientUID != 0 {
+		m.LogDirectory != "/var/log/nvidia-mps" || m.ShmDirectory != "/run/nvidia-mps-shm" ||
+		m.ControlBinary != "nvidia-cuda-mps-control" || m.ClientUID != 1000 {
 		t.Fatalf("gpu.mps defaults: %+v", m)
 	}
 	cfg, err = LoadConfig([]byte(`

@@ -87,9 +87,11 @@
 //     there lowers the containers first (their limits come back as the pod is
 //     raised, and when it leaves batch); a cut the kernel still clamps is not
 //     asked for again while unchanged (each attempt would count as a write).
-//   - A freeze never outlives the agent: it thaws on shutdown, at start (a
-//     crashed run may have left batch frozen), for a pod being deleted and for
-//     a pod that leaves batch. Each freeze or thaw is bounded to 50 ms.
+//   - A freeze never outlives the agent: it thaws on shutdown, for a pod being
+//     deleted and for a pod that leaves batch (each freeze or thaw bounded to
+//     50 ms), and at start (ThawAtStart), before anything that can fail: a
+//     killed run may have left the tier, in-place pods and their children
+//     frozen, and any frozen cgroup below kubepods is the agent's.
 //   - A restarted agent rediscovers in-place batch pods from the cgroup tree
 //     (cpu.idle=1, which kubelet never sets) and bounds them before the pod
 //     source syncs; a pod that leaves batch gets kubelet's values back.

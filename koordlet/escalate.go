@@ -132,8 +132,7 @@ func (x *actuator) freeze(g *cgroups.Group, freeze bool) error {
 	return err
 }
 
-// thawAll thaws the tier and every batch pod the agent froze (shutdown), and, at start,
-// a tier a crashed run left frozen.
+// thawAll thaws the tier and every batch pod the agent froze (shutdown).
 func (x *actuator) thawAll(pods []*podState) {
 	if x.tier != nil {
 		if err := x.freeze(x.tier, false); err == nil {

@@ -76,21 +76,26 @@ func (m *gpuMPS) planner() devices.MPSPlanner {
 	return m.partitions
 }
 
-// mpsSetup is how the NRI plugin mounts and restricts MPS clients (gpu.mps).
+// mpsSetup is how the NRI plugin mounts and restricts MPS clients (gpu.mps, its
+// defaults filled: a private shm directory, a non-root client UID).
 func mpsSetup(cfg mps.Config) devices.MPSSetup {
-	return devices.MPSSetup{ShmDir: cfg.WithDefaults().ShmDirectory, ClientUID: cfg.ClientUID}
+	cfg = cfg.WithDefaults()
+	return devices.MPSSetup{ShmDir: cfg.ShmDirectory, ClientUID: cfg.ClientUID}
 }
 
 // leverEvent records a GPU lever change (batch frozen because LS outgrew its MPS
-// partition) as a Warning Event on each of the GPU's batch pods. The GPU loop calls
+// partition, or because a batch client's MPS cap could not be confirmed) as a Warning Event on each of the GPU's batch pods. The GPU loop calls
 // it; the event sinks do not block.
 func (m *gpuMPS) leverEvent(ev gpu.LeverEvent) {
 	if m.events == nil {
 		return
 	}
 	reason := "GPUFrozen"
-	if ev.Reason == qos.GPUReasonMPSCapStale {
+	switch ev.Reason {
+	case qos.GPUReasonMPSCapStale:
 		reason = "MPSCapStale"
+	case qos.GPUReasonMPSCapUnconfirmed:
+		reason = "MPSCapUnconfirmed"
 	}
 	for _, p := range ev.BatchPods {
 		m.events.Warn(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.UID, Namespace: p.Namespace, Name: p.Name}},

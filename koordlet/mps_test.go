@@ -108,7 +108,9 @@ func TestLeverEvent(t *testing.T) {
 		Message:   "LS outgrew its partition; batch frozen until LS is idle or batch restarts",
 		BatchPods: []gpu.EventPod{{UID: "b1", Namespace: "ml", Name: "train-1"}, {UID: "b2", Namespace: "ml", Name: "train-2"}}})
 	a.leverEvent(gpu.LeverEvent{GPU: 0, Reason: qos.GPUReasonLSUtil, BatchPods: []gpu.EventPod{{UID: "b3"}}})
-	for uid, reason := range map[string]string{"b1": "MPSCapStale", "b2": "MPSCapStale", "b3": "GPUFrozen"} {
+	a.leverEvent(gpu.LeverEvent{GPU: 2, Reason: qos.GPUReasonMPSCapUnconfirmed, BatchPods: []gpu.EventPod{{UID: "b4"}}})
+	for uid, reason := range map[string]string{"b1": "MPSCapStale", "b2": "MPSCapStale", "b3": "GPUFrozen",
+		"b4": "MPSCapUnconfirmed"} {
 		evs := events.forPod(uid)
 		if len(evs) != 1 || evs[0].reason != reason || !strings.HasPrefix(evs[0].message, "GPU ") {
 			t.Fatalf("%s: events %+v; want one %s", uid, evs, reason)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,9 @@ import (
 )
 
 // NRIPlugin is the agent's NRI plugin (mode nri). At container creation it
+//   - classifies the container's pod exactly as the agent does: qos.Classify on the
+//     pod from the agent's pod source (NRIOptions.Pods), waiting for a pod the source
+//     does not list yet (classifyPod);
 //   - moves the containers of batch pods below the agent's tier, so that the tier's
 //     single quota, weight and SCHED_IDLE bound all batch work at once;
 //   - with GPU handling on (NRIOptions.Pods set), gives a container that requests
@@ -33,12 +37,18 @@ import (
 //   - with the agent's MPS on (NRIOptions.MPS set), makes a GPU container (shared or
 //     whole GPUs) an MPS client when the planner gives it a partition on each of
 //     its GPUs: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
-//     CUDA_MPS_CLIENT_PRIORITY (overriding the pod's), the pipe directory and the
-//     server's /dev/shm mounted (devices.DecideMPS). A batch container whose
-//     planning fails is refused; one that is no client is pointed away from every
-//     MPS daemon (devices.NoMPSPipeDirectory).
+//     CUDA_MPS_CLIENT_PRIORITY (overriding the pod's), the pipe directory mounted
+//     read-only and the server's private shm directory at /dev/shm
+//     (devices.DecideMPS). A batch container whose planning fails is refused; one
+//     that is no client is pointed away from every MPS daemon
+//     (devices.NoMPSPipeDirectory);
+//   - with GPU handling on, pins NVIDIA_VISIBLE_DEVICES of every container to what
+//     it was given: its GPUs' UUIDs, or "void" for none (devices.Visible), so that
+//     an image's or a tenant's "all" adds no device where the NVIDIA runtime runs in
+//     legacy mode; only pods of nri.trustedVisibilityNamespaces keep a value their
+//     own spec sets.
 //
-// Other containers are untouched.
+// Without a pod source it only moves batch containers, classified from the sandbox.
 type NRIPlugin struct {
 	layout layout
 	log    *slog.Logger
@@ -50,6 +60,9 @@ type NRIPlugin struct {
 	podWait  time.Duration
 	mps      devices.MPSPlanner
 	mpsSetup devices.MPSSetup
+	// trustedVisibility are the namespaces whose pods keep a spec-set
+	// NVIDIA_VISIBLE_DEVICES (nri.trustedVisibilityNamespaces).
+	trustedVisibility []string
 }
 
 var _ stub.CreateContainerInterface = (*NRIPlugin)(nil)
@@ -86,9 +99,10 @@ var errPodUnknown = errors.New("pod not known to the node agent yet")
 
 // NRIOptions are the NRI plugin's optional collaborators. The zero value handles no GPU.
 type NRIOptions struct {
-	// Pods is the agent's pod source. Nil turns GPU handling off: containers
-	// requesting understory.io/gpu-milli are then left as they are (and get no GPU
-	// from the agent).
+	// Pods is the agent's pod source, which classification reads (the agent's).
+	// Nil turns GPU handling off: containers requesting understory.io/gpu-milli are
+	// then left as they are (and get no GPU from the agent), and pods are classified
+	// from the sandbox's labels, annotations and cgroup parent.
 	Pods nriPodLister
 	// GPUs is the node's GPU inventory. Nil, like an empty inventory, refuses every
 	// container that requests understory.io/gpu-milli ("no GPU inventory on this node").
@@ -134,25 +148,24 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 		return nil, fmt.Errorf("NRI MPS shm directory %q: not a clean absolute path: %w", d, ErrInvalidConfig)
 	}
 	return &NRIPlugin{layout: l, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
-		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup}, nil
+		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup,
+		trustedVisibility: slices.Clone(cfg.NRI.TrustedVisibilityNamespaces)}, nil
 }
 
 // CreateContainer gives shared-GPU containers their devices (or refuses them), makes
-// GPU containers MPS clients, and rewrites the cgroups path of batch containers.
+// GPU containers MPS clients, pins every container's device visibility, and rewrites
+// the cgroups path of batch containers.
 func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	orig := ctr.GetLinux().GetCgroupsPath()
-	kpod := podFromNRI(pod)
-	class, err := qos.Classify(kpod)
-	if err != nil {
-		p.log.Warn("invalid QoS annotation; container left where kubelet put it", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", err)
-	}
+	kpod, c := p.classifyPod(ctx, pod)
 	var adj *api.ContainerAdjustment
 	if p.pods != nil {
-		if adj, err = p.gpuAdjust(ctx, pod, ctr, class == qos.ClassBatch); err != nil {
+		var err error
+		if adj, err = p.gpuAdjust(pod, kpod, ctr, c.batch); err != nil {
 			return nil, nil, err
 		}
 	}
-	if class != qos.ClassBatch || orig == "" {
+	if !c.move || orig == "" {
 		return adj, nil, nil
 	}
 	newPath, err := tierContainerPath(p.layout.driver, p.layout.tier, pod.GetUid(), orig)
@@ -169,11 +182,47 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	return adj, nil, nil
 }
 
-// gpuAdjust is the GPU part of a container's creation: its devices and its MPS
-// client. Nil: nothing to change.
-func (p *NRIPlugin) gpuAdjust(ctx context.Context, sb *api.PodSandbox, ctr *api.Container,
+// nriClass is how the plugin treats a container's pod.
+type nriClass struct {
+	// batch: the pod is of the batch class, or unknown (MPS: a batch client's cap and
+	// priority, never LS's).
+	batch bool
+	// move: place its containers below the tier (a known batch pod only).
+	move bool
+}
+
+// classifyPod classifies the container's pod as the agent does: qos.Classify on the
+// pod from the agent's pod source (lookupPod waits for one it does not list yet).
+// A pod still unknown after the wait gets the most restrictive treatment that
+// cannot harm a pod of another class: MPS as batch, and its containers left where
+// kubelet put them, where the agent, once its source lists the pod, bounds it in
+// place if it is batch. Without a pod source (GPU handling off) the sandbox's labels,
+// annotations and cgroup parent stand in for the pod. It returns the pod (nil when
+// unknown).
+func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev1.Pod, nriClass) {
+	who := sb.GetNamespace() + "/" + sb.GetName()
+	var kpod *corev1.Pod
+	if p.pods == nil {
+		kpod = podFromNRI(sb)
+	} else if kpod = p.lookupPod(ctx, sb); kpod == nil {
+		p.log.Warn("pod not in the agent's pod source in time; treated as batch for MPS, container left where kubelet put it",
+			"pod", who, "uid", sb.GetUid(), "waited", p.podWait)
+		return nil, nriClass{batch: true}
+	}
+	class, err := qos.Classify(kpod)
+	if err != nil {
+		p.log.Warn("invalid QoS annotation", "pod", who, "class", class, "err", err)
+	}
+	batch := class == qos.ClassBatch
+	return kpod, nriClass{batch: batch, move: batch}
+}
+
+// gpuAdjust is the GPU part of a container's creation: its devices, its device
+// visibility and its MPS client. kpod is the container's pod (nil: unknown to the
+// pod source). Nil: nothing to change.
+func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container,
 	batch bool) (*api.ContainerAdjustment, error) {
-	kpod, a, ok, err := p.gpuDevices(ctx, sb, ctr)
+	a, ok, err := p.gpuDevices(sb, kpod, ctr)
 	if err != nil {
 		return nil, err
 	}
@@ -183,11 +232,14 @@ func (p *NRIPlugin) gpuAdjust(ctx context.Context, sb *api.PodSandbox, ctr *api.
 		for _, name := range a.CDIDevices {
 			adj.AddCDIDevice(&api.CDIDevice{Name: name})
 		}
-		for k, v := range a.Env {
-			adj.AddEnv(k, v)
-		}
 		p.log.Info("GPU devices given to container", "pod", sb.GetNamespace()+"/"+sb.GetName(),
 			"container", ctr.GetName(), "cdi", a.CDIDevices, "env", a.Env)
+	}
+	if v := p.visible(kpod, ctr, a.Devices); v != "" {
+		if adj == nil {
+			adj = &api.ContainerAdjustment{}
+		}
+		adj.AddEnv(devices.EnvVisibleDevices, v)
 	}
 	if p.mps == nil {
 		return adj, nil
@@ -206,10 +258,33 @@ func (p *NRIPlugin) gpuAdjust(ctx context.Context, sb *api.PodSandbox, ctr *api.
 		}
 	}
 	for _, m := range d.Mounts {
-		adj.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind",
-			Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+		// The pipe directory is bound without its submounts ("bind") and read-only:
+		// clients connect to the daemon's socket, which needs no write access to the
+		// mount, and cannot remove, replace or add anything there.
+		opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
+		if m.ReadOnly {
+			opts = []string{"bind", "ro", "nosuid", "nodev", "noexec"}
+		}
+		adj.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
 	return adj, nil
+}
+
+// visible is the NVIDIA_VISIBLE_DEVICES value the container is pinned to
+// (devices.Visible); "" leaves it. Only a pod of a trusted namespace, as the agent's
+// pod source has it, keeps a value its own spec sets.
+func (p *NRIPlugin) visible(kpod *corev1.Pod, ctr *api.Container, shared []devices.GPU) string {
+	var cdi []string
+	for _, c := range ctr.GetCDIDevices() {
+		cdi = append(cdi, c.GetName())
+	}
+	var inv []devices.GPU
+	if p.gpus != nil {
+		inv = p.gpus.GPUs()
+	}
+	return devices.Visible(devices.VisibleContainer{Pod: kpod, Container: ctr.GetName(), Shared: shared,
+		Env: ctr.GetEnv(), CDI: cdi, CDIKind: p.gpuCfg.CDIKind, Inventory: inv,
+		TrustSpec: kpod != nil && slices.Contains(p.trustedVisibility, kpod.Namespace)})
 }
 
 // mpsClient decides the container's MPS client (devices.DecideMPS) on the devices
@@ -289,12 +364,11 @@ func gpuNames(gs []devices.GPU) string {
 	return strings.Join(parts, ", ")
 }
 
-// gpuDevices decides the container's GPU devices, and returns its pod (nil when the
-// pod source does not list it). A refusal is logged, recorded as an Event on the pod
-// and returned as the error the runtime fails the container with.
-func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
-	ctr *api.Container) (*corev1.Pod, devices.Assignment, bool, error) {
-	kpod := p.lookupPod(ctx, sb)
+// gpuDevices decides the container's GPU devices; kpod is its pod (nil when the pod
+// source does not list it). A refusal is logged, recorded as an Event on the pod and
+// returned as the error the runtime fails the container with.
+func (p *NRIPlugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
+	ctr *api.Container) (devices.Assignment, bool, error) {
 	if kpod == nil {
 		if _, annotated := sb.GetAnnotations()[devices.AnnotationDevices]; !annotated {
 			// Not placed on shared GPUs by the extender, as far as the runtime knows; a
@@ -302,12 +376,12 @@ func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
 			// source lags (it then gets no GPU from us, never every GPU in mode cdi).
 			p.log.Debug("container's pod not in the pod source; no GPU handling", "pod",
 				sb.GetNamespace()+"/"+sb.GetName(), "uid", sb.GetUid(), "container", ctr.GetName())
-			return nil, devices.Assignment{}, false, nil
+			return devices.Assignment{}, false, nil
 		}
 		// Fail closed: without the spec we cannot tell a shared-GPU container from a
 		// whole-GPU one (the extender annotates both). kubelet retries the container
 		// with back-off; the pod source catches up.
-		return nil, devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
+		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
 			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
 	}
 	var inv []devices.GPU
@@ -316,9 +390,9 @@ func (p *NRIPlugin) gpuDevices(ctx context.Context, sb *api.PodSandbox,
 	}
 	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), inv)
 	if err != nil {
-		return kpod, devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
+		return devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
 	}
-	return kpod, a, ok, nil
+	return a, ok, nil
 }
 
 // refuse logs the refusal, records it on the pod and returns the error for the runtime,
@@ -392,8 +466,10 @@ func (p *NRIPlugin) Run(ctx context.Context, socket string) error {
 	}
 }
 
-// podFromNRI builds the fields of a Pod that classification reads. NRI does not carry
-// the Kubernetes QoS class; kubelet's cgroup parent tells it.
+// podFromNRI builds the fields of a Pod that the sandbox carries: its name, labels
+// and annotations, and the Kubernetes QoS class from kubelet's cgroup parent. It
+// lacks the containers' resource requests: it names a pod in Events and stands in
+// for it only without a pod source.
 func podFromNRI(pod *api.PodSandbox) *corev1.Pod {
 	q := corev1.PodQOSGuaranteed
 	parent := pod.GetLinux().GetCgroupParent()

@@ -212,7 +212,12 @@ func startNRI(t *testing.T, opts NRIOptions) *nriRuntime {
 		rt.Stop()
 	})
 	r := &nriRuntime{t: t, rt: rt}
-	// The plugin is registered once a batch container comes back moved below the tier.
+	// The plugin is registered once a batch container comes back moved below the tier
+	// (the plugin classifies the pods its source lists).
+	if src, ok := opts.Pods.(*nriPods); ok {
+		src.add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "ns", UID: "probe-uid",
+			Annotations: map[string]string{"understory.io/qos-class": "batch"}}}, 0)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sb := &api.PodSandbox{Id: "probe", Name: "probe", Namespace: "ns", Uid: "probe-uid",
@@ -341,14 +346,17 @@ func TestNRIGPUDevices(t *testing.T) {
 				if tc.want != "" {
 					want = []string{tc.want}
 				}
+				// Visibility is pinned in both modes: the devices, or none.
+				wantVisible := tc.want
+				if wantVisible == "" {
+					wantVisible = devices.NoDevices
+				}
 				switch got := envOf(adj)[devices.EnvVisibleDevices]; {
 				case mode == devices.ModeCDI && !slices.Equal(cdiOf(adj), prefixed(want)):
 					t.Fatalf("%s: CDI devices %q, want %q", tc.name, cdiOf(adj), prefixed(want))
-				case mode == devices.ModeCDI && got != "":
-					t.Fatalf("%s: mode cdi set %s=%q", tc.name, devices.EnvVisibleDevices, got)
-				case mode == devices.ModeEnv && got != tc.want:
+				case got != wantVisible:
 					t.Fatalf("%s: %s=%q, want %q (overriding the image's \"all\")", tc.name,
-						devices.EnvVisibleDevices, got, tc.want)
+						devices.EnvVisibleDevices, got, wantVisible)
 				case mode == devices.ModeEnv && len(cdiOf(adj)) != 0:
 					t.Fatalf("%s: mode env added CDI devices %q", tc.name, cdiOf(adj))
 				}
@@ -388,9 +396,9 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 	if evs := events.forPod("u1"); len(evs) != 1 || evs[0].reason != "NoGPUInventory" {
 		t.Fatalf("events %+v", evs)
 	}
-	if resp, err := r.create(sb, "sidecar", nil); err != nil || resp.GetAdjust() != nil &&
-		(len(resp.GetAdjust().GetCDIDevices()) != 0 || len(resp.GetAdjust().GetEnv()) != 0) {
-		t.Fatalf("sidecar: %v, %v; want untouched", resp, err)
+	if resp, err := r.create(sb, "sidecar", nil); err != nil || len(resp.GetAdjust().GetCDIDevices()) != 0 ||
+		len(resp.GetAdjust().GetEnv()) != 1 || envOf(resp.GetAdjust())[devices.EnvVisibleDevices] != devices.NoDevices {
+		t.Fatalf("sidecar: %v, %v; want only its visibility pinned to none", resp, err)
 	}
 
 	off := startNRI(t, NRIOptions{})
@@ -474,7 +482,7 @@ func TestNRIMPSClients(t *testing.T) {
 	t.Parallel()
 	pods, events := &nriPods{}, &nriEvents{}
 	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
-		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/understory/mps-shm"}})
+		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/understory/mps-shm", ClientUID: 1000}})
 	podEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
 		"CUDA_MPS_CLIENT_PRIORITY=0"}
 	const no = devices.NoMPSPipeDirectory
@@ -498,7 +506,10 @@ func TestNRIMPSClients(t *testing.T) {
 			c.Env = append(c.Env, "NVIDIA_VISIBLE_DEVICES="+nriUUID0)
 		}, "/tmp/nvidia-mps", "75", "0", "normal:MPSClient"},
 		{"batch of another UID", "m8", "0", true, "main", false, func(c *api.Container) {
-			c.User = &api.User{Uid: 1000, Gid: 1000}
+			c.User = &api.User{Uid: 2000, Gid: 2000}
+		}, no, "", "", "normal:NoMPSClient"},
+		{"batch running as root", "m11", "0", true, "main", false, func(c *api.Container) {
+			c.User = &api.User{}
 		}, no, "", "", "normal:NoMPSClient"},
 		{"LS of unknown UID (runtime without User, no runAsUser)", "m10", "0", false, "main", false,
 			func(c *api.Container) { c.User = nil }, "", "", "", "normal:NoMPSClient"},
@@ -513,7 +524,7 @@ func TestNRIMPSClients(t *testing.T) {
 		pods.add(pod, 0)
 		resp, err := r.createWith(sb, tc.ctr, func(c *api.Container) {
 			c.Env = slices.Clone(podEnv)
-			c.User = &api.User{} // root, as the runtime resolved the image's user
+			c.User = &api.User{Uid: 1000, Gid: 1000} // the image's user, as the runtime resolved it
 			if tc.mod != nil {
 				tc.mod(c)
 			}
@@ -539,7 +550,7 @@ func TestNRIMPSClients(t *testing.T) {
 		}
 		m := mountsOf(adj)
 		if client := tc.pct != ""; client != (len(m) == 2) ||
-			client && (m["/tmp/nvidia-mps"] != "/tmp/nvidia-mps rbind,rw,nosuid,nodev,noexec" ||
+			client && (m["/tmp/nvidia-mps"] != "/tmp/nvidia-mps bind,ro,nosuid,nodev,noexec" ||
 				m["/dev/shm"] != "/run/understory/mps-shm rbind,rw,nosuid,nodev,noexec") {
 			t.Fatalf("%s: mounts %v; client %v", tc.name, m, client)
 		}

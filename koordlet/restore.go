@@ -1,8 +1,11 @@
 package koordlet
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/metrics"
@@ -96,4 +99,80 @@ func (x *actuator) applyRestore(r restore) error {
 		}
 	}
 	return nil
+}
+
+// thawAtStartTimeout bounds the start-up thaw: every pass over the kubepods tree, until
+// the kernel reports nothing frozen there.
+const thawAtStartTimeout = cgroups.DefaultFreezeTimeout
+
+// ThawAtStart thaws every cgroup a previous run of the agent may have left frozen, from
+// what cfg says of the node: the cgroup mount (cgroupRoot) and kubelet's --cgroup-root
+// (kubeletCgroupRoot). It is the first thing the agent does, before anything that can
+// fail (the configuration's validation, API clients, NVML): an agent killed (SIGKILL,
+// OOM) while batch was frozen would otherwise leave it frozen until its next freeze
+// episode, or for ever if it can no longer start; a frozen v1 task cannot even die.
+//
+// cfg need not be valid (a crash loop on a bad configuration still thaws): each field it
+// reads falls back to the default when unusable. It thaws the whole kubepods tree of
+// both kubelet drivers' naming (cgroupfs "kubepods", systemd "kubepods.slice"): the
+// tier, the pods below it, the in-place batch pods in kubelet's own pod cgroups and
+// every child of them, each frozen on its own or not, in every freezer the node has
+// (v1 freezer.state, cgroup2 cgroup.freeze). It thaws every frozen group it finds there
+// without asking whose pod it is, so that no API server is needed: kubelet never
+// freezes a cgroup, so at start any frozen one is the agent's. (A container runtime
+// freezes one for a few milliseconds while it updates a v1 device list; thawing that
+// early is harmless next to leaving batch frozen.) The duty cycle's freezer pin, beside
+// kubepods, is thawed too. It returns the groups it found frozen; a tree the node lacks
+// (the other driver's) is skipped.
+func ThawAtStart(ctx context.Context, cfg Config, log *slog.Logger) ([]string, error) {
+	root := cfg.CgroupRoot
+	if root == "" {
+		root = DefaultCgroupRoot
+	}
+	hier, err := cgroups.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("opening cgroup root %s to thaw what a previous run left frozen: %w", root, err)
+	}
+	kubeletRoot := cfg.KubeletCgroupRoot
+	if kubeletRoot != "/" {
+		if _, err := cgroups.CleanPath(strings.Trim(kubeletRoot, "/")); err != nil {
+			log.Warn("kubeletCgroupRoot is unusable; thawing below the default", "kubeletCgroupRoot", kubeletRoot)
+			kubeletRoot = "/"
+		}
+	}
+	return thawLeftFrozen(ctx, hier, kubeletRoot, log)
+}
+
+// thawLeftFrozen is ThawAtStart on an open hierarchy.
+func thawLeftFrozen(ctx context.Context, hier *cgroups.Hierarchy, kubeletRoot string, log *slog.Logger) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, thawAtStartTimeout)
+	defer cancel()
+	var (
+		thawed []string
+		errs   []error
+	)
+	for _, d := range []cgroups.Driver{cgroups.DriverCgroupfs, cgroups.DriverSystemd} {
+		rel := joinRoot(kubeletRoot, cgroups.QOSPath(d, cgroups.QOSGuaranteed))
+		got, err := hier.ThawTree(ctx, rel)
+		thawed = append(thawed, got...)
+		if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	// The pin is an empty group: nothing runs in it, but a v1 freezer stays switched on
+	// in the kernel while it is frozen.
+	got, err := hier.ThawTree(ctx, joinRoot(kubeletRoot, freezerPin))
+	thawed = append(thawed, got...)
+	if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	err = errors.Join(errs...)
+	switch {
+	case err != nil:
+		log.Error("CANNOT THAW cgroups a previous run may have left frozen; batch may stay frozen",
+			"thawed", thawed, "err", err)
+	case len(thawed) > 0:
+		log.Warn("thawed cgroups a previous run of the agent left frozen", "cgroups", thawed)
+	}
+	return thawed, err
 }

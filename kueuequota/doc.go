@@ -5,9 +5,12 @@
 //
 // One pass (Follower.Step, every Config.Interval):
 //
-//  1. Published: the sum over schedulable Nodes (a Node informer) of allocatable
-//     Config.Resources (understory.io/batch-cpu, understory.io/batch-memory,
-//     understory.io/gpu-milli, nvidia.com/gpu by default).
+//  1. Published: the sum of allocatable Config.Resources
+//     (understory.io/batch-cpu, understory.io/batch-memory, understory.io/gpu-milli,
+//     nvidia.com/gpu by default) over the live Nodes (a Node informer): schedulable,
+//     Ready, without the unreachable or not-ready taint, with an agent node-metrics
+//     document fresh within Config.MetricsMaxAge and MetricsMaxSkew (the extender's
+//     bounds). Any other Node counts 0: it keeps the capacity it last published.
 //  2. The ClusterQueues labelled understory.io/quota-follower=true, each with its
 //     weight (annotation understory.io/quota-weight, default 1) and current
 //     nominalQuota of those resources in flavor Config.Flavor.
@@ -21,9 +24,11 @@
 //     pkg/scheduler/preemption). When the queues' reservations (status
 //     flavorsReservation) sum above the new quotas by more than
 //     Params.EvictTolerance of them (qos.OverQuota), the follower lists the admitted
-//     Workloads and qos.SelectQuotaEvictions picks the lowest-priority, latest
-//     admitted Workloads of the queues furthest over their quota, until the excess
-//     is within the tolerance; each is
+//     Workloads and qos.SelectQuotaEvictions ranks the lowest-priority, latest
+//     admitted Workloads of the queues furthest over their quota. Damped: nothing
+//     is deactivated until the excess has lasted Config.EvictAfter (every pass
+//     seeing it; 2 min by default), then only the first pick, one per pass, each
+//     pass counting again what is still admitted. It is
 //     deactivated through the Workload API (spec.active=false, label
 //     understory.io/quota-evicted=true, Event QuotaEvicted): Kueue evicts it itself
 //     (condition Evicted, reason Deactivated), suspends its Job (which deletes the

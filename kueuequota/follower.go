@@ -39,7 +39,7 @@ const (
 	AnnotationWeight = "understory.io/quota-weight"
 	// LabelEvicted marks a Workload the follower deactivated, to reactivate it
 	// once Kueue has evicted it.
-	LabelEvicted = "understory.io/quota-evicted"
+	LabelEvicted = contract.LabelQuotaEvicted
 	// DefaultFlavor is the component's ResourceFlavor.
 	DefaultFlavor = "understory-batch"
 )
@@ -75,12 +75,27 @@ type Config struct {
 	// reservations exceed the quotas (see the package doc), and reactivates them
 	// once Kueue has evicted them.
 	EvictOverQuota bool
+	// EvictAfter is how long the cohort's reservations must have stayed over the
+	// quotas, seen on every pass since, before the follower deactivates anything;
+	// then it deactivates at most one Workload per pass. A dip shorter than this (a
+	// cordon, a node restarting, one late agent) lowers the quotas at once, so Kueue
+	// admits nothing new, but evicts nobody. 0: from the first pass that sees the
+	// excess (still one per pass).
+	EvictAfter time.Duration
+	// MetricsMaxAge and MetricsMaxSkew bound the agent's node-metrics document
+	// (contract.NodeMetrics.Fresh): a Node whose document is older than
+	// MetricsMaxAge, stamped more than MetricsMaxSkew ahead, or missing, has no live
+	// agent and counts 0. The defaults are the scheduler extender's
+	// (-metrics-max-age, -metrics-max-skew), so both see the same nodes as live.
+	MetricsMaxAge  time.Duration
+	MetricsMaxSkew time.Duration
 	// Component names the Events' source.
 	Component string
 }
 
 // DefaultConfig: the four batch resources, flavor understory-batch, a pass every
-// 30 s, qos.DefaultQueueQuotaParams, eviction on.
+// 30 s, qos.DefaultQueueQuotaParams, eviction on after an excess of 2 min (four
+// passes), node-metrics older than 5 min (or 10 s ahead) counted as no agent.
 func DefaultConfig() Config {
 	return Config{
 		Resources:      []string{contract.ResourceBatchCPU, contract.ResourceBatchMemory, contract.ResourceGPUMilli, contract.ResourceGPU},
@@ -88,6 +103,9 @@ func DefaultConfig() Config {
 		Interval:       30 * time.Second,
 		Params:         qos.DefaultQueueQuotaParams(),
 		EvictOverQuota: true,
+		EvictAfter:     2 * time.Minute,
+		MetricsMaxAge:  5 * time.Minute,
+		MetricsMaxSkew: 10 * time.Second,
 		Component:      "understory-kueue-quota",
 	}
 }
@@ -107,6 +125,15 @@ func (c Config) Validate() error {
 	}
 	if c.Interval <= 0 {
 		return fmt.Errorf("%w: interval %v must be positive", ErrConfig, c.Interval)
+	}
+	if c.EvictAfter < 0 {
+		return fmt.Errorf("%w: evict-after %v must not be negative", ErrConfig, c.EvictAfter)
+	}
+	if c.MetricsMaxAge <= 0 {
+		return fmt.Errorf("%w: metrics max age %v must be positive", ErrConfig, c.MetricsMaxAge)
+	}
+	if c.MetricsMaxSkew < 0 {
+		return fmt.Errorf("%w: metrics max skew %v must not be negative", ErrConfig, c.MetricsMaxSkew)
 	}
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -134,6 +161,10 @@ type Follower struct {
 	log     *slog.Logger
 	m       *metrics
 	now     func() time.Time
+	// overSince is when the passes began to see the cohort over its quotas without
+	// a break (zero: the last pass saw it within). Only the pass loop touches it: a
+	// new leader starts from zero, so it waits EvictAfter again.
+	overSince time.Time
 }
 
 // New builds a Follower reading Nodes through client and Kueue's objects through
@@ -198,7 +229,8 @@ func (f *Follower) passes(ctx context.Context) error {
 func (f *Follower) Synced() bool { return f.synced() }
 
 // Step runs one pass (see the package doc). It needs the Node informer synced
-// (Run does that).
+// (Run does that). Passes must not overlap: Step keeps the excess's start between
+// passes.
 func (f *Follower) Step(ctx context.Context) error {
 	err := f.step(ctx)
 	if err != nil {
@@ -217,7 +249,8 @@ type queueState struct {
 }
 
 func (f *Follower) step(ctx context.Context) error {
-	published, err := f.published()
+	now := f.now()
+	published, err := f.published(now)
 	if err != nil {
 		return err
 	}
@@ -258,7 +291,7 @@ func (f *Follower) step(ctx context.Context) error {
 		usage = append(usage, qos.QueueUsage{Name: d.Name, Nominal: d.Quota, Used: q.reserved})
 	}
 	if f.cfg.EvictOverQuota {
-		if qos.OverQuota(usage, f.cfg.Params.EvictTolerance) {
+		if f.excessPersisted(qos.OverQuota(usage, f.cfg.Params.EvictTolerance), now) {
 			if err := f.evictOverQuota(ctx, usage); err != nil {
 				errs = append(errs, err)
 			}
@@ -270,9 +303,24 @@ func (f *Follower) step(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// published sums allocatable Config.Resources over schedulable Nodes (every
+// excessPersisted records whether this pass sees the cohort over its quotas and
+// reports whether the excess has now lasted EvictAfter: the damping that keeps a
+// short dip of capacity from evicting admitted work. The quotas still fall at once
+// (Kueue admits nothing new meanwhile); only deactivations wait.
+func (f *Follower) excessPersisted(over bool, now time.Time) bool {
+	if !over {
+		f.overSince = time.Time{}
+		return false
+	}
+	if f.overSince.IsZero() {
+		f.overSince = now
+	}
+	return now.Sub(f.overSince) >= f.cfg.EvictAfter
+}
+
+// published sums allocatable Config.Resources over the Nodes that count (every
 // resource is present, 0 where no Node publishes it).
-func (f *Follower) published() (map[string]int64, error) {
+func (f *Follower) published(now time.Time) (map[string]int64, error) {
 	nodes, err := f.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -282,7 +330,7 @@ func (f *Follower) published() (map[string]int64, error) {
 		out[r] = 0
 	}
 	for _, n := range nodes {
-		if n.Spec.Unschedulable {
+		if !f.counts(n, now) {
 			continue
 		}
 		for _, r := range f.cfg.Resources {
@@ -292,6 +340,33 @@ func (f *Follower) published() (map[string]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// counts reports whether Node n's batch allocatable counts towards the quotas: it
+// is schedulable, Ready (condition Ready True, no unreachable or not-ready taint)
+// and its agent's node-metrics document is fresh at now. A dead node, or one whose
+// agent stopped, keeps the allocatable it last carried; counting it would hand
+// out quota for capacity nobody can run on.
+func (f *Follower) counts(n *corev1.Node, now time.Time) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
+			return false
+		}
+	}
+	m, err := contract.DecodeNodeAnnotations(n.Annotations)
+	return err == nil && m.Fresh(now, f.cfg.MetricsMaxAge, f.cfg.MetricsMaxSkew)
 }
 
 // queues reads the followed ClusterQueues, sorted by name. A queue with a bad
@@ -439,9 +514,11 @@ func quantityFormat(r string) resource.Format {
 	return resource.DecimalSI
 }
 
-// evictOverQuota deactivates what qos.SelectQuotaEvictions picks. Usage is
-// recomputed from the admitted, active Workloads (the queues' status may lag
-// behind evictions of the previous pass).
+// evictOverQuota deactivates the first Workload qos.SelectQuotaEvictions picks,
+// one per pass: the next pass counts again what is still admitted (capacity may
+// have come back, Kueue may have evicted or preempted meanwhile) before it takes
+// another. Usage is recomputed from the admitted, active Workloads (the queues'
+// status may lag behind evictions of the previous pass).
 func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) error {
 	l, err := f.dyn.Resource(workloadsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -471,7 +548,8 @@ func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) e
 		byName[qw.Name] = w
 	}
 	var errs []error
-	for _, name := range qos.SelectQuotaEvictions(usage, wls, f.cfg.Params.EvictTolerance) {
+	picked := qos.SelectQuotaEvictions(usage, wls, f.cfg.Params.EvictTolerance)
+	for _, name := range picked[:min(len(picked), 1)] {
 		w := byName[name]
 		patch := []byte(`{"metadata":{"labels":{"` + LabelEvicted + `":"true"}},"spec":{"active":false}}`)
 		if _, err := f.dyn.Resource(workloadsGVR).Namespace(w.GetNamespace()).Patch(ctx, w.GetName(), types.MergePatchType, patch,

@@ -26,13 +26,25 @@ import (
 
 var _ eventRecorder = (*record.FakeRecorder)(nil) // the tests' recorder
 
+// node is a Ready Node with a live agent: batch CPU allocatable and node-metrics
+// stamped now (the fixture's clock is the real one).
 func node(name string, cpu int64, unschedulable bool) *corev1.Node {
+	m := contract.NodeMetrics{Version: contract.NodeMetricsVersion, Timestamp: time.Now(), WindowMillis: 10_000,
+		CPU: contract.CPUMetrics{Capacity: 8000}, Memory: contract.MemoryMetrics{Capacity: 32 << 30},
+		Batch: &contract.BatchResources{CPU: cpu}}
+	ann, err := m.EncodeAnnotations()
+	if err != nil {
+		panic(err) // a fixed, valid document
+	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
 		Spec:       corev1.NodeSpec{Unschedulable: unschedulable},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
-			contract.ResourceBatchCPU: *resource.NewQuantity(cpu, resource.DecimalSI),
-		}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				contract.ResourceBatchCPU: *resource.NewQuantity(cpu, resource.DecimalSI),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
 	}
 }
 
@@ -88,6 +100,7 @@ func newFixture(t *testing.T, nodes []runtime.Object, objs ...runtime.Object) fi
 	cfg := DefaultConfig()
 	cfg.Resources = []string{contract.ResourceBatchCPU}
 	cfg.Params = qos.QueueQuotaParams{RiseFraction: 1}
+	cfg.EvictAfter = 0 // evictions from the first pass (TestFollowerDampsDeactivations sets the default)
 	rec := record.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
 	f, err := New(client, dyn, cfg, reg, rec, nil)
@@ -291,6 +304,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Interval = 0 },
 		func(c *Config) { c.Params.RiseFraction = 0 },
 		func(c *Config) { c.Params.EvictTolerance = 1 },
+		func(c *Config) { c.EvictAfter = -time.Second },
+		func(c *Config) { c.MetricsMaxAge = 0 },
+		func(c *Config) { c.MetricsMaxSkew = -time.Second },
 	}
 	for i, mut := range bad {
 		c := DefaultConfig()

@@ -39,6 +39,15 @@ const (
 	// mps.freezeMarginPercent). MPS caps are fixed when a client starts, so the
 	// partition cannot grow: batch is frozen instead until LS has been idle for `hold`.
 	GPUReasonMPSCapStale = "mps-cap-stale"
+	// GPUReasonMPSCapUnconfirmed: every process on the GPU is a planned MPS client, but
+	// the agent could not confirm from outside the tenant that each batch client runs
+	// within its planned cap at its planned priority (CheckGPUMPSClients: its environment
+	// asks for more, lacks the variables or cannot be read, or a client of the server
+	// belongs to no planned pod). A cap the tenant set itself protects nothing, so the GPU
+	// uses the freeze lever: batch is frozen while an LS process is on the GPU (LS's
+	// utilisation is reported under the MPS server, so its presence is what counts) and
+	// thawed once none has been there for `hold`.
+	GPUReasonMPSCapUnconfirmed = "mps-cap-unconfirmed"
 	// GPUReasonUnknown: the GPU could not be read this step; its state is held.
 	GPUReasonUnknown = "unknown"
 )
@@ -46,8 +55,9 @@ const (
 // Levers in GPUThrottleDecision.Lever: how LS is protected on the GPU.
 const (
 	// GPULeverFreeze: LS and batch time-slice the GPU (no MPS, MIG, MPS off, or a process
-	// on the GPU that is not a client of the agent's MPS server); batch is frozen solid
-	// while LS needs the GPU.
+	// on the GPU that is not a client of the agent's MPS server), or a batch client's MPS
+	// cap could not be confirmed (GPUReasonMPSCapUnconfirmed); batch is frozen solid while
+	// LS needs the GPU.
 	GPULeverFreeze = "freeze"
 	// GPULeverMPS: every process of LS and batch pods on the GPU is a client of the
 	// agent's MPS server with an SM cap; batch runs in its partition and is frozen only
@@ -237,6 +247,10 @@ type GPUThrottleInput struct {
 	// clients (0: none known, taken as 100); BatchCapPercent the largest of its batch
 	// clients (0: none). Used only with MPS.
 	LSCapPercent, BatchCapPercent int
+	// MPSCapUnconfirmed, with MPS, says why the batch clients' caps could not be confirmed
+	// (CheckGPUMPSClients); non-empty: the freeze lever, batch frozen while LS is on the
+	// GPU (GPUReasonMPSCapUnconfirmed).
+	MPSCapUnconfirmed string
 	// Unknown: the collector could not read the GPU this step (the other fields are
 	// ignored); its freeze state is held.
 	Unknown bool
@@ -269,6 +283,9 @@ type GPUThrottleDecision struct {
 	LSCapPercent     int `json:"lsCapPercent,omitempty"`
 	BatchCapPercent  int `json:"batchCapPercent,omitempty"`
 	ProtectedPercent int `json:"protectedPercent,omitempty"`
+	// MPSCapUnconfirmed says why the GPU left the MPS lever although every process on it
+	// is a planned client (GPUReasonMPSCapUnconfirmed).
+	MPSCapUnconfirmed string `json:"mpsCapUnconfirmed,omitempty"`
 	// LSNeedsGPU: LS needed the GPU at this step or less than `hold` ago, so batch is
 	// (or, with no batch on the GPU, would be) frozen. IdleFor is how long LS has not
 	// needed it then (thawed at `hold`).
@@ -299,7 +316,9 @@ type GPUThrottleDecision struct {
 //	                        measured steps), or LS utilisation is high (hysteresis: on
 //	                        at >= lsUtilOnPercent, off below lsUtilOffPercent);
 //	MPS lever:              LS utilisation >= ProtectedPercent - mps.freezeMarginPercent,
-//	                        ProtectedPercent = min(LS cap, 100 - batch cap).
+//	                        ProtectedPercent = min(LS cap, 100 - batch cap);
+//	MPS, cap unconfirmed:   an LS process is on the GPU (the freeze lever: a batch cap
+//	                        the agent could not confirm protects nothing).
 //
 // Batch is frozen at once at a step where LS needs the GPU and thawed once LS has not
 // needed it for `hold`. The fractional duty cycle this replaces lost on a real GPU: in
@@ -382,7 +401,8 @@ func (t *GPUThrottle) Reset() { clear(t.gpus) }
 // Step computes every GPU's freeze at now, sorted by GPU index. GPUs absent from in are
 // forgotten. A repeated index is merged into the first, the worst case for LS: active or
 // arrived if either is, the higher utilisations, the larger pod count, MPS only if both
-// are (with the larger batch cap and the smaller LS cap), unknown only if both are.
+// are (with the larger batch cap and the smaller LS cap, unconfirmed if either is), unknown
+// only if both are.
 func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDecision {
 	merged := make([]GPUThrottleInput, 0, len(in))
 	dups := map[int]bool{}
@@ -410,6 +430,9 @@ func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDe
 			m.BatchUtil = math.Max(m.BatchUtil, x.BatchUtil)
 			m.BatchPods = max(m.BatchPods, x.BatchPods)
 			m.MPS = m.MPS && x.MPS
+			if x.MPSCapUnconfirmed != "" {
+				m.MPSCapUnconfirmed = joinNote(m.MPSCapUnconfirmed, x.MPSCapUnconfirmed)
+			}
 			m.BatchCapPercent = max(m.BatchCapPercent, x.BatchCapPercent)
 			m.LSCapPercent = min(capOrFull(m.LSCapPercent), capOrFull(x.LSCapPercent))
 		}
@@ -529,7 +552,16 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 	s.cpuKnown, s.cpuBusy = cpuKnown, cpuBusy
 
 	need, why := false, ""
-	if in.MPS {
+	switch {
+	case in.MPS && in.MPSCapUnconfirmed != "":
+		// The partition is the tenant's word only: the freeze lever, on LS's presence
+		// (its utilisation is reported under the MPS server's PID).
+		d.MPSCapUnconfirmed = in.MPSCapUnconfirmed
+		s.engaged = false
+		if active {
+			need, why = true, GPUReasonMPSCapUnconfirmed
+		}
+	case in.MPS:
 		d.Lever = GPULeverMPS
 		s.engaged = false // the utilisation hysteresis belongs to the freeze lever
 		lsCap, batchCap := capOrFull(in.LSCapPercent), in.BatchCapPercent
@@ -544,7 +576,7 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 		if active && lsUtil >= float64(protected)-p.MPS.FreezeMarginPercent {
 			need, why = true, GPUReasonMPSCapStale
 		}
-	} else {
+	default:
 		switch {
 		case !active:
 			s.engaged = false

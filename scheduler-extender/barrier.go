@@ -12,11 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/understory/understory/contract"
 )
 
 // AnnotationCatchUp is the annotation a new leader writes on its own pod: the
 // catch-up barrier (podBarrier). Its value is the identity and the time.
-const AnnotationCatchUp = "understory.io/extender-catch-up"
+const AnnotationCatchUp = contract.AnnotationExtenderCatchUp
 
 // errNoBarrier means the barrier write failed (the pod is gone, or RBAC or the
 // pod policy refuses it): the catch-up then lists every bound pod instead.

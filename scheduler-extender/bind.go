@@ -126,7 +126,8 @@ const maxParallelAPI = 8
 // binder binds pods: it asks the reservations (and through them gangBinds)
 // to move a pod to binding, creates the Bindings (apply), reads a pod back
 // when a Binding's answer may have been lost (confirmBinding) and records the
-// outcome. It refuses binds while the node or pod informer is stale. It takes
+// outcome. It refuses binds while the node or pod informer is stale, and
+// starts no Binding once this replica's leadership has ended (lead). It takes
 // no lock of its own: the reservations and gangBinds take the index's.
 type binder struct {
 	cfg     Config
@@ -138,6 +139,7 @@ type binder struct {
 	out     *outbox
 	met     *metrics.Extender
 	log     *slog.Logger
+	lead    *leadership // nil without leader election: always leading
 }
 
 // Bind places a pod on args.Node with one API write: a Binding whose metadata
@@ -215,9 +217,18 @@ func bindAnnotations(m bindMember) map[string]string {
 // deleted before the commit has released the plan already.
 //
 // API calls outlive a cancelled request (a half-done gang commit is worse than
-// a late one) but each is bounded by APITimeout.
+// a late one) but not this replica's leadership: they run under the lease's
+// context (leadership.bindContext), which ends when the lease is lost, and
+// each is bounded by APITimeout. No Binding starts unless leadership.mayBind
+// allows it right before: a member whose Binding did not start fails with an
+// error wrapping ErrLeadershipLost (or ErrStandby), and its devices are freed
+// (nothing was written). A standby may lead soon after the loss; a Binding
+// sent by the old leader then could book devices the new one gives away.
 func (b *binder) apply(ctx context.Context, ms []bindMember) map[types.UID]error {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	lease := b.lead.bindContext()
+	defer context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })()
 	per := make(map[types.UID]error, len(ms))
 	var mu sync.Mutex
 	sem := make(chan struct{}, maxParallelAPI)
@@ -228,11 +239,19 @@ func (b *binder) apply(ctx context.Context, ms []bindMember) map[types.UID]error
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			actx, cancel := context.WithTimeout(ctx, b.cfg.APITimeout)
-			defer cancel()
-			err := b.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
+			err := b.lead.mayBind()
+			if err == nil {
+				err = context.Cause(ctx) // the lease's context ended
+			}
 			if err != nil {
-				err = b.confirmBinding(ctx, m, err)
+				err = fmt.Errorf("binding pod %s/%s to %s not started: %w", m.namespace, m.name, m.node, err)
+			} else {
+				actx, cancel := context.WithTimeout(ctx, b.cfg.APITimeout)
+				err = b.api.BindPod(actx, m.namespace, m.name, m.uid, m.node, bindAnnotations(m))
+				cancel()
+				if err != nil {
+					err = b.confirmBinding(ctx, m, err)
+				}
 			}
 			mu.Lock()
 			per[m.uid] = err

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -32,7 +33,7 @@ const (
 	// AnnotationGangState is written by the extender on planned members so that
 	// kube-scheduler requeues them (a pod update moves a pod out of the
 	// unschedulable queue) and so that people can see the plan.
-	AnnotationGangState = "understory.io/gang-state"
+	AnnotationGangState = contract.AnnotationGangState
 )
 
 // Gang dialects.
@@ -144,14 +145,26 @@ type gang struct {
 
 // gangPlan is a reserved placement for a whole gang.
 type gangPlan struct {
-	id         uint64
-	members    map[types.UID]bool // value: reached bind
-	arrived    int
-	expires    time.Time
+	id      uint64
+	members map[types.UID]bool // value: reached bind
+	arrived int
+	expires time.Time
+	// recorded is when the members' plan records expire, when later than
+	// expires (a resumed record clamped to the plan TTL): the book keeps the
+	// id finished until then, so that the record is not resumed again.
+	recorded   time.Time
 	committing bool
 	done       chan struct{} // closed when the plan is finished (bound, failed or expired)
 	results    map[types.UID]error
 	err        error // whole-plan failure
+}
+
+// recordsExpire is when the members' records of pl expire.
+func (pl *gangPlan) recordsExpire() time.Time {
+	if pl.recorded.After(pl.expires) {
+		return pl.recorded
+	}
+	return pl.expires
 }
 
 // planSlot is one member's place in a plan.

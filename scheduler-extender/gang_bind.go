@@ -95,7 +95,7 @@ func (gb *gangBinds) finishBind(g *gang, plan *gangPlan, results map[types.UID]e
 	if g.plan == plan {
 		g.plan = nil
 	}
-	gb.gs.book.finish(plan.id, plan.expires)
+	gb.gs.book.finish(plan.id, plan.recordsExpire())
 	if failed == 0 {
 		g.state, g.reason = GangAdmitted, ""
 		gb.gs.count("bound")

@@ -67,7 +67,7 @@ func (gs *Gangs) filterLocked(p *podEntry, names [][]byte, out filterOutcome) (f
 		out.failAll(names, fmt.Sprintf("gang %s: another member is planning the gang; retry", g.key), false)
 		return out, true, nil
 	}
-	if gs.resumePlanLocked(g, p, minMember) && p.phase == phasePlanned {
+	if gs.resumePlanLocked(g, p, minMember, ttl) && p.phase == phasePlanned {
 		// The plan recorded before a restart holds again: follow it.
 		gs.filterPlannedLocked(g, p, names, &out)
 		return out, true, nil
@@ -234,7 +234,7 @@ func (gs *Gangs) failPlan(g *gang, reason, metric string) {
 		return
 	}
 	g.plan = nil
-	gs.book.finish(plan.id, plan.expires)
+	gs.book.finish(plan.id, plan.recordsExpire())
 	var any *podEntry
 	for uid := range plan.members {
 		if m := gs.ix.pod(uid); m != nil {

@@ -18,7 +18,21 @@ import (
 // requeues a member, and lets an extender restarted mid-plan resume the plan
 // instead of losing the capacity it held: once its informers have synced, a
 // gang without a plan whose pending members all carry the same unexpired plan
-// (as many as it still needs) is reserved again exactly as recorded.
+// (as many as it still needs) is reserved again as recorded.
+//
+// The annotation sits on the tenant's own pod, so a record is a claim, not a
+// fact: the admission policy keeps tenants from writing it, and the reader
+// honours only what an extender could have written (resumableRecord):
+//   - its expiry: an extender writes write time + the gang's plan TTL, so a
+//     record expiring later than now + TTL + planClockSkew was not written by
+//     one and is refused; one within the skew (another replica's clock running
+//     ahead) is clamped to now + TTL. A resumed plan never holds capacity
+//     longer than the TTL from the moment it is resumed.
+//   - its id: ids are an extender's start time in nanoseconds plus a count,
+//     so an id later than now + planClockSkew was never issued and is refused.
+//   - each member's slot: a node this index knows, and exactly as many devices
+//     as the member requests GPUs (gpu-milli or whole GPUs); Node.Place then
+//     checks the devices exist and have the member's milli free.
 
 // persistedPlan is one member's part of a plan, as its annotation records it.
 type persistedPlan struct {
@@ -67,14 +81,49 @@ func persistedOf(pod *corev1.Pod) *persistedPlan {
 	return nil
 }
 
+// planClockSkew is how far the clock of the extender that wrote a plan record
+// (another replica, before a failover) may run ahead of this one's.
+const planClockSkew = 5 * time.Second
+
+// resumableRecord bounds a recorded plan to what an extender could have
+// written (see the top of this file): it returns the expiry to honour
+// (clamped to now + ttl) and ok=false for a record no extender wrote. ttl is
+// the gang's plan TTL (Gangs.book.minMember).
+func resumableRecord(pp *persistedPlan, now time.Time, ttl time.Duration) (time.Time, bool) {
+	latest := now.Add(ttl)
+	switch {
+	case !now.Before(pp.expires):
+		return time.Time{}, false // expired
+	case pp.expires.After(latest.Add(planClockSkew)):
+		return time.Time{}, false // longer than any extender holds a plan
+	case pp.id > planIDBase(now.Add(planClockSkew)):
+		return time.Time{}, false // an id no extender has issued yet
+	}
+	if pp.expires.After(latest) {
+		return latest, true
+	}
+	return pp.expires, true
+}
+
+// slotRecorded reports whether m's recorded slot is one an extender could
+// have planned for it: a known node and one device per GPU it requests.
+func (gs *Gangs) slotRecorded(m *podEntry) bool {
+	return len(m.persisted.devices) == m.req.NumGPU && gs.led.knows(m.persisted.node)
+}
+
 // resumePlanLocked reserves g's recorded plan again if it still applies: no
-// plan now, trigger's recorded plan unexpired, and exactly the members the gang
-// still needs pending with that plan, each slot fitting its node (Node.Place).
-// Call with the index lock held for writing.
-func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int) bool {
+// plan now, trigger's recorded plan within the bounds of resumableRecord, and
+// exactly the members the gang still needs pending with that plan, each slot
+// one an extender could have planned for the member (slotRecorded) and
+// fitting its node (Node.Place). ttl is the gang's plan TTL. Call with the
+// index lock held for writing.
+func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int, ttl time.Duration) bool {
 	pp := trigger.persisted
-	now := gs.now()
-	if g.plan != nil || g.planning || pp == nil || !now.Before(pp.expires) || trigger.phase.holds() {
+	if g.plan != nil || g.planning || pp == nil || trigger.phase.holds() {
+		return false
+	}
+	expires, ok := resumableRecord(pp, gs.now(), ttl)
+	if !ok {
 		return false
 	}
 	if gs.book.finished(pp.id) {
@@ -86,15 +135,19 @@ func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int) boo
 		if m.persisted == nil || m.persisted.id != pp.id || m.phase.holds() || m.reqErr != nil {
 			continue
 		}
+		if !gs.slotRecorded(m) {
+			return false // a member's part was not written by an extender: none of it is
+		}
 		slots = append(slots, planSlot{p: m, node: m.persisted.node, devs: slices.Clone(m.persisted.devices)})
 	}
 	if need <= 0 || len(slots) != need {
 		return false
 	}
 	slices.SortFunc(slots, func(a, b planSlot) int { return strings.Compare(a.p.name, b.p.name) })
-	if err := gs.commitPlanAs(g, trigger, slots, pp.id, pp.expires, true); err != nil {
+	if err := gs.commitPlanAs(g, trigger, slots, pp.id, expires, true); err != nil {
 		return false
 	}
+	g.plan.recorded = pp.expires
 	gs.count("resumed")
 	return true
 }
@@ -113,8 +166,8 @@ func (gs *Gangs) resumePlans() {
 				continue
 			}
 			// Every member records the same plan: one try per gang and pass.
-			if minMember, _, err, _ := gs.book.minMember(g, m); err == nil && minMember <= gs.cfg.MaxGangMembers {
-				gs.resumePlanLocked(g, m, minMember)
+			if minMember, ttl, err, _ := gs.book.minMember(g, m); err == nil && minMember <= gs.cfg.MaxGangMembers {
+				gs.resumePlanLocked(g, m, minMember, ttl)
 			}
 			break
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/understory/understory/internal/election"
@@ -119,6 +121,15 @@ type leadership struct {
 	// catchUpBy is how the last takeover caught up ("barrier", "list").
 	catchUpBy atomic.Pointer[string]
 
+	// lease ends, with ErrLeadershipLost as its cause, when this replica
+	// stops leading (stop): the Bindings run under it (binder.apply).
+	lease    context.Context
+	endLease context.CancelCauseFunc
+	// renewed is when this replica's last write of the Lease that left it
+	// the holder started, in monotonic nanoseconds since epoch (0: never).
+	epoch   time.Time
+	renewed atomic.Int64
+
 	met *metrics.Leader
 }
 
@@ -134,14 +145,67 @@ func newLeadership(cfg LeaderConfig, client kubernetes.Interface, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	l := &leadership{cfg: cfg, client: client, log: log, met: m}
+	l := &leadership{cfg: cfg, client: client, log: log, met: m, epoch: time.Now()}
+	l.lease, l.endLease = context.WithCancelCause(context.Background())
 	empty := ""
 	l.leader.Store(&empty)
 	return l, nil
 }
 
-// serving reports whether this replica serves (nil: no election, always).
-func (l *leadership) serving() bool { return l == nil || l.role.Load() == roleLeading }
+// serving reports whether this replica serves now (nil: no election,
+// always): it leads and its lease is fresh (mayBind), so that a leader
+// resumed after a pause past its lease refuses at once.
+func (l *leadership) serving() bool { return l.mayBind() == nil }
+
+// bindContext is the context Bindings run under: it ends when this replica
+// stops leading (background without election).
+func (l *leadership) bindContext() context.Context {
+	if l == nil {
+		return context.Background()
+	}
+	return l.lease
+}
+
+// mayBind is nil while a Binding may start (always without election): this
+// replica leads, and its last renewal of the Lease started less than
+// RenewDeadline ago. A standby takes the Lease no sooner than LeaseDuration
+// after that renewal reached the API server (it times the Lease from when it
+// saw it change), so LeaseDuration - RenewDeadline is left for the Binding's
+// way there. The role alone is not enough: it changes only when client-go
+// gives up renewing (up to RetryPeriod + RenewDeadline after the last
+// renewal), and a process that was paused (SIGSTOP, a frozen VM) past its
+// lease runs on as leader until its next renewal attempt fails; the clock
+// check refuses at once. Errors wrap ErrLeadershipLost or ErrStandby.
+func (l *leadership) mayBind() error {
+	if l == nil {
+		return nil
+	}
+	if l.role.Load() != roleLeading {
+		return l.refusal()
+	}
+	if age := l.sinceRenewed(); age >= l.cfg.RenewDeadline {
+		return fmt.Errorf("%s last renewed its lease %v ago (renew deadline %v): %w", l.cfg.Identity,
+			age.Round(time.Millisecond), l.cfg.RenewDeadline, ErrLeadershipLost)
+	}
+	return nil
+}
+
+// sinceRenewed is how long ago the last renewal started.
+func (l *leadership) sinceRenewed() time.Duration {
+	at := l.renewed.Load()
+	if at == 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Since(l.epoch) - time.Duration(at)
+}
+
+// noteWrite records a write of the Lease that started at start (monotonic
+// nanoseconds since epoch) if it succeeded and left this replica the holder.
+func (l *leadership) noteWrite(start int64, lease *coordinationv1.Lease, err error) {
+	if err == nil && lease != nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == l.cfg.Identity {
+		l.renewed.Store(max(start, 1))
+	}
+}
 
 // holder is the last observed leader identity.
 func (l *leadership) holder() string { return *l.leader.Load() }
@@ -154,6 +218,10 @@ func (l *leadership) refusal() error {
 		return fmt.Errorf("%s lost the lease and is exiting: %w", l.cfg.Identity, ErrLeadershipLost)
 	case roleCatching:
 		return fmt.Errorf("standby: took the lease, catching up with the API: %w", ErrStandby)
+	case roleLeading:
+		if err := l.mayBind(); err != nil {
+			return err
+		}
 	}
 	h := l.holder()
 	if h == "" {
@@ -179,7 +247,7 @@ func (l *leadership) run(ctx context.Context, s *Server) error {
 		wg     sync.WaitGroup
 		closed bool
 	)
-	le, err := election.NewElector(l.client, l.cfg.Config, leaderelection.LeaderCallbacks{
+	le, err := election.NewElector(renewWatch{Interface: l.client, l: l}, l.cfg.Config, leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(lctx context.Context) {
 			mu.Lock()
 			if closed {
@@ -230,10 +298,54 @@ func (l *leadership) run(ctx context.Context, s *Server) error {
 	return nil
 }
 
-// stop ends serving for good.
+// stop ends serving for good, and ends the lease context: Bindings in
+// flight are cancelled.
 func (l *leadership) stop() {
 	l.role.Store(roleLost)
+	l.endLease(fmt.Errorf("%s stopped leading: %w", l.cfg.Identity, ErrLeadershipLost))
 	l.met.Leading.Set(0)
+}
+
+// renewWatch is the leadership's client as its elector sees it: every write
+// of the Lease goes through renewWatchLeases, which times the renewals
+// (leadership.noteWrite).
+type renewWatch struct {
+	kubernetes.Interface
+	l *leadership
+}
+
+func (c renewWatch) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return renewWatchCoordination{CoordinationV1Interface: c.Interface.CoordinationV1(), l: c.l}
+}
+
+type renewWatchCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	l *leadership
+}
+
+func (c renewWatchCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return renewWatchLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), l: c.l}
+}
+
+type renewWatchLeases struct {
+	coordinationv1client.LeaseInterface
+	l *leadership
+}
+
+func (c renewWatchLeases) Create(ctx context.Context, lease *coordinationv1.Lease,
+	opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	start := int64(time.Since(c.l.epoch))
+	out, err := c.LeaseInterface.Create(ctx, lease, opts)
+	c.l.noteWrite(start, out, err)
+	return out, err
+}
+
+func (c renewWatchLeases) Update(ctx context.Context, lease *coordinationv1.Lease,
+	opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	start := int64(time.Since(c.l.epoch))
+	out, err := c.LeaseInterface.Update(ctx, lease, opts)
+	c.l.noteWrite(start, out, err)
+	return out, err
 }
 
 // becomeLeader catches s up with the API and then serves: every pod bound at

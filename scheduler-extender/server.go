@@ -155,7 +155,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	}
 	st.led.met, s.gangs.met = s.met, s.met
 	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, binds: binds, out: s.out,
-		met: s.met, log: s.log}
+		met: s.met, log: s.log, lead: s.lead}
 	var holds []prometheus.Observer
 	if deps.LockHold != nil {
 		holds = append(holds, deps.LockHold)

@@ -88,11 +88,12 @@ func kueueJob(j Job, tenant string, pod *corev1.Pod) *batchv1.Job {
 }
 
 // kueueComponentFiles hold the shipped component's objects the benchmark applies: the
-// ResourceFlavor, the ClusterQueues and the tenants' Namespaces and LocalQueues
-// (not the follower's Deployment and RBAC: the follower runs as a child process
-// with the admin's kubeconfig).
+// ResourceFlavor, the ClusterQueues, the tenants' Namespaces (tenant-namespaces.yaml,
+// which the component itself does not list: it never owns tenant data) and their
+// LocalQueues (not the follower's Deployment, RBAC and policies: the follower runs as
+// a child process with the admin's kubeconfig).
 func kueueComponentFiles() []string {
-	return []string{"resourceflavor.yaml", "clusterqueues.yaml", "localqueues.yaml"}
+	return []string{"resourceflavor.yaml", "clusterqueues.yaml", "tenant-namespaces.yaml", "localqueues.yaml"}
 }
 
 // readKueueObjects reads kueueComponentFiles under root's component directory.

@@ -26,6 +26,10 @@ const (
 	mpsNone = "none"
 )
 
+// mpsClientUID is gpu.mps.clientUID (the agent's default) and the user the MPS
+// section's stand-ins run as.
+const mpsClientUID = 1000
+
 // agentConfigSpec is what the driver chooses of the agent's configuration.
 type agentConfigSpec struct {
 	CgroupRoot  string
@@ -37,7 +41,10 @@ type agentConfigSpec struct {
 	MPSMode string
 	MPSPipe string
 	MPSLog  string
-	// MPSClientUID is gpu.mps.clientUID: the stand-ins' user.
+	// MPSShm is gpu.mps.shmDirectory: the daemon's servers' and the clients' /dev/shm.
+	MPSShm string
+	// MPSClientUID is gpu.mps.clientUID: the MPS section's stand-ins' user (never root:
+	// root is no MPS client).
 	MPSClientUID int
 	// Extra is merged over the rendered config, key by key at the top level and one
 	// level down (the dry-run test turns the agent's CPU freeze off: a shared 2-core
@@ -59,6 +66,7 @@ func renderAgentConfig(s agentConfigSpec) ([]byte, error) {
 			"mode":          s.MPSMode,
 			"pipeDirectory": s.MPSPipe,
 			"logDirectory":  s.MPSLog,
+			"shmDirectory":  s.MPSShm,
 			"controlBinary": "nvidia-cuda-mps-control",
 			"clientUID":     s.MPSClientUID,
 		}

@@ -188,8 +188,8 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-// TestApplyAdjustment: what NRI returns becomes the stand-in's cgroup and environment;
-// what a host process cannot take is reported.
+// TestApplyAdjustment: what NRI returns becomes the stand-in's cgroup, environment and
+// bind mounts (the launcher makes them); what a host process cannot take is reported.
 func TestApplyAdjustment(t *testing.T) {
 	t.Parallel()
 	adj := &api.ContainerAdjustment{}
@@ -197,8 +197,9 @@ func TestApplyAdjustment(t *testing.T) {
 	adj.AddEnv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/p")
 	adj.AddEnv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
 	adj.RemoveEnv("CUDA_VISIBLE_DEVICES")
-	adj.AddMount(&api.Mount{Source: "/tmp/p", Destination: "/tmp/p", Type: "bind"})
+	adj.AddMount(&api.Mount{Source: "/tmp/p", Destination: "/tmp/p", Type: "bind", Options: []string{"bind", "ro"}})
 	adj.AddMount(&api.Mount{Source: "/run/nvidia/mps/shm", Destination: "/dev/shm", Type: "bind"})
+	adj.AddMount(&api.Mount{Source: "tmpfs", Destination: "/scratch", Type: "tmpfs"})
 	adj.AddCDIDevice(&api.CDIDevice{Name: "nvidia.com/gpu=GPU-1"})
 	c := &container{ctr: &api.Container{Linux: &api.LinuxContainer{CgroupsPath: "/r/kubepods/besteffort/podu/c1"}}}
 	c.apply(&api.CreateContainerResponse{Adjust: adj, Update: []*api.ContainerUpdate{{}}})
@@ -209,9 +210,13 @@ func TestApplyAdjustment(t *testing.T) {
 	if !maps.Equal(c.setEnv, wantEnv) || !slices.Equal(c.removeEnv, []string{"CUDA_VISIBLE_DEVICES"}) {
 		t.Errorf("env %v, removed %v", c.setEnv, c.removeEnv)
 	}
-	want := []string{"CDI device nvidia.com/gpu=GPU-1", "mount /run/nvidia/mps/shm -> /dev/shm"}
-	if !slices.Equal(c.report.NotApplied, want) || c.report.Updates != 1 || len(c.report.Mounts) != 2 {
+	want := []string{"CDI device nvidia.com/gpu=GPU-1", "mount tmpfs -> /scratch"}
+	if !slices.Equal(c.report.NotApplied, want) || c.report.Updates != 1 || len(c.report.Mounts) != 3 {
 		t.Errorf("report %+v", c.report)
+	}
+	wantMounts := []launchMount{{"/tmp/p", "/tmp/p", true}, {"/run/nvidia/mps/shm", "/dev/shm", false}}
+	if !slices.Equal(c.mounts, wantMounts) {
+		t.Errorf("mounts to make %v, want %v", c.mounts, wantMounts)
 	}
 	env := envWith([]string{"PATH=/bin", "CUDA_VISIBLE_DEVICES=1", "CUDA_MPS_PIPE_DIRECTORY=/old"}, c.setEnv,
 		c.removeEnv)

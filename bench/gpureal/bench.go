@@ -79,14 +79,17 @@ type bench struct {
 
 // sectionRun is the state of the section in progress.
 type sectionRun struct {
-	info     *sectionInfo
-	agent    *agentProc
-	mpsPipe  string
-	pods     map[string]podSpec
-	ctrs     map[string]*container
-	order    []*container // every container created, refused ones too
-	running  map[string]*workload
-	manifest string
+	info    *sectionInfo
+	agent   *agentProc
+	mpsPipe string
+	// standInUID is the user the section's stand-ins run as (and the runtime reports to
+	// NRI): mpsClientUID in the MPS section, the driver's own elsewhere.
+	standInUID int
+	pods       map[string]podSpec
+	ctrs       map[string]*container
+	order      []*container // every container created, refused ones too
+	running    map[string]*workload
+	manifest   string
 }
 
 // run is the whole benchmark: every section and phase of the plan, the table, the JSON.
@@ -289,7 +292,8 @@ func (b *bench) startAgent(ctx context.Context, s *sectionRun) error {
 		return err
 	}
 	spec := agentConfigSpec{CgroupRoot: b.o.CgroupRoot, KubeletRoot: b.node.kubeletRoot(), Manifests: s.manifest,
-		Listen: addr, NRISocket: b.rt.socket, Extra: b.o.AgentConfigExtra, MPSClientUID: os.Getuid()}
+		Listen: addr, NRISocket: b.rt.socket, Extra: b.o.AgentConfigExtra, MPSClientUID: mpsClientUID}
+	s.standInUID = os.Getuid()
 	switch {
 	case b.o.MPS == mpsNone:
 	case s.info.Name == sectionMPS:
@@ -299,11 +303,21 @@ func (b *bench) startAgent(ctx context.Context, s *sectionRun) error {
 			s.mpsPipe = filepath.Join(b.tmp, "mps-pipe")
 		}
 		// The daemon's logs go with the bench's (-log-dir): they say why a client waited.
+		// The shm directory is the run's own too; the agent creates it (the client UID's,
+		// 0700) and starts the daemon with it as /dev/shm, as the launcher gives it to
+		// the clients.
 		spec.MPSPipe, spec.MPSLog = s.mpsPipe, filepath.Join(b.o.LogDir, "mps")
+		spec.MPSShm = filepath.Join(b.tmp, "mps-shm")
 		for _, d := range []string{spec.MPSPipe, spec.MPSLog} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
+		}
+		// The stand-ins run as the client UID: root is no MPS client. They must reach
+		// the pipe directory below the run's directory.
+		s.standInUID = mpsClientUID
+		if err := os.Chmod(b.tmp, 0o711); err != nil {
+			return err
 		}
 	default:
 		spec.MPSMode = "disabled"
@@ -380,6 +394,7 @@ func (b *bench) ensure(ctx context.Context, roles ...string) error {
 		c := s.ctrs[role]
 		c.report.PID, c.report.Device, c.report.SawEnv, c.report.WarmMS = w.ready.PID, w.ready.Device, w.ready.Env,
 			w.ready.WarmMS
+		c.report.UID = procUID(w.ready.PID)
 		if b.res.Host.Torch == "" {
 			b.res.Host.Torch = w.ready.Torch
 		}
@@ -416,7 +431,7 @@ func (b *bench) startWorkload(ctx context.Context, role string, p podSpec) error
 	if err != nil {
 		return err
 	}
-	c, err := b.rt.createContainer(ctx, p, parent)
+	c, err := b.rt.createContainer(ctx, p, parent, s.standInUID)
 	if c != nil {
 		s.order = append(s.order, c)
 	}
@@ -430,6 +445,7 @@ func (b *bench) startWorkload(ctx context.Context, role string, p podSpec) error
 	}
 	c.cgroup = rel
 	w, err := startWorkload(launchSpec{Role: role, Self: b.o.Self, CgroupRoot: b.o.CgroupRoot, Cgroup: rel,
+		UID: s.standInUID, Mounts: c.mounts,
 		Argv: workloadArgv(b.o, role), Env: envWith(baseEnv(), c.setEnv, c.removeEnv),
 		Log: prefixWriter(b.wlog, s.info.Name+"/"+role+": ")})
 	if err != nil {

@@ -18,9 +18,15 @@
 //
 // Traps:
 //   - The stand-ins are host processes, not containers: of NRI's adjustments the driver
-//     applies the cgroups path and the environment; a mount whose source is its
-//     destination is in effect anyway; other mounts and CDI devices cannot be, and are
-//     listed as not applied. Devices go as NVIDIA_VISIBLE_DEVICES (gpu.devices.mode env),
+//     applies the cgroups path, the environment and bind mounts (the launcher makes them
+//     in a mount namespace of the stand-in's own: the MPS pipe directory read-only, the
+//     MPS shm directory at /dev/shm); other mounts and CDI devices cannot be, and are
+//     listed as not applied.
+//   - Root is never an MPS client: the MPS section's stand-ins run as the client UID
+//     (mpsClientUID, 1000; the launcher switches to it after joining its cgroup and
+//     making its mounts) and the runtime reports that user to NRI; the run's directory is
+//     made enterable (0711) for it to reach the pipe directory. The agent (mode run)
+//     starts the MPS daemon with the run's shm directory as its /dev/shm. Devices go as NVIDIA_VISIBLE_DEVICES (gpu.devices.mode env),
 //     which a host process ignores: the machine has one GPU.
 //   - The MPS section's pipe directory is the run's own: a control daemon at the default
 //     /tmp/nvidia-mps would make every CUDA process of the machine its client, the

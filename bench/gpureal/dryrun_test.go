@@ -35,6 +35,9 @@ func TestDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The MPS section's stand-ins run as the MPS client UID, which must be able to
+	// execute this binary: go test's build directory is root's alone.
+	self = exposedCopy(t, self)
 	// The agent's MPS key exists once koordlet/gpu/mps is wired; before, none is written.
 	// With it, the MPS section runs too: the test agent starts no daemon (a control
 	// socket of the test's stands in for one), so its containers get no CUDA_MPS_* and
@@ -158,6 +161,10 @@ func TestDryRun(t *testing.T) {
 					c.SawEnv["NVIDIA_VISIBLE_DEVICES"])
 			case c.PID == 0 || c.Refused != "":
 				t.Errorf("%s: pid %d, refused %q", c.Pod, c.PID, c.Refused)
+			case s.Name == sectionMPS && c.UID != mpsClientUID:
+				t.Errorf("%s in the MPS section ran as uid %d, want the MPS client UID %d", c.Pod, c.UID, mpsClientUID)
+			case s.Name != sectionMPS && c.UID != os.Getuid():
+				t.Errorf("%s ran as uid %d, want the driver's %d", c.Pod, c.UID, os.Getuid())
 			}
 		}
 	}
@@ -190,4 +197,27 @@ func TestDryRun(t *testing.T) {
 	if rel := strings.TrimPrefix(res.Host.KubeletRoot, "/"); rel == "" || h.Exists(rel) {
 		t.Errorf("the bench's cgroups %q were left behind", res.Host.KubeletRoot)
 	}
+}
+
+// exposedCopy copies the executable at path into a fresh directory every user may
+// enter, executable by every user, and removes it when t ends.
+func exposedCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpureal-dryrun-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }

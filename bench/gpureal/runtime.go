@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -48,18 +47,22 @@ func startRuntime(dir string) (*nriRuntime, error) {
 func (r *nriRuntime) stop() { r.rt.Stop() }
 
 // waitPlugin waits until the agent's plugin answers: a probe batch container (never
-// started, its pod unknown to the agent) comes back moved below the agent's tier.
+// started, its pod unknown to the agent) comes back adjusted.
 func (r *nriRuntime) waitPlugin(ctx context.Context, kubeletRoot string, timeout time.Duration) error {
 	const probeUID = "00000000-0000-4000-8000-00000000beef"
 	sb := &api.PodSandbox{Id: "probe", Name: "probe", Namespace: benchNamespace, Uid: probeUID,
 		Annotations: map[string]string{"understory.io/qos-class": "batch"},
 		Linux:       &api.LinuxPodSandbox{CgroupParent: kubeletRoot + "/kubepods/besteffort/pod" + probeUID}}
+	// The probe's pod is in no pod source: an agent that classifies by its pod source
+	// leaves it in place but pins its image's "all" to no GPU; one without a pod
+	// source moves it below the tier. Either adjustment says the plugin is there.
 	ctr := &api.Container{Id: "probe", PodSandboxId: "probe", Name: "probe",
+		Env:   []string{"NVIDIA_VISIBLE_DEVICES=all"},
 		Linux: &api.LinuxContainer{CgroupsPath: sb.Linux.CgroupParent + "/probe"}}
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := r.create(ctx, sb, ctr)
-		if err == nil && resp.GetAdjust().GetLinux().GetCgroupsPath() != "" {
+		if err == nil && (resp.GetAdjust().GetLinux().GetCgroupsPath() != "" || len(resp.GetAdjust().GetEnv()) > 0) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -92,6 +95,9 @@ type container struct {
 	// env is what NRI set (and removed) for the process.
 	setEnv    map[string]string
 	removeEnv []string
+	// mounts are NRI's bind mounts, which the launcher makes in the stand-in's own
+	// mount namespace.
+	mounts []launchMount
 }
 
 // containerReport is what NRI did to a container and what the driver applied.
@@ -103,15 +109,17 @@ type containerReport struct {
 	Adjusted    string            `json:"adjustedCgroupsPath,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
 	EnvRemoved  []string          `json:"envRemoved,omitempty"`
-	// Mounts are the plugin's mounts (source → destination): the stand-ins are host
-	// processes, so a mount whose source is its destination is in effect; others are
-	// listed in NotApplied.
+	// Mounts are the plugin's mounts (source → destination): the launcher makes bind
+	// mounts in the stand-in's own mount namespace; others are listed in NotApplied.
 	Mounts     []string `json:"mounts,omitempty"`
 	CDIDevices []string `json:"cdiDevices,omitempty"`
 	NotApplied []string `json:"notApplied,omitempty"`
 	Updates    int      `json:"updatesToOtherContainers,omitempty"`
 	Refused    string   `json:"refused,omitempty"`
 	PID        int      `json:"pid,omitempty"`
+	// UID is the user the stand-in ran as (its /proc status once ready): the one
+	// reported to NRI.
+	UID int `json:"uid"`
 	// Ready is what the stand-in reported when ready (device, the CUDA_MPS_* it saw).
 	Device string            `json:"device,omitempty"`
 	SawEnv map[string]string `json:"sawEnv,omitempty"`
@@ -125,17 +133,17 @@ func randomID() string {
 }
 
 // createContainer runs the pod's sandbox and creates its container through NRI;
-// podParent is kubelet's cgroup parent of the pod.
-func (r *nriRuntime) createContainer(ctx context.Context, p podSpec, podParent string) (*container, error) {
+// podParent is kubelet's cgroup parent of the pod; uid the user the stand-in runs as.
+func (r *nriRuntime) createContainer(ctx context.Context, p podSpec, podParent string, uid int) (*container, error) {
 	kpod := p.pod()
 	sb := &api.PodSandbox{Id: "sb-" + string(p.UID), Name: kpod.Name, Namespace: kpod.Namespace, Uid: string(p.UID),
 		Annotations: kpod.Annotations, Labels: kpod.Labels, Linux: &api.LinuxPodSandbox{CgroupParent: podParent}}
 	id := randomID()
-	// The user the stand-in runs as (the driver's: the launcher execs it as is), as a
-	// runtime reports the image's USER resolved: the agent makes only containers of its
-	// MPS client UID MPS clients.
+	// The user the stand-in runs as (the launcher switches to it), as a runtime reports
+	// the image's USER resolved: the agent makes only containers of its MPS client UID
+	// MPS clients.
 	ctr := &api.Container{Id: id, PodSandboxId: sb.Id, Name: containerName,
-		User:  &api.User{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())},
+		User:  &api.User{Uid: uint32(uid), Gid: uint32(uid)},
 		Linux: &api.LinuxContainer{CgroupsPath: podParent + "/" + id}}
 	c := &container{sb: sb, ctr: ctr, report: containerReport{Pod: kpod.Name, Class: string(p.Class),
 		CgroupsPath: ctr.Linux.CgroupsPath}}
@@ -151,9 +159,11 @@ func (r *nriRuntime) createContainer(ctx context.Context, p podSpec, podParent s
 	return c, nil
 }
 
-// apply takes the plugin's adjustments: the cgroups path and the environment are
-// applied; mounts whose source is not their destination, CDI devices and anything else
-// are reported as not applied (the stand-ins are host processes).
+// apply takes the plugin's adjustments: the cgroups path, the environment and bind
+// mounts are applied (the launcher makes the mounts in the stand-in's own mount
+// namespace: the MPS pipe directory read-only, the shm directory at /dev/shm); other
+// mounts, CDI devices and anything else are reported as not applied (the stand-ins are
+// host processes).
 func (c *container) apply(resp *api.CreateContainerResponse) {
 	adj := resp.GetAdjust()
 	c.report.Updates = len(resp.GetUpdate())
@@ -176,9 +186,12 @@ func (c *container) apply(resp *api.CreateContainerResponse) {
 	for _, m := range adj.GetMounts() {
 		s := m.GetSource() + " -> " + m.GetDestination()
 		c.report.Mounts = append(c.report.Mounts, s)
-		if m.GetSource() != m.GetDestination() {
+		if m.GetType() != "bind" {
 			c.report.NotApplied = append(c.report.NotApplied, "mount "+s)
+			continue
 		}
+		c.mounts = append(c.mounts, launchMount{Source: m.GetSource(), Destination: m.GetDestination(),
+			ReadOnly: slices.Contains(m.GetOptions(), "ro")})
 	}
 	for _, d := range adj.GetCDIDevices() {
 		c.report.CDIDevices = append(c.report.CDIDevices, d.GetName())

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,28 +69,50 @@ type workload struct {
 	mu     sync.Mutex
 }
 
-// launchSpec is how to start a stand-in: its argv, the extra environment (NRI's
-// adjustments), the container cgroup it must run in.
+// launchSpec is how to start a stand-in: its argv, the extra environment and bind
+// mounts (NRI's adjustments), the container cgroup it must run in, its user.
 type launchSpec struct {
 	Role       string
 	Self       string // this binary, which re-executes itself as the launcher
 	CgroupRoot string
 	Cgroup     string // container cgroup, relative to CgroupRoot
-	Argv       []string
-	Env        []string
-	Log        io.Writer
+	// UID is the user (and group) the stand-in runs as; the launcher's (the driver's)
+	// when it is that already.
+	UID int
+	// Mounts are made in a mount namespace of the stand-in's own.
+	Mounts []launchMount
+	Argv   []string
+	Env    []string
+	Log    io.Writer
 }
 
 // startWorkload starts the stand-in through the launcher, so that it is in its
 // container cgroup before it executes (the agent never sees it outside its pod).
 func startWorkload(s launchSpec) (*workload, error) {
-	args := append([]string{launcherCmd, "-cgroup-root", s.CgroupRoot, "-cgroup", s.Cgroup, "--"}, s.Argv...)
+	return startCmd(s.Role, launcherCommand(s), s.Log)
+}
+
+// launcherCommand is the launcher's command for s: in a mount namespace of its own
+// where s has mounts, dying with the driver.
+func launcherCommand(s launchSpec) *exec.Cmd {
+	args := []string{launcherCmd, "-cgroup-root", s.CgroupRoot, "-cgroup", s.Cgroup}
+	if s.UID != os.Getuid() {
+		args = append(args, "-uid", strconv.Itoa(s.UID))
+	}
+	for _, m := range s.Mounts {
+		args = append(args, "-mount", m.String())
+	}
+	args = append(append(args, "--"), s.Argv...)
 	cmd := exec.Command(s.Self, args...)
 	cmd.Env = s.Env
 	cmd.Stderr = s.Log
 	// The stand-ins die with the driver, whatever happens to it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return startCmd(s.Role, cmd, s.Log)
+	if len(s.Mounts) > 0 {
+		// The launcher's mounts are its own and its stand-in's, never the host's.
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
+	}
+	return cmd
 }
 
 // startCmd starts cmd as a stand-in speaking the protocol on its stdin and stdout.

@@ -85,6 +85,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if err := admission.ValidateSchedulerName(o.schedulerName); err != nil {
 		return o, fmt.Errorf("-scheduler-name: %w", err)
 	}
+	o.cfg.GPUShareScheduler = o.schedulerName
 	if o.shutdownTimeout <= 0 || o.readTimeout <= 0 || o.resync < 0 {
 		return o, errors.New("-shutdown-timeout and -read-timeout must be > 0, -informer-resync >= 0")
 	}

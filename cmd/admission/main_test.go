@@ -39,7 +39,8 @@ func TestParseFlags(t *testing.T) {
 			if tc.name == "writers" && strings.Join(o.cfg.GPUDevicesWriters, "|") != "system:serviceaccount:s:x|system:serviceaccount:s:y" {
 				t.Fatalf("writers %q", o.cfg.GPUDevicesWriters)
 			}
-			if tc.name == "second scheduler" && o.schedulerName != "understory-scheduler" {
+			if tc.name == "second scheduler" && (o.schedulerName != "understory-scheduler" ||
+				o.cfg.GPUShareScheduler != "understory-scheduler") {
 				t.Fatalf("scheduler name %q", o.schedulerName)
 			}
 		})

@@ -27,11 +27,18 @@ import (
 
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
 )
 
 func main() {
+	// Hidden entry: the agent's MPS control daemon (gpu.mps.mode run) starts through the
+	// agent's own binary, which gives it the MPS shm directory as /dev/shm.
+	if len(os.Args) > 1 && os.Args[1] == mps.ShmStartArg {
+		fmt.Fprintln(os.Stderr, "koordlet:", mps.StartWithPrivateShm(os.Args[2:]))
+		os.Exit(1)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "koordlet:", err)
 		os.Exit(1)
@@ -71,21 +78,33 @@ func run() error {
 		}
 		return c
 	}
-	cfg := koordlet.DefaultConfig()
+	// Thaw first: a previous run killed while batch was frozen left it so, and
+	// whatever fails below (a bad configuration, the API server, NVML) must not keep it
+	// frozen. The configuration is read as far as it can be, for where the cgroups are.
 	var configData []byte
+	var readErr error
+	thawCfg := koordlet.DefaultConfig()
 	if *configPath != "" {
-		data, err := os.ReadFile(*configPath)
-		if err != nil {
-			return fmt.Errorf("reading config: %w", err)
+		if configData, readErr = os.ReadFile(*configPath); readErr == nil {
+			thawCfg = koordlet.LenientConfig(configData)
 		}
-		if cfg, err = koordlet.LoadConfig(data); err != nil {
-			return fmt.Errorf("config %s: %w", *configPath, err)
+	}
+	_, _ = koordlet.ThawAtStart(context.Background(), override(thawCfg), log) // it logs what it did
+
+	cfg := koordlet.DefaultConfig()
+	if *configPath != "" {
+		if readErr != nil {
+			return fmt.Errorf("reading config (batch cgroups were thawed first): %w", readErr)
 		}
-		configData = data
+		var err error
+		if cfg, err = koordlet.LoadConfig(configData); err != nil {
+			return fmt.Errorf("config %s: %w (batch cgroups were thawed first; the agent stays off until the configuration is fixed)",
+				*configPath, err)
+		}
 	}
 	cfg = override(cfg)
 	if err := cfg.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w (batch cgroups were thawed first; the agent stays off until the configuration is fixed)", err)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: the agent writes cgroup files (cpu.cfs_quota_us, cpu.idle, ...)")

@@ -89,6 +89,13 @@ func parseFlags(args []string, out io.Writer, getenv func(string) string, hostna
 			"is left over after (0 <= t < 1); the quotas fall at once, so Kueue admits nothing new meanwhile")
 	fs.BoolVar(&o.cfg.EvictOverQuota, "evict-over-quota", o.cfg.EvictOverQuota,
 		"deactivate admitted Workloads (Kueue evicts and, once reactivated, requeues them) when the cohort's reservations exceed the quotas")
+	fs.DurationVar(&o.cfg.EvictAfter, "evict-after", o.cfg.EvictAfter,
+		"how long the cohort's reservations must stay over the quotas, on every pass, before a Workload is deactivated; "+
+			"then at most one per pass. 0: from the first pass that sees the excess")
+	fs.DurationVar(&o.cfg.MetricsMaxAge, "metrics-max-age", o.cfg.MetricsMaxAge,
+		"a Node whose agent's node-metrics is older than this (or missing) counts 0; the scheduler extender's -metrics-max-age")
+	fs.DurationVar(&o.cfg.MetricsMaxSkew, "metrics-max-skew", o.cfg.MetricsMaxSkew,
+		"a Node whose node-metrics is stamped further ahead than this counts 0; the scheduler extender's -metrics-max-skew")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among replicas (a coordination.k8s.io Lease): only "+
 		"the leader runs passes; a standby keeps its Node informer synced and takes over when the Lease expires. A "+
 		"leader that cannot renew the Lease exits (status 1). false: run passes at once, as the only replica")

@@ -76,6 +76,13 @@ func TestParseFlags(t *testing.T) {
 			}
 		}},
 		{name: "bad evict tolerance", env: pod, args: []string{"-evict-tolerance", "1"}, wantErr: kueuequota.ErrConfig},
+		{name: "evict after and metrics bounds", env: pod, args: []string{"-evict-after", "0", "-metrics-max-age", "1m", "-metrics-max-skew", "2s"},
+			check: func(t *testing.T, o options) {
+				if o.cfg.EvictAfter != 0 || o.cfg.MetricsMaxAge != time.Minute || o.cfg.MetricsMaxSkew != 2*time.Second {
+					t.Errorf("evict-after %v, metrics max age %v, skew %v", o.cfg.EvictAfter, o.cfg.MetricsMaxAge, o.cfg.MetricsMaxSkew)
+				}
+			}},
+		{name: "negative evict after", env: pod, args: []string{"-evict-after", "-1s"}, wantErr: kueuequota.ErrConfig},
 		{name: "stray argument", env: pod, args: []string{"x"}, wantErr: errAny},
 		{name: "unknown flag", env: pod, args: []string{"-leader-elect-lease-name", "x"}, wantErr: errAny},
 	}

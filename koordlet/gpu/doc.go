@@ -21,7 +21,11 @@
 //     (per-GPU PIDs), the MPS server's process taken out of LS (by argv[0] in cmdline,
 //     nvidia-cuda-mps-server, only with Options.MPS), the MPS lever where every LS and
 //     batch process on a GPU is a client the partitions handed out, and the lever events
-//     (Options.OnLever) when LS outgrows its MPS partition.
+//     (Options.OnLever) when LS outgrows its MPS partition or a batch cap is unconfirmed.
+//   - mpscheck.go: the MPS cap check: each batch client's /proc/<pid>/environ
+//     (ParseMPSEnviron) and the control daemon's clients and server limits (mps.Daemon's
+//     Servers), judged by qos.CheckGPUMPSClients; an unconfirmed GPU uses the freeze
+//     lever (qos.GPUReasonMPSCapUnconfirmed).
 //   - partitions.go: Partitions, the MPS client planner the NRI plugin asks
 //     (devices.MPSPlanner): caps from qos.ChooseGPUMPSCaps, records per pod container and
 //     GPU, updated by the loop (server readiness, LS demand peak per GPU, pods gone).

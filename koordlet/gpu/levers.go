@@ -47,7 +47,9 @@ type LeverEvent struct {
 	UUID string
 	// Reason is the throttle's reason: qos.GPUReasonMPSCapStale (LS outgrew the partition
 	// that batch's fixed MPS cap leaves it; batch is frozen until LS has been idle for
-	// gpu.throttle.hold, or restarted or evicted to start with a new cap).
+	// gpu.throttle.hold, or restarted or evicted to start with a new cap) or
+	// qos.GPUReasonMPSCapUnconfirmed (a batch client's cap or priority could not be
+	// confirmed from outside it: the GPU uses the freeze lever).
 	Reason  string
 	Message string
 	// BatchPods are the GPU's batch pods (the Event's objects).
@@ -77,12 +79,13 @@ type leverState struct {
 	serverPIDs map[uint32]pidMark
 	obsScratch []partitionGPUObs
 	frozen     map[int]bool
+	check      mpsCheck // mpscheck.go: the batch clients' caps
 }
 
 func newLeverState(o Options) *leverState {
 	return &leverState{procRoot: o.ProcRoot, mps: o.MPS, parts: o.Partitions, onLever: o.OnLever,
 		hold: o.Policy.Hold.Duration, log: o.Log, lsPIDs: map[int][]uint32{}, serverPIDs: map[uint32]pidMark{},
-		frozen: map[int]bool{}}
+		frozen: map[int]bool{}, check: newMPSCheck(o.MPS)}
 }
 
 // lsProcs is what the throttle needs of one GPU's processes beyond the view.
@@ -172,12 +175,14 @@ func (l *leverState) forget(views []deviceView) {
 			delete(l.lsPIDs, gpu)
 		}
 	}
+	l.forgetEnvs()
 }
 
 // complete completes the throttle's inputs of a step (ins, by view): LS arrivals, the
 // MPS server's share taken out of LS, and the MPS lever where every LS and batch process
-// on a GPU is a client of the agent's MPS server. It feeds the partitions LS's demand
-// per GPU.
+// on a GPU is a client of the agent's MPS server, with whether each batch client's cap
+// is confirmed from outside the tenant (mpscheck.go). It feeds the partitions LS's
+// demand per GPU.
 func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, ins []qos.GPUThrottleInput) {
 	for i, v := range views {
 		if !v.dev.Healthy {
@@ -220,6 +225,7 @@ func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, i
 			in.MPS, in.LSCapPercent, in.BatchCapPercent = true, lsCap, batchCap
 		}
 	}
+	l.confirmCaps(views, pods, ins, clients)
 }
 
 // mpsClients reports whether every process on v but the MPS server is of a pod the
@@ -244,8 +250,9 @@ func (l *leverState) mpsClients(v deviceView, pods PodView, caps map[types.UID]c
 	return lsCap, batchCap, true
 }
 
-// events reports each GPU that the step froze because LS outgrew its MPS partition
-// (once per freeze: it fires again only after a thaw), to the log and Options.OnLever.
+// events reports each GPU that the step froze because LS outgrew its MPS partition, or
+// because a batch client's MPS cap could not be confirmed (once per freeze: it fires
+// again only after a thaw), to the log and Options.OnLever.
 func (l *leverState) events(now time.Time, views []deviceView, decisions []qos.GPUThrottleDecision) {
 	for _, v := range views {
 		d, ok := decisionFor(decisions, v.dev.Index)
@@ -254,15 +261,25 @@ func (l *leverState) events(now time.Time, views []deviceView, decisions []qos.G
 		}
 		was := l.frozen[v.dev.Index]
 		l.frozen[v.dev.Index] = d.Frozen
-		if !d.Frozen || was || d.Reason != qos.GPUReasonMPSCapStale {
+		if !d.Frozen || was || (d.Reason != qos.GPUReasonMPSCapStale && d.Reason != qos.GPUReasonMPSCapUnconfirmed) {
 			continue
 		}
-		msg := fmt.Sprintf("GPU %d: LS uses %.0f %% of the SMs, at the %d %% its MPS partition protects "+
-			"(LS cap %d %%, batch cap %d %%, fixed when the clients started): batch frozen until LS has been "+
-			"idle for %v; a restart gives batch a cap from LS's demand now", v.dev.Index, d.LSUtil,
-			d.ProtectedPercent, d.LSCapPercent, d.BatchCapPercent, l.hold)
-		l.log.Info("MPS partition outgrown: batch frozen", "gpu", v.dev.Index, "lsUtil", d.LSUtil,
-			"protected", d.ProtectedPercent, "lsCap", d.LSCapPercent, "batchCap", d.BatchCapPercent)
+		var msg string
+		if d.Reason == qos.GPUReasonMPSCapUnconfirmed {
+			msg = fmt.Sprintf("GPU %d: %s: its MPS partition is not confirmed, so the GPU uses the freeze: batch "+
+				"frozen while LS is on the GPU (and suspended or evicted after gpu.throttle.starveAfter); a batch "+
+				"container that keeps the CUDA_MPS_* values the agent set runs in its partition again",
+				v.dev.Index, d.MPSCapUnconfirmed)
+			l.log.Warn("MPS cap not confirmed: GPU on the freeze lever, batch frozen", "gpu", v.dev.Index,
+				"why", d.MPSCapUnconfirmed)
+		} else {
+			msg = fmt.Sprintf("GPU %d: LS uses %.0f %% of the SMs, at the %d %% its MPS partition protects "+
+				"(LS cap %d %%, batch cap %d %%, fixed when the clients started): batch frozen until LS has been "+
+				"idle for %v; a restart gives batch a cap from LS's demand now", v.dev.Index, d.LSUtil,
+				d.ProtectedPercent, d.LSCapPercent, d.BatchCapPercent, l.hold)
+			l.log.Info("MPS partition outgrown: batch frozen", "gpu", v.dev.Index, "lsUtil", d.LSUtil,
+				"protected", d.ProtectedPercent, "lsCap", d.LSCapPercent, "batchCap", d.BatchCapPercent)
+		}
 		if l.onLever == nil {
 			continue
 		}

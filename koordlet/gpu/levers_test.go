@@ -13,14 +13,31 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/gpu/devices"
+	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/qos"
 )
 
-// fakeMPS is an MPS control daemon that is ready when told.
-type fakeMPS struct{ ready atomic.Bool }
+// fakeMPS is an MPS control daemon that is ready when told, with the servers and
+// clients it lists (none until setServers).
+type fakeMPS struct {
+	ready   atomic.Bool
+	servers atomic.Pointer[mps.ServerList]
+}
 
 func (f *fakeMPS) Ready() bool     { return f.ready.Load() }
 func (f *fakeMPS) PipeDir() string { return "/run/nvidia-mps" }
+
+func (f *fakeMPS) Servers() mps.ServerList {
+	if l := f.servers.Load(); l != nil {
+		return *l
+	}
+	return mps.ServerList{}
+}
+
+// setServers makes the daemon list servers (a new list, as a check reads one).
+func (f *fakeMPS) setServers(s []mps.Server) {
+	f.servers.Store(&mps.ServerList{Servers: s, Gen: f.Servers().Gen + 1})
+}
 
 // mpsRig is a Manager with an MPS server, partitions and a lever-event recorder, over a
 // scripted source whose next sample the test sets.

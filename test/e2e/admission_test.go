@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +26,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/certreload"
+	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/kueuequota"
 	"github.com/understory/understory/qos"
+	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
 
@@ -693,4 +700,310 @@ func registerWebhookConfig(t *testing.T, ctx context.Context, cp *controlplane.C
 		t.Fatal(err)
 	}
 	return wh
+}
+
+// impersonating returns the admin's client acting as user (a service account's
+// user name, with its groups), so that RBAC and the policies see that user.
+func impersonating(t *testing.T, cp *controlplane.ControlPlane, user string) kubernetes.Interface {
+	t.Helper()
+	groups := []string{"system:authenticated"}
+	if rest, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
+		ns, _, _ := strings.Cut(rest, ":")
+		groups = append(groups, "system:serviceaccounts", "system:serviceaccounts:"+ns)
+	}
+	rc := cp.RESTConfig()
+	rc.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestSystemAnnotationsFenced proves, on a real API server with the shipped
+// policies, the fence of every pod annotation in contract.TrustedKeys: a tenant
+// (a service account with the pod rights of the "edit" role in its namespace) is refused,
+// with the key's rule, when it creates a pod carrying a writer-fenced key
+// (understory.io/gpu-devices, understory.io/gang-state, ...) or adds, changes or
+// removes one on its own pod; the key's writer (the scheduler extender's service
+// account, impersonated) may still write it by patch, and the tenant's unrelated
+// updates of such a pod pass. understory.io/original-resources, which the webhook
+// writes inside the tenant's own CREATE, can be changed by nobody afterwards. The Go
+// form of the rules (admission.ValidatePod) agrees on every case.
+func TestSystemAnnotationsFenced(t *testing.T) {
+	ctx, cp := startControlPlane(t, 3*time.Minute)
+	admin := cp.Client()
+	installPolicies(t, ctx, admin)
+
+	const ns = "fence-tenant"
+	if err := cp.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	// The tenant's pod rights in its namespace (the built-in "edit" role's, which is
+	// aggregated by kube-controller-manager, absent here).
+	tenantUser := "system:serviceaccount:" + ns + ":tenant"
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-pods", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"},
+			Verbs: []string{"create", "get", "list", "update", "patch", "delete"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-pods", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant-pods"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The writers' pod rights (the extender's RBAC: get and patch pods).
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fence-writers"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var subjects []rbacv1.Subject
+	for _, k := range contract.TrustedKeys() {
+		for _, w := range k.Writers {
+			if rest, ok := strings.CutPrefix(w, "system:serviceaccount:"); ok {
+				sns, name, _ := strings.Cut(rest, ":")
+				subjects = append(subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: sns})
+			}
+		}
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fence-writers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tenant := impersonating(t, cp, tenantUser)
+
+	newPod := func(name string, annotations map[string]string) *corev1.Pod {
+		p := controlplane.NewPod(ns, name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")})
+		p.Spec.SchedulerName = "understory-e2e-nobody"
+		p.Annotations = annotations
+		return p
+	}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	// The policy takes effect asynchronously: wait for a rule that holds before any fix.
+	var lastErr error
+	if !testenv.PollEvery(60*time.Second, 200*time.Millisecond, func() bool {
+		_, lastErr = tenant.CoreV1().Pods(ns).Create(ctx, newPod("probe",
+			map[string]string{contract.AnnotationQOSClass: "nope"}), dry)
+		return lastErr != nil && strings.Contains(lastErr.Error(), "(rule "+admission.RuleQOSClassValue+")")
+	}) {
+		t.Fatalf("understory-pod-rules not in force after 60s: last answer %v", lastErr)
+	}
+
+	annotate := func(c kubernetes.Interface, name, key string, value *string) (*corev1.Pod, error) {
+		return c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType,
+			mergePatch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}}),
+			metav1.PatchOptions{})
+	}
+	ptr := func(s string) *string { return &s }
+	n := 0
+	for i, k := range contract.TrustedKeys() {
+		if k.Kind != contract.KindPodAnnotation {
+			continue
+		}
+		n++
+		t.Run(k.Key, func(t *testing.T) {
+			field := "metadata.annotations[" + k.Key + "]"
+			carrying := newPod(fmt.Sprintf("carrying-%d", i), map[string]string{k.Key: "forged"})
+			createRule := k.Rule
+			if k.Fence == contract.FenceImmutable {
+				createRule = "" // written by the webhook inside this very CREATE: not refusable here
+			}
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Create, Pod: carrying, Username: tenantUser}, createRule)
+			_, err := tenant.CoreV1().Pods(ns).Create(ctx, carrying, metav1.CreateOptions{})
+			if createRule != "" {
+				wantRejected(t, err, k.Rule, field)
+			} else if err != nil {
+				t.Fatalf("create carrying %s: %v", k.Key, err)
+			}
+
+			plain, err := tenant.CoreV1().Pods(ns).Create(ctx, newPod(fmt.Sprintf("plain-%d", i), nil), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			added := plain.DeepCopy()
+			added.Annotations = map[string]string{k.Key: "forged"}
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Update, Old: plain, Pod: added, Username: tenantUser}, k.Rule)
+			_, err = annotate(tenant, plain.Name, k.Key, ptr("forged"))
+			wantRejected(t, err, k.Rule, field)
+
+			// A pod that carries the key as its writer left it.
+			holder := plain.Name
+			if k.Fence == contract.FenceImmutable {
+				holder = carrying.Name
+			} else {
+				for _, w := range k.Writers {
+					if _, err := annotate(impersonating(t, cp, w), holder, k.Key, ptr("by-writer")); err != nil {
+						t.Fatalf("the writer %s: %v", w, err)
+					}
+				}
+			}
+			cur, err := admin.CoreV1().Pods(ns).Get(ctx, holder, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed, removed := cur.DeepCopy(), cur.DeepCopy()
+			changed.Annotations[k.Key] = "changed"
+			delete(removed.Annotations, k.Key)
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Update, Old: cur, Pod: changed, Username: tenantUser}, k.Rule)
+			checkGoRule(t, admission.PodRequest{Operation: admissionv1.Update, Old: cur, Pod: removed, Username: tenantUser}, k.Rule)
+			_, err = annotate(tenant, holder, k.Key, ptr("changed"))
+			wantRejected(t, err, k.Rule, field)
+			_, err = annotate(tenant, holder, k.Key, nil)
+			wantRejected(t, err, k.Rule, field)
+			if _, err := tenant.CoreV1().Pods(ns).Patch(ctx, holder, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"unrelated":"update"}}}`), metav1.PatchOptions{}); err != nil {
+				t.Errorf("the tenant's unrelated update: %v", err)
+			}
+			if k.Fence == contract.FenceImmutable {
+				// Nobody changes it after creation, the writers of other keys included.
+				_, err = annotate(impersonating(t, cp, contract.UserSchedulerExtender), holder, k.Key, ptr("changed"))
+				wantRejected(t, err, k.Rule, field)
+			}
+		})
+	}
+	if n < 4 {
+		t.Fatalf("contract.TrustedKeys lists %d pod annotations, want at least gpu-devices, gang-state, "+
+			"extender-catch-up and original-resources", n)
+	}
+}
+
+// saUserRE matches a service account's user name in policy text.
+var saUserRE = regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`)
+
+// TestTrustedKeysFencedByPolicy holds contract.TrustedKeys to the shipped policies
+// (every ValidatingAdmissionPolicy under manifests/, which the chart is generated from;
+// test/helmchart TestChartIsGenerated keeps the chart equal): each key's policy fails
+// closed and is bound with Deny; it matches CREATE and UPDATE of the key's object (UPDATE
+// only for an immutable key); one of its rules names the key's rule, and that rule's
+// expression, with the variables it uses expanded, reads the key and names exactly the
+// key's writers, no one else. It also checks the components declare the same key names
+// as the contract.
+func TestTrustedKeysFencedByPolicy(t *testing.T) {
+	t.Parallel()
+	for have, want := range map[string]string{
+		extender.AnnotationGangState:      contract.AnnotationGangState,
+		extender.AnnotationCatchUp:        contract.AnnotationExtenderCatchUp,
+		kueuequota.LabelEvicted:           contract.LabelQuotaEvicted,
+		admission.DefaultGPUDevicesWriter: contract.UserSchedulerExtender,
+	} {
+		if have != want {
+			t.Errorf("a component declares %q, the contract %q", have, want)
+		}
+	}
+
+	policies := map[string]admissionregv1.ValidatingAdmissionPolicy{}
+	bindings := map[string]admissionregv1.ValidatingAdmissionPolicyBinding{}
+	err := filepath.WalkDir(manifestsDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			var tm metav1.TypeMeta
+			if yaml.Unmarshal([]byte(doc), &tm) != nil || tm.APIVersion != admissionregv1.SchemeGroupVersion.String() {
+				continue
+			}
+			switch tm.Kind {
+			case "ValidatingAdmissionPolicy":
+				var v admissionregv1.ValidatingAdmissionPolicy
+				if err := yaml.UnmarshalStrict([]byte(doc), &v); err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				policies[v.Name] = v
+			case "ValidatingAdmissionPolicyBinding":
+				var b admissionregv1.ValidatingAdmissionPolicyBinding
+				if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				bindings[b.Spec.PolicyName] = b
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources := map[contract.TrustedKind]string{
+		contract.KindPodAnnotation: "pods", contract.KindNodeAnnotation: "nodes", contract.KindWorkloadLabel: "workloads"}
+	varRE := regexp.MustCompile(`variables\.([A-Za-z0-9_]+)`)
+	for _, k := range contract.TrustedKeys() {
+		t.Run(string(k.Kind)+" "+k.Key, func(t *testing.T) {
+			p, ok := policies[k.Policy]
+			if !ok {
+				t.Fatalf("no ValidatingAdmissionPolicy %s under %s", k.Policy, manifestsDir)
+			}
+			if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregv1.Fail {
+				t.Errorf("%s does not fail closed", k.Policy)
+			}
+			if b, ok := bindings[k.Policy]; !ok || !slices.Contains(b.Spec.ValidationActions, admissionregv1.Deny) {
+				t.Errorf("%s has no binding that denies", k.Policy)
+			}
+			wantOps := []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}
+			if k.Fence != contract.FenceWriters {
+				wantOps = wantOps[1:]
+			}
+			for _, op := range wantOps {
+				matched := false
+				for _, r := range p.Spec.MatchConstraints.ResourceRules {
+					if (slices.Contains(r.Operations, op) || slices.Contains(r.Operations, admissionregv1.OperationAll)) &&
+						slices.Contains(r.Resources, resources[k.Kind]) {
+						matched = true
+					}
+				}
+				if !matched {
+					t.Errorf("%s does not match %s of %s", k.Policy, op, resources[k.Kind])
+				}
+			}
+			vars := map[string]string{}
+			for _, v := range p.Spec.Variables {
+				vars[v.Name] = v.Expression
+			}
+			// The expressions of the rule (one or more validations naming it) with every
+			// variable they use, transitively, and the policy's match conditions (which
+			// decide whom it applies to).
+			var text string
+			for _, v := range p.Spec.Validations {
+				if strings.Contains(v.Message+v.MessageExpression, "(rule "+k.Rule+")") {
+					text += "\n" + v.Expression
+				}
+			}
+			if text == "" {
+				t.Fatalf("%s has no rule %s", k.Policy, k.Rule)
+			}
+			seen := map[string]bool{}
+			for todo := varRE.FindAllStringSubmatch(text, -1); len(todo) > 0; {
+				name := todo[0][1]
+				todo = todo[1:]
+				if seen[name] {
+					continue
+				}
+				seen[name] = true
+				text += "\n" + vars[name]
+				todo = append(todo, varRE.FindAllStringSubmatch(vars[name], -1)...)
+			}
+			for _, mc := range p.Spec.MatchConditions {
+				text += "\n" + mc.Expression
+			}
+			if !strings.Contains(text, "'"+k.Key+"'") {
+				t.Errorf("%s rule %s does not read %s", k.Policy, k.Rule, k.Key)
+			}
+			users := slices.Sorted(slices.Values(saUserRE.FindAllString(text, -1)))
+			users = slices.Compact(users)
+			want := slices.Sorted(slices.Values(k.Writers))
+			if !slices.Equal(users, want) {
+				t.Errorf("%s rule %s lets %v write %s, the contract says %v", k.Policy, k.Rule, users, k.Key, want)
+			}
+		})
+	}
 }

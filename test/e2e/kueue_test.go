@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -132,17 +133,27 @@ func applyKueueComponent(ctx context.Context, t *testing.T, cp *controlplane.Con
 	if err := os.WriteFile(rendered, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"kind: ResourceFlavor", "kind: ClusterQueue", "kind: LocalQueue", "kind: Namespace",
-		"kind: Deployment", "kind: ClusterRole", "kind: Role"} {
+	for _, kind := range []string{"kind: ResourceFlavor", "kind: ClusterQueue", "kind: LocalQueue",
+		"kind: Deployment", "kind: ClusterRole", "kind: Role", "kind: ValidatingAdmissionPolicy"} {
 		if !strings.Contains(string(out), kind) {
 			t.Fatalf("rendered component has no %q:\n%s", kind, out)
 		}
+	}
+	// The component owns no tenant data: the tenants' namespaces are created apart,
+	// before it, from tenant-namespaces.yaml (as docs/kueue.md says).
+	if strings.Contains(string(out), "kind: Namespace") {
+		t.Fatalf("rendered component has a Namespace (kubectl delete -k would delete a tenant's data):\n%s", out)
 	}
 	// The follower's objects live in the base's namespace (the component is used
 	// on top of manifests/base). No Deployment controller runs here: its pods are
 	// never created.
 	if err := cp.CreateNamespace(ctx, "understory-system"); err != nil {
 		t.Fatal(err)
+	}
+	tenants, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", cp.Kubeconfig(), "apply", "-f",
+		filepath.Join(comp, "tenant-namespaces.yaml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply tenant-namespaces.yaml: %v\n%s", err, tenants)
 	}
 	apply, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", cp.Kubeconfig(), "apply", "--server-side", "-f", rendered).CombinedOutput()
 	if err != nil {
@@ -899,6 +910,7 @@ func TestKueueQuotaFollower(t *testing.T) {
 		if _, err := cp.CreateNode(ctx, nodes[i], capacity, nil); err != nil {
 			t.Fatal(err)
 		}
+		publishKueueNodeMetrics(ctx, t, cp, nodes[i])
 	}
 	// Two replicas, as the component deploys them: each as the component's
 	// ServiceAccount (so its RBAC is what is tested), electing a leader on the
@@ -1079,6 +1091,7 @@ func startKueueFollower(ctx context.Context, t *testing.T, cp *controlplane.Cont
 	}
 	cfg := kueuequota.DefaultConfig()
 	cfg.Interval = 300 * time.Millisecond
+	cfg.EvictAfter = time.Second // a few passes: the damping, shortened for the test
 	reg := prometheus.NewRegistry()
 	f, err := kueuequota.New(client, dyn, cfg, reg, rec, nil)
 	if err != nil {
@@ -1095,6 +1108,27 @@ func startKueueFollower(ctx context.Context, t *testing.T, cp *controlplane.Cont
 		}
 	})
 	return reg
+}
+
+// publishKueueNodeMetrics writes a fresh node-metrics document on Node name, as its
+// agent does: the follower counts only Nodes whose agent is alive (fresh for the
+// follower's 5 min bound, longer than the test runs).
+func publishKueueNodeMetrics(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, name string) {
+	t.Helper()
+	m := contract.NodeMetrics{Version: contract.NodeMetricsVersion, Timestamp: time.Now(), WindowMillis: 10_000,
+		CPU: contract.CPUMetrics{Capacity: 8000}, Memory: contract.MemoryMetrics{Capacity: 32 << 30},
+		Batch: &contract.BatchResources{CPU: kueueNodeCPU, Memory: kueueNodeMemory}}
+	ann, err := m.EncodeAnnotations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Client().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // kueueLeaseHolder is the holder of the follower's Lease ("" none).

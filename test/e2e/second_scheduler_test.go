@@ -439,3 +439,121 @@ func waitScheduledBy(t *testing.T, ctx context.Context, cp *controlplane.Control
 	}
 	t.Logf("pod %s: Scheduled by %v", name, got)
 }
+
+// TestSecondSchedulerGPUSharePolicy checks the fence of the second-scheduler mode
+// against a webhook outage on a real API server: the component's policy
+// understory-gpu-share-scheduler, as kustomize renders it with the install's other
+// policies, is applied with the component's MutatingWebhookConfiguration pointed at a
+// port nobody listens on
+// (failurePolicy Ignore: pods are admitted unmutated, as when the webhook is down).
+// A pod asking for understory.io/gpu-milli that names default-scheduler (or none) is
+// refused with the rule's name, in a container or an init container; named for the
+// second scheduler it is admitted; pods without GPU shares (a plain pod, a whole-GPU
+// pod) stay with the default scheduler. The Go form (admission.ValidatePod with
+// Rules.GPUShareScheduler) agrees on every case.
+func TestSecondSchedulerGPUSharePolicy(t *testing.T) {
+	ctx, cp := startControlPlane(t, 3*time.Minute)
+	c := cp.Client()
+	k := newKubectl(t, cp.Kubeconfig())
+	root := copyManifests(t)
+	objs := k.build(t, ctx, composition(t, root, "second-scheduler", "certs", "components/second-scheduler"))
+
+	// The webhook is down: its configuration points at a closed port.
+	var mwc admissionregv1.MutatingWebhookConfiguration
+	fromUnstructured(t, mustFind(t, objs, "MutatingWebhookConfiguration", admissionName), &mwc)
+	dead := "https://127.0.0.1:1/mutate"
+	for i := range mwc.Webhooks {
+		mwc.Webhooks[i].ClientConfig = admissionregv1.WebhookClientConfig{URL: &dead}
+	}
+	mwc.ResourceVersion = ""
+	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every policy the install renders (the base's pod rules included), as applied.
+	var policies []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			policies = append(policies, o)
+		}
+	}
+	applyObjects(t, ctx, k, policies)
+
+	const ns = "ss-fence"
+	if err := cp.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	share := corev1.ResourceList{contract.ResourceGPUMilli: resource.MustParse("500")}
+	gpuShare := func(name, scheduler string, init bool) *corev1.Pod {
+		p := controlplane.NewPod(ns, name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")})
+		p.Spec.SchedulerName = scheduler
+		ctr := &p.Spec.Containers[0]
+		if init {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: ctr.Image}}
+			ctr = &p.Spec.InitContainers[0]
+		}
+		ctr.Resources.Requests = share.DeepCopy()
+		ctr.Resources.Limits = share.DeepCopy()
+		return p
+	}
+	wholeGPU := controlplane.NewPod(ns, "whole-gpu", nil)
+	wholeGPU.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{contract.ResourceGPU: resource.MustParse("1")},
+		Limits:   corev1.ResourceList{contract.ResourceGPU: resource.MustParse("1")}}
+
+	// Policies take effect asynchronously: wait for the base's pod rules (present with
+	// or without this component's policy), then give the others a moment by the same
+	// probe on the component's rule, which must not be needed for the verdicts below.
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	var lastErr error
+	if !testenv.PollEvery(60*time.Second, 200*time.Millisecond, func() bool {
+		probe := controlplane.NewPod(ns, "probe", nil)
+		probe.Annotations = map[string]string{contract.AnnotationQOSClass: "nope"}
+		_, lastErr = c.CoreV1().Pods(ns).Create(ctx, probe, dry)
+		return lastErr != nil && strings.Contains(lastErr.Error(), "(rule "+admission.RuleQOSClassValue+")")
+	}) {
+		t.Fatalf("the install's policies not in force after 60s: last answer %v", lastErr)
+	}
+	testenv.PollEvery(10*time.Second, 200*time.Millisecond, func() bool {
+		_, err := c.CoreV1().Pods(ns).Create(ctx, gpuShare("probe", "", false), dry)
+		return err != nil
+	})
+
+	rules := admission.DefaultRules()
+	rules.GPUShareScheduler = secondScheduler
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.Pod
+		refused bool
+	}{
+		{"gpu share, default scheduler", gpuShare("share-default", admission.DefaultSchedulerName, false), true},
+		{"gpu share, no scheduler named", gpuShare("share-unnamed", "", false), true},
+		{"gpu share in an init container", gpuShare("share-init", "", true), true},
+		{"gpu share, another scheduler", gpuShare("share-other", "some-other-scheduler", false), true},
+		{"gpu share, the second scheduler", gpuShare("share-second", secondScheduler, false), false},
+		{"no gpu, default scheduler", controlplane.NewPod(ns, "plain",
+			corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}), false},
+		{"whole gpu, default scheduler", wholeGPU, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goErr := admission.ValidatePod(admission.PodRequest{Operation: "CREATE", Pod: tc.pod, Username: e2eAdmin}, rules)
+			if (goErr != nil) != tc.refused {
+				t.Errorf("ValidatePod = %v, want refused %v", goErr, tc.refused)
+			}
+			got, err := c.CoreV1().Pods(ns).Create(ctx, tc.pod, metav1.CreateOptions{})
+			if tc.refused {
+				wantRejected(t, err, admission.RuleGPUShareScheduler, "spec.schedulerName")
+				return
+			}
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			want := tc.pod.Spec.SchedulerName
+			if want == "" {
+				want = admission.DefaultSchedulerName
+			}
+			if got.Spec.SchedulerName != want {
+				t.Errorf("schedulerName %q, want %q (the webhook is down: nothing changes it)", got.Spec.SchedulerName, want)
+			}
+		})
+	}
+}

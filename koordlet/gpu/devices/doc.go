@@ -37,9 +37,9 @@
 //     unprivileged containers (its accept-nvidia-visible-devices-envvar-when-unprivileged
 //     default). The same trust lets any container that sets
 //     NVIDIA_VISIBLE_DEVICES=all itself, or inherits it from a CUDA base image, see
-//     every GPU: the agent overrides the variable only in containers that request
-//     gpu-milli. Prefer mode cdi: nvidia-ctk's specs set NVIDIA_VISIBLE_DEVICES=void,
-//     so the image's default cannot add devices.
+//     every GPU. The agent therefore pins the variable in every container it creates
+//     (Visible, both modes): the container's devices, or "void"; only a pod spec that
+//     sets it itself (the node's GPU components) keeps its value.
 //   - The device list is decided per container; every gpu-milli container of a pod
 //     gets all of the pod's annotated devices (the extender places a shared pod on one
 //     device).
@@ -47,7 +47,9 @@
 //     client only if each of its GPUs has a partition, with the lowest cap and priority.
 //   - MPS runs one server per UID at a time; a client of another UID waits inside CUDA
 //     initialisation. Only containers of MPSSetup.ClientUID (from the runtime's user,
-//     else runAsUser) become clients; an unknown UID is no client.
+//     else runAsUser) become clients; an unknown UID, and root, are no client.
+//   - A client gets the pipe directory read-only and the server's private shm
+//     directory read-write at /dev/shm.
 //   - The cap and priority are environment variables the client's CUDA driver reads;
 //     the pod's own values are overridden, but a process that rewrites its environment
 //     before CUDA starts is not stopped here (docs/gpu.md).

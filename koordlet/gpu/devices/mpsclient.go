@@ -36,11 +36,12 @@ var (
 
 // MPSSetup is the node's MPS client setup (gpu.mps).
 type MPSSetup struct {
-	// ShmDir is the host directory the servers see as /dev/shm, bind-mounted at
-	// /dev/shm in every client; "" mounts nothing (the runtime's /dev/shm is then
-	// the server's, e.g. a host process agent with host-mounted /dev/shm).
+	// ShmDir is the host directory the servers see as /dev/shm (a private one, never
+	// the host's /dev/shm), bind-mounted read-write at /dev/shm in every client; ""
+	// mounts nothing (the runtime's /dev/shm is then the server's).
 	ShmDir string
-	// ClientUID is the only user ID a client may run as.
+	// ClientUID is the only user ID a client may run as; never root (a container
+	// running as root is no client).
 	ClientUID int64
 }
 
@@ -63,9 +64,10 @@ type MPSContainer struct {
 	Env []string
 }
 
-// MPSMount is a read-write bind mount of host Source at Destination.
+// MPSMount is a bind mount of host Source at Destination, read-only when ReadOnly.
 type MPSMount struct {
 	Source, Destination string
+	ReadOnly            bool
 }
 
 // MPSDecision is the MPS part of a container's creation.
@@ -77,7 +79,9 @@ type MPSDecision struct {
 	// for a batch container that is no client, CUDA_MPS_PIPE_DIRECTORY pinned to
 	// NoMPSPipeDirectory. Nil: leave the environment alone.
 	Env map[string]string
-	// Mounts are the client's: the pipe directory (same path) and /dev/shm.
+	// Mounts are the client's: the pipe directory (same path, read-only: a client
+	// connects to the daemon's socket there but cannot remove, replace or add
+	// anything) and the server's shm directory at /dev/shm (read-write).
 	Mounts []MPSMount
 	// Skipped says why a GPU container is no client; "" when it is one or uses no GPU.
 	Skipped string
@@ -105,6 +109,10 @@ func DecideMPS(p MPSPlanner, s MPSSetup, c MPSContainer) (MPSDecision, error) {
 		return d, nil
 	case !c.UIDKnown:
 		d.Skipped = "its user ID is unknown (set runAsUser)"
+	case c.UID == 0:
+		// The control daemon starts each server with its client's UID: a root client
+		// would get a root MPS server on the host.
+		d.Skipped = fmt.Sprintf("it runs as root and MPS clients run as UID %d", s.ClientUID)
 	case c.UID != s.ClientUID:
 		d.Skipped = fmt.Sprintf("it runs as UID %d and MPS clients run as UID %d", c.UID, s.ClientUID)
 	default:
@@ -131,7 +139,7 @@ func DecideMPS(p MPSPlanner, s MPSSetup, c MPSContainer) (MPSDecision, error) {
 		EnvMPSActiveThreadPercentage: strconv.Itoa(d.Client.ActiveThreadPercent),
 		EnvMPSClientPriority:         strconv.Itoa(d.Client.Priority),
 	}
-	d.Mounts = []MPSMount{{Source: d.Client.PipeDir, Destination: d.Client.PipeDir}}
+	d.Mounts = []MPSMount{{Source: d.Client.PipeDir, Destination: d.Client.PipeDir, ReadOnly: true}}
 	if s.ShmDir != "" {
 		d.Mounts = append(d.Mounts, MPSMount{Source: s.ShmDir, Destination: ShmPath})
 	}

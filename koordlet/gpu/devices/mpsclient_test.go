@@ -34,7 +34,7 @@ func TestDecideMPS(t *testing.T) {
 	batchCap := MPSClient{PipeDir: pipe, ActiveThreadPercent: 25, Priority: 1}
 	lsCap := MPSClient{PipeDir: pipe, ActiveThreadPercent: 75, Priority: 0}
 	g0, g1 := GPU{0, uuid0}, GPU{1, uuid1}
-	setup := MPSSetup{ShmDir: "/dev/shm", ClientUID: 0}
+	setup := MPSSetup{ShmDir: "/run/nvidia-mps-shm", ClientUID: 1000}
 	podEnv := []string{"PATH=/bin", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_CLIENT_PRIORITY=0",
 		"CUDA_MPS_PIPE_DIRECTORY=/elsewhere"}
 	clientEnv := func(c MPSClient) map[string]string {
@@ -42,7 +42,7 @@ func TestDecideMPS(t *testing.T) {
 			EnvMPSActiveThreadPercentage: fmt.Sprint(c.ActiveThreadPercent), EnvMPSClientPriority: fmt.Sprint(c.Priority)}
 	}
 	pinned := map[string]string{EnvMPSPipeDirectory: NoMPSPipeDirectory}
-	mounts := []MPSMount{{pipe, pipe}, {"/dev/shm", ShmPath}}
+	mounts := []MPSMount{{pipe, pipe, true}, {"/run/nvidia-mps-shm", ShmPath, false}}
 	for _, tc := range []struct {
 		name    string
 		p       *planner
@@ -56,58 +56,61 @@ func TestDecideMPS(t *testing.T) {
 		wantErr error
 	}{
 		{"batch client, the pod's own values overridden", &planner{answers: map[int]MPSClient{0: batchCap}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, RequestMilli: 300, UIDKnown: true, Env: podEnv}, true,
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, RequestMilli: 300, UID: 1000, UIDKnown: true, Env: podEnv}, true,
 			clientEnv(batchCap), mounts, "", false, nil},
 		{"LS client", &planner{answers: map[int]MPSClient{0: lsCap}}, setup,
-			MPSContainer{GPUs: []GPU{g0}, UIDKnown: true}, true, clientEnv(lsCap), mounts, "", false, nil},
-		{"no shm directory: pipe only", &planner{answers: map[int]MPSClient{0: lsCap}}, MPSSetup{},
-			MPSContainer{GPUs: []GPU{g0}, UIDKnown: true}, true, clientEnv(lsCap), mounts[:1], "", false, nil},
+			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, true, clientEnv(lsCap), mounts, "", false, nil},
+		{"no shm directory: pipe only", &planner{answers: map[int]MPSClient{0: lsCap}}, MPSSetup{ClientUID: 1000},
+			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, true, clientEnv(lsCap), mounts[:1], "", false, nil},
 		{"two GPUs: lowest cap, lowest priority", &planner{answers: map[int]MPSClient{0: lsCap,
 			1: {PipeDir: pipe, ActiveThreadPercent: 40, Priority: 1}}}, setup,
-			MPSContainer{GPUs: []GPU{g0, g1}, UIDKnown: true}, true,
+			MPSContainer{GPUs: []GPU{g0, g1}, UID: 1000, UIDKnown: true}, true,
 			clientEnv(MPSClient{pipe, 40, 1}), mounts, "", false, nil},
 		{"client UID 1000", &planner{answers: map[int]MPSClient{0: lsCap}}, MPSSetup{ClientUID: 1000},
 			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, true, clientEnv(lsCap), mounts[:1], "", false, nil},
+		{"root is no client, even as the client UID", &planner{answers: map[int]MPSClient{0: batchCap}},
+			MPSSetup{ClientUID: 0}, MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 0, UIDKnown: true}, false, pinned, nil,
+			"root", false, nil},
 
 		// No client.
 		{"planner: not on this GPU (LS untouched)", &planner{}, setup,
-			MPSContainer{GPUs: []GPU{g0}, UIDKnown: true, Env: podEnv}, false, nil, nil, "not available", false, nil},
+			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true, Env: podEnv}, false, nil, nil, "not available", false, nil},
 		{"planner: not on this GPU (batch pinned off MPS)", &planner{}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true, Env: podEnv}, false, pinned, nil,
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true, Env: podEnv}, false, pinned, nil,
 			"not available", false, nil},
 		{"one of two GPUs without MPS", &planner{answers: map[int]MPSClient{0: batchCap}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, UIDKnown: true}, false, pinned, nil, "not available",
+			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, UID: 1000, UIDKnown: true}, false, pinned, nil, "not available",
 			false, nil},
 		{"other UID", &planner{answers: map[int]MPSClient{0: batchCap}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, pinned, nil, "UID 1000",
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 2000, UIDKnown: true}, false, pinned, nil, "UID 2000",
 			false, nil},
 		{"unknown UID", &planner{answers: map[int]MPSClient{0: lsCap}}, setup,
 			MPSContainer{GPUs: []GPU{g0}}, false, nil, nil, "unknown", false, nil},
 		{"LS planner error: starts without MPS", &planner{err: errors.New("boom")}, setup,
-			MPSContainer{GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "planning failed", true, nil},
+			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "planning failed", true, nil},
 		{"LS unsafe answer: starts without MPS", &planner{answers: map[int]MPSClient{0: {PipeDir: pipe}}}, setup,
-			MPSContainer{GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "planning failed", true, nil},
+			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "planning failed", true, nil},
 		{"batch without GPU but with MPS env: pinned", &planner{}, setup,
-			MPSContainer{Batch: true, UIDKnown: true, Env: podEnv}, false, pinned, nil, "", false, nil},
+			MPSContainer{Batch: true, UID: 1000, UIDKnown: true, Env: podEnv}, false, pinned, nil, "", false, nil},
 		{"batch without GPU or MPS env: untouched", &planner{}, setup,
-			MPSContainer{Batch: true, UIDKnown: true, Env: []string{"PATH=/bin"}}, false, nil, nil, "", false, nil},
+			MPSContainer{Batch: true, UID: 1000, UIDKnown: true, Env: []string{"PATH=/bin"}}, false, nil, nil, "", false, nil},
 		{"LS without GPU: untouched", &planner{}, setup, MPSContainer{Env: podEnv}, false, nil, nil, "", false, nil},
 
 		// Refused.
 		{"batch planner error", &planner{err: errors.New("boom")}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSPlanner},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSPlanner},
 		{"batch unlimited", &planner{answers: map[int]MPSClient{0: {pipe, 100, 1}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 		{"batch at LS priority", &planner{answers: map[int]MPSClient{0: {pipe, 25, 0}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 		{"cap 0", &planner{answers: map[int]MPSClient{0: {pipe, 0, 1}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 		{"priority 2", &planner{answers: map[int]MPSClient{0: {pipe, 20, 2}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 		{"relative pipe", &planner{answers: map[int]MPSClient{0: {"tmp/mps", 20, 1}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 		{"two pipe directories", &planner{answers: map[int]MPSClient{0: batchCap, 1: {"/run/mps", 20, 1}}}, setup,
-			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
+			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -26,14 +26,21 @@ const (
 	ModeRun Mode = "run"
 )
 
-// Defaults: NVIDIA's own defaults for the pipe and log directories.
+// Defaults: NVIDIA's own defaults for the pipe and log directories; a private shm
+// directory the daemon must be started with as its /dev/shm (docs/gpu.md); a
+// non-root client UID.
 const (
 	DefaultPipeDirectory = "/tmp/nvidia-mps"
 	DefaultLogDirectory  = "/var/log/nvidia-mps"
-	DefaultShmDirectory  = "/dev/shm"
+	DefaultShmDirectory  = "/run/nvidia-mps-shm"
 	DefaultControlBinary = "nvidia-cuda-mps-control"
 	DefaultCheckPeriod   = 5 * time.Second
+	DefaultClientUID     = 1000
 )
+
+// HostShm is the host's own POSIX shared memory directory, never an MPS shm
+// directory: every host process's shared memory is there.
+const HostShm = "/dev/shm"
 
 // maxPipeDirectory bounds the pipe directory: the daemon's socket <dir>/control
 // must fit a unix socket path (108 bytes with its terminating NUL), and the daemon
@@ -55,19 +62,22 @@ type Config struct {
 	LogDirectory string `json:"logDirectory,omitempty"`
 	// ShmDirectory is the host directory the daemon's servers see as /dev/shm; every
 	// client gets it bind-mounted at /dev/shm (MPS clients and their server talk
-	// through shared memory there). The host's /dev/shm for a daemon running in the
-	// host's mount namespace; /run/nvidia/mps/shm for NVIDIA's device plugin's.
+	// through shared memory there). A directory of its own: the daemon is started
+	// with it bind-mounted over its /dev/shm (docs/gpu.md); /run/nvidia/mps/shm for
+	// NVIDIA's device plugin's daemon. Never the host's /dev/shm.
 	ShmDirectory string `json:"shmDirectory,omitempty"`
 	// ControlBinary is the nvidia-cuda-mps-control executable: a name looked up in
 	// PATH, or an absolute path.
 	ControlBinary string `json:"controlBinary,omitempty"`
 	// CheckPeriod is how often the daemon is asked whether it still answers.
 	CheckPeriod metav1.Duration `json:"checkPeriod,omitempty"`
-	// ClientUID is the user ID every MPS client runs as. The control daemon runs one
-	// server per UID and only one at a time: a client of another UID waits at CUDA
-	// initialisation until every client of the running server has exited. A
-	// container that runs as another UID, or whose UID is unknown, is not made an
-	// MPS client (time-sliced; the freeze protects LS).
+	// ClientUID is the user ID every MPS client runs as (0 or unset: DefaultClientUID;
+	// root is never one). The control daemon runs one server per UID, with that UID,
+	// and only one at a time: a client of another UID waits at CUDA initialisation
+	// until every client of the running server has exited. A container that runs as
+	// another UID, as root, or whose UID is unknown, is not made an MPS client
+	// (time-sliced; the freeze protects LS). The agent never changes a container's
+	// user.
 	ClientUID int64 `json:"clientUID,omitempty"`
 }
 
@@ -91,6 +101,9 @@ func (c Config) WithDefaults() Config {
 	if c.CheckPeriod.Duration == 0 {
 		c.CheckPeriod.Duration = DefaultCheckPeriod
 	}
+	if c.ClientUID == 0 {
+		c.ClientUID = DefaultClientUID
+	}
 	return c
 }
 
@@ -111,6 +124,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s %q: %w", f.name, f.path, err)
 		}
 	}
+	if c.ShmDirectory == HostShm {
+		return fmt.Errorf("shmDirectory %q: the host's shared memory, readable and writable by every MPS client; "+
+			"start the control daemon with a directory of its own as its /dev/shm and name that (docs/gpu.md): %w",
+			c.ShmDirectory, ErrInvalidConfig)
+	}
 	if len(c.PipeDirectory) > maxPipeDirectory {
 		return fmt.Errorf("pipeDirectory %q: %d bytes, at most %d (its control socket must fit a unix socket path): %w",
 			c.PipeDirectory, len(c.PipeDirectory), maxPipeDirectory, ErrInvalidConfig)
@@ -118,6 +136,11 @@ func (c Config) Validate() error {
 	if c.PipeDirectory == c.ShmDirectory || c.PipeDirectory == c.LogDirectory {
 		return fmt.Errorf("pipeDirectory %q: must differ from logDirectory and shmDirectory: %w", c.PipeDirectory,
 			ErrInvalidConfig)
+	}
+	if within(c.PipeDirectory, c.ShmDirectory) || within(c.ShmDirectory, c.PipeDirectory) {
+		// Clients mount the shm directory read-write and the pipe directory read-only.
+		return fmt.Errorf("pipeDirectory %q and shmDirectory %q: neither may lie inside the other: %w",
+			c.PipeDirectory, c.ShmDirectory, ErrInvalidConfig)
 	}
 	if strings.ContainsAny(c.ControlBinary, " \t\n\x00") ||
 		strings.Contains(c.ControlBinary, "/") && absClean(c.ControlBinary) != nil {
@@ -127,10 +150,16 @@ func (c Config) Validate() error {
 	if p := c.CheckPeriod.Duration; p < 100*time.Millisecond || p > 10*time.Minute {
 		return fmt.Errorf("checkPeriod %v: must be within [100ms, 10m]: %w", p, ErrInvalidConfig)
 	}
-	if c.ClientUID < 0 || c.ClientUID > 1<<32-2 {
-		return fmt.Errorf("clientUID %d: want 0..4294967294: %w", c.ClientUID, ErrInvalidConfig)
+	if c.ClientUID < 1 || c.ClientUID > 1<<32-2 {
+		return fmt.Errorf("clientUID %d: want 1..4294967294 (0 or unset: %d): %w", c.ClientUID, DefaultClientUID,
+			ErrInvalidConfig)
 	}
 	return nil
+}
+
+// within reports whether clean absolute path p lies below dir.
+func within(p, dir string) bool {
+	return strings.HasPrefix(p, dir+"/")
 }
 
 // absClean accepts an absolute, clean path other than "/" without NUL or newline

@@ -21,6 +21,7 @@ func TestRealControlDaemon(t *testing.T) {
 	}
 	root := t.TempDir()
 	cfg := Config{Mode: ModeRun, PipeDirectory: filepath.Join(root, "pipe"), LogDirectory: filepath.Join(root, "log"),
+		ShmDirectory:  filepath.Join(root, "shm"),
 		ControlBinary: bin, CheckPeriod: metav1.Duration{Duration: 200 * time.Millisecond}}
 	find, err := New(Config{Mode: ModeFind, PipeDirectory: cfg.PipeDirectory, ControlBinary: bin}, nil)
 	if err != nil {

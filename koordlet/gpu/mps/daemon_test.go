@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,11 @@ import (
 )
 
 // fakeControl emulates nvidia-cuda-mps-control: -d creates the control FIFO and an
-// "alive" marker (the daemon), get_server_list answers while the marker exists,
-// quit removes both. Every call is appended to $CUDA_MPS_PIPE_DIRECTORY/../calls.
+// "alive" marker (the daemon) and, where the file shm-marker names a marker, writes
+// "control" to /dev/shm/<marker> and leaves a child (a server) that writes "server" to
+// /dev/shm/<marker>.server once the file go exists; get_server_list answers while the marker exists (server
+// 4242, whose clients and active thread percentage are the files clients and
+// percentage next to the pipe directory), quit removes both. Every call is appended to $CUDA_MPS_PIPE_DIRECTORY/../calls.
 const fakeControl = `#!/bin/sh
 dir="$CUDA_MPS_PIPE_DIRECTORY"
 calls="$(dirname "$dir")/calls"
@@ -27,6 +31,13 @@ if [ "$1" = "-d" ]; then
 	echo "-d log=$CUDA_MPS_LOG_DIRECTORY" >>"$calls"
 	[ -e "$(dirname "$dir")/fail-start" ] && { echo "cannot start" >&2; exit 1; }
 	rm -f "$dir/control"; mkfifo "$dir/control"; : >"$dir/alive"
+	root="$(dirname "$dir")"
+	if [ -e "$root/shm-marker" ]; then
+		marker="/dev/shm/$(cat "$root/shm-marker")"
+		echo control >"$marker"
+		( i=0; while [ ! -e "$root/go" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+		  echo server >"$marker.server" ) >/dev/null 2>&1 </dev/null &
+	fi
 	exit 0
 fi
 read -r cmd
@@ -34,6 +45,8 @@ echo "$cmd" >>"$calls"
 if [ ! -e "$dir/alive" ]; then echo "Cannot find MPS control daemon process" >&2; exit 1; fi
 case "$cmd" in
 get_server_list) echo 4242 ;;
+"get_client_list 4242") cat "$(dirname "$dir")/clients" 2>/dev/null ;;
+"get_active_thread_percentage 4242") cat "$(dirname "$dir")/percentage" 2>/dev/null || exit 1 ;;
 quit) rm -f "$dir/alive" "$dir/control" ;;
 *) exit 1 ;;
 esac
@@ -53,7 +66,7 @@ func newFake(t *testing.T, mode Mode) *fake {
 	}
 	f := &fake{root: root, pipe: filepath.Join(root, "pipe")}
 	f.cfg = Config{Mode: mode, PipeDirectory: f.pipe, LogDirectory: filepath.Join(root, "log"),
-		ControlBinary: bin, CheckPeriod: metav1.Duration{Duration: 100 * time.Millisecond}}
+		ShmDirectory: filepath.Join(root, "shm"), ControlBinary: bin, CheckPeriod: metav1.Duration{Duration: 100 * time.Millisecond}}
 	return f
 }
 
@@ -64,7 +77,7 @@ func (f *fake) daemonRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := New(Config{Mode: ModeRun, PipeDirectory: f.pipe, LogDirectory: f.cfg.LogDirectory,
-		ControlBinary: f.cfg.ControlBinary}, nil)
+		ShmDirectory: f.cfg.ShmDirectory, ControlBinary: f.cfg.ControlBinary}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +177,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestFindUsesARunningDaemonAndNeverStopsIt(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	f := newFake(t, ModeFind)
 	f.daemonRunning(t)
 	r := start(t, f.cfg)
@@ -188,6 +202,7 @@ func TestFindUsesARunningDaemonAndNeverStopsIt(t *testing.T) {
 
 func TestFindWithoutDaemonIsNotReady(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	f := newFake(t, ModeFind)
 	// A stale socket from a killed daemon does not count: only an answer does.
 	if err := os.MkdirAll(f.pipe, 0o755); err != nil {
@@ -219,6 +234,7 @@ func TestFindWithoutDaemonIsNotReady(t *testing.T) {
 
 func TestRunStartsRestartsAndQuitsItsOwnDaemon(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	f := newFake(t, ModeRun)
 	r := start(t, f.cfg)
 	waitFor(t, "ready", r.d.Ready)
@@ -249,6 +265,7 @@ func TestRunStartsRestartsAndQuitsItsOwnDaemon(t *testing.T) {
 
 func TestRunLeavesAForeignDaemonRunning(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	f := newFake(t, ModeRun)
 	f.daemonRunning(t)
 	r := start(t, f.cfg)
@@ -264,6 +281,7 @@ func TestRunLeavesAForeignDaemonRunning(t *testing.T) {
 
 func TestRunFailingStartIsNotReady(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	f := newFake(t, ModeRun)
 	if err := os.WriteFile(filepath.Join(f.root, "fail-start"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -314,7 +332,7 @@ func TestConfigValidate(t *testing.T) {
 		{"root shm", Config{ShmDirectory: "/"}, "shmDirectory"},
 		{"comma", Config{PipeDirectory: "/tmp/a,b"}, "pipeDirectory"},
 		{"pipe too long", Config{PipeDirectory: long}, "unix socket"},
-		{"pipe is shm", Config{PipeDirectory: "/dev/shm"}, "differ"},
+		{"pipe is shm", Config{PipeDirectory: "/run/mps", ShmDirectory: "/run/mps"}, "differ"},
 		{"binary relative path", Config{ControlBinary: "bin/nvidia-cuda-mps-control"}, "controlBinary"},
 		{"binary with space", Config{ControlBinary: "nvidia-cuda-mps-control -d"}, "controlBinary"},
 		{"period too short", Config{CheckPeriod: metav1.Duration{Duration: time.Millisecond}}, "checkPeriod"},
@@ -336,5 +354,73 @@ func TestConfigValidate(t *testing.T) {
 		d.ShmDirectory != DefaultShmDirectory || d.ControlBinary != DefaultControlBinary ||
 		d.CheckPeriod.Duration != DefaultCheckPeriod {
 		t.Fatalf("WithDefaults = %+v", d)
+	}
+}
+
+// TestDaemonListsServerClients: while the daemon answers, each check lists its servers
+// with their clients and active thread percentage (what confirms a client's cap from
+// outside it); a malformed answer keeps the last list and says why.
+func TestDaemonListsServerClients(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	f := newFake(t, ModeFind)
+	f.daemonRunning(t)
+	write := func(name, s string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(f.root, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("clients", "100\n200\n")
+	write("percentage", "25.0\n")
+	r := start(t, f.cfg)
+	waitFor(t, "a server list", func() bool { return r.d.Servers().Gen > 0 })
+	l := r.d.Servers()
+	if len(l.Servers) != 1 || l.Servers[0].PID != 4242 || l.Servers[0].ActiveThreadPercent != 25 ||
+		!slices.Equal(l.Servers[0].Clients, []int{100, 200}) || l.Err != "" {
+		t.Fatalf("Servers() = %+v", l)
+	}
+	// The daemon stops answering the percentage: unknown (0), the clients still listed.
+	if err := os.Remove(filepath.Join(f.root, "percentage")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a list without the percentage", func() bool {
+		l := r.d.Servers()
+		return len(l.Servers) == 1 && l.Servers[0].ActiveThreadPercent == 0
+	})
+	// A malformed client list: the last list is kept, with why.
+	write("clients", "100\nnot-a-pid\n")
+	waitFor(t, "the error", func() bool { return strings.Contains(r.d.Servers().Err, "not-a-pid") })
+	if l := r.d.Servers(); len(l.Servers) != 1 || len(l.Servers[0].Clients) != 2 {
+		t.Fatalf("the last list was not kept: %+v", l)
+	}
+}
+
+func TestParsePIDList(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		out  string
+		most int
+		want []int
+		ok   bool
+	}{
+		{"empty", "", 4, nil, true},
+		{"lines and blanks", "12\n\n 34 \n", 4, []int{12, 34}, true},
+		{"zero", "0\n", 4, nil, false},
+		{"negative", "-1\n", 4, nil, false},
+		{"a word", "Cannot find\n", 4, nil, false},
+		{"too many", "1\n2\n3\n", 2, nil, false},
+		{"too large", "99999999999\n", 4, nil, false},
+		{"too long", strings.Repeat("1\n", 40<<10), 1 << 20, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParsePIDList(tc.out, tc.most)
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrMalformedList)) || !slices.Equal(got, tc.want) {
+				t.Fatalf("ParsePIDList = %v, %v", got, err)
+			}
+		})
 	}
 }
