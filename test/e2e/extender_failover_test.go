@@ -18,6 +18,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
@@ -144,27 +145,16 @@ func (lr *leaderRoute) set(es *discoveryv1.EndpointSlice) {
 	lr.target.Store(&url.URL{Scheme: "http", Host: es.Endpoints[0].Addresses[0] + ":" + strconv.Itoa(int(*es.Ports[0].Port))})
 }
 
-// TestExtenderFailover runs two replicas of cmd/scheduler-extender with leader
-// election against a real kube-apiserver and kube-scheduler, kube-scheduler
-// reaching the leader through the EndpointSlice the leader writes. Under a
-// steady stream of GPU pods (whole GPUs and shares) and two-member gangs, the
-// leader is stopped 10 times (SIGKILL and SIGTERM in turn); each time the
-// standby must lead and serve within 15 s, and a fresh standby takes the old
-// one's place. No GPU device is ever booked beyond 1000 milli (a whole GPU is
-// 1000) by the pods bound at any moment, as the API shows them, and the last
-// leader's index agrees with the pods' devices annotations.
-func TestExtenderFailover(t *testing.T) {
-	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 5*time.Minute)
+// startHAExtenders starts replica a and waits until it leads, then replica b
+// and waits until it refuses as a's standby, then kube-scheduler reaching the
+// leader through the Service's EndpointSlice (startLeaderRoute). bBarrier is
+// the pod ("namespace/name") on which b writes its catch-up barrier when it
+// takes over, or "" for b to list the bound pods; a always lists them.
+func startHAExtenders(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, bin, bBarrier string) ([2]*haReplica, *cluster) {
+	t.Helper()
 	ip := hostIP(t)
-	// b catches up through the barrier on its pod, a by listing the bound
-	// pods: the failovers alternate between the two ways.
-	barrierPod := controlplane.NewPod(failoverNS, "extender-b", nil)
-	barrierPod.Spec.SchedulerName = "understory-e2e-nobody"
-	if _, err := cp.Client().CoreV1().Pods(failoverNS).Create(ctx, barrierPod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	replicas := [2]*haReplica{newHAReplica(t, "a", bin, cp.Kubeconfig(), ip, ""),
-		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip, failoverNS+"/"+barrierPod.Name)}
+		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip, bBarrier)}
 	replicas[0].start(t, ctx)
 	testenv.WaitFor(t, 30*time.Second, "a leading", func() bool {
 		code, _ := replicas[0].probe(ctx, "/readyz")
@@ -185,7 +175,28 @@ func TestExtenderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp.StartScheduler(t, cfg)
-	c := &cluster{ctx: ctx, cp: cp}
+	return replicas, &cluster{ctx: ctx, cp: cp}
+}
+
+// TestExtenderFailover runs two replicas of cmd/scheduler-extender with leader
+// election against a real kube-apiserver and kube-scheduler, kube-scheduler
+// reaching the leader through the EndpointSlice the leader writes. Under a
+// steady stream of GPU pods (whole GPUs and shares) and two-member gangs, the
+// leader is stopped 10 times (SIGKILL and SIGTERM in turn); each time the
+// standby must lead and serve within 15 s, and a fresh standby takes the old
+// one's place. No GPU device is ever booked beyond 1000 milli (a whole GPU is
+// 1000) by the pods bound at any moment, as the API shows them, and the last
+// leader's index agrees with the pods' devices annotations.
+func TestExtenderFailover(t *testing.T) {
+	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 5*time.Minute)
+	// b catches up through the barrier on its pod, a by listing the bound
+	// pods: the failovers alternate between the two ways.
+	barrierPod := controlplane.NewPod(failoverNS, "extender-b", nil)
+	barrierPod.Spec.SchedulerName = "understory-e2e-nobody"
+	if _, err := cp.Client().CoreV1().Pods(failoverNS).Create(ctx, barrierPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicas, c := startHAExtenders(t, ctx, cp, bin, failoverNS+"/"+barrierPod.Name)
 
 	const (
 		ns        = "e2e-failover"
@@ -260,14 +271,16 @@ func TestExtenderFailover(t *testing.T) {
 		t.Errorf("devices double-booked or invalid across %d failovers:\n%s", failovers, strings.Join(violations, "\n"))
 	}
 	held := checkDevicesAgree(t, ctx, cp.Client(), ns, func() extender.Status { return replicas[leader].status(t, ctx) })
+	checkStreamBookings(t, held, live)
 	t.Logf("%d pods bound (%d gangs created) across %d failovers, the slowest %v; %d device bookings live at the end",
 		binds, stream.gangs.Load(), failovers, worst.Round(time.Millisecond), held)
 }
 
 // failoverStream creates a GPU pod every 100 ms (whole GPUs and shares; every
-// fifth a gang of two whole-GPU members, Koordinator's annotations) while
-// fewer than live exist; once live exist, the oldest bound one is deleted
-// first.
+// fifth a gang of two whole-GPU members, Koordinator's annotations), never more
+// than live at once: before it creates a pod or a gang, it deletes the oldest
+// ones, once bound, until the new ones fit, and waits while the oldest is
+// not bound yet.
 type failoverStream struct {
 	quit  chan struct{}
 	done  chan struct{}
@@ -283,36 +296,11 @@ func startFailoverStream(c *cluster, ns string, live int) *failoverStream {
 	go func() {
 		defer close(s.done)
 		client := c.cp.Client().CoreV1().Pods(ns)
-		zero := int64(0)
 		for i := 0; ; i++ {
 			select {
 			case <-s.quit:
 				return
 			case <-time.After(100 * time.Millisecond):
-			}
-			s.mu.Lock()
-			alive := len(s.names)
-			oldest := ""
-			if alive > 0 {
-				oldest = s.names[0]
-			}
-			s.mu.Unlock()
-			if alive >= live {
-				p, err := client.Get(c.ctx, oldest, metav1.GetOptions{})
-				if err != nil {
-					s.fail(err)
-					return
-				}
-				if p.Spec.NodeName == "" {
-					continue // not bound yet: wait
-				}
-				if err := client.Delete(c.ctx, oldest, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-					s.fail(err)
-					return
-				}
-				s.mu.Lock()
-				s.names = s.names[1:]
-				s.mu.Unlock()
 			}
 			var specs []podSpec
 			if i%5 == 4 {
@@ -321,11 +309,21 @@ func startFailoverStream(c *cluster, ns string, live int) *failoverStream {
 					specs = append(specs, podSpec{name: fmt.Sprintf("%s-%d", g, m), gpus: 1, annotations: map[string]string{
 						extender.AnnotationKoordinatorName: g, extender.AnnotationKoordinatorMinAvailable: "2"}})
 				}
-				s.gangs.Add(1)
 			} else {
 				sp := shapes[i%len(shapes)]
 				sp.name = fmt.Sprintf("s-%03d", i)
 				specs = append(specs, sp)
+			}
+			room, err := s.makeRoom(c.ctx, client, live-len(specs))
+			if err != nil {
+				s.fail(err)
+				return
+			}
+			if !room {
+				continue // the oldest is not bound yet: wait
+			}
+			if len(specs) == 2 {
+				s.gangs.Add(1)
 			}
 			for _, sp := range specs {
 				if _, err := client.Create(c.ctx, newPod(ns, sp), metav1.CreateOptions{}); err != nil {
@@ -339,6 +337,38 @@ func startFailoverStream(c *cluster, ns string, live int) *failoverStream {
 		}
 	}()
 	return s
+}
+
+// makeRoom deletes the stream's oldest pods (grace 0: the fake nodes have no
+// kubelet to finish a graceful delete) until at most keep are alive; false,
+// with fewer deleted than needed, when the oldest one is not bound yet.
+func (s *failoverStream) makeRoom(ctx context.Context, client typedcorev1.PodInterface, keep int) (bool, error) {
+	zero := int64(0)
+	for {
+		s.mu.Lock()
+		alive := len(s.names)
+		oldest := ""
+		if alive > 0 {
+			oldest = s.names[0]
+		}
+		s.mu.Unlock()
+		if alive <= keep {
+			return true, nil
+		}
+		p, err := client.Get(ctx, oldest, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName == "" {
+			return false, nil
+		}
+		if err := client.Delete(ctx, oldest, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			return false, err
+		}
+		s.mu.Lock()
+		s.names = s.names[1:]
+		s.mu.Unlock()
+	}
 }
 
 func (s *failoverStream) fail(err error) {
@@ -363,6 +393,16 @@ func (s *failoverStream) stop() {
 		close(s.quit)
 	}
 	<-s.done
+}
+
+// checkStreamBookings fails the test when held, the device bookings of the
+// stream's namespace left in the API, exceed what live pods of at most two
+// GPUs each can hold: the stream kept pods it should have deleted.
+func checkStreamBookings(t *testing.T, held, live int) {
+	t.Helper()
+	if held > 2*live {
+		t.Errorf("%d device bookings live at the end; %d pods of at most 2 GPUs each hold at most %d", held, live, 2*live)
+	}
 }
 
 func (s *failoverStream) alive() []string {

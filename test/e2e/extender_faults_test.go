@@ -162,7 +162,7 @@ func TestExtenderLostBindingAnswers(t *testing.T) {
 		members = append(members, m)
 	}
 	bound := c.waitBound(t, ns, c.create(t, ns, members...)...)
-	c.checkBoundWhole(t, ns, bound, binds(), minMember)
+	c.checkBoundWhole(t, ns, bound, binds, minMember)
 	c.checkGangAdmitted(t, ns, minMember)
 
 	lost := proxy.lostAnswers()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
 // pause stops the process (SIGSTOP: it keeps its sockets and its state, and
@@ -46,46 +45,18 @@ func (e *extenderProcess) pause(t *testing.T) (exited <-chan struct{}, resume fu
 // agrees with the pods' devices annotations.
 func TestLeaderPausesNoDoubleBooking(t *testing.T) {
 	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 4*time.Minute)
-	ip := hostIP(t)
-	replicas := [2]*haReplica{newHAReplica(t, "a", bin, cp.Kubeconfig(), ip, ""),
-		newHAReplica(t, "b", bin, cp.Kubeconfig(), ip, "")}
-	replicas[0].start(t, ctx)
-	testenv.WaitFor(t, 30*time.Second, "a leading", func() bool {
-		code, _ := replicas[0].probe(ctx, "/readyz")
-		return code == http.StatusOK
-	})
-	replicas[1].start(t, ctx)
-	testenv.WaitFor(t, 10*time.Second, "standby b refusing, naming leader a-1", func() bool {
-		code, body := replicas[1].probe(ctx, "/readyz")
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "standby: leader is a-1")
-	})
-	route := startLeaderRoute(t, ctx, cp)
-	manifest, err := extenderharness.ReadManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := extenderharness.SchedulerConfig(manifest, route.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.StartScheduler(t, cfg)
-	c := &cluster{ctx: ctx, cp: cp}
+	replicas, c := startHAExtenders(t, ctx, cp, bin, "")
 
 	const (
 		ns     = "e2e-leaderpause"
 		pauses = 10
-		live   = 8 // pods alive at once (a gang counts its members): at most 16 GPUs of 64
+		live   = 8 // pods alive at once (a gang counts its members): at most 16 GPUs of 24
 	)
 	if err := cp.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	// More nodes than the failover test: a pause costs more of the stream's
-	// time than a kill, and the stream's deleted pods may stay bound a while.
-	specs := make([]nodeSpec, 16)
-	for i := range specs {
-		specs[i] = nodeSpec{4, modelA100}
-	}
-	nodes := c.nodes(t, ns, specs...)
+	nodes := c.nodes(t, ns, nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100},
+		nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100})
 	gpus := map[string]int{}
 	for _, n := range nodes {
 		gpus[n] = 4
@@ -149,6 +120,7 @@ func TestLeaderPausesNoDoubleBooking(t *testing.T) {
 		t.Errorf("devices double-booked or invalid across %d leader pauses:\n%s", pauses, strings.Join(violations, "\n"))
 	}
 	held := checkDevicesAgree(t, ctx, cp.Client(), ns, func() extender.Status { return replicas[leader].status(t, ctx) })
+	checkStreamBookings(t, held, live)
 	t.Logf("%d pods bound (%d gangs created) across %d leader pauses; %d device bookings live at the end",
 		binds, stream.gangs.Load(), pauses, held)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/testenv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -467,20 +468,33 @@ func (g gangCase) run(t *testing.T, c *cluster, ns string) {
 			t.Errorf("device %s holds %d milli", dev, m)
 		}
 	}
-	c.checkBoundWhole(t, ns, bound, binds(), g.minMember)
+	c.checkBoundWhole(t, ns, bound, binds, g.minMember)
 	c.checkGangAdmitted(t, ns, g.minMember)
 }
 
 // checkBoundWhole asserts that the first minMember members to be bound were
 // all bound only after the last of them had reached the extender's bind: no
 // Binding was created before the whole gang was at bind.
-func (c *cluster) checkBoundWhole(t *testing.T, ns string, bound map[string]*corev1.Pod, boundAt map[string]time.Time, minMember int) {
+// binds is watchBinds' reader: the watch may deliver a bind after a Get has shown
+// it, so the check first waits until the watch has seen every bound pod.
+func (c *cluster) checkBoundWhole(t *testing.T, ns string, bound map[string]*corev1.Pod, binds func() map[string]time.Time, minMember int) {
 	t.Helper()
+	var boundAt map[string]time.Time
+	missing := ""
+	if !testenv.Poll(10*time.Second, func() bool {
+		boundAt, missing = binds(), ""
+		for n := range bound {
+			if boundAt[n].IsZero() {
+				missing = n
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the watch saw no bind of %s within 10s of the API showing it bound", missing)
+	}
 	names := make([]string, 0, len(bound))
 	for n := range bound {
-		if boundAt[n].IsZero() {
-			t.Fatalf("the watch saw no bind of %s", n)
-		}
 		names = append(names, n)
 	}
 	slices.SortFunc(names, func(a, b string) int { return boundAt[a].Compare(boundAt[b]) })
@@ -554,7 +568,7 @@ func testGangWaitsForCapacity(t *testing.T, c *cluster, ns string) {
 	for _, p := range bound {
 		c.checkThroughExtender(t, p)
 	}
-	c.checkBoundWhole(t, ns, bound, binds(), minMember)
+	c.checkBoundWhole(t, ns, bound, binds, minMember)
 	c.checkGangAdmitted(t, ns, minMember)
 	blocker, err := c.cp.Client().CoreV1().Pods(ns).Get(c.ctx, "blocker-1", metav1.GetOptions{})
 	if err != nil {
