@@ -97,7 +97,18 @@ func TestQuotaFollowerPolicy(t *testing.T) {
 		_, err := c.Resource(wls).Namespace(kueueTenantA).Patch(ctx, name, types.MergePatchType, mergePatch(t, body), metav1.PatchOptions{})
 		return err
 	}
+	// Both policies are picked up asynchronously: wait for each (a dry-run probe for
+	// the tenant's fence, so that the probe itself creates nothing).
 	waitPolicy(t, ctx, func() error { return updateQueue("unfollowed", quota(contract.ResourceBatchCPU, "1")) })
+	waitPolicy(t, ctx, func() error {
+		_, err := tenant.Resource(wls).Namespace(kueueTenantA).Create(ctx,
+			policyWorkload("w-probe", map[string]any{kueuequota.LabelEvicted: "true"}),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && !strings.Contains(err.Error(), "(rule quota-evicted-writer)") {
+			return nil // refused by something else (RBAC still settling): keep waiting
+		}
+		return err
+	})
 
 	// What the follower does.
 	if err := updateQueue(kueueTenantA, quota(contract.ResourceBatchCPU, "3500")); err != nil {
