@@ -187,17 +187,21 @@ func ValidatePod(r PodRequest, rules Rules) error {
 			}
 		}
 	}
-	if err := checkGPUDevicesWriter(r, rules.GPUDevicesWriters); err != nil {
-		errs = append(errs, err)
-	}
-	for _, f := range []struct{ key, rule string }{
-		{contract.AnnotationGangState, RuleGangStateWriter},
-		{contract.AnnotationExtenderCatchUp, RuleCatchUpWriter},
+	// The pod annotations only their writers may carry at CREATE or add, change or
+	// remove at UPDATE.
+	for _, f := range []struct {
+		key, rule, what string
+		writers         []string
+	}{
+		{contract.AnnotationGPUDevices, RuleGPUDevicesWriter, "set or change it, when it binds the pod",
+			rules.GPUDevicesWriters},
+		{contract.AnnotationGangState, RuleGangStateWriter, "set or change it", rules.ExtenderAnnotationWriters},
+		{contract.AnnotationExtenderCatchUp, RuleCatchUpWriter, "set or change it", rules.ExtenderAnnotationWriters},
 	} {
-		if changesAnnotation(r, f.key) && !slices.Contains(rules.ExtenderAnnotationWriters, r.Username) {
-			errs = append(errs, fmt.Errorf("metadata.annotations[%s]: only the scheduler extender (%s) may set or "+
-				"change it; not %q (rule %s)", f.key, strings.Join(rules.ExtenderAnnotationWriters, ", "), r.Username,
-				f.rule))
+		if changesAnnotation(r, f.key) {
+			if err := writerError(f.key, f.rule, f.writers, r.Username, f.what); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if r.Operation == admissionv1.Update && changesAnnotation(r, contract.AnnotationOriginalResources) {
@@ -264,26 +268,6 @@ func asksGPUShare(p *corev1.Pod) bool {
 	return false
 }
 
-// checkGPUDevicesWriter refuses a pod CREATE that carries understory.io/gpu-devices,
-// or an UPDATE that adds, changes or removes it, unless the requester is one of
-// writers.
-func checkGPUDevicesWriter(r PodRequest, writers []string) error {
-	v, has := r.Pod.Annotations[contract.AnnotationGPUDevices]
-	switch r.Operation {
-	case admissionv1.Create:
-		if !has {
-			return nil
-		}
-	case admissionv1.Update:
-		if ov, oldHas := r.Old.Annotations[contract.AnnotationGPUDevices]; has == oldHas && v == ov {
-			return nil
-		}
-	default:
-		return nil
-	}
-	return gpuDevicesWriterError(r.Username, writers, "set or change it")
-}
-
 // ValidateBinding is the Go form of the ValidatingAdmissionPolicy
 // understory-gpu-devices-binding: a Binding (pods/binding or bindings CREATE) may carry
 // understory.io/gpu-devices, which kube-apiserver copies onto the pod, only from one
@@ -296,20 +280,21 @@ func ValidateBinding(b *corev1.Binding, username string, rules Rules) error {
 	if _, has := b.Annotations[contract.AnnotationGPUDevices]; !has {
 		return nil
 	}
-	if err := gpuDevicesWriterError(username, rules.GPUDevicesWriters, "set it in a Binding"); err != nil {
+	if err := writerError(contract.AnnotationGPUDevices, RuleGPUDevicesWriter, rules.GPUDevicesWriters, username,
+		"set it in a Binding, when it binds the pod"); err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return nil
 }
 
-// gpuDevicesWriterError is nil when username is one of writers.
-func gpuDevicesWriterError(username string, writers []string, what string) error {
+// writerError is nil when username is one of writers, the scheduler extender's
+// identities; otherwise it refuses, by rule, what username did to annotation key.
+func writerError(key, rule string, writers []string, username, what string) error {
 	if slices.Contains(writers, username) {
 		return nil
 	}
-	return fmt.Errorf("metadata.annotations[%s]: only the scheduler extender (%s) may %s, when it binds the "+
-		"pod; not %q (rule %s)", contract.AnnotationGPUDevices, strings.Join(writers, ", "), what, username,
-		RuleGPUDevicesWriter)
+	return fmt.Errorf("metadata.annotations[%s]: only the scheduler extender (%s) may %s; not %q (rule %s)",
+		key, strings.Join(writers, ", "), what, username, rule)
 }
 
 // ParseGangMinMember parses a gang minimum: decimal digits only (no sign, no

@@ -68,9 +68,13 @@ func (g *Group) useV1Freezer() bool {
 
 func (g *Group) freezerDir() string { return g.h.freezerDir + "/" + g.rel }
 
-func (g *Group) v1FreezerState() (string, error) {
+func (g *Group) v1FreezerState() (string, error) { return readV1FreezerState(g.freezerDir()) }
+
+// readV1FreezerState reads the v1 freezer.state of the group at dir: FROZEN, FREEZING
+// or THAWED.
+func readV1FreezerState(dir string) (string, error) {
 	var buf [16]byte // "FREEZING\n" is the longest state
-	n, err := readSmall(g.freezerDir(), fileFreezerState, buf[:])
+	n, err := readSmall(dir, fileFreezerState, buf[:])
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +86,7 @@ func (g *Group) v1FreezerState() (string, error) {
 	case "THAWED":
 		return "THAWED", nil
 	default:
-		return "", classifyMalformed(g.freezerDir(), fileFreezerState, fmt.Errorf("unknown state %q", b))
+		return "", classifyMalformed(dir, fileFreezerState, fmt.Errorf("unknown state %q", b))
 	}
 }
 

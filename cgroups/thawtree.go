@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // ThawTree thaws every cgroup at or below rel that is frozen or asked to freeze, in
@@ -38,8 +37,8 @@ func (h *Hierarchy) ThawTree(ctx context.Context, rel string) ([]string, error) 
 	}
 	seen := map[string]bool{}
 	var thawed []string
-	delay := time.Millisecond
-	for first := true; ; first = false {
+	first := true
+	err = poll(ctx, func() (bool, string, error) {
 		var still []string
 		present := false
 		for _, t := range trees {
@@ -48,7 +47,7 @@ func (h *Hierarchy) ThawTree(ctx context.Context, rel string) ([]string, error) 
 				continue // not in this hierarchy (or removed since the last pass)
 			}
 			if err != nil {
-				return thawed, err
+				return false, "", err
 			}
 			present = true
 			for _, p := range th {
@@ -60,21 +59,12 @@ func (h *Hierarchy) ThawTree(ctx context.Context, rel string) ([]string, error) 
 			still = append(still, st...)
 		}
 		if first && !present && len(trees) > 0 {
-			return nil, fmt.Errorf("thawing below cgroup %s: %w", rel, ErrNotExist)
+			return false, "", fmt.Errorf("thawing below cgroup %s: %w", rel, ErrNotExist)
 		}
-		if len(still) == 0 {
-			return thawed, nil
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return thawed, fmt.Errorf("thawing below cgroup %s: still frozen: %s: %w: %w", rel,
-				strings.Join(still, ", "), ErrTimeout, ctx.Err())
-		case <-t.C:
-		}
-		delay = min(2*delay, 20*time.Millisecond)
-	}
+		first = false
+		return len(still) == 0, "frozen: " + strings.Join(still, ", "), nil
+	}, "thawing below", rel)
+	return thawed, err
 }
 
 // freezerTree is one hierarchy's freezer: a v1 freezer mount or a cgroup2 mount.
@@ -155,16 +145,16 @@ func (t freezerTree) thawValue() string {
 // that thaws it is then a no-op, and the parent's thaw, earlier in the walk, frees it),
 // v2 cgroup.freeze 1.
 func (t freezerTree) asked(dir string) (bool, error) {
+	if t.v1 {
+		s, err := readV1FreezerState(dir)
+		return err == nil && s != v1State(false), err
+	}
 	var buf [16]byte
-	n, err := readSmall(dir, t.freezeFile(), buf[:])
+	n, err := readSmall(dir, fileFreeze, buf[:])
 	if err != nil {
 		return false, err
 	}
-	v := strings.TrimSpace(string(buf[:n]))
-	if t.v1 {
-		return v != v1State(false), nil
-	}
-	return v == v2Freeze(true), nil
+	return strings.TrimSpace(string(buf[:n])) == v2Freeze(true), nil
 }
 
 // frozen reports whether the kernel reports the group at dir frozen: v1 freezer.state

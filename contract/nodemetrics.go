@@ -532,6 +532,15 @@ func (m NodeMetrics) Age(now time.Time) time.Duration {
 	return 0
 }
 
+// DefaultMetricsMaxAge and DefaultMetricsMaxSkew are the readers' default bounds for
+// Fresh: the scheduler extender's and the Kueue quota follower's -metrics-max-age and
+// -metrics-max-skew, equal so that both see the same nodes as live. An agent rewrites an
+// unchanged document every nodeMetricsReport.maxInterval (2 min by default).
+const (
+	DefaultMetricsMaxAge  = 5 * time.Minute
+	DefaultMetricsMaxSkew = 10 * time.Second
+)
+
 // Fresh reports whether m is usable at now: no older than maxAge, and stamped at most
 // maxSkew in the future. A timestamp further ahead (a node clock ahead of the reader's,
 // or a forged or corrupted value, say a year ahead) would otherwise read as fresh for

@@ -67,6 +67,10 @@ type Deps struct {
 	// Signals opens the LS harm signal source; nil: signals.Open, which picks the best of
 	// eBPF, PSI and sampling from cfg.Signals.Mode.
 	Signals SignalOpener
+	// ThawedAtStart says the caller's ThawAtStart, on this configuration's cgroup
+	// roots, thawed everything a previous run left frozen: New does not walk the
+	// kubepods tree again.
+	ThawedAtStart bool
 }
 
 // Agent is the node agent: every period it samples usage (sampler), decides the batch
@@ -199,11 +203,13 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A crashed run may have left batch frozen: thaw first, then decide again. The
-	// caller thawed already, before anything could fail; this covers callers that did
-	// not. A tier still frozen is thawed again by the next period that does not freeze.
-	if _, err := thawLeftFrozen(context.Background(), hier, cfg.KubeletCgroupRoot, log); err != nil {
-		a.act.tierFrozen = true
+	// A crashed run may have left batch frozen: thaw first, then decide again, unless
+	// the caller thawed already, before anything could fail. A tier still frozen is
+	// thawed again by the next period that does not freeze.
+	if !deps.ThawedAtStart {
+		if _, err := thawLeftFrozen(context.Background(), hier, cfg.KubeletCgroupRoot, log); err != nil {
+			a.act.tierFrozen = true
+		}
 	}
 	a.rediscover()
 	if err := a.newGPU(context.Background(), deps.GPU); err != nil {

@@ -157,15 +157,17 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 // the cgroups path of batch containers.
 func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	orig := ctr.GetLinux().GetCgroupsPath()
-	kpod, c := p.classifyPod(ctx, pod)
+	kpod, batch := p.classifyPod(ctx, pod)
 	var adj *api.ContainerAdjustment
 	if p.pods != nil {
 		var err error
-		if adj, err = p.gpuAdjust(pod, kpod, ctr, c.batch); err != nil {
+		if adj, err = p.gpuAdjust(pod, kpod, ctr, batch); err != nil {
 			return nil, nil, err
 		}
 	}
-	if !c.move || orig == "" {
+	// Only a known batch pod moves below the tier: one unknown to the pod source (nil)
+	// stays where kubelet put it.
+	if !batch || kpod == nil || orig == "" {
 		return adj, nil, nil
 	}
 	newPath, err := tierContainerPath(p.layout.driver, p.layout.tier, pod.GetUid(), orig)
@@ -182,15 +184,6 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	return adj, nil, nil
 }
 
-// nriClass is how the plugin treats a container's pod.
-type nriClass struct {
-	// batch: the pod is of the batch class, or unknown (MPS: a batch client's cap and
-	// priority, never LS's).
-	batch bool
-	// move: place its containers below the tier (a known batch pod only).
-	move bool
-}
-
 // classifyPod classifies the container's pod as the agent does: qos.Classify on the
 // pod from the agent's pod source (lookupPod waits for one it does not list yet).
 // A pod still unknown after the wait gets the most restrictive treatment that
@@ -198,8 +191,9 @@ type nriClass struct {
 // kubelet put them, where the agent, once its source lists the pod, bounds it in
 // place if it is batch. Without a pod source (GPU handling off) the sandbox's labels,
 // annotations and cgroup parent stand in for the pod. It returns the pod (nil when
-// unknown).
-func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev1.Pod, nriClass) {
+// unknown) and whether it is treated as batch (an unknown one is, for MPS: a batch
+// client's cap and priority, never LS's).
+func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev1.Pod, bool) {
 	who := sb.GetNamespace() + "/" + sb.GetName()
 	var kpod *corev1.Pod
 	if p.pods == nil {
@@ -207,14 +201,13 @@ func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev
 	} else if kpod = p.lookupPod(ctx, sb); kpod == nil {
 		p.log.Warn("pod not in the agent's pod source in time; treated as batch for MPS, container left where kubelet put it",
 			"pod", who, "uid", sb.GetUid(), "waited", p.podWait)
-		return nil, nriClass{batch: true}
+		return nil, true
 	}
 	class, err := qos.Classify(kpod)
 	if err != nil {
 		p.log.Warn("invalid QoS annotation", "pod", who, "class", class, "err", err)
 	}
-	batch := class == qos.ClassBatch
-	return kpod, nriClass{batch: batch, move: batch}
+	return kpod, class == qos.ClassBatch
 }
 
 // gpuAdjust is the GPU part of a container's creation: its devices, its device
@@ -274,17 +267,27 @@ func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Con
 // (devices.Visible); "" leaves it. Only a pod of a trusted namespace, as the agent's
 // pod source has it, keeps a value its own spec sets.
 func (p *NRIPlugin) visible(kpod *corev1.Pod, ctr *api.Container, shared []devices.GPU) string {
+	return devices.Visible(devices.VisibleContainer{Pod: kpod, Container: ctr.GetName(), Shared: shared,
+		Env: ctr.GetEnv(), CDI: cdiNames(ctr), CDIKind: p.gpuCfg.CDIKind, Inventory: p.inventory(),
+		TrustSpec: kpod != nil && slices.Contains(p.trustedVisibility, kpod.Namespace)})
+}
+
+// inventory is the node's GPUs (none without an inventory).
+func (p *NRIPlugin) inventory() []devices.GPU {
+	if p.gpus == nil {
+		return nil
+	}
+	return p.gpus.GPUs()
+}
+
+// cdiNames are the names of the CDI devices the container already has (the device
+// plugin's).
+func cdiNames(ctr *api.Container) []string {
 	var cdi []string
 	for _, c := range ctr.GetCDIDevices() {
 		cdi = append(cdi, c.GetName())
 	}
-	var inv []devices.GPU
-	if p.gpus != nil {
-		inv = p.gpus.GPUs()
-	}
-	return devices.Visible(devices.VisibleContainer{Pod: kpod, Container: ctr.GetName(), Shared: shared,
-		Env: ctr.GetEnv(), CDI: cdi, CDIKind: p.gpuCfg.CDIKind, Inventory: inv,
-		TrustSpec: kpod != nil && slices.Contains(p.trustedVisibility, kpod.Namespace)})
+	return cdi
 }
 
 // mpsClient decides the container's MPS client (devices.DecideMPS) on the devices
@@ -302,11 +305,7 @@ func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Con
 		case len(shared) > 0:
 			in.GPUs = shared
 		case whole && p.gpus != nil:
-			var cdi []string
-			for _, c := range ctr.GetCDIDevices() {
-				cdi = append(cdi, c.GetName())
-			}
-			in.GPUs = devices.WholeGPUs(ctr.GetEnv(), cdi, p.gpuCfg.CDIKind, p.gpus.GPUs())
+			in.GPUs = devices.WholeGPUs(ctr.GetEnv(), cdiNames(ctr), p.gpuCfg.CDIKind, p.gpus.GPUs())
 		}
 		// The runtime's user (the image's USER resolved) where it reports one, else
 		// the spec's runAsUser.
@@ -384,11 +383,7 @@ func (p *NRIPlugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
 		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
 			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
 	}
-	var inv []devices.GPU
-	if p.gpus != nil {
-		inv = p.gpus.GPUs()
-	}
-	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), inv)
+	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), p.inventory())
 	if err != nil {
 		return devices.Assignment{}, false, p.refuse(kpod, ctr.GetName(), devices.Reason(err), err)
 	}

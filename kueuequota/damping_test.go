@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // liveNode is node with its node-metrics stamped at ts.
@@ -126,19 +127,16 @@ func TestFollowerDampsDeactivations(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for i := 0; i < 4; {
-			n, err := fx.f.nodes.Get(fmt.Sprintf("n%d", i))
-			if err == nil && n.Annotations[contract.AnnotationNodeMetrics] != "" && n.Spec.Unschedulable == (cordoned && i < 2) {
-				if m, err := contract.DecodeNodeAnnotations(n.Annotations); err == nil && m.Timestamp.Equal(clock) {
-					i++
-					continue
+		for i := range 4 {
+			name := fmt.Sprintf("n%d", i)
+			testenv.WaitFor(t, 10*time.Second, "the informer to see "+name+" published at "+clock.String(), func() bool {
+				n, err := fx.f.nodes.Get(name)
+				if err != nil || n.Spec.Unschedulable != (cordoned && i < 2) {
+					return false
 				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the informer never saw node n%d published at %v", i, clock)
-			}
-			time.Sleep(5 * time.Millisecond)
+				m, err := contract.DecodeNodeAnnotations(n.Annotations)
+				return err == nil && m.Timestamp.Equal(clock)
+			})
 		}
 	}
 	inactive := func() int {

@@ -85,8 +85,9 @@ type Config struct {
 	// MetricsMaxAge and MetricsMaxSkew bound the agent's node-metrics document
 	// (contract.NodeMetrics.Fresh): a Node whose document is older than
 	// MetricsMaxAge, stamped more than MetricsMaxSkew ahead, or missing, has no live
-	// agent and counts 0. The defaults are the scheduler extender's
-	// (-metrics-max-age, -metrics-max-skew), so both see the same nodes as live.
+	// agent and counts 0. The defaults (contract.DefaultMetricsMaxAge,
+	// DefaultMetricsMaxSkew) are the scheduler extender's too, so both see the
+	// same nodes as live.
 	MetricsMaxAge  time.Duration
 	MetricsMaxSkew time.Duration
 	// Component names the Events' source.
@@ -95,7 +96,8 @@ type Config struct {
 
 // DefaultConfig: the four batch resources, flavor understory-batch, a pass every
 // 30 s, qos.DefaultQueueQuotaParams, eviction on after an excess of 2 min (four
-// passes), node-metrics older than 5 min (or 10 s ahead) counted as no agent.
+// passes), node-metrics older than 5 min (or 10 s ahead) counted as no agent
+// (contract's default bounds, the extender's).
 func DefaultConfig() Config {
 	return Config{
 		Resources:      []string{contract.ResourceBatchCPU, contract.ResourceBatchMemory, contract.ResourceGPUMilli, contract.ResourceGPU},
@@ -104,8 +106,8 @@ func DefaultConfig() Config {
 		Params:         qos.DefaultQueueQuotaParams(),
 		EvictOverQuota: true,
 		EvictAfter:     2 * time.Minute,
-		MetricsMaxAge:  5 * time.Minute,
-		MetricsMaxSkew: 10 * time.Second,
+		MetricsMaxAge:  contract.DefaultMetricsMaxAge,
+		MetricsMaxSkew: contract.DefaultMetricsMaxSkew,
 		Component:      "understory-kueue-quota",
 	}
 }

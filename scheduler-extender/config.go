@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -94,8 +95,8 @@ func DefaultConfig() Config {
 		WorkloadCoverage:  0,
 		WorkloadRefresh:   time.Minute,
 		NodeCacheCapable:  true,
-		MetricsMaxAge:     5 * time.Minute,
-		MetricsMaxSkew:    10 * time.Second,
+		MetricsMaxAge:     contract.DefaultMetricsMaxAge,
+		MetricsMaxSkew:    contract.DefaultMetricsMaxSkew,
 		AssumedTTL:        30 * time.Second,
 		GangPlanTTL:       60 * time.Second,
 		GangBindTimeout:   20 * time.Second,

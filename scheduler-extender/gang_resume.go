@@ -22,7 +22,8 @@ import (
 //
 // The annotation sits on the tenant's own pod, so a record is a claim, not a
 // fact: the admission policy keeps tenants from writing it, and the reader
-// honours only what an extender could have written (resumableRecord):
+// honours only what an extender could have written (resumableRecord,
+// resumePlanLocked):
 //   - its expiry: an extender writes write time + the gang's plan TTL, so a
 //     record expiring later than now + TTL + planClockSkew was not written by
 //     one and is refused; one within the skew (another replica's clock running
@@ -30,9 +31,9 @@ import (
 //     longer than the TTL from the moment it is resumed.
 //   - its id: ids are an extender's start time in nanoseconds plus a count,
 //     so an id later than now + planClockSkew was never issued and is refused.
-//   - each member's slot: a node this index knows, and exactly as many devices
-//     as the member requests GPUs (gpu-milli or whole GPUs); Node.Place then
-//     checks the devices exist and have the member's milli free.
+//   - each member's slot: exactly as many devices as the member requests GPUs
+//     (gpu-milli or whole GPUs); placing it then checks the node is known and
+//     the devices exist and have the member's milli free.
 
 // persistedPlan is one member's part of a plan, as its annotation records it.
 type persistedPlan struct {
@@ -105,18 +106,12 @@ func resumableRecord(pp *persistedPlan, now time.Time, ttl time.Duration) (time.
 	return pp.expires, true
 }
 
-// slotRecorded reports whether m's recorded slot is one an extender could
-// have planned for it: a known node and one device per GPU it requests.
-func (gs *Gangs) slotRecorded(m *podEntry) bool {
-	return len(m.persisted.devices) == m.req.NumGPU && gs.led.knows(m.persisted.node)
-}
-
 // resumePlanLocked reserves g's recorded plan again if it still applies: no
 // plan now, trigger's recorded plan within the bounds of resumableRecord, and
 // exactly the members the gang still needs pending with that plan, each slot
-// one an extender could have planned for the member (slotRecorded) and
-// fitting its node (Node.Place). ttl is the gang's plan TTL. Call with the
-// index lock held for writing.
+// one device per GPU the member requests (as an extender plans it) on a node
+// the index knows, fitting there (ledger.placeOn). ttl is the gang's plan TTL.
+// Call with the index lock held for writing.
 func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int, ttl time.Duration) bool {
 	pp := trigger.persisted
 	if g.plan != nil || g.planning || pp == nil || trigger.phase.holds() {
@@ -135,7 +130,7 @@ func (gs *Gangs) resumePlanLocked(g *gang, trigger *podEntry, minMember int, ttl
 		if m.persisted == nil || m.persisted.id != pp.id || m.phase.holds() || m.reqErr != nil {
 			continue
 		}
-		if !gs.slotRecorded(m) {
+		if len(m.persisted.devices) != m.req.NumGPU {
 			return false // a member's part was not written by an extender: none of it is
 		}
 		slots = append(slots, planSlot{p: m, node: m.persisted.node, devs: slices.Clone(m.persisted.devices)})

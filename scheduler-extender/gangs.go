@@ -60,8 +60,6 @@ type gangLedger interface {
 	// placeOn holds p on node with devs in phase if it fits; release frees it.
 	placeOn(p *podEntry, node string, devs []int, phase podPhase) error
 	release(p *podEntry)
-	// knows reports whether node is in the index.
-	knows(node string) bool
 }
 
 // policySource is the index's serving policy (scoring), for planning. Call

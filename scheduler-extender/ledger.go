@@ -206,8 +206,5 @@ func (l *ledger) placeOn(p *podEntry, node string, devs []int, phase podPhase) e
 	return l.place(p, e, devs, phase)
 }
 
-// knows reports whether the node named name is in the index. Call with the index lock held.
-func (l *ledger) knows(name string) bool { return l.nodes[name] != nil }
-
 // node is the node named name (nil when unknown). Call with the index lock held.
 func (l *ledger) node(name string) *nodeEntry { return l.nodes[name] }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/understory/understory/cgroups"
 )
 
 // TestDryRun runs the whole orchestration without a GPU, in short phases: real
@@ -23,21 +21,8 @@ import (
 // fake stand-ins launched inside their container cgroups.
 func TestDryRun(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("the dry run creates cgroups and runs the agent: root only")
-	}
 	const cgroupRoot = "/sys/fs/cgroup"
-	h, err := cgroups.Open(cgroupRoot)
-	if err != nil {
-		t.Skipf("no usable cgroup filesystem at %s: %v", cgroupRoot, err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The MPS section's stand-ins run as the MPS client UID, which must be able to
-	// execute this binary: go test's build directory is root's alone.
-	self = exposedCopy(t, self)
+	h, self := rootCgroupsSelf(t, cgroupRoot, "the dry run creates cgroups and runs the agent")
 	// The agent's MPS key exists once koordlet/gpu/mps is wired; before, none is written.
 	// With it, the MPS section runs too: the test agent starts no daemon (a control
 	// socket of the test's stands in for one), so its containers get no CUDA_MPS_* and
@@ -197,27 +182,4 @@ func TestDryRun(t *testing.T) {
 	if rel := strings.TrimPrefix(res.Host.KubeletRoot, "/"); rel == "" || h.Exists(rel) {
 		t.Errorf("the bench's cgroups %q were left behind", res.Host.KubeletRoot)
 	}
-}
-
-// exposedCopy copies the executable at path into a fresh directory every user may
-// enter, executable by every user, and removes it when t ends.
-func exposedCopy(t *testing.T, path string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "gpureal-dryrun-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, filepath.Base(path))
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }

@@ -16,18 +16,7 @@ import (
 // /dev/shm, the pipe directory read-only; the host's /dev/shm stays as it is.
 func TestLauncherMountsAndUser(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("the launcher joins a cgroup, mounts and switches users: root only")
-	}
-	h, err := cgroups.Open("/sys/fs/cgroup")
-	if err != nil {
-		t.Skipf("no usable cgroup filesystem: %v", err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	self = exposedCopy(t, self)
+	h, self := rootCgroupsSelf(t, "/sys/fs/cgroup", "the launcher joins a cgroup, mounts and switches users")
 	rel := fmt.Sprintf("understory-gpureal-launch-test-%d", os.Getpid())
 	if _, err := h.Create(rel); err != nil {
 		t.Fatal(err)
@@ -82,4 +71,46 @@ func TestLauncherRefusesMountsInTheHostNamespace(t *testing.T) {
 		!strings.Contains(err.Error(), "namespace") {
 		t.Fatalf("bindMounts in the test's own namespace = %v", err)
 	}
+}
+
+// rootCgroupsSelf skips t (what needs root) unless it runs as root with a usable cgroup
+// filesystem at cgroupRoot, and returns the hierarchy and a copy of the test binary the
+// MPS client UID may execute (go test's build directory is root's alone).
+func rootCgroupsSelf(t *testing.T, cgroupRoot, what string) (*cgroups.Hierarchy, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip(what + ": root only")
+	}
+	h, err := cgroups.Open(cgroupRoot)
+	if err != nil {
+		t.Skipf("no usable cgroup filesystem at %s: %v", cgroupRoot, err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, exposedCopy(t, self)
+}
+
+// exposedCopy copies the executable at path into a fresh directory every user may
+// enter, executable by every user, and removes it when t ends.
+func exposedCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpureal-dryrun-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }

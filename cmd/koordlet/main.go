@@ -89,7 +89,7 @@ func run() error {
 			thawCfg = koordlet.LenientConfig(configData)
 		}
 	}
-	_, _ = koordlet.ThawAtStart(context.Background(), override(thawCfg), log) // it logs what it did
+	_, thawErr := koordlet.ThawAtStart(context.Background(), override(thawCfg), log) // it logs what it did
 
 	cfg := koordlet.DefaultConfig()
 	if *configPath != "" {
@@ -115,7 +115,9 @@ func run() error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	deps := koordlet.Deps{Registry: reg, Logger: log}
+	// The start-up thaw read the same roots as cfg (it read them from the same file,
+	// with the same flags): New need not walk the tree again unless it failed.
+	deps := koordlet.Deps{Registry: reg, Logger: log, ThawedAtStart: thawErr == nil}
 
 	var runSource, runStatus func(context.Context) error
 	var runConditions func(context.Context)

@@ -188,31 +188,42 @@ func PodOfPID(procRoot string, pid uint32) (PodRef, error) {
 	if pid == 0 {
 		return PodRef{}, fmt.Errorf("pid 0: %w", ErrProcessGone)
 	}
-	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup")
-	f, err := os.Open(path)
+	data, err := readProcFile(procRoot, pid, "cgroup", maxProcCgroup, ErrMalformedCgroup, nil)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return PodRef{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
-		}
-		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxProcCgroup+1))
-	if err != nil {
-		// A process that exits while its file is open reads as ESRCH.
-		if errors.Is(err, syscall.ESRCH) {
-			return PodRef{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
-		}
-		return PodRef{}, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > maxProcCgroup {
-		return PodRef{}, fmt.Errorf("%s is larger than %d bytes: %w", path, maxProcCgroup, ErrMalformedCgroup)
+		return PodRef{}, err
 	}
 	ref, err := ParseProcCgroup(data)
 	if err != nil {
 		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	return ref, nil
+}
+
+// readProcFile reads <procRoot>/<pid>/<name>, at most most bytes, into buf[:0] (grown
+// as needed; nil allocates). A process without a /proc entry, or one that exits while
+// its file is open (ESRCH), yields ErrProcessGone; a longer file yields tooLarge.
+func readProcFile(procRoot string, pid uint32, name string, most int, tooLarge error, buf []byte) ([]byte, error) {
+	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), name)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return buf, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		}
+		return buf, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	b := bytes.NewBuffer(buf[:0])
+	_, err = b.ReadFrom(io.LimitReader(f, int64(most)+1))
+	data := b.Bytes()
+	switch {
+	case errors.Is(err, syscall.ESRCH):
+		return data, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+	case err != nil:
+		return data, fmt.Errorf("reading %s: %w", path, err)
+	case len(data) > most:
+		return data, fmt.Errorf("%s is larger than %d bytes: %w", path, most, tooLarge)
+	}
+	return data, nil
 }
 
 // ParseProcCgroup returns the pod (and container) named by the contents of a

@@ -3,13 +3,6 @@ package gpu
 import (
 	"bytes"
 	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strconv"
-	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -79,31 +72,18 @@ func ParseMPSEnviron(data []byte) MPSEnviron {
 	return e
 }
 
-// readMPSEnviron reads and parses <procRoot>/<pid>/environ. A process without a /proc
-// entry yields ErrProcessGone.
-func readMPSEnviron(procRoot string, pid uint32) (MPSEnviron, error) {
+// readMPSEnviron reads and parses <procRoot>/<pid>/environ into buf (scratch space,
+// returned grown for the next read). A process without a /proc entry yields
+// ErrProcessGone.
+func readMPSEnviron(procRoot string, pid uint32, buf []byte) (MPSEnviron, []byte, error) {
 	if procRoot == "" {
-		return MPSEnviron{}, errors.New("no proc root configured")
+		return MPSEnviron{}, buf, errors.New("no proc root configured")
 	}
-	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "environ")
-	f, err := os.Open(path)
+	data, err := readProcFile(procRoot, pid, "environ", maxEnviron, errEnvironTooLarge, buf)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return MPSEnviron{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
-		}
-		return MPSEnviron{}, fmt.Errorf("pid %d: %w", pid, err)
+		return MPSEnviron{}, data, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxEnviron+1))
-	switch {
-	case errors.Is(err, syscall.ESRCH):
-		return MPSEnviron{}, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
-	case err != nil:
-		return MPSEnviron{}, fmt.Errorf("reading %s: %w", path, err)
-	case len(data) > maxEnviron:
-		return MPSEnviron{}, fmt.Errorf("%s: %w (%d bytes)", path, errEnvironTooLarge, maxEnviron)
-	}
-	return ParseMPSEnviron(data), nil
+	return ParseMPSEnviron(data), data, nil
 }
 
 // mpsServerLister is the control daemon's view of its servers and their clients
@@ -125,11 +105,10 @@ type mpsEnvMark struct {
 
 // daemonClient is one client of the daemon's list, attributed once per list.
 type daemonClient struct {
-	pid       uint32
-	pod       PodRef
-	gone      bool
-	why       string // why it is of no pod ("" when it is)
-	serverCap float64
+	pid  uint32
+	pod  PodRef
+	gone bool
+	why  string // why it is of no pod ("" when it is)
 }
 
 // mpsCheck is the cap check's part of the levers (Run goroutine's own).
@@ -142,6 +121,7 @@ type mpsCheck struct {
 	clients   []daemonClient
 	serverCap map[uint32]float64 // client PID → its server's active thread percentage
 	obs       []qos.GPUMPSClientObs
+	buf       []byte // scratch for reading an environment
 }
 
 func newMPSCheck(srv mpsServer) mpsCheck {
@@ -160,7 +140,9 @@ func (l *leverState) clientEnv(pid uint32, fresh bool) mpsEnvMark {
 	e, ok := l.check.envs[pid]
 	if !ok || (fresh && e.readAt != l.step) {
 		e = mpsEnvMark{readAt: l.step}
-		env, err := readMPSEnviron(l.procRoot, pid)
+		var env MPSEnviron
+		var err error
+		env, l.check.buf, err = readMPSEnviron(l.procRoot, pid, l.check.buf)
 		switch {
 		case err == nil:
 			e.env = env
@@ -203,7 +185,7 @@ func (l *leverState) daemonList() {
 			if pid <= 0 || pid > maxPID {
 				continue
 			}
-			dc := daemonClient{pid: uint32(pid), serverCap: s.ActiveThreadPercent}
+			dc := daemonClient{pid: uint32(pid)}
 			ref, err := PodOfPID(l.procRoot, dc.pid)
 			switch {
 			case err == nil:

@@ -32,6 +32,22 @@ func writeEnviron(t *testing.T, procRoot string, pid uint32, env ...string) {
 	}
 }
 
+// newPlannedMPSRig is an mpsRig whose GPU 0 was seen with the MPS server alone and then
+// given an LS and a batch client; it checks the batch client's plan (25 %, priority 1),
+// the values the environments below are written against. It returns the server's
+// process.
+func newPlannedMPSRig(t *testing.T) (*mpsRig, Process) {
+	t.Helper()
+	r := newMPSRig(t)
+	server := Process{PID: mpsServerPID}
+	r.step(t, server)
+	r.plan(t, false)
+	if c := r.plan(t, true); c.ActiveThreadPercent != 25 || c.Priority != qos.GPUMPSBatchPriority {
+		t.Fatalf("batch client %+v, want 25 %% at priority %d", c, qos.GPUMPSBatchPriority)
+	}
+	return r, server
+}
+
 // TestManagerFreezesUncappedMPSClient: the agent checks each batch MPS client's cap and
 // priority from outside the tenant (its /proc/<pid>/environ, and the control daemon's
 // limit for its server). A batch client that runs above its planned cap, at a higher
@@ -80,11 +96,7 @@ func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := newMPSRig(t)
-			server := Process{PID: mpsServerPID}
-			r.step(t, server)
-			r.plan(t, false)
-			r.plan(t, true)
+			r, server := newPlannedMPSRig(t)
 			if tc.env == nil {
 				if err := os.MkdirAll(filepath.Join(r.procRoot, strconv.Itoa(batchPID), "environ"), 0o755); err != nil {
 					t.Fatal(err)
@@ -137,11 +149,7 @@ func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 // new environment is caught at the next full read.
 func TestMPSCapCheckReadsOnFullScrapes(t *testing.T) {
 	t.Parallel()
-	r := newMPSRig(t)
-	server := Process{PID: mpsServerPID}
-	r.step(t, server)
-	r.plan(t, false)
-	r.plan(t, true)
+	r, server := newPlannedMPSRig(t)
 	writeEnviron(t, r.procRoot, 200, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_CLIENT_PRIORITY=1")
 	if d := r.step(t, server, lsProc(45), batchProc); d.Lever != qos.GPULeverMPS || d.Frozen {
 		t.Fatalf("capped client: %+v", d)
@@ -203,20 +211,20 @@ func TestParseMPSEnviron(t *testing.T) {
 func TestReadMPSEnviron(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	if _, err := readMPSEnviron(root, 5); !errors.Is(err, ErrProcessGone) {
+	if _, _, err := readMPSEnviron(root, 5, nil); !errors.Is(err, ErrProcessGone) {
 		t.Fatalf("missing: %v", err)
 	}
 	writeEnviron(t, root, 6, strings.Repeat("X", maxEnviron))
-	if _, err := readMPSEnviron(root, 6); !errors.Is(err, errEnvironTooLarge) {
+	if _, _, err := readMPSEnviron(root, 6, nil); !errors.Is(err, errEnvironTooLarge) {
 		t.Fatalf("oversized: %v", err)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "7", "environ"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readMPSEnviron(root, 7); err == nil || errors.Is(err, ErrProcessGone) {
+	if _, _, err := readMPSEnviron(root, 7, nil); err == nil || errors.Is(err, ErrProcessGone) {
 		t.Fatalf("unreadable: %v", err)
 	}
-	if _, err := readMPSEnviron("", 7); err == nil || errors.Is(err, ErrProcessGone) {
+	if _, _, err := readMPSEnviron("", 7, nil); err == nil || errors.Is(err, ErrProcessGone) {
 		t.Fatalf("no proc root: %v", err)
 	}
 }

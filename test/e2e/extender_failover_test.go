@@ -203,18 +203,7 @@ func TestExtenderFailover(t *testing.T) {
 		failovers = 10
 		live      = 8 // pods alive at once (a gang counts its members): at most 16 GPUs of 24
 	)
-	if err := cp.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	nodes := c.nodes(t, ns, nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100},
-		nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100})
-	gpus := map[string]int{}
-	for _, n := range nodes {
-		gpus[n] = 4
-	}
-	w := watchDevices(t, c, ns, gpus)
-	stream := startFailoverStream(c, ns, live)
-	t.Cleanup(stream.stop)
+	w, stream := startStreamOnSixNodes(t, c, ns, live)
 
 	leader := 0
 	var worst time.Duration
@@ -261,17 +250,7 @@ func TestExtenderFailover(t *testing.T) {
 		old.start(t, ctx) // a fresh standby in its place
 		leader = 1 - leader
 	}
-	stream.stop()
-	if err := stream.err(); err != nil {
-		t.Fatalf("stream: %v", err)
-	}
-	c.waitBound(t, ns, stream.alive()...)
-	binds, violations := w.result()
-	if len(violations) > 0 {
-		t.Errorf("devices double-booked or invalid across %d failovers:\n%s", failovers, strings.Join(violations, "\n"))
-	}
-	held := checkDevicesAgree(t, ctx, cp.Client(), ns, func() extender.Status { return replicas[leader].status(t, ctx) })
-	checkStreamBookings(t, held, live)
+	binds, held := finishStream(t, c, ns, w, stream, replicas[leader], live, fmt.Sprintf("%d failovers", failovers))
 	t.Logf("%d pods bound (%d gangs created) across %d failovers, the slowest %v; %d device bookings live at the end",
 		binds, stream.gangs.Load(), failovers, worst.Round(time.Millisecond), held)
 }
@@ -288,6 +267,48 @@ type failoverStream struct {
 	names []string
 	e     error
 	gangs atomic.Int64
+}
+
+// finishStream stops the stream, waits for its live pods to bind, and checks the
+// whole run (what: "10 failovers"): no device double-booked or invalid, leader's
+// index agreeing with the pods' device annotations, at most the stream's bookings
+// left. It returns the binds seen and the bookings live at the end.
+func finishStream(t *testing.T, c *cluster, ns string, w *deviceWatch, stream *failoverStream, leader *haReplica,
+	live int, what string) (binds, held int) {
+	t.Helper()
+	stream.stop()
+	if err := stream.err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	c.waitBound(t, ns, stream.alive()...)
+	binds, violations := w.result()
+	if len(violations) > 0 {
+		t.Errorf("devices double-booked or invalid across %s:\n%s", what, strings.Join(violations, "\n"))
+	}
+	held = checkDevicesAgree(t, c.ctx, c.cp.Client(), ns, func() extender.Status { return leader.status(t, c.ctx) })
+	checkStreamBookings(t, held, live)
+	return binds, held
+}
+
+// startStreamOnSixNodes creates namespace ns with six 4-GPU nodes, watches their
+// devices and starts the failover stream of live pods there (stopped at cleanup).
+func startStreamOnSixNodes(t *testing.T, c *cluster, ns string, live int) (*deviceWatch, *failoverStream) {
+	t.Helper()
+	if err := c.cp.CreateNamespace(c.ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	specs := make([]nodeSpec, 6)
+	gpus := map[string]int{}
+	for i := range specs {
+		specs[i] = nodeSpec{4, modelA100}
+	}
+	for _, n := range c.nodes(t, ns, specs...) {
+		gpus[n] = 4
+	}
+	w := watchDevices(t, c, ns, gpus)
+	stream := startFailoverStream(c, ns, live)
+	t.Cleanup(stream.stop)
+	return w, stream
 }
 
 func startFailoverStream(c *cluster, ns string, live int) *failoverStream {

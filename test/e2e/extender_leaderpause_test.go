@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
@@ -10,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/internal/testenv"
-	extender "github.com/understory/understory/scheduler-extender"
 )
 
 // pause stops the process (SIGSTOP: it keeps its sockets and its state, and
@@ -52,18 +52,7 @@ func TestLeaderPausesNoDoubleBooking(t *testing.T) {
 		pauses = 10
 		live   = 8 // pods alive at once (a gang counts its members): at most 16 GPUs of 24
 	)
-	if err := cp.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	nodes := c.nodes(t, ns, nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100},
-		nodeSpec{4, modelA100}, nodeSpec{4, modelA100}, nodeSpec{4, modelA100})
-	gpus := map[string]int{}
-	for _, n := range nodes {
-		gpus[n] = 4
-	}
-	w := watchDevices(t, c, ns, gpus)
-	stream := startFailoverStream(c, ns, live)
-	t.Cleanup(stream.stop)
+	w, stream := startStreamOnSixNodes(t, c, ns, live)
 
 	leader := 0
 	for k := range pauses {
@@ -110,17 +99,7 @@ func TestLeaderPausesNoDoubleBooking(t *testing.T) {
 		old.start(t, ctx)
 		leader = 1 - leader
 	}
-	stream.stop()
-	if err := stream.err(); err != nil {
-		t.Fatalf("stream: %v", err)
-	}
-	c.waitBound(t, ns, stream.alive()...)
-	binds, violations := w.result()
-	if len(violations) > 0 {
-		t.Errorf("devices double-booked or invalid across %d leader pauses:\n%s", pauses, strings.Join(violations, "\n"))
-	}
-	held := checkDevicesAgree(t, ctx, cp.Client(), ns, func() extender.Status { return replicas[leader].status(t, ctx) })
-	checkStreamBookings(t, held, live)
+	binds, held := finishStream(t, c, ns, w, stream, replicas[leader], live, fmt.Sprintf("%d leader pauses", pauses))
 	t.Logf("%d pods bound (%d gangs created) across %d leader pauses; %d device bookings live at the end",
 		binds, stream.gangs.Load(), pauses, held)
 }

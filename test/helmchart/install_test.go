@@ -26,22 +26,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cp := controlplane.Start(ctx, t, controlplane.Options{})
-	home := t.TempDir()
-	helmRun := func(args ...string) string {
-		t.Helper()
-		args = append(args, "--kubeconfig", cp.Kubeconfig())
-		cmd := exec.CommandContext(ctx, helm, args...)
-		cmd.Env = append(cmd.Environ(),
-			"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-			"HELM_DATA_HOME="+filepath.Join(home, "data"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
-		return out.String()
-	}
+	helmRun := helmRunner(t, ctx, helm, cp.Kubeconfig())
 	secrets := cp.Client().CoreV1().Secrets(namespace)
 	secretData := func(name string) map[string][]byte {
 		t.Helper()
@@ -104,5 +89,26 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	crds := cp.Dynamic().Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	if _, err := crds.Get(ctx, "podgroups.scheduling.x-k8s.io", metav1.GetOptions{}); err != nil {
 		t.Errorf("after helm uninstall, the PodGroup CRD: %v; want it kept", err)
+	}
+}
+
+// helmRunner runs helm against kubeconfig with a home of its own (cache, config and
+// data under a temporary directory) and returns its output; a failure ends the test.
+func helmRunner(t *testing.T, ctx context.Context, helm, kubeconfig string) func(args ...string) string {
+	home := t.TempDir()
+	return func(args ...string) string {
+		t.Helper()
+		args = append(args, "--kubeconfig", kubeconfig)
+		cmd := exec.CommandContext(ctx, helm, args...)
+		cmd.Env = append(cmd.Environ(),
+			"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+			"HELM_DATA_HOME="+filepath.Join(home, "data"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String()
 	}
 }

@@ -1,12 +1,9 @@
 package helmchart_test
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,21 +64,7 @@ func TestKueueNamespacesNotReleaseObjects(t *testing.T) {
 		bin := kueueharness.Find(t) // Kueue's CRDs: the chart's ClusterQueues need them
 		cp := controlplane.Start(ctx, t, controlplane.Options{})
 		kueueharness.InstallCRDs(ctx, t, cp, bin)
-		home := t.TempDir()
-		helmRun := func(args ...string) {
-			t.Helper()
-			args = append(args, "--kubeconfig", cp.Kubeconfig())
-			cmd := exec.CommandContext(ctx, helm, args...)
-			cmd.Env = append(cmd.Environ(),
-				"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-				"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-				"HELM_DATA_HOME="+filepath.Join(home, "data"))
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
-			}
-		}
+		helmRun := helmRunner(t, ctx, helm, cp.Kubeconfig())
 		// The tenants' namespaces come first, from outside the chart (docs/kueue.md).
 		for _, ns := range kueueTenants {
 			if err := cp.CreateNamespace(ctx, ns); err != nil {

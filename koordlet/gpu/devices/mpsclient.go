@@ -8,13 +8,15 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/understory/understory/qos"
 )
 
 // Environment of an MPS client, and where clients mount the server's shared memory.
 const (
 	EnvMPSPipeDirectory          = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSClientPriority         = "CUDA_MPS_CLIENT_PRIORITY"
+	EnvMPSActiveThreadPercentage = qos.GPUMPSEnvActiveThreadPercentage
+	EnvMPSClientPriority         = qos.GPUMPSEnvClientPriority
 	// NoMPSPipeDirectory is where a batch container that is not the agent's MPS client
 	// is pointed: a path below /dev/null, where no daemon can listen, so its CUDA runs
 	// without MPS instead of joining a daemon (the agent's, at the default

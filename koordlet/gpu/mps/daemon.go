@@ -155,14 +155,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // check asks the daemon, starts one in mode run, and records and logs the outcome.
 func (d *Daemon) check(ctx context.Context) {
-	err := d.probe(ctx)
+	list, err := d.probe(ctx)
 	if err != nil && d.cfg.Mode == ModeRun && ctx.Err() == nil {
 		if d.started {
 			d.log.Warn("MPS control daemon the agent started stopped answering; starting another",
 				"pipeDirectory", d.cfg.PipeDirectory, "err", err)
 		}
 		d.started = false
-		if serr := d.start(ctx); serr != nil {
+		var serr error
+		if list, serr = d.start(ctx); serr != nil {
 			err = fmt.Errorf("%w; starting one: %w", err, serr)
 		} else {
 			err = nil
@@ -170,16 +171,17 @@ func (d *Daemon) check(ctx context.Context) {
 	}
 	d.set(err)
 	if err == nil {
-		d.listServers(ctx)
+		d.listServers(ctx, list)
 	}
 }
 
-// listServers asks the daemon for its servers, each server's clients and active thread
-// percentage, and stores the list (or, when that fails, why, keeping the last list).
-func (d *Daemon) listServers(ctx context.Context) {
+// listServers asks the daemon for each server's clients and active thread percentage,
+// serverList being its answer to get_server_list at this check, and stores the list
+// (or, when that fails, why, keeping the last list).
+func (d *Daemon) listServers(ctx context.Context, serverList string) {
 	last := d.Servers()
 	next := ServerList{Servers: last.Servers, Gen: last.Gen}
-	servers, err := d.readServers(ctx)
+	servers, err := d.readServers(ctx, serverList)
 	if err != nil {
 		next.Err = err.Error()
 		if last.Err != next.Err {
@@ -191,14 +193,10 @@ func (d *Daemon) listServers(ctx context.Context) {
 	d.servers.Store(&next)
 }
 
-// readServers runs get_server_list, then get_client_list and
+// readServers parses get_server_list's answer, then runs get_client_list and
 // get_active_thread_percentage for each server.
-func (d *Daemon) readServers(ctx context.Context) ([]Server, error) {
-	out, err := d.command(ctx, cmdServerList+"\n")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cmdServerList, err)
-	}
-	pids, err := ParsePIDList(out, maxServers)
+func (d *Daemon) readServers(ctx context.Context, serverList string) ([]Server, error) {
+	pids, err := ParsePIDList(serverList, maxServers)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cmdServerList, err)
 	}
@@ -281,59 +279,60 @@ func (d *Daemon) set(err error) {
 		"pipeDirectory", d.cfg.PipeDirectory, "err", err)
 }
 
-// probe returns nil when a control daemon answers at the pipe directory: its
-// control socket is there and get_server_list succeeds.
-func (d *Daemon) probe(ctx context.Context) error {
+// probe returns get_server_list's answer when a control daemon answers at the pipe
+// directory: its control socket is there and get_server_list succeeds.
+func (d *Daemon) probe(ctx context.Context) (string, error) {
 	sock := filepath.Join(d.cfg.PipeDirectory, controlSocket)
 	fi, err := os.Lstat(sock)
 	if err != nil {
-		return fmt.Errorf("no control socket: %w", err)
+		return "", fmt.Errorf("no control socket: %w", err)
 	}
 	if fi.Mode()&(os.ModeSocket|os.ModeNamedPipe) == 0 {
-		return fmt.Errorf("%s is a %v, not a socket", sock, fi.Mode().Type())
+		return "", fmt.Errorf("%s is a %v, not a socket", sock, fi.Mode().Type())
 	}
-	if _, err := d.command(ctx, cmdServerList+"\n"); err != nil {
-		return fmt.Errorf("control daemon does not answer: %w", err)
+	out, err := d.command(ctx, cmdServerList+"\n")
+	if err != nil {
+		return "", fmt.Errorf("control daemon does not answer: %w", err)
 	}
-	return nil
+	return out, nil
 }
 
 // start creates the shm directory, runs `<binary> -d` (it forks the daemon and
 // returns) in a mount namespace of its own with the shm directory over /dev/shm
 // (StartWithPrivateShm, through the agent's own binary), marks the daemon the
-// agent's, and waits for its first answer.
-func (d *Daemon) start(ctx context.Context) error {
+// agent's, and waits for its first answer (get_server_list's, returned).
+func (d *Daemon) start(ctx context.Context) (string, error) {
 	for _, dir := range []string{d.cfg.PipeDirectory, d.cfg.LogDirectory} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", dir, err)
+			return "", fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
 	if err := prepareShmDir(d.cfg.ShmDirectory, d.cfg.ClientUID); err != nil {
-		return err
+		return "", err
 	}
 	d.log.Info("starting MPS control daemon", "binary", d.cfg.ControlBinary, "pipeDirectory",
 		d.cfg.PipeDirectory, "logDirectory", d.cfg.LogDirectory, "shmDirectory", d.cfg.ShmDirectory)
 	// -d runs to its end even when shutdown comes meanwhile: a daemon forked by a
 	// killed -d would be nobody's.
 	if err := d.startDaemon(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("%s -d: %w", d.cfg.ControlBinary, err)
+		return "", fmt.Errorf("%s -d: %w", d.cfg.ControlBinary, err)
 	}
 	// Ours from now on, even if it never answers or shutdown comes first: quit it then.
 	d.started = true
 	deadline := time.Now().Add(startTimeout)
 	for {
-		err := d.probe(ctx)
+		list, err := d.probe(ctx)
 		if err == nil {
-			return nil
+			return list, nil
 		}
 		if !time.Now().Before(deadline) {
-			return fmt.Errorf("started daemon did not answer within %v: %w", startTimeout, err)
+			return "", fmt.Errorf("started daemon did not answer within %v: %w", startTimeout, err)
 		}
 		t := time.NewTimer(startPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return "", ctx.Err()
 		case <-t.C:
 		}
 	}

@@ -40,7 +40,8 @@ func TestRealControlDaemon(t *testing.T) {
 	t.Logf("control: %v", fi.Mode())
 	find.check(context.Background())
 	if !find.Ready() {
-		t.Fatalf("find: the agent's daemon does not answer: %v", find.probe(context.Background()))
+		_, err := find.probe(context.Background())
+		t.Fatalf("find: the agent's daemon does not answer: %v", err)
 	}
 	r.shutdown(t)
 	find.check(context.Background())

@@ -21,9 +21,10 @@ import (
 // fakeControl emulates nvidia-cuda-mps-control: -d creates the control FIFO and an
 // "alive" marker (the daemon) and, where the file shm-marker names a marker, writes
 // "control" to /dev/shm/<marker> and leaves a child (a server) that writes "server" to
-// /dev/shm/<marker>.server once the file go exists; get_server_list answers while the marker exists (server
-// 4242, whose clients and active thread percentage are the files clients and
-// percentage next to the pipe directory), quit removes both. Every call is appended to $CUDA_MPS_PIPE_DIRECTORY/../calls.
+// /dev/shm/<marker>.server once the file go exists; get_server_list answers while the
+// marker exists (server 4242, whose clients and active thread percentage are the files
+// clients and percentage next to the pipe directory), quit removes both. Every call is
+// appended to $CUDA_MPS_PIPE_DIRECTORY/../calls.
 const fakeControl = `#!/bin/sh
 dir="$CUDA_MPS_PIPE_DIRECTORY"
 calls="$(dirname "$dir")/calls"
@@ -81,7 +82,7 @@ func (f *fake) daemonRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.start(context.Background()); err != nil {
+	if _, err := d.start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +219,7 @@ func TestFindWithoutDaemonIsNotReady(t *testing.T) {
 	if d.Ready() {
 		t.Fatal("ready with a stale socket and no daemon")
 	}
-	if err := d.probe(context.Background()); err == nil || !strings.Contains(err.Error(), "Cannot find MPS") {
+	if _, err := d.probe(context.Background()); err == nil || !strings.Contains(err.Error(), "Cannot find MPS") {
 		t.Fatalf("probe = %v; want the binary's complaint", err)
 	}
 	// No socket at all: not ready without running the binary.
@@ -373,6 +374,17 @@ func TestDaemonListsServerClients(t *testing.T) {
 	}
 	write("clients", "100\n200\n")
 	write("percentage", "25.0\n")
+	// One check asks get_server_list once: its answer is both the liveness probe and
+	// the list of servers.
+	d, err := New(f.cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.count(t, cmdServerList)
+	d.check(context.Background())
+	if n := f.count(t, cmdServerList) - before; n != 1 || d.Servers().Gen != 1 {
+		t.Fatalf("one check: %d get_server_list calls, list %+v; want 1 and a list", n, d.Servers())
+	}
 	r := start(t, f.cfg)
 	waitFor(t, "a server list", func() bool { return r.d.Servers().Gen > 0 })
 	l := r.d.Servers()

@@ -32,10 +32,11 @@ var ErrPrivateShm = errors.New("cannot start the MPS control daemon with a priva
 
 // StartWithPrivateShm is the agent binary's hidden entry (its arguments after
 // ShmStartArg: SHM_DIR TARGET BINARY ARGS...). It runs in a mount namespace of its
-// own, made by its parent (it refuses to run in its parent's): it marks every mount private (nothing it mounts reaches the
-// host), binds SHM_DIR over TARGET (/dev/shm) without setuid, device or exec rights,
-// and executes BINARY ARGS in its place. The daemon BINARY -d forks, and its servers,
-// live in this namespace. It returns only on failure.
+// own, made by its parent (it refuses to run in its parent's): it marks every mount
+// private (nothing it mounts reaches the host), binds SHM_DIR over TARGET (/dev/shm)
+// without setuid, device or exec rights, and executes BINARY ARGS in its place. The
+// daemon BINARY -d forks, and its servers, live in this namespace. It returns only on
+// failure.
 func StartWithPrivateShm(args []string) error {
 	if len(args) < 3 {
 		return fmt.Errorf("want SHM_DIR TARGET BINARY [ARGS...], got %q: %w", args, ErrPrivateShm)
