@@ -102,8 +102,9 @@ func TrustedKeys() []TrustedKey {
 			Key: AnnotationGangState, Kind: KindPodAnnotation, Writers: []string{UserSchedulerExtender},
 			WrittenBy: "the scheduler extender, by pod patch, on each member of a committed gang plan",
 			Fence:     FenceWriters, Policy: "understory-pod-rules", Rule: "gang-state-writer",
-			Reader: "the extender resumes the plan after a restart; it honours a plan only for a complete gang " +
-				"whose expiry is at most its GangPlanTTL from the write",
+			Reader: "the extender resumes the plan after a restart, only for a complete gang whose record expires " +
+				"at most the gang's plan TTL (+5 s of clock skew) from now, clamped to now + TTL, with an id not " +
+				"in the future and one device per GPU each member requests, on a node the index knows",
 		},
 		{
 			Key: AnnotationExtenderCatchUp, Kind: KindPodAnnotation, Writers: []string{UserSchedulerExtender},
@@ -137,7 +138,9 @@ func TrustedKeys() []TrustedKey {
 			Key: LabelQuotaEvicted, Kind: KindWorkloadLabel, Writers: []string{UserQuotaFollower},
 			WrittenBy: "the Kueue quota follower, with spec.active=false, on a Workload it deactivates",
 			Fence:     FenceWriters, Policy: "understory-kueue-quota-workloads", Rule: "quota-evicted-writer",
-			Reader: "the quota follower reactivates only Workloads carrying it",
+			Reader: "the quota follower reactivates only Workloads carrying it with the value true, once Kueue " +
+				"holds no quota reservation for them (Kueue's own admission then decides); it removes the label " +
+				"as it reactivates",
 		},
 	}
 }

@@ -82,6 +82,7 @@ func TestExtenderEndToEnd(t *testing.T) {
 		{"Volcano gang of GPU shares is bound whole", gangCase{minMember: 2, members: 2, milli: 600, nodes: twoNodes(1, modelT4), dialect: extender.DialectVolcano}.run},
 		{"Koordinator gang is bound whole, extra member after", gangCase{minMember: 2, members: 3, gpus: 1, nodes: twoNodes(2, modelA100), dialect: extender.DialectKoordinator}.run},
 		{"gang that does not fit waits, then binds once capacity frees", testGangWaitsForCapacity},
+		{"a forged gang plan holds no GPU", testForgedGangPlan},
 	}
 	// The scenarios run at once, each from its own goroutine, and not through
 	// t.Parallel: parallel subtests wait for one of -parallel's slots
@@ -826,4 +827,44 @@ func checkInvariants(t *testing.T, c *cluster) {
 		t.Errorf("gang_transitions_total{event=bound} = %v, want >= 4 gangs", got)
 	}
 	t.Logf("%d GPU pods bound; extender calls %+v", gpuPods, calls)
+}
+
+// testForgedGangPlan: a pending one-member gang whose author wrote the extender's
+// plan record itself, holding all 4 GPUs of a node for ten years. The pod policy
+// refuses that write to anyone but the extender (TestSystemAnnotationsFenced); this
+// harness installs no policy, as on a cluster whose policy was removed, so the
+// extender's reader must bound it: a housekeeping pass does not resume the plan,
+// and a 1-GPU pod still binds to that node.
+func testForgedGangPlan(t *testing.T, c *cluster, ns string) {
+	node := c.nodes(t, ns, nodeSpec{4, modelA100})[0]
+	forged := memberSpec(extender.DialectKoordinator, 1, 0, 4, 0)
+	forged.name = "forged"
+	forged.annotations[extender.AnnotationGangState] = fmt.Sprintf("planned:1:%s:0,1,2,3:%d",
+		node, time.Now().Add(10*365*24*time.Hour).Unix())
+	p := newPod(ns, forged)
+	p.Spec.NodeSelector = map[string]string{groupLabel: ns + "-nowhere"} // kube-scheduler never places it
+	if _, err := c.cp.Client().CoreV1().Pods(ns).Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	key := ns + "/" + gangName
+	gang := func() (extender.GangStatus, bool) {
+		for _, g := range c.ext.Server().Status().Gangs {
+			if g.Gang == key {
+				return g, true
+			}
+		}
+		return extender.GangStatus{}, false
+	}
+	testenv.WaitFor(t, 30*time.Second, "the extender to index gang "+key, func() bool {
+		g, ok := gang()
+		return ok && g.Members == 1
+	})
+	c.ext.Server().Housekeep()
+	if g, _ := gang(); len(g.Plan) != 0 {
+		t.Fatalf("the forged plan was resumed: gang %s holds %v until %v", key, g.Plan, g.PlanExpiry)
+	}
+	c.create(t, ns, podSpec{name: "one-gpu", gpus: 1})
+	if got := c.waitBound(t, ns, "one-gpu")["one-gpu"].Spec.NodeName; got != node {
+		t.Errorf("one-gpu bound to %s, want %s (the group's only node)", got, node)
+	}
 }
