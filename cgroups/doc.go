@@ -1,15 +1,21 @@
-// Package cgroups is the agent's cgroup layer. It takes numbers and paths
-// and knows nothing of pods or policy: the caller says which relative path
-// to create, which weight, quota, idle flag, memory limit or freezer state
-// to apply, and reads CPU usage, throttling, OOM kills and pressure back. The root (/sys/fs/cgroup or
-// a host mount of it) is injected; tests pass t.TempDir().
+// Package cgroups is the agent's cgroup layer. The caller says which relative
+// path to create, which weight, quota, idle flag, memory limit or freezer state
+// to apply, and reads CPU usage, throttling, OOM kills and pressure back; the
+// package holds no policy. The root (/sys/fs/cgroup or a host mount of it) is
+// injected; tests pass t.TempDir().
+//
+// It also owns kubelet's cgroup naming, for both drivers (kubeletnames.go):
+// the paths of kubelet's QoS and pod cgroups and of the agent's tier (QOSPath,
+// PodPath, TierPathIn, TierPodPath), the cgroups path a runtime hands to runc
+// (ContainerCgroupsPath), systemd unit names (SliceUnit, SlicePath), and the
+// parsers that read a cgroup path or a sandbox's cgroup parent back into QoS
+// class, pod UID and container ID (ParseCgroupPath, ParsePodCgroupParent).
+// CleanPath validates any relative path before it is joined to a root.
 //
 // Layouts: v1 (controllers at root/cpu, root/cpuacct, ... either separate
 // mounts or a cpu,cpuacct co-mount with or without systemd's symlinks),
 // hybrid (v1 controllers plus a controller-less cgroup2 at root/unified) and
-// v2 (cgroup2 at root). Naming helpers (QOSPath, PodPath, TierPath) return
-// kubelet's exact names for both drivers; CleanPath validates any relative
-// path before it is joined to a root.
+// v2 (cgroup2 at root).
 //
 // Built on github.com/containerd/cgroups/v3 (cgroup1/cgroup2) for creating
 // groups (v1 memory included), adding processes, listing them, deleting,
@@ -58,9 +64,11 @@
 //     where already enabled.
 //   - The tier name must not contain "pod", in any case: kubelet's orphan
 //     cleanup takes every child of a QoS cgroup (kubepods included) whose name
-//     contains "pod" for a pod cgroup and deletes it when no such pod exists. It must not contain '_' either:
-//     with the systemd driver kubelet escapes '-' to '_' inside a component
-//     and would parse the slice back to a different name.
+//     contains "pod" for a pod cgroup and deletes it when no such pod exists.
+//     It must not contain '_' either: with the systemd driver kubelet escapes
+//     '-' to '_' inside a component and would parse the slice back to a
+//     different name. Nor may it be one of kubelet's own names (kubepods,
+//     burstable, besteffort): the tier would be kubelet's cgroup.
 //   - cpu.idle quirks (kernel >= 5.15, verified on 6.18): while idle=1,
 //     cpu.shares reads 3 and any weight write fails with EINVAL (ErrIdle);
 //     setting idle back to 0 resets cpu.shares to 1024, not to the previous

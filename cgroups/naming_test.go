@@ -275,3 +275,19 @@ func TestPodUIDFromDir(t *testing.T) {
 		})
 	}
 }
+
+// A tier named like one of kubelet's own cgroups would be that cgroup: "besteffort"
+// below kubepods is kubelet's BestEffort cgroup, whose cpu.idle the agent must never set.
+func TestTierPathInRejectsKubeletNames(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Driver{DriverCgroupfs, DriverSystemd} {
+		for _, q := range []KubeQOS{QOSGuaranteed, QOSBurstable, QOSBestEffort} {
+			for _, name := range []string{"kubepods", "burstable", "besteffort"} {
+				got, err := TierPathIn(d, q, name)
+				if !errors.Is(err, ErrInvalidPath) {
+					t.Errorf("TierPathIn(%s, %v, %q) = %q, %v; want ErrInvalidPath", d, q, name, got, err)
+				}
+			}
+		}
+	}
+}

@@ -464,15 +464,17 @@ func (p *NRIPlugin) Run(ctx context.Context, socket string) error {
 // podFromNRI builds the fields of a Pod that the sandbox carries: its name, labels
 // and annotations, and the Kubernetes QoS class from kubelet's cgroup parent. It
 // lacks the containers' resource requests: it names a pod in Events and stands in
-// for it only without a pod source.
+// for it only without a pod source. A parent that is no pod cgroup kubelet names
+// (nor one that hides its QoS cgroup) leaves the pod Guaranteed.
 func podFromNRI(pod *api.PodSandbox) *corev1.Pod {
 	q := corev1.PodQOSGuaranteed
-	parent := pod.GetLinux().GetCgroupParent()
-	switch {
-	case strings.Contains(parent, "besteffort"):
-		q = corev1.PodQOSBestEffort
-	case strings.Contains(parent, "burstable"):
-		q = corev1.PodQOSBurstable
+	if pc, err := cgroups.ParsePodCgroupParent(pod.GetLinux().GetCgroupParent()); err == nil {
+		switch pc.QOS {
+		case cgroups.QOSBestEffort:
+			q = corev1.PodQOSBestEffort
+		case cgroups.QOSBurstable:
+			q = corev1.PodQOSBurstable
+		}
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.GetName(), Namespace: pod.GetNamespace(), UID: types.UID(pod.GetUid()),
@@ -484,41 +486,24 @@ func podFromNRI(pod *api.PodSandbox) *corev1.Pod {
 // errBadCgroupsPath means the runtime gave a container cgroups path of an unknown form.
 var errBadCgroupsPath = errors.New("unrecognised container cgroups path")
 
-// nriPodCgroup is a batch pod's cgroup below the tier, relative to the hierarchy root:
-// cgroupfs "<tier>/pod<uid>", systemd "<tier dir>/<tier unit>-pod<uid_>.slice".
+// nriPodCgroup is a batch pod's cgroup below the tier, relative to the hierarchy root
+// (cgroups.TierPodPath).
 func nriPodCgroup(d cgroups.Driver, tier, uid string) (string, error) {
-	// PodPath validates the UID as kubelet-safe; its name is reused below the tier.
-	kubelet, err := cgroups.PodPath(d, cgroups.QOSBestEffort, uid)
-	if err != nil {
-		return "", err
-	}
-	if d == cgroups.DriverSystemd {
-		unit := strings.TrimSuffix(path.Base(tier), ".slice")
-		// kubelet's unit is "kubepods-besteffort-pod<uid_>.slice"; keep its "pod<uid_>.slice".
-		podUnit := strings.TrimPrefix(path.Base(kubelet), "kubepods-besteffort-")
-		return path.Join(tier, unit+"-"+podUnit), nil
-	}
-	return path.Join(tier, path.Base(kubelet)), nil
+	return cgroups.TierPodPath(d, tier, uid)
 }
 
-// tierContainerPath rewrites a container's runtime cgroups path to put it below the tier.
-// cgroupfs paths look like "/kubepods/besteffort/pod<uid>/<id>"; systemd ones like
-// "kubepods-besteffort-pod<uid_>.slice:cri-containerd:<id>".
+// tierContainerPath rewrites a container's runtime cgroups path to put it below the tier:
+// the same container (and, under systemd, the runtime's scope prefix) in the pod's
+// cgroup below the tier. cgroupfs paths look like "/kubepods/besteffort/pod<uid>/<id>";
+// systemd ones like "kubepods-besteffort-pod<uid_>.slice:cri-containerd:<id>".
 func tierContainerPath(d cgroups.Driver, tier, uid, orig string) (string, error) {
 	podCg, err := nriPodCgroup(d, tier, uid)
 	if err != nil {
 		return "", err
 	}
-	if d == cgroups.DriverSystemd {
-		parts := strings.SplitN(orig, ":", 3)
-		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
-			return "", fmt.Errorf("%q: %w", orig, errBadCgroupsPath)
-		}
-		return path.Base(podCg) + ":" + parts[1] + ":" + parts[2], nil
+	rc, err := cgroups.ParseContainerCgroupsPath(d, orig)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errBadCgroupsPath, err)
 	}
-	id := path.Base(orig)
-	if !strings.HasPrefix(orig, "/") || id == "/" || id == "." || strings.Contains(orig, "..") {
-		return "", fmt.Errorf("%q: %w", orig, errBadCgroupsPath)
-	}
-	return "/" + path.Join(podCg, id), nil
+	return cgroups.ContainerCgroupsPath(d, podCg, rc.Prefix, rc.ID)
 }

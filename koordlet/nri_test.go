@@ -597,3 +597,43 @@ func TestNRIMPSOffLeavesEnvironment(t *testing.T) {
 		t.Fatalf("relative shm directory accepted: %v", err)
 	}
 }
+
+// The QoS class of a sandbox comes from kubelet's cgroup parent read as kubelet names
+// it, under both drivers: a kubelet --cgroup-root or a pod UID that spells a QoS class
+// does not decide it.
+func TestPodFromNRIQOSClass(t *testing.T) {
+	t.Parallel()
+	const uid, esc = "0b5e6f1c-1111-4222-8333-444455556666", "0b5e6f1c_1111_4222_8333_444455556666"
+	for _, tc := range []struct {
+		name, parent string
+		want         corev1.PodQOSClass
+	}{
+		{"cgroupfs guaranteed", "/kubepods/pod" + uid, corev1.PodQOSGuaranteed},
+		{"cgroupfs burstable", "/kubepods/burstable/pod" + uid, corev1.PodQOSBurstable},
+		{"cgroupfs besteffort", "/kubepods/besteffort/pod" + uid, corev1.PodQOSBestEffort},
+		{"systemd guaranteed", "kubepods-pod" + esc + ".slice", corev1.PodQOSGuaranteed},
+		{"systemd burstable", "kubepods-burstable-pod" + esc + ".slice", corev1.PodQOSBurstable},
+		{"systemd besteffort", "kubepods-besteffort-pod" + esc + ".slice", corev1.PodQOSBestEffort},
+		{"cgroupfs kubelet root", "/node1/kubepods/burstable/pod" + uid, corev1.PodQOSBurstable},
+		{"systemd kubelet root", "kubelet-kubepods-besteffort-pod" + esc + ".slice", corev1.PodQOSBestEffort},
+		// Hostile: the class's name elsewhere in the parent.
+		{"cgroupfs root named besteffort", "/besteffort-nodes/kubepods/burstable/pod" + uid, corev1.PodQOSBurstable},
+		{"cgroupfs root named burstable", "/burstable/kubepods/pod" + uid, corev1.PodQOSGuaranteed},
+		{"systemd root named besteffort", "besteffort_nodes-kubepods-pod" + esc + ".slice", corev1.PodQOSGuaranteed},
+		{"uid spelling burstable", "/kubepods/podburstable-1", corev1.PodQOSGuaranteed},
+		{"systemd uid spelling besteffort", "kubepods-burstable-podbesteffort_1.slice", corev1.PodQOSBurstable},
+		// Not a pod cgroup kubelet names: the default, Guaranteed.
+		{"empty", "", corev1.PodQOSGuaranteed},
+		{"qos cgroup, no pod", "/kubepods/besteffort", corev1.PodQOSGuaranteed},
+		{"escaping uid", "/kubepods/besteffort/pod..", corev1.PodQOSGuaranteed},
+		{"foreign parent", "/machine/besteffort/pod" + uid, corev1.PodQOSGuaranteed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sb := &api.PodSandbox{Name: "p", Namespace: "ns", Uid: uid, Linux: &api.LinuxPodSandbox{CgroupParent: tc.parent}}
+			if got := podFromNRI(sb).Status.QOSClass; got != tc.want {
+				t.Fatalf("podFromNRI(parent %q) QoS = %s, want %s", tc.parent, got, tc.want)
+			}
+		})
+	}
+}

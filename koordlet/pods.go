@@ -164,7 +164,7 @@ func (l layout) podCgroups(class qos.Class, q cgroups.KubeQOS, uid types.UID) ([
 	if class != qos.ClassBatch {
 		return []string{l.join(kubelet)}, nil
 	}
-	tier, err := nriPodCgroup(l.driver, l.tier, string(uid))
+	tier, err := cgroups.TierPodPath(l.driver, l.tier, string(uid))
 	if err != nil {
 		return nil, err
 	}

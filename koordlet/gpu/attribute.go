@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/cgroups"
 )
 
 // Sentinels of ParseProcCgroup and PodOfPID. A process they cannot attribute is
@@ -170,13 +172,6 @@ func parseUint(b []byte) (uint64, bool) {
 // hierarchies plus the unified one, each path at most PATH_MAX (4096) bytes.
 const maxProcCgroup = 64 << 10
 
-// maxUIDLen bounds a pod UID (a Kubernetes UID is 36 bytes, a static pod's a
-// 32-byte hash); it matches cgroups.MaxNameLen.
-const maxUIDLen = 128
-
-// maxContainerIDLen bounds a container ID (runtimes use 64 hex digits).
-const maxContainerIDLen = 128
-
 // PodOfPID returns the pod of process pid, read from <procRoot>/<pid>/cgroup.
 // A process without a /proc entry yields ErrProcessGone (errors.Is(err,
 // fs.ErrNotExist) holds too); one outside pods ErrNotPod.
@@ -235,20 +230,15 @@ func readProcFile(procRoot string, pid uint32, name string, most int, tooLarge e
 // are where kubelet and the runtime place containers; the unified hierarchy may
 // show only systemd's view.
 //
-// The path is then searched, from the root down, for the first pod cgroup:
-// cgroupfs "kubepods/[burstable|besteffort/]pod<uid>", systemd
-// "kubepods[-<qos>]-pod<uid_>.slice" inside its parent slice, and the same shapes
-// below the agent's batch tier ("kubepods/understory-batch/pod<uid>",
-// "kubepods-understory_batch-pod<uid_>.slice", see koordlet's nriPodCgroup). The
-// first, outermost one is this node's pod: a nested one belongs to a kubelet
-// running inside a pod. The component after it is the container: "<id>",
-// "crio-<id>", or systemd's "cri-containerd-<id>.scope", "docker-<id>.scope",
-// "crio-<id>.scope"; anything else (conmon, a runtime's own group) leaves
-// ContainerID empty.
-//
-// Paths shown relative to the reader's cgroup namespace ("/../../besteffort/...",
-// when the agent runs in a private cgroup namespace) are accepted: the leading
-// ".." are dropped, and the kubepods ancestor need not be visible.
+// The path is then read with kubelet's naming for either driver
+// (cgroups.ParseCgroupPath): the first, outermost pod cgroup, kubelet's or one
+// below the agent's batch tier, is this node's pod (a nested one belongs to a
+// kubelet running inside a pod), and the component below it names the container
+// when a runtime named it ("<id>", "crio-<id>", "cri-containerd-<id>.scope", ...);
+// anything else (conmon, a runtime's own group) leaves ContainerID empty. Paths
+// shown relative to the reader's cgroup namespace ("/../../besteffort/...", when
+// the agent runs in a private cgroup namespace) are accepted: the leading ".." are
+// dropped, and the kubepods ancestor need not be visible.
 func ParseProcCgroup(data []byte) (PodRef, error) {
 	if len(data) > maxProcCgroup {
 		return PodRef{}, fmt.Errorf("%d bytes, more than %d: %w", len(data), maxProcCgroup, ErrMalformedCgroup)
@@ -342,127 +332,17 @@ func splitCgroupLine(line []byte) (id uint64, controllers, path string, err erro
 	return id, controllers, path, nil
 }
 
-// podFromPath finds the pod cgroup in an absolute cgroup path (see ParseProcCgroup).
+// podFromPath finds the pod cgroup in an absolute cgroup path with kubelet's naming
+// (cgroups.ParseCgroupPath).
 func podFromPath(path string) (PodRef, error) {
-	comps := make([]string, 0, 8)
-	relative := false
-	for c := range strings.SplitSeq(path, "/") {
-		switch {
-		case c == "":
-		case c == ".." && len(comps) == 0:
-			// Outside the reader's cgroup namespace: the ancestors are hidden.
-			relative = true
-		case c == "." || c == "..":
-			return PodRef{}, fmt.Errorf("cgroup path %q has a %q component: %w", clip(path), c, ErrMalformedCgroup)
-		default:
-			comps = append(comps, c)
-		}
+	pc, err := cgroups.ParseCgroupPath(path)
+	switch {
+	case errors.Is(err, cgroups.ErrInvalidPath):
+		return PodRef{}, fmt.Errorf("%w: %w", ErrMalformedCgroup, err)
+	case err != nil:
+		return PodRef{}, fmt.Errorf("%w: %w", ErrNotPod, err)
 	}
-	kubepods := relative
-	for i, c := range comps {
-		if c == "kubepods" {
-			kubepods = true // cgroupfs: pods live below it
-		}
-		uid, ok := podComponent(comps, i, kubepods, relative)
-		if !ok {
-			continue
-		}
-		ref := PodRef{UID: types.UID(uid)}
-		if i+1 < len(comps) {
-			ref.ContainerID = containerID(comps[i+1])
-		}
-		return ref, nil
-	}
-	return PodRef{}, fmt.Errorf("cgroup path %q: %w", clip(path), ErrNotPod)
-}
-
-// podComponent reports whether comps[i] names a pod cgroup and returns its UID.
-func podComponent(comps []string, i int, kubepods, relative bool) (string, bool) {
-	c := comps[i]
-	if base, ok := strings.CutSuffix(c, ".slice"); ok {
-		// systemd: "<prefix>-pod<uid_>.slice" inside "<prefix>.slice", where the
-		// prefix is kubelet's unit chain and names kubepods. The UID's '-' are
-		// escaped to '_' (kubelet's escaping), so the last "-pod" is the marker.
-		j := strings.LastIndex(base, "-pod")
-		if j <= 0 {
-			return "", false
-		}
-		prefix, escaped := base[:j], base[j+len("-pod"):]
-		if !hasUnitComponent(prefix, "kubepods") {
-			return "", false
-		}
-		if i > 0 {
-			if comps[i-1] != prefix+".slice" {
-				return "", false
-			}
-		} else if !relative {
-			return "", false
-		}
-		if !validUID(escaped, '_') {
-			return "", false
-		}
-		return strings.ReplaceAll(escaped, "_", "-"), true
-	}
-	// cgroupfs: "pod<uid>" somewhere below "kubepods".
-	uid, ok := strings.CutPrefix(c, "pod")
-	if !ok || !kubepods || !validUID(uid, '-') {
-		return "", false
-	}
-	return uid, true
-}
-
-// hasUnitComponent reports whether the '-'-separated systemd unit prefix has part.
-func hasUnitComponent(prefix, part string) bool {
-	for p := range strings.SplitSeq(prefix, "-") {
-		if p == part {
-			return true
-		}
-	}
-	return false
-}
-
-// validUID: 1..maxUIDLen bytes of [A-Za-z0-9] and sep (the form kubelet gives
-// the UID in cgroup names: '-' for cgroupfs, '_' for systemd). Kubernetes UIDs are
-// lowercase UUIDs; static pods' are hex hashes.
-func validUID(s string, sep byte) bool {
-	if s == "" || len(s) > maxUIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == sep:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// containerRuntimePrefixes are the runtimes' names for a container's cgroup,
-// with systemd's ".scope" already removed.
-var containerRuntimePrefixes = []string{"cri-containerd-", "docker-", "crio-"}
-
-// containerID returns the container ID in the name of a container's cgroup, or ""
-// when the name is not one (conmon's "crio-conmon-<id>.scope", a runtime's own
-// group).
-func containerID(c string) string {
-	c = strings.TrimSuffix(c, ".scope")
-	for _, p := range containerRuntimePrefixes {
-		if rest, ok := strings.CutPrefix(c, p); ok {
-			c = rest
-			break
-		}
-	}
-	if c == "" || len(c) > maxContainerIDLen {
-		return ""
-	}
-	for i := 0; i < len(c); i++ {
-		if b := c[i]; !(b >= '0' && b <= '9' || b >= 'a' && b <= 'f') {
-			return ""
-		}
-	}
-	return c
+	return PodRef{UID: types.UID(pc.UID), ContainerID: pc.ContainerID}, nil
 }
 
 // clip shortens outside input quoted in an error.

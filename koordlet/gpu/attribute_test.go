@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,6 +128,12 @@ func TestParseProcCgroup(t *testing.T) {
 		{"systemd slice without kubepods",
 			"0::/machine.slice/machine-pod" + podUIDEsc + ".slice\n", PodRef{}, ErrNotPod},
 		{"systemd empty uid", "0::/kubepods.slice/kubepods-pod.slice\n", PodRef{}, ErrNotPod},
+		// Only the shapes kubelet and the tier make: no pod at an unknown depth below
+		// kubepods, no slice chain with foreign parts.
+		{"cgroupfs unknown groups below kubepods", "0::/kubepods/a/b/pod" + podUID + "/" + ctrID + "\n", PodRef{}, ErrNotPod},
+		{"systemd foreign slice chain",
+			"0::/kubepods.slice/kubepods-a-b.slice/kubepods-a-b-pod" + podUIDEsc + ".slice/cri-containerd-" + ctrID + ".scope\n",
+			PodRef{}, ErrNotPod},
 		{"uid with a bad byte", "0::/kubepods/pod" + podUID + "+x/" + ctrID + "\n", PodRef{}, ErrNotPod},
 		{"uid too long", "0::/kubepods/pod" + strings.Repeat("a", 129) + "/" + ctrID + "\n", PodRef{}, ErrNotPod},
 		{"only other v1 controllers", "4:rdma:/\n1:name=systemd:/kubepods/pod" + podUID + "\n", PodRef{}, ErrNotPod},
@@ -242,6 +249,12 @@ func TestPodOfPIDReal(t *testing.T) {
 	}
 }
 
+// The forms a parsed pod UID and container ID take.
+var (
+	uidForm         = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
+	containerIDForm = regexp.MustCompile(`^[0-9a-f]{1,128}$`)
+)
+
 func FuzzParseProcCgroup(f *testing.F) {
 	for _, s := range []string{
 		"0::/kubepods/burstable/pod" + podUID + "/" + ctrID + "\n",
@@ -271,13 +284,13 @@ func FuzzParseProcCgroup(f *testing.F) {
 			return
 		}
 		uid := string(got.UID)
-		if !validUID(uid, '-') {
+		if !uidForm.MatchString(uid) {
 			t.Fatalf("accepted UID %q", uid)
 		}
 		if !strings.Contains(string(b), uid) && !strings.Contains(string(b), strings.ReplaceAll(uid, "-", "_")) {
 			t.Fatalf("UID %q is not in the input", uid)
 		}
-		if c := got.ContainerID; c != "" && (containerID(c) != c || !strings.Contains(string(b), c)) {
+		if c := got.ContainerID; c != "" && (!containerIDForm.MatchString(c) || !strings.Contains(string(b), c)) {
 			t.Fatalf("accepted container ID %q", c)
 		}
 	})
