@@ -348,7 +348,13 @@ func (a *Agent) housekeep(s sample) {
 		if _, err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
 			a.log.Error("recreating the batch tier", "err", err)
 		}
+	} else if a.act.reconcileTier(a.sampler.tierHeld) {
+		a.log.Warn("the batch tier lost SCHED_IDLE to another writer (systemd re-applying the slice's defaults?); setting it up again")
+		if _, err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
+			a.log.Error("setting the batch tier up again", "err", err)
+		}
 	}
+	a.act.reconcilePods(a.sampler.podsHeld)
 	a.gpuPodsStale = a.gpuPodsStale || a.sampler.cgroupChanged
 	a.sampler.cgroupChanged = false
 	if s.slow {

@@ -64,7 +64,12 @@ type sampler struct {
 	tierOK     bool
 	tierDemand demand
 	// tierGone: the tier was removed under the agent (recreate it).
-	tierGone   bool
+	tierGone bool
+	// tierGroup is the tier, loaded for the read-back; tierHeld what it holds this
+	// period and podsHeld what the batch pods hold (slow periods; readback.go).
+	tierGroup  *cgroups.Group
+	tierHeld   heldSettings
+	podsHeld   []podHeld
 	lastSample time.Time
 	ticks      uint64
 	// podsChanged: the pod set changed, read every pod next period; cgroupChanged: a
@@ -122,6 +127,11 @@ func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64)
 	fastLS := cpu.FastLS()
 	out.slow = s.ticks%slowEvery == 1 || s.podsChanged
 	s.podsChanged = false
+	s.readTierHeld(out.slow)
+	s.podsHeld = s.podsHeld[:0]
+	if out.slow {
+		s.readPodsHeld(pods)
+	}
 	cpu.Slow = out.slow
 	cpu.Pods = s.podBuf[:0]
 	for _, st := range pods {

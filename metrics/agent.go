@@ -37,6 +37,9 @@ const (
 	ActionQuotaClamped = "quota_clamped"
 	// ActionRestoreKubelet is a pod that left batch given back kubelet's cgroup values.
 	ActionRestoreKubelet = "restore_kubelet"
+	// ActionRewritten is a setting of the tier or a batch pod that another writer changed
+	// (systemd re-applying a unit's defaults on daemon-reload, say), written again.
+	ActionRewritten = "rewritten"
 )
 
 // Causes of a batch budget cut, the signal label of Agent.Cuts, Agent.CutReaction and
@@ -186,7 +189,7 @@ func NewAgent(reg prometheus.Registerer) (*Agent, error) {
 		m.Errors.WithLabelValues(k)
 	}
 	for _, a := range []string{ActionCut, ActionRestore, ActionPodSet, ActionMemoryCut, ActionMemoryCutRefused,
-		ActionRestoreKubelet, ActionQuotaClamped} {
+		ActionRestoreKubelet, ActionQuotaClamped, ActionRewritten} {
 		m.Actions.WithLabelValues(a)
 	}
 	for _, sig := range []string{SignalRunqueueDelay, SignalPSICPU, SignalPSIMemory, SignalUtilisation} {

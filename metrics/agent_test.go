@@ -37,6 +37,7 @@ understory_batch_actions_total{action="pod_setup"} 0
 understory_batch_actions_total{action="quota_clamped"} 0
 understory_batch_actions_total{action="restore"} 0
 understory_batch_actions_total{action="restore_kubelet"} 0
+understory_batch_actions_total{action="rewritten"} 0
 # HELP understory_batch_cpu_budget_cores CPU the agent currently lets batch pods use, in cores.
 # TYPE understory_batch_cpu_budget_cores gauge
 understory_batch_cpu_budget_cores 1.25

@@ -9,8 +9,9 @@
 #   vmlinuz, initrd.img   that kernel and Debian's initramfs, from the same root
 #   packages.txt          every package and version in the image (dpkg-query)
 # The guest boots with systemd.unified_cgroup_hierarchy=1 (cgroup v2 only). At boot it
-# mounts the run's payload disk (/dev/vdb, read-only) at /opt/understory and runs its
-# boot.sh (understory-payload.service), and a scratch disk (/dev/vdc) at /var/lib/understory-out.
+# mounts the run's payload disk (label us-payload, read-only) at /opt/understory and runs
+# its boot.sh (understory-payload.service), and a scratch disk (label us-scratch) at
+# /var/lib/understory-out.
 # The image has no network configuration: a run gives it a link to this host or none.
 # It installs qemu-system-x86, debootstrap and e2fsprogs with apt-get when missing.
 # Cold: about a minute and a half (the download and debootstrap); warm: instant.
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 # REV names the image's contents: change it with the package list or the baked config.
-REV=bookworm-r1
+REV=bookworm-r2
 SUITE=bookworm
 MIRROR=${UNDERSTORY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=systemd,systemd-sysv,udev,dbus,qemu-guest-agent,iproute2,iptables,conntrack,kmod,procps,libseccomp2,containernetworking-plugins,linux-image-cloud-amd64
@@ -79,8 +80,8 @@ debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" "$MIRROR" >
 # The baked configuration: what every run has, whatever its payload.
 cat >"$root/etc/fstab" <<'EOF'
 /dev/vda / ext4 rw,noatime 0 1
-/dev/vdb /opt/understory ext4 ro,nofail,x-systemd.device-timeout=5s 0 0
-/dev/vdc /var/lib/understory-out ext4 rw,nofail,x-systemd.device-timeout=5s 0 0
+LABEL=us-payload /opt/understory ext4 ro,nofail,x-systemd.device-timeout=180s 0 0
+LABEL=us-scratch /var/lib/understory-out ext4 rw,nofail,x-systemd.device-timeout=180s 0 0
 EOF
 mkdir -p "$root/opt/understory" "$root/var/lib/understory-out"
 echo understory-v2 >"$root/etc/hostname"

@@ -20,6 +20,12 @@
 #     --wait SECS     when another node is live (or another agent's kubepods cgroups
 #                     exist), wait up to SECS for it to end (default 0: fail at once)
 #     -v N            kubelet's klog verbosity (default 2)
+#     --control-plane-only NAME
+#                     only etcd, the API server, the controller-manager and the
+#                     scheduler on the bridge's address, and a node client certificate
+#                     and kubeconfig (DIR/node.kubeconfig) for a node named NAME that
+#                     joins from elsewhere: the cgroup v2 VM of test/e2e/nodev2, on a
+#                     tap of the bridge. No containerd, kubelet or kube-proxy here.
 # It prints the path of DIR/env, a shell file with KUBECONFIG, API_URL, CONTAINERD_ADDRESS,
 # NRI_SOCKET, CTR, KUBECTL, POD_CIDR, SCHEDULER_CONFIG, the log paths and image names.
 # Stop with
@@ -36,7 +42,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-dir= owner= verbosity=2 wait_secs=0
+dir= owner= verbosity=2 wait_secs=0 cp_only= node_name=localhost
 imports=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -45,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--import) imports+=("$2"); shift 2 ;;
 	--wait) wait_secs=$2; shift 2 ;;
 	-v) verbosity=$2; shift 2 ;;
+	--control-plane-only) cp_only=1 node_name=$2; shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1" ;;
 	esac
@@ -253,7 +260,7 @@ issue apiserver kube-apiserver "" "extendedKeyUsage=serverAuth
 keyUsage=critical,digitalSignature,keyEncipherment
 subjectAltName=IP:127.0.0.1,IP:$API_HOST,IP:$SERVICE_API_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 issue admin understory-admin system:masters "$client"
-issue node system:node:localhost system:nodes "$client"
+issue node "system:node:$node_name" system:nodes "$client"
 issue controller-manager system:kube-controller-manager "" "$client"
 issue scheduler system:kube-scheduler "" "$client"
 issue kube-proxy system:kube-proxy "" "$client"
@@ -333,6 +340,40 @@ EOF
 start kube-scheduler "$K8S_BIN/kube-scheduler" --config "$SCHEDULER_CONFIG" \
 	--authentication-kubeconfig "$D/scheduler.kubeconfig" --authorization-kubeconfig "$D/scheduler.kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port "$SCHED_PORT"
+
+if [ -n "$cp_only" ]; then
+	wait_for 60 "default service account" kubectl_ -n default get serviceaccount default
+	cat >"$D/env" <<EOF
+# Written by scripts/realnode/up.sh --control-plane-only; stop with scripts/realnode/down.sh $D
+REALNODE_DIR=$D
+KUBECONFIG=$D/admin.kubeconfig
+API_URL=$API_URL
+API_HOST=$API_HOST
+CA_CERT=$P/ca.crt
+ADMIN_CERT=$P/admin.crt
+ADMIN_KEY=$P/admin.key
+NODE_KUBECONFIG=$D/node.kubeconfig
+NODE_CERT=$P/node.crt
+NODE_KEY=$P/node.key
+KUBE_PROXY_CERT=$P/kube-proxy.crt
+KUBE_PROXY_KEY=$P/kube-proxy.key
+POD_CIDR=$POD_CIDR
+BRIDGE=$BRIDGE_NAME
+SERVICE_CIDR=$SERVICE_CIDR
+KUBECTL=$K8S_BIN/kubectl
+NODE_NAME=$node_name
+PAUSE_IMAGE=$PAUSE_IMAGE
+BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+EOF
+	if [ -n "$owner" ]; then
+		setsid bash "$HERE/watchdog.sh" "$owner" "$D" >"$D/logs/watchdog.log" 2>&1 </dev/null &
+		echo $! >"$D/pids/watchdog"
+	fi
+	ok=1
+	log "control plane up in $((SECONDS - T0))s (API $API_URL, node $node_name may join); run dir $D"
+	echo "$D/env"
+	exit 0
+fi
 
 # --- containerd (config v3, NRI on) ---------------------------------------------
 C=$D/containerd

@@ -107,7 +107,7 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 		c.ScratchMiB = 256
 	}
 	scratch := filepath.Join(c.Dir, "scratch.img")
-	if err := mkfs(ctx, scratch, "", c.ScratchMiB); err != nil {
+	if err := mkfs(ctx, scratch, "us-scratch", "", c.ScratchMiB); err != nil {
 		return nil, err
 	}
 	qga := filepath.Join(c.Dir, "qga.sock")
@@ -125,14 +125,14 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := mkfs(ctx, img, c.Payload, size+size/4+16); err != nil {
+		if err := mkfs(ctx, img, "us-payload", c.Payload, size+size/4+16); err != nil {
 			return nil, err
 		}
 		args = append(args, "-drive", "file="+img+",format=raw,if=virtio,readonly=on")
 	} else {
-		// Keep the scratch disk at /dev/vdc whatever the payload.
+		// An empty payload: the guest waits for both mounts.
 		empty := filepath.Join(c.Dir, "empty.img")
-		if err := mkfs(ctx, empty, "", 8); err != nil {
+		if err := mkfs(ctx, empty, "us-payload", "", 8); err != nil {
 			return nil, err
 		}
 		args = append(args, "-drive", "file="+empty+",format=raw,if=virtio,readonly=on")
@@ -175,6 +175,16 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 	})
 	if err := v.connect(ctx, qga); err != nil {
 		return nil, err
+	}
+	// The agent starts before the payload and scratch mounts (nofail) are done.
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	r, err := v.Run(mctx, "i=0; until mountpoint -q /opt/understory && mountpoint -q /var/lib/understory-out; do i=$((i+1)); [ $i -lt 500 ] || exit 1; sleep 0.2; done")
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the payload disk: %w", err)
+	}
+	if r.ExitCode != 0 {
+		return nil, fmt.Errorf("payload or scratch disk not mounted in the guest after 100 s: %s", r.Stderr)
 	}
 	return v, nil
 }
@@ -404,8 +414,8 @@ func tail(b []byte, n int) []byte {
 }
 
 // mkfs writes an ext4 image of sizeMiB holding dir's files ("": empty).
-func mkfs(ctx context.Context, img, dir string, sizeMiB int) error {
-	args := []string{"-q", "-F", "-E", "root_owner=0:0"}
+func mkfs(ctx context.Context, img, label, dir string, sizeMiB int) error {
+	args := []string{"-q", "-F", "-L", label, "-E", "root_owner=0:0"}
 	if dir != "" {
 		args = append(args, "-d", dir)
 	}

@@ -1,0 +1,438 @@
+package nodev2
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/test/e2e/nodev2/vm"
+)
+
+const (
+	// nodeName is the guest's node name (and the hostname of the image).
+	nodeName = "understory-v2"
+	// tap is the host end of the guest's link, a port of the control plane's bridge.
+	tap = "usv2tap0"
+	// guestPodCIDR is the guest's own pod network, masqueraded behind its address.
+	guestPodCIDR = "10.218.0.0/24"
+	nsSystem     = "understory-system"
+	agentLabel   = "app.kubernetes.io/name=understory-koordlet"
+	// tierDir is the agent's batch tier under kubelet's systemd driver, below kubepods as the
+	// real-node configuration puts it.
+	tierDir = "/sys/fs/cgroup/kubepods.slice/kubepods-understory_batch.slice"
+)
+
+// cluster is the host's control plane and the guest node joined to it.
+type cluster struct {
+	repo   string
+	env    map[string]string
+	client kubernetes.Interface
+	guest  *vm.VM
+}
+
+// startControlPlane runs scripts/realnode/up.sh --control-plane-only for the guest's node
+// name and tears it down (down.sh) in t's cleanup.
+func startControlPlane(t *testing.T, repo string) map[string]string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "v2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := filepath.Join(repo, "scripts", "realnode")
+	t.Cleanup(func() {
+		args := []string{dir}
+		if !t.Failed() {
+			args = append(args, "--purge")
+		}
+		if out, err := exec.Command(filepath.Join(scripts, "down.sh"), args...).CombinedOutput(); err != nil {
+			t.Errorf("down.sh %s: %v\n%s", dir, err, out)
+		}
+	})
+	cmd := exec.Command(filepath.Join(scripts, "up.sh"), "-d", dir, "--owner-pid", strconv.Itoa(os.Getpid()),
+		"--wait", "600", "--control-plane-only", nodeName)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("up.sh --control-plane-only: %v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(k, "#") {
+			env[k] = v
+		}
+	}
+	for _, k := range []string{"KUBECONFIG", "API_URL", "API_HOST", "CA_CERT", "NODE_CERT", "NODE_KEY",
+		"KUBE_PROXY_CERT", "KUBE_PROXY_KEY", "POD_CIDR", "BRIDGE", "SERVICE_CIDR", "PAUSE_IMAGE"} {
+		if env[k] == "" {
+			t.Fatalf("up.sh's env has no %s:\n%s", k, b)
+		}
+	}
+	return env
+}
+
+// addTap makes the guest's link: a tap on the control plane's bridge, removed in
+// t's cleanup (a stale one from a killed run is replaced).
+func addTap(t *testing.T, bridge string) {
+	t.Helper()
+	_ = exec.Command("ip", "link", "delete", tap).Run()
+	for _, args := range [][]string{
+		{"tuntap", "add", "dev", tap, "mode", "tap"},
+		{"link", "set", tap, "master", bridge},
+		{"link", "set", tap, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", tap).Run() })
+}
+
+// guestIP is the guest's address on the bridge's /24: .250, outside the host's pod range.
+func guestIP(t *testing.T, podCIDR string) string {
+	t.Helper()
+	_, n, err := net.ParseCIDR(podCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], 250).String()
+}
+
+// nodePayload writes the payload disk's contents: node-up.sh, node.env, the node's
+// and kube-proxy's certificates, the binaries and the images.
+func nodePayload(t *testing.T, repo string, env map[string]string, ip string) string {
+	t.Helper()
+	p := t.TempDir()
+	for _, d := range []string{"bin", "pki", "images"} {
+		if err := os.Mkdir(filepath.Join(p, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k8s := printDir(t, repo, "scripts/k8s-binaries.sh", "--print-bin-dir")
+	cache := filepath.Dir(filepath.Dir(k8s))
+	link := func(src, dst string) {
+		t.Helper()
+		if err := copyFile(src, filepath.Join(p, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link(filepath.Join(repo, "scripts/nodev2/node-up.sh"), "node-up.sh")
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		link(filepath.Join(k8s, b), "bin/"+b)
+	}
+	rt, _ := filepath.Glob(filepath.Join(cache, "containerd-*", "bin"))
+	runc, _ := filepath.Glob(filepath.Join(cache, "runc-*", "bin", "runc"))
+	if len(rt) != 1 || len(runc) != 1 {
+		t.Fatalf("containerd or runc not built in %s (scripts/realnode/build.sh): %v %v", cache, rt, runc)
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		link(filepath.Join(rt[0], b), "bin/"+b)
+	}
+	link(runc[0], "bin/runc")
+	link(env["CA_CERT"], "pki/ca.crt")
+	link(env["NODE_CERT"], "pki/node.crt")
+	link(env["NODE_KEY"], "pki/node.key")
+	link(env["KUBE_PROXY_CERT"], "pki/kube-proxy.crt")
+	link(env["KUBE_PROXY_KEY"], "pki/kube-proxy.key")
+	for _, img := range []string{"pause.tar", "busybox.tar"} {
+		link(filepath.Join(cache, "realnode-images", img), "images/"+img)
+	}
+	for _, img := range []string{"koordlet-nogpu.tar", "scheduler-extender.tar", "admission.tar", "kube-scheduler.tar"} {
+		src := filepath.Join(repo, "bin", "images", img)
+		if _, err := os.Stat(src); err != nil {
+			testenv.SkipOrFailInCI(t, "image %s not built (make e2e-deps): %v", img, err)
+		}
+		link(src, "images/"+img)
+	}
+	_, n, _ := net.ParseCIDR(env["POD_CIDR"])
+	prefix, _ := n.Mask.Size()
+	nodeEnv := fmt.Sprintf("API_URL=%s\nNODE_NAME=%s\nNODE_IP=%s\nNODE_PREFIX=%d\nGUEST_POD_CIDR=%s\nSERVICE_CIDR=%s\nPAUSE_IMAGE=%s\n",
+		env["API_URL"], nodeName, ip, prefix, guestPodCIDR, env["SERVICE_CIDR"], env["PAUSE_IMAGE"])
+	if err := os.WriteFile(filepath.Join(p, "node.env"), []byte(nodeEnv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startCluster brings up the control plane here and the v2 node in the VM, and waits
+// for the node to be Ready.
+func startCluster(ctx context.Context, t *testing.T) *cluster {
+	t.Helper()
+	repo := repoRoot(t)
+	img := imageDir(t, repo)
+	env := startControlPlane(t, repo)
+	addTap(t, env["BRIDGE"])
+	ip := guestIP(t, env["POD_CIDR"])
+	payload := nodePayload(t, repo, env, ip)
+	start := time.Now()
+	g, err := vm.Start(ctx, t, vm.Config{ImageDir: img, Payload: payload, MemoryMiB: 4096, Tap: tap, MAC: "52:54:00:75:76:32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("guest up in %v", time.Since(start).Round(time.Second))
+	out := g.MustRun(ctx, t, "/opt/understory/node-up.sh 2>&1")
+	t.Logf("node-up.sh (%v): %s", time.Since(start).Round(time.Second), strings.TrimSpace(out))
+	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{repo: repo, env: env, client: client, guest: g}
+	t.Cleanup(func() {
+		if t.Failed() {
+			r, _ := g.Run(context.Background(), "journalctl --no-pager -u kubelet -u containerd | tail -n 30; systemctl list-units --failed --no-pager; "+
+				"find /sys/fs/cgroup/kubepods.slice -maxdepth 3 -type d; tail -n 40 /var/log/pods/understory-system_understory-koordlet-*/*/*.log")
+			t.Logf("guest journal:\n%s", r.Stdout)
+		}
+	})
+	if !testenv.PollEvery(5*time.Minute, 2*time.Second, func() bool {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("node %s not Ready within 5 min", nodeName)
+	}
+	t.Logf("node %s Ready after %v", nodeName, time.Since(start).Round(time.Second))
+	return c
+}
+
+func printDir(t *testing.T, repo, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(repo, script), args...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// copyFile hard-links src to dst, or copies it across filesystems.
+func copyFile(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, fi.Mode().Perm())
+}
+
+// TestNodeV2 joins the cgroup v2 + systemd VM to a control plane on this host as a
+// node the way production runs one (kubelet's systemd driver, containerd's
+// SystemdCgroup, kubelet's defaults), installs Understory with the Helm chart, and
+// checks what the agent does to the node's cgroups there: the tier exists with cpu.idle
+// and a quota, a batch pod's container runs in a scope below it, `systemctl
+// daemon-reload` and a kubelet restart (systemd re-applies the slice's own, empty,
+// properties) leave it idle and bounded again, and so does a restart of the agent.
+func TestNodeV2(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	c := startCluster(ctx, t)
+	c.helmInstall(ctx, t)
+	c.waitAgent(ctx, t)
+	before := c.tierState(ctx, t)
+	t.Logf("tier %s: %+v", tierDir, before)
+	if before.idle != "1" {
+		t.Fatalf("tier cpu.idle %q, want 1", before.idle)
+	}
+	if before.max == "" || strings.HasPrefix(before.max, "max") {
+		t.Fatalf("tier cpu.max %q, want a quota (the agent bounds the tier from its start)", before.max)
+	}
+	pod := c.batchPod(ctx, t)
+	t.Logf("batch pod %s running below the tier: %s", pod.Name, c.guest.MustRun(ctx, t, "ls "+tierDir))
+
+	// systemd rewrites the attributes of every unit it knows on daemon-reload; the
+	// tier's slice is one once runc started a scope below it.
+	out := c.guest.MustRun(ctx, t, "systemctl daemon-reload && systemctl restart kubelet && systemctl show -p CPUWeight,CPUQuotaPerSecUSec,ControlGroup kubepods-understory_batch.slice")
+	after := c.tierState(ctx, t)
+	t.Logf("right after daemon-reload and a kubelet restart: %+v (systemd: %s)", after, strings.TrimSpace(out))
+	var last tierState
+	if !testenv.PollEvery(30*time.Second, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		return last.idle == "1" && last.max != "" && !strings.HasPrefix(last.max, "max")
+	}) {
+		t.Errorf("after daemon-reload and a kubelet restart the tier is %+v, want cpu.idle 1 and a quota", last)
+	}
+	c.restartAgent(ctx, t)
+}
+
+// restartAgent deletes the agent's pod: while the DaemonSet's next one starts, the tier
+// keeps the limit in force (a stopped agent leaves batch bounded, a starting one
+// continues from what it finds), and the new agent keeps it idle and bounded.
+func (c *cluster) restartAgent(ctx context.Context, t *testing.T) {
+	t.Helper()
+	pods, err := c.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("agent pods: %v (%d)", err, len(pods.Items))
+	}
+	old := pods.Items[0]
+	if err := c.client.CoreV1().Pods(nsSystem).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []tierState
+	ready := func() bool {
+		pods, err := c.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].UID == old.UID {
+			return false
+		}
+		for _, cond := range pods.Items[0].Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}
+	if !testenv.PollEvery(5*time.Minute, time.Second, func() bool {
+		seen = append(seen, c.tierState(ctx, t))
+		return ready()
+	}) {
+		t.Fatalf("no new agent pod ready within 5 min of deleting %s", old.Name)
+	}
+	for _, st := range seen {
+		if strings.HasPrefix(st.max, "max") {
+			t.Errorf("while the agent restarted the tier was unlimited: %+v (all: %+v)", st, seen)
+			break
+		}
+	}
+	var last tierState
+	if !testenv.PollEvery(30*time.Second, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		return last.idle == "1" && !strings.HasPrefix(last.max, "max")
+	}) {
+		t.Errorf("after the agent's restart the tier is %+v, want cpu.idle 1 and a quota", last)
+	}
+	t.Logf("agent restarted; the tier through the restart: %+v; after: %+v", seen, last)
+}
+
+// tierState is what the agent sets on the tier.
+type tierState struct{ idle, max, weight string }
+
+func (c *cluster) tierState(ctx context.Context, t *testing.T) tierState {
+	t.Helper()
+	out := c.guest.MustRun(ctx, t, fmt.Sprintf("cd %s && cat cpu.idle cpu.max cpu.weight", tierDir))
+	f := strings.Split(strings.TrimSpace(out), "\n")
+	if len(f) != 3 {
+		t.Fatalf("tier files: %q", out)
+	}
+	return tierState{idle: f[0], max: f[1], weight: f[2]}
+}
+
+// helmInstall installs the chart with the real-node values, for kubelet's systemd
+// driver and without the second scheduler (the host's kube-scheduler places pods).
+func (c *cluster) helmInstall(ctx context.Context, t *testing.T) {
+	t.Helper()
+	helm := filepath.Join(printDir(t, c.repo, "scripts/helm.sh", "--print-bin-dir"), "helm")
+	b, err := os.ReadFile(filepath.Join(c.repo, "charts/understory/ci/realnode-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := strings.Replace(string(b), "cgroupDriver: cgroupfs", "cgroupDriver: systemd", 1)
+	if values == string(b) {
+		t.Fatal("realnode-values.yaml no longer sets cgroupDriver: cgroupfs in the agent's config")
+	}
+	vf := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(vf, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cmd := exec.CommandContext(ctx, helm, "--kubeconfig", c.env["KUBECONFIG"], "install", "understory",
+		filepath.Join(c.repo, "charts/understory"), "-n", nsSystem, "--create-namespace", "-f", vf,
+		"--set", "cgroupDriver=systemd", "--set", "secondScheduler.enabled=false")
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+}
+
+// waitAgent waits for the agent's DaemonSet pod on the node to be ready.
+func (c *cluster) waitAgent(ctx context.Context, t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	var last string
+	if !testenv.PollEvery(8*time.Minute, 2*time.Second, func() bool {
+		pods, err := c.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
+		if err != nil || len(pods.Items) == 0 {
+			last = fmt.Sprint(err)
+			return false
+		}
+		p := pods.Items[0]
+		last = fmt.Sprintf("%s %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("agent pod not ready within 8 min: %s", last)
+	}
+	t.Logf("agent ready after %v", time.Since(start).Round(time.Second))
+}
+
+// batchPod runs a busybox CPU burner annotated batch, which the webhook moves to batch
+// resources and the agent's NRI plugin places below the tier.
+func (c *cluster) batchPod(ctx context.Context, t *testing.T) *corev1.Pod {
+	t.Helper()
+	ns := "understory-e2e"
+	if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "crunch", Namespace: ns, Annotations: map[string]string{"understory.io/qos-class": "batch"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "crunch", Image: c.env["BUSYBOX_IMAGE"], ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "while :; do :; done"},
+			}},
+		},
+	}
+	created, err := c.client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *corev1.Pod
+	if !testenv.PollEvery(5*time.Minute, 2*time.Second, func() bool {
+		last, err = c.client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		return err == nil && last.Status.Phase == corev1.PodRunning
+	}) {
+		t.Fatalf("batch pod not running within 5 min: %+v", last.Status)
+	}
+	uid := strings.ReplaceAll(string(last.UID), "-", "_")
+	slice := fmt.Sprintf("%s/kubepods-understory_batch-pod%s.slice", tierDir, uid)
+	c.guest.MustRun(ctx, t, "ls -d "+slice+"/cri-containerd-*.scope")
+	return last
+}
