@@ -117,6 +117,21 @@ func (g *Group) FreezeNoWait() error { return g.request(true) }
 // FREEZING, freezer.self_freezing 0).
 func (g *Group) ThawNoWait() error { return g.request(false) }
 
+// FreezeRequested reports whether the group itself asks to be frozen, whether or not
+// the kernel finished: v1 freezer.state not THAWED, v2 cgroup.freeze 1. Another writer
+// (systemd re-applying a unit's freezer state on daemon-reload) can change it.
+func (g *Group) FreezeRequested() (bool, error) {
+	if g.useV1Freezer() {
+		s, err := g.v1FreezerState()
+		return err == nil && s != v1State(false), err
+	}
+	dir, err := g.v2FreezerDir()
+	if err != nil {
+		return false, err
+	}
+	return freezerTree{dir: dir}.asked(dir)
+}
+
 // request writes the freezer state once.
 func (g *Group) request(frozen bool) error {
 	if g.useV1Freezer() {

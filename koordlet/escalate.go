@@ -79,7 +79,9 @@ func evictionCandidates(pods []*podState) []qos.EvictionCandidate {
 // period.
 func (x *actuator) setFrozen(pods []*podState, freeze bool) {
 	if x.tier != nil && x.tierFrozen != freeze {
-		if err := x.freeze(x.tier, freeze); err == nil {
+		// A freeze that timed out goes on in the kernel (v2 keeps cgroup.freeze 1, v1
+		// stays FREEZING): count the tier frozen, so that the thaw reaches it.
+		if err := x.freeze(x.tier, freeze); err == nil || (freeze && !errors.Is(err, cgroups.ErrNotExist)) {
 			x.tierFrozen = freeze
 		}
 	}

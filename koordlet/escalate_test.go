@@ -136,3 +136,27 @@ func TestAgentReportsEvictionOnMemoryPressure(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A freeze the kernel does not finish within the control loop's bound (a busy or slow
+// node: cgroup v2's cgroup.events still says "frozen 0") goes on in the kernel, since
+// cgroup.freeze stays 1: the thaw must still reach the tier once LS leaves room. The fake
+// v2 root never reports frozen, so every freeze here times out.
+func TestAgentThawsTierWhoseFreezeTimedOut(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, cgroupstest.V2, nil)
+	crowded := map[string]float64{r.lsCg: 1.95, r.inPlace: 0.02, r.inTier: 0.02}
+	r.step(0, nil)
+	for range 25 {
+		r.step(2, crowded)
+	}
+	if f, p := r.file(r.tier, "cgroup.freeze"), r.file(r.inPlace, "cgroup.freeze"); f != "1" || p != "1" {
+		t.Fatalf("tier cgroup.freeze %q, in-place pod %q after 2.5 s of contention: want 1 (asked to freeze)", f, p)
+	}
+	calm := map[string]float64{r.lsCg: 0.3, r.inPlace: 0, r.inTier: 0}
+	for range 70 {
+		r.step(0.4, calm)
+	}
+	if f, p := r.file(r.tier, "cgroup.freeze"), r.file(r.inPlace, "cgroup.freeze"); f != "0" || p != "0" {
+		t.Fatalf("tier cgroup.freeze %q, in-place pod %q after LS calmed: want 0 (a timed-out freeze thawed too)", f, p)
+	}
+}

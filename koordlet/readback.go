@@ -28,6 +28,8 @@ type heldSettings struct {
 	// memOK: memMax was read (< 0: unlimited).
 	memOK  bool
 	memMax int64
+	// freezeOK: freezeAsked was read (the group asks to be frozen).
+	freezeOK, freezeAsked bool
 }
 
 // readHeld reads g's CPU limit, cpu.idle and, with memory, its memory limit. Errors
@@ -44,6 +46,9 @@ func readHeld(g *cgroups.Group, memory bool) heldSettings {
 		if m, _, err := g.MemoryLimit(); err == nil {
 			h.memOK, h.memMax = true, m
 		}
+	}
+	if f, err := g.FreezeRequested(); err == nil {
+		h.freezeOK, h.freezeAsked = true, f
 	}
 	return h
 }
@@ -109,10 +114,19 @@ func memDiffers(h heldSettings, s *memState) bool {
 const memReadBackSlack = 1 << 20
 
 // reconcileTier forgets the tier's limits the kernel no longer holds and reports whether
-// the tier lost SCHED_IDLE (the caller sets it up again).
+// the tier lost SCHED_IDLE (the caller sets it up again). The freezer state is taken from
+// the kernel: a tier thawed under the agent (systemd thaws a unit on daemon-reload) is
+// frozen again while the escalation still decides so, and a tier asking to be frozen
+// that the agent holds thawed (a freeze it lost track of) is thawed by the next decision.
 func (x *actuator) reconcileTier(h heldSettings) (lostIdle bool) {
 	if x.tier == nil {
 		return false
+	}
+	if h.freezeOK && h.freezeAsked != x.tierFrozen {
+		x.log.Warn("the batch tier's freezer state was changed by another writer; following the escalation's decision again",
+			"cgroup", x.tierRel, "asked_frozen", h.freezeAsked)
+		x.tierFrozen = h.freezeAsked
+		x.metrics.Actions.WithLabelValues(metrics.ActionRewritten).Inc()
 	}
 	if h.idleOK && !h.idle {
 		x.metrics.Actions.WithLabelValues(metrics.ActionRewritten).Inc()

@@ -55,3 +55,63 @@ func TestAgentRewritesSettingsResetUnderIt(t *testing.T) {
 		})
 	}
 }
+
+// systemd thaws a frozen unit on daemon-reload (it re-applies its own freezer state,
+// "running"): while LS still leaves batch nothing the agent freezes the tier again. And a
+// tier asking to be frozen that the agent did not decide to freeze is thawed.
+func TestAgentFollowsTierFreezerRewrittenUnderIt(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, kind, nil)
+			file, frozen, thawed := "cgroup.freeze", "1", "0"
+			if !kind.IsV2() {
+				file, frozen, thawed = "freezer.state", "FROZEN", "THAWED"
+			}
+			set := func(v string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(cgroupstest.Dir(r.root, kind, r.tier), file), []byte(v+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			get := func() string { return r.file(r.tier, file) }
+			if !kind.IsV2() {
+				get = func() string { return r.freezerState(r.tier) }
+				set = func(v string) {
+					t.Helper()
+					if err := os.WriteFile(filepath.Join(r.root, "freezer", r.tier, file), []byte(v+"\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			crowded := map[string]float64{r.lsCg: 1.95, r.inPlace: 0.02, r.inTier: 0.02}
+			r.step(0, nil)
+			for range 25 {
+				r.step(2, crowded)
+			}
+			if got := get(); got != frozen {
+				t.Fatalf("tier %s %q after 2.5 s of contention, want %s", file, got, frozen)
+			}
+			set(thawed) // daemon-reload
+			r.step(2, crowded)
+			r.step(2, crowded)
+			if got := get(); got != frozen {
+				t.Errorf("tier %s %q two periods after another writer thawed it under contention, want %s again", file, got, frozen)
+			}
+			calm := map[string]float64{r.lsCg: 0.3, r.inPlace: 0, r.inTier: 0}
+			for range 70 {
+				r.step(0.4, calm)
+			}
+			if got := get(); got != thawed {
+				t.Fatalf("tier %s %q after LS calmed, want %s", file, got, thawed)
+			}
+			set(frozen) // a freeze nobody decided
+			r.step(0.4, calm)
+			r.step(0.4, calm)
+			if got := get(); got != thawed {
+				t.Errorf("tier %s %q two periods after another writer froze it with LS calm, want %s", file, got, thawed)
+			}
+		})
+	}
+}

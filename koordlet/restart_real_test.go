@@ -141,6 +141,13 @@ func TestKill9LoopLeavesNothingFrozen(t *testing.T) {
 	agent, logPath := start(0)
 	testenv.WaitFor(t, 30*time.Second, "the agent to start", func() bool { return started(logPath) })
 	for i := 1; i <= killLoopIterations; i++ {
+		// A running agent thaws a tier it did not decide to freeze (it reads the freezer
+		// back every period): stop it first, so that the kill finds batch frozen as a
+		// crash in the middle of a freeze would.
+		if err := agent.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the agent to stop", func() bool { return stopped(agent.Process.Pid) })
 		freeze()
 		if got := frozenBelow(t, h, base); len(got) < 5 {
 			t.Fatalf("iteration %d: frozen before the kill %q, want the tier, its pod, both in-place pods and the container", i, got)
@@ -246,4 +253,25 @@ func frozenBelow(t *testing.T, h *cgroups.Hierarchy, rel string) []string {
 		check(unified, "cgroup.events", func(s string) bool { return strings.Contains(s, "frozen 1") })
 	}
 	return out
+}
+
+// stopped reports whether every thread of process pid is stopped (state T): a SIGSTOP has
+// taken effect and none of them can write a cgroup file any more.
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -264,14 +265,12 @@ func TestNodeV2(t *testing.T) {
 	c.waitAgent(ctx, t)
 	before := c.tierState(ctx, t)
 	t.Logf("tier %s: %+v", tierDir, before)
-	if before.idle != "1" {
-		t.Fatalf("tier cpu.idle %q, want 1", before.idle)
-	}
-	if before.max == "" || strings.HasPrefix(before.max, "max") {
-		t.Fatalf("tier cpu.max %q, want a quota (the agent bounds the tier from its start)", before.max)
+	if !before.bounded() {
+		t.Fatalf("tier %+v: want cpu.idle 1, a quota and a memory limit (the agent bounds the tier from its start)", before)
 	}
 	pod := c.batchPod(ctx, t)
-	t.Logf("batch pod %s running below the tier: %s", pod.Name, c.guest.MustRun(ctx, t, "ls "+tierDir))
+	t.Logf("batch pod %s running in a scope below the tier", pod.Name)
+	c.lsLoadCutsTier(ctx, t)
 
 	// systemd rewrites the attributes of every unit it knows on daemon-reload; the
 	// tier's slice is one once runc started a scope below it.
@@ -281,9 +280,9 @@ func TestNodeV2(t *testing.T) {
 	var last tierState
 	if !testenv.PollEvery(30*time.Second, time.Second, func() bool {
 		last = c.tierState(ctx, t)
-		return last.idle == "1" && last.max != "" && !strings.HasPrefix(last.max, "max")
+		return last.bounded()
 	}) {
-		t.Errorf("after daemon-reload and a kubelet restart the tier is %+v, want cpu.idle 1 and a quota", last)
+		t.Errorf("after daemon-reload and a kubelet restart the tier is %+v, want cpu.idle 1, a quota and a memory limit", last)
 	}
 	c.restartAgent(ctx, t)
 }
@@ -321,7 +320,7 @@ func (c *cluster) restartAgent(ctx context.Context, t *testing.T) {
 		t.Fatalf("no new agent pod ready within 5 min of deleting %s", old.Name)
 	}
 	for _, st := range seen {
-		if strings.HasPrefix(st.max, "max") {
+		if st.cores() < 0 || st.mem == "max" {
 			t.Errorf("while the agent restarted the tier was unlimited: %+v (all: %+v)", st, seen)
 			break
 		}
@@ -329,24 +328,103 @@ func (c *cluster) restartAgent(ctx context.Context, t *testing.T) {
 	var last tierState
 	if !testenv.PollEvery(30*time.Second, time.Second, func() bool {
 		last = c.tierState(ctx, t)
-		return last.idle == "1" && !strings.HasPrefix(last.max, "max")
+		return last.bounded()
 	}) {
-		t.Errorf("after the agent's restart the tier is %+v, want cpu.idle 1 and a quota", last)
+		t.Errorf("after the agent's restart the tier is %+v, want cpu.idle 1, a quota and a memory limit", last)
 	}
 	t.Logf("agent restarted; the tier through the restart: %+v; after: %+v", seen, last)
 }
 
+// Throttling bounds, in cores, on the guest's 2 CPUs with LS burning both: the agent's
+// budget is then its minBatchCPU (0.1), and batch may be frozen (the real-node values'
+// freezeAfter 2s).
+const (
+	cutBound = 0.3
+	// cutWithin is generous: the guest's CPUs are emulated, about 15x slower.
+	cutWithin = 90 * time.Second
+)
+
+// lsLoadCutsTier runs an LS pod (Burstable) burning both CPUs: the agent cuts the tier
+// to cutBound cores or freezes it; when the LS pod is gone the tier is raised again.
+func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
+	t.Helper()
+	ns := "understory-e2e"
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "web", Image: c.env["BUSYBOX_IMAGE"], ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "while :; do :; done & while :; do :; done"},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				},
+			}},
+		},
+	}
+	if _, err := c.client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	if !testenv.PollEvery(5*time.Minute, 2*time.Second, func() bool {
+		var err error
+		pod, err = c.client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == corev1.PodRunning
+	}) {
+		t.Fatalf("LS pod not running within 5 min: %+v", pod.Status)
+	}
+	start := time.Now()
+	var last tierState
+	if !testenv.PollEvery(cutWithin, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		q := last.cores()
+		return (q > 0 && q <= cutBound) || last.frozen == "1"
+	}) {
+		t.Fatalf("LS burning both CPUs, but the tier is %+v after %v: want a quota <= %.2f cores or frozen", last, cutWithin, cutBound)
+	}
+	t.Logf("LS loaded: the tier cut to %.3f cores (frozen %s) %v after the LS pod ran", last.cores(), last.frozen, time.Since(start).Round(time.Second))
+	if err := c.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.PollEvery(cutWithin, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		return last.frozen == "0" && last.cores() > cutBound
+	}) {
+		t.Errorf("LS gone, but the tier is %+v after %v: want it thawed and raised above %.2f cores", last, cutWithin, cutBound)
+	}
+}
+
 // tierState is what the agent sets on the tier.
-type tierState struct{ idle, max, weight string }
+type tierState struct{ idle, max, weight, mem, frozen string }
 
 func (c *cluster) tierState(ctx context.Context, t *testing.T) tierState {
 	t.Helper()
-	out := c.guest.MustRun(ctx, t, fmt.Sprintf("cd %s && cat cpu.idle cpu.max cpu.weight", tierDir))
+	out := c.guest.MustRun(ctx, t, fmt.Sprintf("cd %s && cat cpu.idle cpu.max cpu.weight memory.max cgroup.freeze", tierDir))
 	f := strings.Split(strings.TrimSpace(out), "\n")
-	if len(f) != 3 {
+	if len(f) != 5 {
 		t.Fatalf("tier files: %q", out)
 	}
-	return tierState{idle: f[0], max: f[1], weight: f[2]}
+	return tierState{idle: f[0], max: f[1], weight: f[2], mem: f[3], frozen: f[4]}
+}
+
+// cores is the tier's CFS limit in cores (-1 unlimited).
+func (st tierState) cores() float64 {
+	f := strings.Fields(st.max)
+	if len(f) != 2 || f[0] == "max" {
+		return -1
+	}
+	q, err1 := strconv.ParseFloat(f[0], 64)
+	p, err2 := strconv.ParseFloat(f[1], 64)
+	if err1 != nil || err2 != nil || p == 0 {
+		return -1
+	}
+	return q / p
+}
+
+// bounded reports the agent's settings in force: idle, a quota and a memory limit.
+func (st tierState) bounded() bool {
+	return st.idle == "1" && st.cores() > 0 && st.mem != "" && st.mem != "max"
 }
 
 // helmInstall installs the chart with the real-node values, for kubelet's systemd
