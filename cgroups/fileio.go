@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // readFile reads a small cgroup file, classifying errors (see classify).
@@ -32,11 +33,19 @@ func readInt(dir, name string) (int64, error) {
 // writeFile writes value to an existing cgroup file. It never creates the
 // file (O_CREAT on a fake root would hide a missing kernel feature) and
 // classifies errors (see classify).
+//
+// Trap: os.OpenFile registers a cgroup2 file with the runtime's poller (kernfs
+// files support poll) and makes it non-blocking; a write the kernel answers with
+// EAGAIN (memory.reclaim when it cannot reclaim the whole amount) then waits for
+// a readiness event that never comes, for ever. The file is opened blocking and
+// wrapped with os.NewFile, which leaves it out of the poller: EAGAIN is returned.
 func writeFile(dir, name, value string) error {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_TRUNC, 0)
+	path := filepath.Join(dir, name)
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return classify("writing", dir, name, err)
+		return classify("writing", dir, name, &os.PathError{Op: "open", Path: path, Err: err})
 	}
+	f := os.NewFile(uintptr(fd), path)
 	_, werr := f.WriteString(value)
 	cerr := f.Close()
 	if werr != nil {

@@ -385,15 +385,17 @@ func TestRealTier(t *testing.T) {
 }
 
 // TestRealCFSOrdering proves the v1 write-order problem exists on this
-// kernel and that SetCPULimit avoids it.
+// kernel and that SetCPULimit avoids it; on v2, that there is no order to get
+// wrong (cfsOrderingV2).
 func TestRealCFSOrdering(t *testing.T) {
 	t.Parallel()
 	h := realHierarchy(t)
-	if h.Layout() == LayoutV2 {
-		t.Skip("cpu.max is a single atomic write on v2; nothing to order")
-	}
 	base := uniqueName(t)
 	cleanupGroup(t, h, base)
+	if h.Layout() == LayoutV2 {
+		cfsOrderingV2(t, h, base)
+		return
+	}
 	parent, err := h.Create(base)
 	if err != nil {
 		t.Fatal(err)
@@ -505,14 +507,18 @@ func TestRealDeleteNested(t *testing.T) {
 // -1 was the old value, leave the group there. Now the group is clamped to
 // the child's ratio (normalised to its own period, grandchildren included)
 // and the quota file never reads -1 while that happens.
+//
+// On v2 the kernel takes a parent below its children (cpu.max is min()ed along
+// the path): cfsClampV2.
 func TestRealCFSClamp(t *testing.T) {
 	t.Parallel()
 	h := realHierarchy(t)
-	if h.Layout() == LayoutV2 {
-		t.Skip("v2 does not refuse a parent below its children (cpu.max min()s them)")
-	}
 	base := uniqueName(t)
 	cleanupGroup(t, h, base)
+	if h.Layout() == LayoutV2 {
+		cfsClampV2(t, h, base)
+		return
+	}
 	parent, err := h.Create(base)
 	if err != nil {
 		t.Fatal(err)
@@ -532,25 +538,10 @@ func TestRealCFSClamp(t *testing.T) {
 	// read -1.
 	watch := func(t *testing.T, f func()) {
 		t.Helper()
-		stop, sawUnlimited := make(chan struct{}), make(chan bool)
-		go func() {
-			saw := false
-			for {
-				select {
-				case <-stop:
-					sawUnlimited <- saw
-					return
-				default:
-				}
-				if b, err := os.ReadFile(quotaFile); err == nil && strings.TrimSpace(string(b)) == "-1" {
-					saw = true
-				}
+		for v := range readsDuring(t, quotaFile, f) {
+			if v == "-1" {
+				t.Fatal("the parent's quota read -1 during the cut")
 			}
-		}()
-		f()
-		close(stop)
-		if <-sawUnlimited {
-			t.Fatal("the parent's quota read -1 during the cut")
 		}
 	}
 	for _, tc := range []struct {
@@ -614,6 +605,185 @@ func TestRealCFSClamp(t *testing.T) {
 	// A cut the children allow is no clamp.
 	if err := parent.SetCPULimit(40*time.Millisecond, 100*time.Millisecond); err != nil {
 		t.Fatalf("cut above the grandchild: %v", err)
+	}
+}
+
+// readsDuring reads the file at path over and over while f runs, and returns the
+// (trimmed) contents it saw, with how often.
+func readsDuring(t *testing.T, path string, f func()) map[string]int {
+	t.Helper()
+	stop, seen := make(chan struct{}), make(chan map[string]int, 1)
+	go func() {
+		m := map[string]int{}
+		for {
+			select {
+			case <-stop:
+				seen <- m
+				return
+			default:
+			}
+			if b, err := os.ReadFile(path); err == nil {
+				m[strings.TrimSpace(string(b))]++
+			}
+		}
+	}()
+	func() {
+		defer close(stop)
+		f()
+	}()
+	return <-seen
+}
+
+// cpuMax is what v2 cpu.max reads for the limit quota/period.
+func cpuMax(quota, period time.Duration) string {
+	if quota < 0 {
+		return fmt.Sprintf("max %d", period.Microseconds())
+	}
+	return fmt.Sprintf("%d %d", quota.Microseconds(), period.Microseconds())
+}
+
+// cfsOrderingV2 is TestRealCFSOrdering on v2. cpu.max holds quota and period
+// and is written at once, so there is no order of writes to get wrong: the
+// steps that need one on v1 go straight through, a reader never sees a pair
+// that was not set, and neither a parent below the new ratio nor a grandchild
+// above it refuses or clamps it (the kernel min()s the limits along the path).
+func cfsOrderingV2(t *testing.T, h *Hierarchy, base string) {
+	t.Helper()
+	const ms = time.Millisecond
+	parent, err := h.Create(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.SetCPULimit(60*ms, 100*ms); err != nil {
+		t.Fatalf("parent limit: %v", err)
+	}
+	child, err := h.Create(base + "/child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.SetCPULimit(40*ms, 100*ms); err != nil {
+		t.Fatalf("child 40/100: %v", err)
+	}
+	grand, err := h.Create(base + "/child/grand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grand.SetCPULimit(55*ms, 100*ms); err != nil {
+		t.Fatalf("grandchild limit: %v", err)
+	}
+	// The v1 steps, then what v1 clamps (30/50 -> 60/100 above a 0.55 grandchild,
+	// here already below it) and refuses (above the 0.6 parent).
+	steps := []CFSLimit{
+		{4 * ms, 10 * ms}, {40 * ms, 100 * ms}, {300 * ms, 500 * ms}, {2 * ms, 5 * ms},
+		{Unlimited, 20 * ms}, {50 * ms, time.Second}, {30 * ms, 50 * ms},
+		{60 * ms, 100 * ms}, {90 * ms, 100 * ms},
+	}
+	set := map[string]bool{cpuMax(40*ms, 100*ms): true}
+	for _, s := range steps {
+		set[cpuMax(s.Quota, s.Period)] = true
+	}
+	maxFile := filepath.Join(child.cpuDir(), "cpu.max")
+	seen := readsDuring(t, maxFile, func() {
+		for _, s := range steps {
+			if err := child.SetCPULimit(s.Quota, s.Period); err != nil {
+				t.Errorf("SetCPULimit(%v, %v) on v2: %v; want it taken as written", s.Quota, s.Period, err)
+				return
+			}
+			if got := cfsLimitOf(t, child); got != s {
+				t.Errorf("after SetCPULimit(%v, %v): CPULimit = %+v", s.Quota, s.Period, got)
+				return
+			}
+		}
+	})
+	for v, n := range seen {
+		if !set[v] {
+			t.Errorf("cpu.max read %q (%d times), a limit never set", v, n)
+		}
+	}
+	t.Logf("cpu.max read %d distinct values during %d writes", len(seen), len(steps))
+	if got := readTrim(t, maxFile); got != cpuMax(90*ms, 100*ms) {
+		t.Fatalf("cpu.max = %q after the steps; want the last one", got)
+	}
+}
+
+// cfsClampV2 is TestRealCFSClamp on v2: the kernel takes a parent's cpu.max
+// below its child's, so SetCPULimit applies every cut as asked (no
+// ClampError), never passes through "max" on the way, and a retried cut
+// changes nothing. That the descendants are then held to the cut is
+// TestRealLowerDescendantCPULimits's.
+func cfsClampV2(t *testing.T, h *Hierarchy, base string) {
+	t.Helper()
+	const ms = time.Millisecond
+	parent, err := h.Create(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := h.Create(base + "/child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.SetCPULimit(50*ms, 100*ms); err != nil {
+		t.Fatalf("child 50ms/100ms: %v", err)
+	}
+	maxFile := filepath.Join(parent.cpuDir(), "cpu.max")
+	if err := os.WriteFile(maxFile, []byte("10000 100000"), 0); err != nil {
+		t.Fatalf("kernel refused a parent cpu.max below its child's: %v", err)
+	}
+	for _, tc := range []struct {
+		name        string
+		from        time.Duration // Unlimited: start unlimited
+		cut, period time.Duration
+	}{
+		{"from unlimited", Unlimited, 10 * ms, 100 * ms},
+		{"from a limit", 80 * ms, 10 * ms, 100 * ms},
+		{"with a period change", 80 * ms, 2 * ms, 20 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := parent.SetCPULimit(tc.from, 100*ms); err != nil {
+				t.Fatalf("parent start %v: %v", tc.from, err)
+			}
+			var err error
+			seen := readsDuring(t, maxFile, func() { err = parent.SetCPULimit(tc.cut, tc.period) })
+			if err != nil {
+				t.Fatalf("cut to %v/%v below a 0.5 CPU child = %v; want it applied", tc.cut, tc.period, err)
+			}
+			want := CFSLimit{tc.cut, tc.period}
+			for v := range seen {
+				if v != cpuMax(tc.from, 100*ms) && v != cpuMax(tc.cut, tc.period) {
+					t.Fatalf("cpu.max read %q during the cut from %v to %v", v, tc.from, want)
+				}
+			}
+			if got := cfsLimitOf(t, parent); got != want {
+				t.Fatalf("parent after the cut: %+v; want %+v", got, want)
+			}
+			// Retrying the same cut (the agent does, every period) changes nothing.
+			if err := parent.SetCPULimit(tc.cut, tc.period); err != nil {
+				t.Fatalf("retried cut = %v", err)
+			}
+			if got := cfsLimitOf(t, parent); got != want {
+				t.Fatalf("parent after a retried cut: %+v", got)
+			}
+			if got := cfsLimitOf(t, child); got != (CFSLimit{50 * ms, 100 * ms}) {
+				t.Fatalf("child after the cut: %+v; want its own 50ms/100ms", got)
+			}
+		})
+	}
+	// Nor does a limited grandchild below an unlimited child.
+	if err := child.SetCPULimit(Unlimited, 100*ms); err != nil {
+		t.Fatal(err)
+	}
+	grand, err := h.Create(base + "/child/grand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grand.SetCPULimit(3*ms, 10*ms); err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.SetCPULimit(5*ms, 100*ms); err != nil {
+		t.Fatalf("cut below a grandchild on v2 = %v; want it applied", err)
+	}
+	if got := cfsLimitOf(t, parent); got != (CFSLimit{5 * ms, 100 * ms}) {
+		t.Fatalf("parent after a cut below a grandchild: %+v", got)
 	}
 }
 

@@ -226,17 +226,16 @@ func TestAgentRealCgroups(t *testing.T) {
 	}
 }
 
-// TestAgentRealV1CutBelowContainerLimit: on cgroup v1 an in-place batch pod whose
-// container has its own CFS limit (2 CPUs, as kubelet writes it) is cut below that limit:
-// the container's limit is lowered too, so the pod's share is in force (it used to be
-// clamped at 2 CPUs against a 0.1 budget), and once in force nothing is rewritten while
-// the share is unchanged (it used to be rewritten every period). When the pod leaves
-// batch, the container gets its own limit back.
-func TestAgentRealV1CutBelowContainerLimit(t *testing.T) {
+// TestAgentRealCutBelowContainerLimit: an in-place batch pod whose container has its own
+// CFS limit (2 CPUs, as kubelet writes it) is cut below that limit, and the cut is in
+// force: the kernel holds a busy loop in the container to the pod's share, and the cut is
+// not clamped. On cgroup v1, which refuses a parent below its children, the container's
+// limit is lowered too; on v2 the kernel min()s cpu.max along the path and the
+// container keeps its own. Once in force nothing is rewritten while the share is
+// unchanged, and when the pod leaves batch the pod is unlimited again and the container
+// has its own limit.
+func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 	h := realHierarchy(t)
-	if h.Layout() == cgroups.LayoutV2 {
-		t.Skip("v2 does not refuse a parent below its children (cpu.max min()s them)")
-	}
 	base := fmt.Sprintf("understory-test-%d-%d", os.Getpid(), rand.Uint32())
 	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
 	container := path.Join(inPlace, "ctr")
@@ -307,11 +306,40 @@ func TestAgentRealV1CutBelowContainerLimit(t *testing.T) {
 	}
 	st := a.pods[batchUID1]
 	pod, c := limit(inPlace), limit(container)
-	if pod < 0 || pod > cfg.Policy.MaxBatchCPU+1e-6 || c < 0 || c > pod+1e-6 {
-		t.Fatalf("in-place pod %.3f, its container %.3f CPUs; want both within the %.2f budget", pod, c, cfg.Policy.MaxBatchCPU)
+	if pod < 0 || pod > cfg.Policy.MaxBatchCPU+1e-6 {
+		t.Fatalf("in-place pod %.3f CPUs; want within the %.2f budget", pod, cfg.Policy.MaxBatchCPU)
+	}
+	if h.Layout() == cgroups.LayoutV2 {
+		if c != 2 {
+			t.Fatalf("container %.3f CPUs on v2; want its own 2 (the pod's cpu.max bounds it)", c)
+		}
+	} else if c < 0 || c > pod+1e-6 {
+		t.Fatalf("in-place pod %.3f, its container %.3f CPUs; want the container lowered to the pod's share", pod, c)
 	}
 	if st.quota.Clamped != 0 || st.lastErr != nil {
 		t.Fatalf("pod quota %+v, error %v; want the cut in force, not clamped", st.quota.CPULimit, st.lastErr)
+	}
+	// The kernel holds the container's busy loop to the pod's share.
+	burner(t, h, container)
+	pg, err := h.Load(inPlace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u0, err := pg.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	u1, err := pg.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := (u1.Usage - u0.Usage).Seconds() / time.Since(t0).Seconds()
+	t.Logf("pod cut to %.2f CPU, container limit %.2f: a busy loop in the container used %.3f CPUs", pod, c, used)
+	// As in TestAgentRealCgroups: the window is not aligned with CFS periods.
+	if used > 1.2*pod+0.05 {
+		t.Fatalf("a busy loop in the container used %.3f CPUs under a pod cut to %.3f", used, pod)
 	}
 	written := st.quota.Written
 	for range 20 {

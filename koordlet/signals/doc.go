@@ -3,7 +3,9 @@
 //
 //   - ebpf (koordlet/signals/runqlat): the run-queue delay of every LS pod's tasks,
 //     judged over one pollInterval (20 ms by default), or up to five while fewer than
-//     minSamples delays arrived. An LS pod whose delay quantile
+//     minSamples delays arrived (up to a second when most of them are in harm buckets:
+//     tasks that wait a whole CFS slice each time, before Linux 6.6, cannot gather
+//     minSamples in five). An LS pod whose delay quantile
 //     over the interval passed its threshold is harm (runqueue_delay), when batch's slow
 //     delays (those that took the CPU from a batch task) alone put it there: the others
 //     were spent behind LS tasks, and a cut cannot shorten them (RunqueueAnyCause

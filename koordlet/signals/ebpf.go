@@ -49,8 +49,12 @@ const (
 	rescanSettled = 30 * time.Second
 	youngFor      = 30 * time.Second
 	// accumulateWindow is how many poll intervals a pod's delays are counted over at
-	// most before they are judged, while fewer than RunqueueMinSamples arrived.
+	// most before they are judged, while fewer than RunqueueMinSamples arrived; longer
+	// (up to maxAccumulate) for a pod whose delays are mostly long ones (see window).
 	accumulateWindow = 5
+	// maxAccumulate bounds the window of a pod whose tasks wait a whole slice each
+	// time: its harm is judged within a second whatever its delays.
+	maxAccumulate = time.Second
 	// refreshEvery is how long the slow-event gate may keep the histograms unread: a
 	// read at least this often keeps the baselines recent (see poll).
 	refreshEvery = time.Second
@@ -516,7 +520,11 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 	// The count before the read: a delay counted after it (its histogram first) was
 	// either in this read, or opens the next.
 	s.slowSeen, s.fresh = slow, false
-	merged := s.skipped
+	// A read more than twice accumulateWindow polls after the last one spans more
+	// than one window: judged as one it would dilute or mix old delays. Like a read
+	// after skipped polls, it is judged by judgeMerged. It is the first read in a
+	// while (a wake-up after a refresh).
+	merged := s.skipped || now.Sub(s.lastRead) > 2*accumulateWindow*s.o.PollInterval
 	s.skipped = false
 	s.lastRead = now
 	for id, h := range s.cur {
@@ -530,19 +538,15 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 		}
 		d := h.Sub(pd.prev)
 		span := now.Sub(pd.prevAt)
-		window := accumulateWindow * s.o.PollInterval
-		// A span longer than twice accumulateWindow polls is not judged as one window:
-		// it would dilute or mix old delays. It comes after skipped polls, or at the
-		// first read in a while (a wake-up after a refresh): judgeMerged.
-		if merged || span > 2*window {
+		if merged {
 			s.judgeMerged(pd, h, d, now, prevPoll)
 			continue
 		}
 		// Too few delays to judge yet: keep counting from the same baseline for up to
-		// accumulateWindow polls (CPU-bound LS tasks wait a whole slice, a few ms, so
-		// one 20 ms interval may hold fewer than RunqueueMinSamples delays however long
+		// the pod's window (CPU-bound LS tasks wait a whole slice, a few ms, so one
+		// 20 ms interval may hold fewer than RunqueueMinSamples delays however long
 		// they wait).
-		if d.Total() < s.o.RunqueueMinSamples && span < window {
+		if d.Total() < s.o.RunqueueMinSamples && span < s.window(d) {
 			continue
 		}
 		from := pd.prevAt
@@ -554,6 +558,29 @@ func (s *EBPF) pollMoved(now time.Time, force bool) (moved bool, err error) {
 		s.q.report(Harm{Signal: qos.SignalRunqueueDelay, At: now, Since: from, Pod: pd.name, Value: upper})
 	}
 	return moved, nil
+}
+
+// window is how long a pod's delays d are counted from one baseline while fewer than
+// RunqueueMinSamples arrived: accumulateWindow polls. A pod at least half of whose
+// delays are in harm buckets gets longer: its tasks wait a whole slice each time, and
+// the kernel's slice can be so long that accumulateWindow polls cannot hold
+// RunqueueMinSamples of them however harmed the pod is (Linux before 6.6, CFS: 6 ms
+// times 1 + log2 of the CPUs, up to 8, shared by the runnable tasks; two CPU-bound tasks
+// on one CPU of a 2-CPU node each wait about 8 ms, 12 delays in 100 ms). Its window
+// is the time RunqueueMinSamples delays of its median's bucket bound take when the pod
+// waits half the time, up to maxAccumulate.
+func (s *EBPF) window(d runqlat.Histogram) time.Duration {
+	base := accumulateWindow * s.o.PollInterval
+	total := d.Total()
+	if total == 0 || 2*s.harmed(d) < total {
+		return base
+	}
+	n := time.Duration(min(s.o.RunqueueMinSamples, 1<<20))
+	long := maxAccumulate
+	if u := d.Quantile(0.5); u < maxAccumulate/(2*n) {
+		long = 2 * n * u
+	}
+	return max(base, long)
 }
 
 // reset makes the read (h, now) the baseline.

@@ -363,6 +363,52 @@ func TestEBPFAccumulatesSparseDelays(t *testing.T) {
 	}
 }
 
+// A pod whose tasks wait a whole CFS slice each time (Linux before 6.6: two CPU-bound
+// tasks sharing one CPU of a 2-CPU node wait about 8 ms each, 12 delays in 100 ms) never
+// gathers minSamples delays in accumulateWindow polls however harmed it is: its window
+// stretches to hold them, and the harm is seen within maxAccumulate. A pod whose slow
+// delays are few among fast ones keeps the short window.
+func TestEBPFJudgesWholeSliceWaits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// every poll adds perPoll[i%len] delays of d, and every fastEvery-th poll one
+		// fast (10 µs) delay more (0: none)
+		perPoll   []uint64
+		d         time.Duration
+		fastEvery int
+		harm      bool
+	}{
+		{"8 ms slices, 12 delays in 100 ms", []uint64{2, 3, 2, 3, 2}, 8 * time.Millisecond, 0, true},
+		{"16 ms slices, 6 delays in 100 ms", []uint64{1, 1, 2, 1, 1}, 16 * time.Millisecond, 0, true},
+		{"8 ms slices among a few fast wake-ups", []uint64{2, 3, 2, 3, 2}, 8 * time.Millisecond, 2, true},
+		{"short waits, as sparse", []uint64{2, 3, 2, 3, 2}, 500 * time.Microsecond, 0, false},
+		{"one slow delay a window among fast ones", []uint64{0, 0, 0, 0, 1}, 8 * time.Millisecond, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newEBPFRig(t)
+			r.poll(t) // baseline
+			start := r.now
+			var got []Harm
+			for i := 0; len(got) == 0 && r.now.Sub(start) < maxAccumulate+100*time.Millisecond; i++ {
+				r.p.add(r.podID, tc.d, tc.perPoll[i%len(tc.perPoll)])
+				if tc.fastEvery > 0 && i%tc.fastEvery == 0 {
+					r.p.add(r.podID, 10*time.Microsecond, 1)
+				}
+				got = r.poll(t)
+			}
+			if (len(got) > 0) != tc.harm {
+				t.Fatalf("harm %+v over %v, want harm %v", got, r.now.Sub(start), tc.harm)
+			}
+			if tc.harm && (got[0].Pod != "ns/ls" || got[0].Value < tc.d || got[0].At.Sub(got[0].Since) > maxAccumulate) {
+				t.Fatalf("harm %+v: want ns/ls with its slice's delay, over at most %v", got[0], maxAccumulate)
+			}
+		})
+	}
+}
+
 // A pod's container cgroups are counted into its histogram, found again on rescans;
 // gone ones are dropped; Unwatch drops the pod.
 func TestEBPFWatchesContainers(t *testing.T) {

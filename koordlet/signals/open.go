@@ -26,7 +26,8 @@ type Options struct {
 	// threshold keep coming (the probe wakes it at the first one).
 	PollInterval time.Duration
 	// RunqueueQuantile and RunqueueThreshold: an LS pod whose run-queue delay at this
-	// quantile, over one poll interval (up to five while fewer delays arrived), passes the threshold is harmed, provided the
+	// quantile, over one poll interval (up to five while fewer delays arrived; up to a
+	// second when most of those are past the threshold, see EBPF.window), passes the threshold is harmed, provided the
 	// interval saw at least RunqueueMinSamples wake-ups of the pod.
 	RunqueueQuantile   float64
 	RunqueueThreshold  time.Duration

@@ -112,6 +112,9 @@ func harmWithin(t *testing.T, src Source, sig qos.Signal, d time.Duration) (Harm
 // On this machine auto picks eBPF, and the probe sees the run-queue delay of two busy
 // loops sharing one CPU as harm when any cause counts. By default it does not: they
 // wait for each other, not for batch, and the probe here tells (tp_btf, cpu.idle).
+// Under CFS (Linux before 6.6, the cgroup v2 test VM's 6.1) each loop waits a whole
+// slice, about 8 ms on 2 CPUs: 12 delays in 100 ms, fewer than minSamples, so the
+// harm is seen only through the longer window of such pods (EBPF.window).
 func TestRealAutoPicksEBPFAndSeesDelay(t *testing.T) {
 	root := realCgroup2(t)
 	for _, anyCause := range []bool{true, false} {
