@@ -40,12 +40,8 @@ esac
 
 complete() { [ -s "$OUT/rootfs.img" ] && [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ] && [ -s "$OUT/packages.txt" ]; }
 
-apt_install() {
-	[ "${UNDERSTORY_NO_APT:-}" != 1 ] || die "missing Debian packages $* and UNDERSTORY_NO_APT=1"
-	log "apt-get install $*"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null ||
-		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
-}
+# shellcheck source=../lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
 
 host_deps() {
 	local need=()

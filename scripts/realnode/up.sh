@@ -341,10 +341,10 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" --config "$SCHEDULER_CONFIG" \
 	--authentication-kubeconfig "$D/scheduler.kubeconfig" --authorization-kubeconfig "$D/scheduler.kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port "$SCHED_PORT"
 
-if [ -n "$cp_only" ]; then
-	wait_for 60 "default service account" kubectl_ -n default get serviceaccount default
-	cat >"$D/env" <<EOF
-# Written by scripts/realnode/up.sh --control-plane-only; stop with scripts/realnode/down.sh $D
+# common_env: the env file's lines every run has; finish MSG: the watchdog, the log line
+# and the env file's path, the end of a successful start.
+common_env() {
+	cat <<EOF
 REALNODE_DIR=$D
 KUBECONFIG=$D/admin.kubeconfig
 API_URL=$API_URL
@@ -352,26 +352,39 @@ API_HOST=$API_HOST
 CA_CERT=$P/ca.crt
 ADMIN_CERT=$P/admin.crt
 ADMIN_KEY=$P/admin.key
-NODE_KUBECONFIG=$D/node.kubeconfig
-NODE_CERT=$P/node.crt
-NODE_KEY=$P/node.key
-KUBE_PROXY_CERT=$P/kube-proxy.crt
-KUBE_PROXY_KEY=$P/kube-proxy.key
 POD_CIDR=$POD_CIDR
 BRIDGE=$BRIDGE_NAME
-SERVICE_CIDR=$SERVICE_CIDR
 KUBECTL=$K8S_BIN/kubectl
 NODE_NAME=$node_name
 PAUSE_IMAGE=$PAUSE_IMAGE
 BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 EOF
+}
+finish() {
 	if [ -n "$owner" ]; then
 		setsid bash "$HERE/watchdog.sh" "$owner" "$D" >"$D/logs/watchdog.log" 2>&1 </dev/null &
 		echo $! >"$D/pids/watchdog"
 	fi
 	ok=1
-	log "control plane up in $((SECONDS - T0))s (API $API_URL, node $node_name may join); run dir $D"
+	log "$* in $((SECONDS - T0))s; run dir $D"
 	echo "$D/env"
+}
+
+if [ -n "$cp_only" ]; then
+	wait_for 60 "default service account" kubectl_ -n default get serviceaccount default
+	{
+		echo "# Written by scripts/realnode/up.sh --control-plane-only; stop with scripts/realnode/down.sh $D"
+		common_env
+		cat <<EOF
+NODE_KUBECONFIG=$D/node.kubeconfig
+NODE_CERT=$P/node.crt
+NODE_KEY=$P/node.key
+KUBE_PROXY_CERT=$P/kube-proxy.crt
+KUBE_PROXY_KEY=$P/kube-proxy.key
+SERVICE_CIDR=$SERVICE_CIDR
+EOF
+	} >"$D/env"
+	finish "control plane up (API $API_URL, node $node_name may join)"
 	exit 0
 fi
 
@@ -518,17 +531,10 @@ wait_for 60 "kube-proxy synced" curl -sf "http://127.0.0.1:$PROXY_HEALTHZ/health
 wait_for 30 "kube-proxy's rule for the kubernetes Service" \
 	bash -c "iptables -w 5 -t nat -S KUBE-SERVICES | grep -q -- '-d $SERVICE_API_IP/32'"
 
-cat >"$D/env" <<EOF
-# Written by scripts/realnode/up.sh; stop with scripts/realnode/down.sh $D
-REALNODE_DIR=$D
-KUBECONFIG=$D/admin.kubeconfig
-API_URL=$API_URL
-API_HOST=$API_HOST
-CA_CERT=$P/ca.crt
-ADMIN_CERT=$P/admin.crt
-ADMIN_KEY=$P/admin.key
-POD_CIDR=$POD_CIDR
-BRIDGE=$BRIDGE_NAME
+{
+	echo "# Written by scripts/realnode/up.sh; stop with scripts/realnode/down.sh $D"
+	common_env
+	cat <<EOF
 SCHEDULER_CONFIG=$SCHEDULER_CONFIG
 SCHEDULER_KUBECONFIG=$D/scheduler.kubeconfig
 SCHEDULER_HEALTHZ=https://127.0.0.1:$SCHED_PORT/healthz
@@ -536,20 +542,10 @@ KUBE_PROXY_HEALTHZ=http://127.0.0.1:$PROXY_HEALTHZ/healthz
 CONTAINERD_ADDRESS=$CONTAINERD_ADDRESS
 NRI_SOCKET=$NRI_SOCKET
 CTR=$RT_BIN/ctr
-KUBECTL=$K8S_BIN/kubectl
 KUBELET_ROOT=$K/root
 KUBELET_HEALTHZ=http://127.0.0.1:$KUBELET_HEALTHZ/healthz
 KUBELET_LOG=$D/logs/kubelet.log
 CONTAINERD_LOG=$D/logs/containerd.log
-NODE_NAME=localhost
-PAUSE_IMAGE=$PAUSE_IMAGE
-BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 EOF
-
-if [ -n "$owner" ]; then
-	setsid bash "$HERE/watchdog.sh" "$owner" "$D" >"$D/logs/watchdog.log" 2>&1 </dev/null &
-	echo $! >"$D/pids/watchdog"
-fi
-ok=1
-log "node localhost Ready in $((SECONDS - T0))s (pods $POD_CIDR on $BRIDGE_NAME, API $API_URL); run dir $D"
-echo "$D/env"
+} >"$D/env"
+finish "node localhost Ready (pods $POD_CIDR on $BRIDGE_NAME, API $API_URL)"
