@@ -344,9 +344,9 @@ const (
 	cutWithin = 90 * time.Second
 )
 
-// lsLoadCutsTier runs an LS pod (Burstable) burning both CPUs: the agent cuts the tier
-// to cutBound cores or freezes it; when the LS pod is gone the tier's quota is raised
-// again.
+// lsLoadCutsTier runs an LS pod (Burstable) burning both CPUs and holding 500 MiB: the
+// agent cuts the tier to cutBound cores or freezes it, and lowers the tier's memory limit
+// by what LS took; when the LS pod is gone the tier's quota is raised again.
 func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 	t.Helper()
 	ns := "understory-e2e"
@@ -356,13 +356,21 @@ func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "web", Image: c.env["BUSYBOX_IMAGE"], ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", "while :; do :; done & while :; do :; done"},
+				// 500 MiB in a memory-backed volume (charged to the pod) and both CPUs.
+				Command: []string{"sh", "-c", "head -c 500m /dev/zero > /mem/ballast; while :; do :; done & while :; do :; done"},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "mem", MountPath: "/mem"}},
 			}},
+			Volumes: []corev1.Volume{{Name: "mem", VolumeSource: corev1.VolumeSource{
+				EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(700<<20, resource.BinarySI)}}}},
 		},
+	}
+	memBefore, err := strconv.ParseInt(c.tierState(ctx, t).mem, 10, 64)
+	if err != nil {
+		t.Fatalf("tier memory.max before LS: %v", err)
 	}
 	if _, err := c.client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -385,6 +393,18 @@ func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 		t.Fatalf("LS burning both CPUs, but the tier is %+v after %v: want a quota <= %.2f cores or frozen", last, cutWithin, cutBound)
 	}
 	t.Logf("LS loaded: the tier cut to %.3f cores (frozen %s) %v after the LS pod ran", last.cores(), last.frozen, time.Since(start).Round(time.Second))
+	// The tier's memory limit follows what LS uses: 500 MiB more of it lowers the limit.
+	const memDrop = 300 << 20
+	var mem int64
+	if !testenv.PollEvery(cutWithin, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		mem, err = strconv.ParseInt(last.mem, 10, 64)
+		return err == nil && mem <= memBefore-memDrop
+	}) {
+		t.Fatalf("LS holds 500 MiB more, but the tier's memory.max is %s after %v (before: %d): want at most %d",
+			last.mem, cutWithin, memBefore, memBefore-memDrop)
+	}
+	t.Logf("LS holds 500 MiB: the tier's memory.max %d -> %d bytes", memBefore, mem)
 	if err := c.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
