@@ -189,9 +189,6 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 	return v, nil
 }
 
-// Dir is where the VM's files are (console.log, the disks).
-func (v *VM) Dir() string { return v.dir }
-
 // Console returns the guest's serial console so far.
 func (v *VM) Console() string {
 	b, _ := os.ReadFile(filepath.Join(v.dir, "console.log"))
@@ -384,18 +381,6 @@ func (v *VM) MustRun(ctx context.Context, tb testing.TB, script string) string {
 		tb.Fatalf("guest: %q exited %d\nstdout:\n%s\nstderr:\n%s", firstLine(script), r.ExitCode, r.Stdout, r.Stderr)
 	}
 	return r.Stdout
-}
-
-// Poweroff asks systemd to power the guest off and waits for qemu to exit.
-func (v *VM) Poweroff(ctx context.Context) error {
-	_ = v.call(ctx, "guest-shutdown", map[string]any{"mode": "powerdown"}, nil)
-	select {
-	case <-v.done:
-		return nil
-	case <-ctx.Done():
-		v.kill()
-		return fmt.Errorf("guest did not power off: %w", ctx.Err())
-	}
 }
 
 func firstLine(s string) string {
