@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // Real memory-cgroup tests: the v1 memory hierarchy on v1 and hybrid (hybrid
@@ -222,24 +224,20 @@ func TestRealMemoryOOM(t *testing.T) {
 // high is lifted with max kept (SetMemoryLimit), and the helper runs into max.
 func highHolds(t *testing.T, g *Group, ran <-chan bool, max int64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ev, err := g.MemoryEvents()
-		if err != nil {
+	var ev MemoryEvents
+	if !testenv.PollEvery(30*time.Second, 20*time.Millisecond, func() bool {
+		var err error
+		if ev, err = g.MemoryEvents(); err != nil {
 			t.Fatal(err)
 		}
 		if ev.OOMKill != 0 {
 			t.Fatalf("events %+v: OOM-killed while memory.high was below max", ev)
 		}
-		if ev.High > 0 {
-			t.Logf("throttled at memory.high: events %+v, usage %d", ev, memUsage(t, g))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no memory.high event within 30 s: %+v, usage %d", ev, memUsage(t, g))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return ev.High > 0
+	}) {
+		t.Fatalf("no memory.high event within 30 s: %+v, usage %d", ev, memUsage(t, g))
 	}
+	t.Logf("throttled at memory.high: events %+v, usage %d", ev, memUsage(t, g))
 	select {
 	case ok := <-ran:
 		t.Fatalf("the helper ended (ready %v) while throttled at memory.high", ok)

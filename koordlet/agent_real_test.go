@@ -330,11 +330,15 @@ func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	time.Sleep(1500 * time.Millisecond)
-	u1, err := pg.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Measure over 15 CFS periods (100 ms each here) in which the loop was runnable: the
+	// kernel's own count, not a sleep.
+	var u1 cgroups.CPUStats
+	testenv.WaitFor(t, 30*time.Second, "15 CFS periods of the busy loop", func() bool {
+		if u1, err = pg.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		return u1.NrPeriods >= u0.NrPeriods+15
+	})
 	used := (u1.Usage - u0.Usage).Seconds() / time.Since(t0).Seconds()
 	t.Logf("pod cut to %.2f CPU, container limit %.2f: a busy loop in the container used %.3f CPUs", pod, c, used)
 	// As in TestAgentRealCgroups: the window is not aligned with CFS periods.

@@ -19,7 +19,10 @@
 //     force after each: one CFS quota on the tier for the batch pods below it (placed
 //     there by the agent's NRI plugin), per-pod quotas, SCHED_IDLE and the minimum
 //     weight for batch pods left in kubelet's cgroups ("in-place"); a batch pod's own
-//     understory.io/batch-cpu limit caps its share.
+//     understory.io/batch-cpu limit caps its share. What is in force is read back, not
+//     remembered (readback.go): the tier's limits, SCHED_IDLE and freezer every period,
+//     each batch pod's on slow periods; what another writer changed (systemd re-applies
+//     a slice's own properties on daemon-reload) is written again.
 //
 // /status shows the last plan (plan): every group's share and why it was written or
 // held.

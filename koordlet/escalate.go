@@ -79,9 +79,7 @@ func evictionCandidates(pods []*podState) []qos.EvictionCandidate {
 // period.
 func (x *actuator) setFrozen(pods []*podState, freeze bool) {
 	if x.tier != nil && x.tierFrozen != freeze {
-		// A freeze that timed out goes on in the kernel (v2 keeps cgroup.freeze 1, v1
-		// stays FREEZING): count the tier frozen, so that the thaw reaches it.
-		if err := x.freeze(x.tier, freeze); err == nil || (freeze && !errors.Is(err, cgroups.ErrNotExist)) {
+		if x.freeze(x.tier, freeze) {
 			x.tierFrozen = freeze
 		}
 	}
@@ -96,9 +94,7 @@ func (x *actuator) setFrozen(pods []*podState, freeze bool) {
 		if st.frozen == want {
 			continue
 		}
-		// A freeze that timed out may have frozen part of the pod (v1 stays FREEZING and
-		// goes on): count it frozen, so that a thaw, and the shutdown's, reach it.
-		if err := x.freeze(st.group, want); err == nil || (want && !errors.Is(err, cgroups.ErrNotExist)) {
+		if x.freeze(st.group, want) {
 			x.setPodFrozen(st, want)
 		}
 	}
@@ -117,8 +113,11 @@ func (x *actuator) setPodFrozen(st *podState, frozen bool) {
 	}
 }
 
-// freeze freezes or thaws one group within freezeTimeout.
-func (x *actuator) freeze(g *cgroups.Group, freeze bool) error {
+// freeze freezes or thaws one group within freezeTimeout and reports whether the group
+// now counts as in the state asked: a thaw that succeeded, or a freeze that succeeded
+// or timed out. A freeze that timed out goes on in the kernel (v2 keeps cgroup.freeze
+// 1, v1 stays FREEZING), so it counts as frozen and a thaw, the shutdown's too, reaches it.
+func (x *actuator) freeze(g *cgroups.Group, freeze bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), freezeTimeout)
 	defer cancel()
 	var err error
@@ -131,19 +130,19 @@ func (x *actuator) freeze(g *cgroups.Group, freeze bool) error {
 		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		x.log.Warn("freezing or thawing batch; retrying next period", "cgroup", g.Path(), "freeze", freeze, "err", err)
 	}
-	return err
+	return err == nil || (freeze && !errors.Is(err, cgroups.ErrNotExist))
 }
 
 // thawAll thaws the tier and every batch pod the agent froze (shutdown).
 func (x *actuator) thawAll(pods []*podState) {
 	if x.tier != nil {
-		if err := x.freeze(x.tier, false); err == nil {
+		if x.freeze(x.tier, false) {
 			x.tierFrozen = false
 		}
 	}
 	for _, st := range pods {
 		if st.frozen && st.group != nil {
-			if err := x.freeze(st.group, false); err == nil {
+			if x.freeze(st.group, false) {
 				x.setPodFrozen(st, false)
 			}
 		}
@@ -154,7 +153,7 @@ func (x *actuator) thawAll(pods []*podState) {
 // (a pod that left batch must run; a gone one no longer counts in frozenPods).
 func (x *actuator) forget(st *podState) {
 	if st.frozen && st.group != nil {
-		_ = x.freeze(st.group, false)
+		x.freeze(st.group, false)
 	}
 	x.setPodFrozen(st, false)
 	st.close()

@@ -32,9 +32,10 @@ type heldSettings struct {
 	freezeOK, freezeAsked bool
 }
 
-// readHeld reads g's CPU limit, cpu.idle and, with memory, its memory limit. Errors
-// leave the field unread: nothing is concluded from a failed read.
-func readHeld(g *cgroups.Group, memory bool) heldSettings {
+// readHeld reads g's CPU limit, cpu.idle and, with memory, its memory limit, with
+// freezer its freezer request. Errors leave the field unread: nothing is concluded from
+// a failed read.
+func readHeld(g *cgroups.Group, memory, freezer bool) heldSettings {
 	var h heldSettings
 	if q, p, err := g.CPULimit(); err == nil {
 		h.cpuOK, h.quota, h.period = true, q, p
@@ -47,8 +48,10 @@ func readHeld(g *cgroups.Group, memory bool) heldSettings {
 			h.memOK, h.memMax = true, m
 		}
 	}
-	if f, err := g.FreezeRequested(); err == nil {
-		h.freezeOK, h.freezeAsked = true, f
+	if freezer {
+		if f, err := g.FreezeRequested(); err == nil {
+			h.freezeOK, h.freezeAsked = true, f
+		}
 	}
 	return h
 }
@@ -69,7 +72,7 @@ func (s *sampler) readTierHeld(slow bool) {
 		}
 		s.tierGroup = g
 	}
-	s.tierHeld = readHeld(s.tierGroup, slow)
+	s.tierHeld = readHeld(s.tierGroup, slow, true)
 	if !s.tierHeld.cpuOK {
 		s.tierGroup = nil // gone or unreadable: look it up again next period
 	}
@@ -82,7 +85,7 @@ func (s *sampler) readPodsHeld(pods []*podState) {
 		if st.group == nil || st.class != qos.ClassBatch {
 			continue
 		}
-		s.podsHeld = append(s.podsHeld, podHeld{st: st, held: readHeld(st.group, st.spec.batchMemory > 0)})
+		s.podsHeld = append(s.podsHeld, podHeld{st: st, held: readHeld(st.group, st.spec.batchMemory > 0, false)})
 	}
 }
 
