@@ -4,12 +4,14 @@
 // package holds no policy. The root (/sys/fs/cgroup or a host mount of it) is
 // injected; tests pass t.TempDir().
 //
-// It also owns kubelet's cgroup naming, for both drivers (kubeletnames.go):
-// the paths of kubelet's QoS and pod cgroups and of the agent's tier (QOSPath,
-// PodPath, TierPathIn, TierPodPath), the cgroups path a runtime hands to runc
-// (ContainerCgroupsPath), systemd unit names (SliceUnit, SlicePath), and the
-// parsers that read a cgroup path or a sandbox's cgroup parent back into QoS
-// class, pod UID and container ID (ParseCgroupPath, ParsePodCgroupParent).
+// It also owns kubelet's cgroup naming, for both drivers and any kubelet
+// --cgroup-root (kubeletnames.go): Naming (driver and root) gives the paths of
+// kubelet's QoS and pod cgroups, of its root cgroup and of the agent's tier
+// (QOSPath, PodPath, RootPath, TierPathIn); TierPodPath names a pod below the
+// tier, ContainerCgroupsPath the cgroups path a runtime hands to runc;
+// SliceUnit and SlicePath convert systemd unit names; and the parsers read a
+// cgroup path or a sandbox's cgroup parent back into QoS class, pod UID and
+// container ID (ParseCgroupPath, ParsePodCgroupParent).
 // CleanPath validates any relative path before it is joined to a root.
 //
 // Layouts: v1 (controllers at root/cpu, root/cpuacct, ... either separate
@@ -58,7 +60,7 @@
 //     own and sets idle there: by default a child of kubepods, a sibling of
 //     kubelet's QoS cgroups (TierPathIn with QOSGuaranteed, whose pods live
 //     in kubepods itself; docs/design.md, "Where the tier sits"), with
-//     tierParent "besteffort" below BestEffort (TierPath). The only write
+//     tierParent "besteffort" below BestEffort (QOSBestEffort). The only write
 //     Create makes above the new group is containerd/cgroups'
 //     cgroup.subtree_control toggle (v2 "+cpu", hybrid unified ""), a no-op
 //     where already enabled.

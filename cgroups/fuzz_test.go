@@ -89,7 +89,8 @@ func FuzzPodPath(f *testing.F) {
 			d = DriverSystemd
 		}
 		qos := KubeQOS(q%3 + 1)
-		p, err := PodPath(d, qos, uid)
+		n := Naming{Driver: d}
+		p, err := n.PodPath(qos, uid)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidPath) {
 				t.Fatalf("error %v does not wrap ErrInvalidPath", err)
@@ -99,7 +100,7 @@ func FuzzPodPath(f *testing.F) {
 		if _, err := CleanPath(p); err != nil {
 			t.Fatalf("PodPath(%q) = %q is not clean: %v", uid, p, err)
 		}
-		parent := QOSPath(d, qos)
+		parent := n.QOSPath(qos)
 		if filepath.Dir(p) != parent {
 			t.Fatalf("PodPath(%q) = %q is not a direct child of %q", uid, p, parent)
 		}
@@ -111,12 +112,12 @@ func FuzzPodPath(f *testing.F) {
 			t.Fatalf("PodPath(%q) = %q does not end in %q", uid, p, want)
 		}
 		// Tier names follow the same rules plus the "pod" ban.
-		if tp, err := TierPath(d, uid); err == nil {
-			if filepath.Dir(tp) != QOSPath(d, QOSBestEffort) {
-				t.Fatalf("TierPath(%q) = %q is not a child of BestEffort", uid, tp)
+		if tp, err := n.TierPathIn(QOSBestEffort, uid); err == nil {
+			if filepath.Dir(tp) != n.QOSPath(QOSBestEffort) {
+				t.Fatalf("TierPathIn(BestEffort, %q) = %q is not a child of BestEffort", uid, tp)
 			}
 			if strings.Contains(strings.ToLower(uid), "pod") {
-				t.Fatalf("TierPath accepted %q", uid)
+				t.Fatalf("TierPathIn accepted %q", uid)
 			}
 		}
 	})

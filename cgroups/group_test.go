@@ -23,7 +23,7 @@ func TestCreateLoadExists(t *testing.T) {
 				t.Parallel()
 				root := newFake(t, k)
 				h := OpenLayout(root, k.layout())
-				rel, err := TierPath(d, DefaultTierName)
+				rel, err := Naming{Driver: d}.TierPathIn(QOSBestEffort, DefaultTierName)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,13 +12,22 @@ import (
 // kubelet's QoS and pod cgroups, of the agent's batch tier and of a pod below
 // the tier, and the cgroups path a runtime hands to runc; and it reads a cgroup
 // path back into QoS class, pod UID and container ID. Paths are relative to
-// the hierarchy root with kubelet's --cgroup-root at "/"; kubelet's names are:
+// the hierarchy root. kubelet's internal name of a cgroup is a list of
+// components: those of its --cgroup-root, then "kubepods", the QoS class
+// (none for Guaranteed) and "pod<uid>" (pkg/kubelet/cm: ParseCgroupfsToCgroupName,
+// NewCgroupName). The driver turns that list into a path:
 //
-//	cgroupfs  kubepods[/burstable|/besteffort]/pod<uid>/<id>
-//	systemd   kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_>.slice/<runtime>-<id>.scope
+//	cgroupfs  <root>/kubepods[/burstable|/besteffort]/pod<uid>/<id>
+//	systemd   every level a slice named by the '-'-joined chain of all the
+//	          components down to it, each with '-' escaped to '_' (ToSystemd):
+//	          kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_>.slice/<runtime>-<id>.scope
+//	          and below --cgroup-root /kubelet (kind's):
+//	          kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/
+//	          kubelet-kubepods-besteffort-pod<uid_>.slice
 //
-// where uid_ is the UID with '-' escaped to '_' (systemd joins a slice's
-// ancestors with '-').
+// Naming builds the names that depend on the root; the functions of a Driver
+// work on a path already built (TierPodPath, ContainerCgroupsPath) or read one
+// back (the parsers), whatever the root.
 
 // ErrNotPodCgroup: a cgroup path that names no pod cgroup kubelet (or the
 // agent's tier) made: a system service, a QoS cgroup, a foreign tree.
@@ -91,62 +100,147 @@ const (
 // the runtime's "<slice>:<prefix>:<id>"); cri-o's cgroupfs "crio-<id>".
 var runtimeScopePrefixes = [...]string{"cri-containerd", "crio", "docker"}
 
-// qosComponent returns kubelet's internal name component of q ("" for
-// Guaranteed, whose pods live directly under kubepods) and ok=false for an
-// invalid class.
-func qosComponent(q KubeQOS) (string, bool) {
+// qosName returns kubelet's name of q's QoS-level cgroup below its root:
+// "kubepods" and the class, none for Guaranteed (whose pods live directly under
+// kubepods); ok=false for an invalid class.
+func qosName(q KubeQOS) ([]string, bool) {
 	switch q {
 	case QOSGuaranteed:
-		return "", true
+		return []string{kubepodsName}, true
 	case QOSBurstable:
-		return burstableName, true
+		return []string{kubepodsName, burstableName}, true
 	case QOSBestEffort:
-		return besteffort, true
+		return []string{kubepodsName, besteffort}, true
 	}
-	return "", false
+	return nil, false
+}
+
+// Naming is kubelet's cgroup naming on one node: its cgroup driver and its
+// --cgroup-root (KubeletConfiguration cgroupRoot). The zero Root is "/", so
+// Naming{Driver: DriverCgroupfs} is kubelet's default naming. The methods
+// check the root on every call (Validate says why one is refused).
+type Naming struct {
+	// Driver is kubelet's cgroup driver.
+	Driver Driver
+	// Root is kubelet's --cgroup-root as kubelet takes it, a cgroupfs-style
+	// path: "/" (kubelet's default; "" is the same) or e.g. kind's "/kubelet".
+	// Its components lead every name kubelet builds: under systemd "/kubelet"
+	// is the slice kubelet.slice, and "/kubelet.slice" would be
+	// kubelet.slice.slice, as kubelet names it.
+	Root string
+}
+
+// Validate checks the driver and the root. A root must be a clean relative
+// path once its leading and trailing '/' are trimmed (see CleanPath); under
+// systemd each of its components becomes part of a slice unit name, so it
+// must also be a safe name (1..MaxNameLen bytes of [A-Za-z0-9._-], not
+// starting with '.', no "..") and the root's own slice name at most NAME_MAX
+// bytes. A bad driver is ErrInvalidDriver, a bad root ErrInvalidPath.
+func (n Naming) Validate() error {
+	_, err := n.rootComponents()
+	return err
+}
+
+// rootComponents returns the components of the root (none for "/"), checked
+// as Validate says.
+func (n Naming) rootComponents() ([]string, error) {
+	switch n.Driver {
+	case DriverCgroupfs, DriverSystemd:
+	default:
+		return nil, fmt.Errorf("naming cgroups with driver %q: %w", n.Driver, ErrInvalidDriver)
+	}
+	r := strings.Trim(n.Root, "/")
+	if r == "" {
+		return nil, nil
+	}
+	if _, err := CleanPath(r); err != nil {
+		return nil, fmt.Errorf("kubelet cgroup root %q: %w", clip(n.Root), err)
+	}
+	comps := strings.Split(r, "/")
+	if n.Driver == DriverSystemd {
+		for _, c := range comps {
+			if err := validName(c); err != nil {
+				return nil, fmt.Errorf("kubelet cgroup root %q: component %q cannot be part of a systemd slice name: %w",
+					clip(n.Root), clip(c), err)
+			}
+		}
+		if unit := sliceChain(comps); !validUnit(unit) {
+			return nil, fmt.Errorf("kubelet cgroup root %q: slice name %q is longer than %d bytes: %w",
+				clip(n.Root), clip(unit), nameMax, ErrInvalidPath)
+		}
+	}
+	return comps, nil
+}
+
+// sliceChain is the systemd unit name of the cgroup whose kubelet name is comps:
+// the components escaped and joined by '-', plus ".slice".
+func sliceChain(comps []string) string {
+	esc := make([]string, len(comps))
+	for i, c := range comps {
+		esc[i] = escapeUnit(c)
+	}
+	return strings.Join(esc, "-") + sliceSuffix
+}
+
+// cgroupPath returns the path of the cgroup kubelet names by its root's
+// components followed by comps: cgroupfs joins them; systemd makes every level
+// a slice named by the chain of all the components down to it. A systemd unit
+// name longer than NAME_MAX is ErrInvalidPath.
+func (n Naming) cgroupPath(comps ...string) (string, error) {
+	root, err := n.rootComponents()
+	if err != nil {
+		return "", err
+	}
+	all := append(append(make([]string, 0, len(root)+len(comps)), root...), comps...)
+	if n.Driver == DriverCgroupfs || len(all) == 0 {
+		return strings.Join(all, "/"), nil
+	}
+	dirs := make([]string, len(all))
+	for i := range all {
+		dirs[i] = sliceChain(all[:i+1])
+	}
+	if last := dirs[len(dirs)-1]; !validUnit(last) {
+		return "", fmt.Errorf("slice name %q is longer than %d bytes: %w", clip(last), nameMax, ErrInvalidPath)
+	}
+	return strings.Join(dirs, "/"), nil
+}
+
+// RootPath returns the path of kubelet's --cgroup-root, the parent of
+// kubepods: "" for "/", cgroupfs "kubelet", systemd "kubelet.slice" (and for
+// "/a/b": "a/b", "a.slice/a-b.slice").
+func (n Naming) RootPath() (string, error) {
+	return n.cgroupPath()
 }
 
 // QOSPath returns the relative path of kubelet's QoS-level cgroup:
 // cgroupfs "kubepods", "kubepods/burstable", "kubepods/besteffort";
 // systemd "kubepods.slice", "kubepods.slice/kubepods-burstable.slice",
-// "kubepods.slice/kubepods-besteffort.slice". It returns "" for an invalid
-// driver or class. These cgroups are kubelet's: never write their files.
-func QOSPath(d Driver, q KubeQOS) string {
-	c, ok := qosComponent(q)
+// "kubepods.slice/kubepods-besteffort.slice"; below a root as the type's
+// doc says ("kubelet.slice/kubelet-kubepods.slice" for Guaranteed below
+// /kubelet under systemd). It returns "" for an invalid driver, root or class.
+// These cgroups are kubelet's: never write their files.
+func (n Naming) QOSPath(q KubeQOS) string {
+	comps, ok := qosName(q)
 	if !ok {
 		return ""
 	}
-	switch d {
-	case DriverCgroupfs:
-		if c == "" {
-			return kubepodsName
-		}
-		return kubepodsName + "/" + c
-	case DriverSystemd:
-		if c == "" {
-			return kubepodsName + sliceSuffix
-		}
-		return kubepodsName + sliceSuffix + "/" + kubepodsName + "-" + c + sliceSuffix
+	p, err := n.cgroupPath(comps...)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return p
 }
 
 // childPath names a child component of the QoS-level cgroup the way kubelet
 // names its own children: cgroupfs appends the component; systemd builds a
 // slice whose name is the '-'-joined chain of (escaped) ancestor components,
 // where escaping replaces '-' by '_' exactly as kubelet does.
-func childPath(d Driver, q KubeQOS, component string) (string, error) {
-	if _, ok := qosComponent(q); !ok {
+func (n Naming) childPath(q KubeQOS, component string) (string, error) {
+	comps, ok := qosName(q)
+	if !ok {
 		return "", fmt.Errorf("naming cgroup under QoS class %v: %w", q, ErrInvalidValue)
 	}
-	parent := QOSPath(d, q)
-	switch d {
-	case DriverCgroupfs:
-		return parent + "/" + component, nil
-	case DriverSystemd:
-		return parent + "/" + childUnit(parent, component), nil
-	}
-	return "", fmt.Errorf("naming cgroup with driver %q: %w", d, ErrInvalidDriver)
+	return n.cgroupPath(append(comps, component)...)
 }
 
 // childUnit is the slice unit of component below the slice path parent:
@@ -162,39 +256,36 @@ func escapeUnit(s string) string { return strings.ReplaceAll(s, "-", "_") }
 // PodPath returns the relative path kubelet gives the pod cgroup of a pod
 // with the given UID and QoS class, e.g. cgroupfs "kubepods/burstable/pod<uid>"
 // or systemd "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice"
-// (uid_ has '-' replaced by '_'). The UID must be a single safe name
-// (see validName); anything else is ErrInvalidPath, so a UID can never
-// escape the cgroup root.
-func PodPath(d Driver, q KubeQOS, uid string) (string, error) {
+// (uid_ has '-' replaced by '_'), below the root as the type's doc says. The
+// UID must be a single safe name (see validName); anything else is
+// ErrInvalidPath, so a UID can never escape the cgroup root.
+func (n Naming) PodPath(q KubeQOS, uid string) (string, error) {
 	if err := validName(uid); err != nil {
 		return "", fmt.Errorf("pod uid %q: %w", uid, err)
 	}
-	return childPath(d, q, podPrefix+uid)
-}
-
-// TierPath returns the relative path of the agent-owned batch tier below
-// kubelet's BestEffort cgroup: cgroupfs "kubepods/besteffort/<name>",
-// systemd "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-<name_>.slice".
-// It is TierPathIn(d, QOSBestEffort, name).
-func TierPath(d Driver, name string) (string, error) {
-	return TierPathIn(d, QOSBestEffort, name)
+	return n.childPath(q, podPrefix+uid)
 }
 
 // TierPathIn returns the relative path of the agent-owned batch tier as a child
-// of kubelet's QoS-level cgroup for q: QOSGuaranteed means kubepods itself
-// (cgroupfs "kubepods/<name>", systemd "kubepods.slice/kubepods-<name_>.slice"),
-// QOSBestEffort "kubepods/besteffort/<name>". name_ is escaped like kubelet
-// escapes its components ('-' -> '_'), so that kubelet parses the slice back
-// to exactly one component <name>. Under systemd, SliceUnit of the result is
-// the tier's unit name ("kubepods-understory_batch.slice").
+// of kubelet's QoS-level cgroup for q, named as kubelet would name a child
+// component <name> there: QOSGuaranteed means kubepods itself (cgroupfs
+// "kubepods/<name>", systemd "kubepods.slice/kubepods-<name_>.slice"),
+// QOSBestEffort "kubepods/besteffort/<name>" (systemd
+// "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-<name_>.slice").
+// Below a root the slices carry the root's chain: systemd with /kubelet gives
+// "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-<name_>.slice".
+// name_ is escaped like kubelet escapes its components ('-' -> '_'), so that
+// kubelet parses the slice back to exactly one component <name>. Under
+// systemd, SliceUnit of the result is the tier's unit name
+// ("kubepods-understory_batch.slice", "kubelet-kubepods-understory_batch.slice").
 //
 // name must be a valid tier name (see validTierName): a single safe component
 // without '_', without "pod" in any case, and none of kubelet's own names.
-func TierPathIn(d Driver, q KubeQOS, name string) (string, error) {
+func (n Naming) TierPathIn(q KubeQOS, name string) (string, error) {
 	if err := validTierName(name); err != nil {
 		return "", err
 	}
-	return childPath(d, q, name)
+	return n.childPath(q, name)
 }
 
 // validTierName checks a tier name. '_' is refused because kubelet's systemd
@@ -223,11 +314,13 @@ func validTierName(name string) error {
 
 // TierPodPath returns the cgroup of a batch pod below the tier, where the NRI
 // plugin has the runtime create the pod's containers. tier is the tier's path
-// as TierPathIn returns it (possibly below kubelet's --cgroup-root): cgroupfs
+// as Naming.TierPathIn returns it, kubelet's --cgroup-root included: cgroupfs
 // "<tier>/pod<uid>", systemd "<tier>/<tier unit>-pod<uid_>.slice" (e.g.
 // ".../kubepods-besteffort-understory_batch.slice/kubepods-besteffort-understory_batch-pod<uid_>.slice",
-// the name runc expands the runtime's slice to). The UID is checked as PodPath
-// checks it; a systemd tier that is no slice is ErrInvalidPath.
+// or "kubelet-kubepods-understory_batch-pod<uid_>.slice" below kind's root: the
+// name runc expands the runtime's slice to). The UID is checked as PodPath
+// checks it; a systemd tier that is no slice, or a pod unit name longer than
+// NAME_MAX, is ErrInvalidPath.
 func TierPodPath(d Driver, tier, uid string) (string, error) {
 	if err := validName(uid); err != nil {
 		return "", fmt.Errorf("pod uid %q: %w", uid, err)
@@ -242,14 +335,19 @@ func TierPodPath(d Driver, tier, uid string) (string, error) {
 		if _, err := SliceUnit(tier); err != nil {
 			return "", fmt.Errorf("tier: %w", err)
 		}
-		return tier + "/" + childUnit(tier, podPrefix+uid), nil
+		unit := childUnit(tier, podPrefix+uid)
+		if !validUnit(unit) {
+			return "", fmt.Errorf("slice name %q is longer than %d bytes: %w", clip(unit), nameMax, ErrInvalidPath)
+		}
+		return tier + "/" + unit, nil
 	}
 	return "", fmt.Errorf("naming cgroup with driver %q: %w", d, ErrInvalidDriver)
 }
 
 // SliceUnit returns the systemd unit name of a slice path (its last
 // component), e.g. "kubepods-besteffort-understory_batch.slice" for the tier
-// TierPathIn(DriverSystemd, QOSBestEffort, DefaultTierName) returns, and
+// Naming{Driver: DriverSystemd}.TierPathIn(QOSBestEffort, DefaultTierName)
+// returns, and
 // "kubepods-besteffort-understory_batch-pod<uid_>.slice" for a pod below it
 // (TierPodPath). SlicePath is its inverse. A path that is not clean or whose
 // last component is no slice unit is ErrInvalidPath.
@@ -486,16 +584,18 @@ func ParsePodCgroupParent(parent string) (PodCgroup, error) {
 
 // PodUIDFromDir returns the pod UID in the name of a pod cgroup kubelet made below the
 // QoS-level cgroup of q (the last path component, as PodPath builds it): cgroupfs
-// "pod<uid>", systemd "kubepods[-<qos>]-pod<uid_>.slice" with '_' turned back into
-// '-'. ok is false for any other name (the agent's tier, a runtime's own groups).
-func PodUIDFromDir(d Driver, q KubeQOS, name string) (uid string, ok bool) {
-	parent := QOSPath(d, q)
+// "pod<uid>", systemd "<chain of q>-pod<uid_>.slice" (e.g.
+// "kubelet-kubepods-besteffort-pod<uid_>.slice" below kind's root) with '_' turned
+// back into '-'. ok is false for any other name (the agent's tier, a runtime's own
+// groups) and for an invalid driver or root.
+func (n Naming) PodUIDFromDir(q KubeQOS, name string) (uid string, ok bool) {
+	parent := n.QOSPath(q)
 	if parent == "" {
 		return "", false
 	}
 	comps := append(strings.Split(parent, "/"), name)
 	pc, ok := podAt(comps, len(comps)-1, false)
-	if !ok || pc.Driver != d || pc.QOS != q || pc.Tier != "" {
+	if !ok || pc.Driver != n.Driver || pc.QOS != q || pc.Tier != "" {
 		return "", false
 	}
 	return pc.UID, true

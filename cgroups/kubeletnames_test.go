@@ -51,6 +51,11 @@ func TestParseCgroupPath(t *testing.T) {
 		{"systemd kubelet root (kind)", "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/" +
 			"kubelet-kubepods-besteffort-pod" + knEsc + ".slice/cri-containerd-" + knCtr + ".scope",
 			pod(sd, QOSBestEffort, "", knCtr), nil},
+		{"systemd kubelet root two levels", "/a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-pod" + knEsc + ".slice",
+			pod(sd, QOSGuaranteed, "", ""), nil},
+		{"systemd kubelet root with dash", "/my_root.slice/my_root-kubepods.slice/my_root-kubepods-burstable.slice/" +
+			"my_root-kubepods-burstable-pod" + knEsc + ".slice/crio-" + knCtr + ".scope", pod(sd, QOSBurstable, "", knCtr), nil},
+		{"cgroupfs kubelet root two levels", "/a/b/kubepods/pod" + knUID + "/" + knCtr, pod(fs, QOSGuaranteed, "", knCtr), nil},
 		// The agent's tier, both parents, both drivers.
 		{"tier cgroupfs in kubepods", "/kubepods/understory-batch/pod" + knUID + "/" + knCtr,
 			pod(fs, QOSGuaranteed, "understory-batch", knCtr), nil},
@@ -60,6 +65,18 @@ func TestParseCgroupPath(t *testing.T) {
 			knEsc + ".slice/cri-containerd-" + knCtr + ".scope", pod(sd, QOSGuaranteed, "understory-batch", knCtr), nil},
 		{"tier systemd in besteffort", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-understory_batch.slice/" +
 			"kubepods-besteffort-understory_batch-pod" + knEsc + ".slice", pod(sd, QOSBestEffort, "understory-batch", ""), nil},
+		{"tier systemd below kind's root", "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-understory_batch.slice/" +
+			"kubelet-kubepods-understory_batch-pod" + knEsc + ".slice/cri-containerd-" + knCtr + ".scope",
+			pod(sd, QOSGuaranteed, "understory-batch", knCtr), nil},
+		{"tier systemd in besteffort below a root", "/a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/" +
+			"a-b-kubepods-besteffort-understory_batch.slice/a-b-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice",
+			pod(sd, QOSBestEffort, "understory-batch", ""), nil},
+		{"tier cgroupfs below a root", "/kubelet/kubepods/understory-batch/pod" + knUID + "/" + knCtr,
+			pod(fs, QOSGuaranteed, "understory-batch", knCtr), nil},
+		// A slice named on the root's chain that sits in a slice of another chain is
+		// not what kubelet (or runc, expanding the unit) makes.
+		{"systemd root chain in the wrong parent", "/kubelet.slice/kubelet-kubepods.slice/kubepods-besteffort.slice/" +
+			"kubelet-kubepods-besteffort-pod" + knEsc + ".slice", PodCgroup{}, ErrNotPodCgroup},
 		// Another cgroup namespace hides the ancestors.
 		{"hidden cgroupfs qos", "/../../../besteffort/pod" + knUID + "/" + knCtr, pod(fs, QOSBestEffort, "", knCtr), nil},
 		{"hidden cgroupfs everything", "/../pod" + knUID, pod(fs, 0, "", ""), nil},
@@ -116,17 +133,23 @@ func TestParseCgroupPath(t *testing.T) {
 // parses back to what built it, and so does a container's cgroup below it.
 func TestParseCgroupPathRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, d := range []Driver{DriverCgroupfs, DriverSystemd} {
+	for _, n := range []Naming{
+		{Driver: DriverCgroupfs}, {Driver: DriverSystemd},
+		{Driver: DriverCgroupfs, Root: "/kubelet"}, {Driver: DriverSystemd, Root: "/kubelet"},
+		{Driver: DriverCgroupfs, Root: "/a/b"}, {Driver: DriverSystemd, Root: "/a/b"},
+		{Driver: DriverSystemd, Root: "/my-root"}, {Driver: DriverSystemd, Root: "/besteffort"},
+	} {
+		d := n.Driver
 		for _, q := range []KubeQOS{QOSGuaranteed, QOSBurstable, QOSBestEffort} {
 			for _, tier := range []string{"", DefaultTierName, "batch.v2"} {
 				for _, uid := range []string{knUID, knStatic, "u1"} {
 					var pod string
 					var err error
 					if tier == "" {
-						pod, err = PodPath(d, q, uid)
+						pod, err = n.PodPath(q, uid)
 					} else {
 						var tp string
-						if tp, err = TierPathIn(d, q, tier); err == nil {
+						if tp, err = n.TierPathIn(q, tier); err == nil {
 							pod, err = TierPodPath(d, tp, uid)
 						}
 					}
@@ -168,6 +191,11 @@ func TestParsePodCgroupParent(t *testing.T) {
 			PodCgroup{Driver: DriverSystemd, QOS: QOSBurstable, UID: "besteffort-1"}, nil},
 		{"cgroupfs uid spelling burstable", "/kubepods/podburstable-1",
 			PodCgroup{Driver: DriverCgroupfs, QOS: QOSGuaranteed, UID: "burstable-1"}, nil},
+		{"cgroupfs kind root", "/kubelet/kubepods/besteffort/pod" + knUID, PodCgroup{Driver: DriverCgroupfs, QOS: QOSBestEffort, UID: knUID}, nil},
+		{"systemd kind root", "kubelet-kubepods-besteffort-pod" + knEsc + ".slice", PodCgroup{Driver: DriverSystemd, QOS: QOSBestEffort, UID: knUID}, nil},
+		{"systemd two-level root", "a-b-kubepods-burstable-pod" + knEsc + ".slice", PodCgroup{Driver: DriverSystemd, QOS: QOSBurstable, UID: knUID}, nil},
+		{"systemd tier below kind root", "kubelet-kubepods-understory_batch-pod" + knEsc + ".slice",
+			PodCgroup{Driver: DriverSystemd, QOS: QOSGuaranteed, Tier: DefaultTierName, UID: knUID}, nil},
 		{"empty", "", PodCgroup{}, ErrInvalidPath},
 		{"cgroupfs not the last component", "/kubepods/pod" + knUID + "/" + knCtr, PodCgroup{}, ErrNotPodCgroup},
 		{"cgroupfs qos cgroup", "/kubepods/besteffort", PodCgroup{}, ErrNotPodCgroup},
@@ -212,6 +240,13 @@ func TestTierPodPath(t *testing.T) {
 		{"systemd besteffort", DriverSystemd, "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-understory_batch.slice", knUID,
 			"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-understory_batch.slice/" +
 				"kubepods-besteffort-understory_batch-pod" + knEsc + ".slice", nil},
+		{"systemd kind root", DriverSystemd, "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-understory_batch.slice", knUID,
+			"kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-understory_batch.slice/kubelet-kubepods-understory_batch-pod" + knEsc + ".slice", nil},
+		{"systemd two-level root besteffort", DriverSystemd,
+			"a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-understory_batch.slice", knUID,
+			"a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-understory_batch.slice/" +
+				"a-b-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice", nil},
+		{"systemd unit too long", DriverSystemd, strings.Repeat("t", 200) + ".slice", strings.Repeat("u", 60), "", ErrInvalidPath},
 		{"escaping uid", DriverCgroupfs, "kubepods/understory-batch", "../../etc", "", ErrInvalidPath},
 		{"uid with slash", DriverSystemd, "kubepods.slice/kubepods-understory_batch.slice", "a/b", "", ErrInvalidPath},
 		{"dotdot uid", DriverSystemd, "kubepods.slice/kubepods-understory_batch.slice", "..", "", ErrInvalidPath},
@@ -233,20 +268,40 @@ func TestTierPodPath(t *testing.T) {
 // systemd gives those units back.
 func TestSliceUnit(t *testing.T) {
 	t.Parallel()
-	tier, err := TierPathIn(DriverSystemd, QOSBestEffort, DefaultTierName)
-	if err != nil {
-		t.Fatal(err)
+	must := func(p string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	pod, err := TierPodPath(DriverSystemd, tier, knUID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := Naming{Driver: DriverSystemd}
+	kind := Naming{Driver: DriverSystemd, Root: "/kubelet"}
+	ab := Naming{Driver: DriverSystemd, Root: "/a/b"}
+	tier := must(sd.TierPathIn(QOSBestEffort, DefaultTierName))
+	kindTier := must(kind.TierPathIn(QOSGuaranteed, DefaultTierName))
+	kindBETier := must(kind.TierPathIn(QOSBestEffort, DefaultTierName))
+	abTier := must(ab.TierPathIn(QOSGuaranteed, DefaultTierName))
 	for _, tc := range []struct {
 		rel, unit string
 	}{
 		{tier, "kubepods-besteffort-understory_batch.slice"},
-		{pod, "kubepods-besteffort-understory_batch-pod" + knEsc + ".slice"},
-		{QOSPath(DriverSystemd, QOSGuaranteed), "kubepods.slice"},
+		{must(TierPodPath(DriverSystemd, tier, knUID)), "kubepods-besteffort-understory_batch-pod" + knEsc + ".slice"},
+		{sd.QOSPath(QOSGuaranteed), "kubepods.slice"},
+		// Below a --cgroup-root every unit carries the root's chain.
+		{must(kind.RootPath()), "kubelet.slice"},
+		{kind.QOSPath(QOSGuaranteed), "kubelet-kubepods.slice"},
+		{kind.QOSPath(QOSBestEffort), "kubelet-kubepods-besteffort.slice"},
+		{must(kind.PodPath(QOSBurstable, knUID)), "kubelet-kubepods-burstable-pod" + knEsc + ".slice"},
+		{kindTier, "kubelet-kubepods-understory_batch.slice"},
+		{must(TierPodPath(DriverSystemd, kindTier, knUID)), "kubelet-kubepods-understory_batch-pod" + knEsc + ".slice"},
+		{kindBETier, "kubelet-kubepods-besteffort-understory_batch.slice"},
+		{must(TierPodPath(DriverSystemd, kindBETier, knUID)), "kubelet-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice"},
+		{must(ab.RootPath()), "a-b.slice"},
+		{ab.QOSPath(QOSBurstable), "a-b-kubepods-burstable.slice"},
+		{must(ab.PodPath(QOSGuaranteed, knUID)), "a-b-kubepods-pod" + knEsc + ".slice"},
+		{abTier, "a-b-kubepods-understory_batch.slice"},
+		{must(TierPodPath(DriverSystemd, abTier, knUID)), "a-b-kubepods-understory_batch-pod" + knEsc + ".slice"},
 	} {
 		unit, err := SliceUnit(tc.rel)
 		if err != nil || unit != tc.unit {
@@ -284,6 +339,15 @@ func TestContainerCgroupsPath(t *testing.T) {
 			"cri-containerd", "kubepods-besteffort-pod" + knEsc + ".slice:cri-containerd:" + id},
 		{"systemd crio tier", DriverSystemd, "kubepods.slice/kubepods-understory_batch.slice/kubepods-understory_batch-pod" + knEsc + ".slice",
 			"crio", "kubepods-understory_batch-pod" + knEsc + ".slice:crio:" + id},
+		{"cgroupfs tier below kind root", DriverCgroupfs, "kubelet/kubepods/understory-batch/pod" + knUID, "",
+			"/kubelet/kubepods/understory-batch/pod" + knUID + "/" + id},
+		{"systemd tier below kind root", DriverSystemd,
+			"kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-understory_batch.slice/kubelet-kubepods-understory_batch-pod" + knEsc + ".slice",
+			"cri-containerd", "kubelet-kubepods-understory_batch-pod" + knEsc + ".slice:cri-containerd:" + id},
+		{"systemd besteffort tier below a two-level root", DriverSystemd,
+			"a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-understory_batch.slice/" +
+				"a-b-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice",
+			"cri-containerd", "a-b-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice:cri-containerd:" + id},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -355,6 +419,9 @@ func FuzzParseCgroupPath(f *testing.F) {
 		"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + knEsc + ".slice/cri-containerd-" + knCtr + ".scope",
 		"/kubepods.slice/kubepods-understory_batch.slice/kubepods-understory_batch-pod" + knEsc + ".slice/docker-" + knCtr + ".scope",
 		"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod" + knEsc + ".slice",
+		"/a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-understory_batch.slice/" +
+			"a-b-kubepods-besteffort-understory_batch-pod" + knEsc + ".slice/cri-containerd-" + knCtr + ".scope",
+		"/kubelet/kubepods/understory-batch/pod" + knUID + "/" + knCtr,
 		"/../../besteffort/pod" + knUID + "/" + knCtr,
 		"/../kubepods-pod_.slice/docker-.scope",
 		"/kubepods/pod../x",
@@ -401,11 +468,12 @@ func FuzzParseCgroupPath(f *testing.F) {
 		}
 		// The pod cgroup, built from what was parsed, is a component of the input.
 		var pod string
+		n := Naming{Driver: got.Driver}
 		if got.Tier == "" {
-			pod, err = PodPath(got.Driver, got.QOS, got.UID)
+			pod, err = n.PodPath(got.QOS, got.UID)
 		} else {
 			var tier string
-			if tier, err = TierPathIn(got.Driver, got.QOS, got.Tier); err == nil {
+			if tier, err = n.TierPathIn(got.QOS, got.Tier); err == nil {
 				pod, err = TierPodPath(got.Driver, tier, got.UID)
 			}
 		}
@@ -426,6 +494,70 @@ func FuzzParseCgroupPath(f *testing.F) {
 		}
 		if !found {
 			t.Fatalf("%+v from %q: no component ends in %q", got, in, last)
+		}
+	})
+}
+
+// Property: kubelet's --cgroup-root comes from the agent's configuration. A root
+// Naming accepts yields, for any accepted UID, clean paths in which kubepods sits in
+// the root and the pod in its QoS cgroup; under systemd every path is exactly the
+// expansion of its last unit (what systemd and runc make of that unit name), and the
+// pod's slice parses back to the pod. A refused root refuses every name, with the
+// package's sentinels.
+func FuzzNaming(f *testing.F) {
+	for _, s := range []string{"/", "", "/kubelet", "/a/b", "/my-root/x", "/kubelet.slice", "/a b", "/a/../b", "/.x", "//a//",
+		"/a:b", "/" + strings.Repeat("r", 200)} {
+		f.Add(s, false, knUID)
+		f.Add(s, true, knUID)
+	}
+	f.Fuzz(func(t *testing.T, root string, systemd bool, uid string) {
+		n := Naming{Driver: DriverCgroupfs, Root: root}
+		if systemd {
+			n.Driver = DriverSystemd
+		}
+		rootPath, rootErr := n.RootPath()
+		if err := n.Validate(); (err == nil) != (rootErr == nil) {
+			t.Fatalf("Validate() = %v but RootPath() = %q, %v", err, rootPath, rootErr)
+		}
+		pod, err := n.PodPath(QOSBestEffort, uid)
+		if rootErr != nil {
+			if !errors.Is(rootErr, ErrInvalidPath) || !errors.Is(err, ErrInvalidPath) {
+				t.Fatalf("refused root %q: RootPath %v, PodPath %q, %v; want ErrInvalidPath", root, rootErr, pod, err)
+			}
+			if q := n.QOSPath(QOSGuaranteed); q != "" {
+				t.Fatalf("refused root %q named kubepods %q", root, q)
+			}
+			return
+		}
+		kubepods := n.QOSPath(QOSGuaranteed)
+		if _, err := CleanPath(kubepods); err != nil || path.Join(rootPath, path.Base(kubepods)) != kubepods {
+			t.Fatalf("root %q: kubepods %q is no clean child of the root %q (%v)", root, kubepods, rootPath, err)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPath) {
+				t.Fatalf("PodPath(%q): %v does not wrap ErrInvalidPath", uid, err)
+			}
+			return
+		}
+		if _, err := CleanPath(pod); err != nil || path.Dir(pod) != n.QOSPath(QOSBestEffort) {
+			t.Fatalf("root %q: pod %q is no clean child of BestEffort %q (%v)", root, pod, n.QOSPath(QOSBestEffort), err)
+		}
+		if !systemd {
+			return
+		}
+		unit, err := SliceUnit(pod)
+		if err != nil {
+			t.Fatalf("root %q: pod %q has no slice unit: %v", root, pod, err)
+		}
+		if p, err := SlicePath(unit); err != nil || p != pod {
+			t.Fatalf("root %q: slice %q expands to %q, %v; want %q", root, unit, p, err, pod)
+		}
+		if !validUID(uid, '-') {
+			return // a UID of another form (e.g. with '_') does not survive kubelet's escaping
+		}
+		pc, err := ParsePodCgroupParent(unit)
+		if want := (PodCgroup{Driver: DriverSystemd, QOS: QOSBestEffort, UID: uid}); err != nil || pc != want {
+			t.Fatalf("root %q: ParsePodCgroupParent(%q) = %+v, %v; want %+v", root, unit, pc, err, want)
 		}
 	})
 }

@@ -43,7 +43,10 @@ type Config struct {
 	ProcRoot string `json:"procRoot,omitempty"`
 	// CgroupDriver is kubelet's cgroup driver: cgroupfs or systemd.
 	CgroupDriver string `json:"cgroupDriver,omitempty"`
-	// KubeletCgroupRoot is kubelet's --cgroup-root: the parent of "kubepods" ("/" by default).
+	// KubeletCgroupRoot is kubelet's --cgroup-root (its cgroupRoot setting), as kubelet
+	// takes it: the parent of "kubepods" ("/" by default; kind's is "/kubelet"). Under
+	// the systemd driver its components lead every slice name (kubelet.slice,
+	// kubelet-kubepods.slice, ...).
 	KubeletCgroupRoot string `json:"kubeletCgroupRoot,omitempty"`
 	// TierName names the agent-owned batch tier cgroup.
 	TierName string `json:"tierName,omitempty"`
@@ -221,19 +224,26 @@ func (c Config) Validate() error {
 	if c.ProcRoot == "" {
 		return bad("procRoot", "must not be empty")
 	}
-	if _, err := cgroups.ParseDriver(c.CgroupDriver); err != nil {
+	d, err := cgroups.ParseDriver(c.CgroupDriver)
+	if err != nil {
 		return bad("cgroupDriver", "%q must be cgroupfs or systemd", c.CgroupDriver)
 	}
-	if c.KubeletCgroupRoot != "/" {
-		if _, err := cgroups.CleanPath(strings.Trim(c.KubeletCgroupRoot, "/")); err != nil {
-			return bad("kubeletCgroupRoot", "%q is not a safe cgroup path", c.KubeletCgroupRoot)
+	if c.KubeletCgroupRoot == "" {
+		return bad("kubeletCgroupRoot", "must not be empty (kubelet's default is \"/\")")
+	}
+	naming := cgroups.Naming{Driver: d, Root: c.KubeletCgroupRoot}
+	if err := naming.Validate(); err != nil {
+		what := "is not a safe cgroup path"
+		if (cgroups.Naming{Driver: cgroups.DriverCgroupfs, Root: c.KubeletCgroupRoot}).Validate() == nil {
+			what = "makes no valid slice names with cgroupDriver systemd"
 		}
+		return bad("kubeletCgroupRoot", "%q %s: %v", c.KubeletCgroupRoot, what, err)
 	}
 	q, ok := tierParentQOS(c.TierParent)
 	if !ok {
 		return bad("tierParent", "%q must be %q or %q", c.TierParent, TierParentKubepods, TierParentBestEffort)
 	}
-	if _, err := cgroups.TierPathIn(cgroups.Driver(c.CgroupDriver), q, c.TierName); err != nil {
+	if _, err := naming.TierPathIn(q, c.TierName); err != nil {
 		return bad("tierName", "%q: %v", c.TierName, err)
 	}
 	if c.NRI.Enabled && !strings.HasPrefix(c.NRI.Socket, "/") {

@@ -73,6 +73,11 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 		{"tierName: ../escape", "tierName"},
 		{"tierParent: burstable", "tierParent"},
 		{"kubeletCgroupRoot: /a/../../b", "kubeletCgroupRoot"},
+		{"kubeletCgroupRoot: ''", "kubeletCgroupRoot"},
+		// Under systemd every component of the root is part of a slice unit name.
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a b", "kubeletCgroupRoot"},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a:b", "kubeletCgroupRoot"},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /x/.hidden", "kubeletCgroupRoot"},
 		{"minPodCPU: 0.0001", "minPodCPU"},
 		{"nodeMetricsPeriod: 100ms", "nodeMetricsPeriod"},
 		{"nri: {enabled: true, socket: relative.sock}", "nri.socket"},
@@ -120,6 +125,39 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// kubeletCgroupRoot is kubelet's --cgroup-root under either driver: kind's /kubelet
+// loads with both, and so does whatever cgroupfs accepted before; a root systemd
+// cannot name as slices is refused with a message that says why.
+func TestLoadConfigKubeletCgroupRoot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml string
+		want string // "" if it must load
+	}{
+		{"kubeletCgroupRoot: /kubelet", ""},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /kubelet", ""},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a/b-c/", ""},
+		{"kubeletCgroupRoot: /a b", ""},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a b", "makes no valid slice names with cgroupDriver systemd"},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /x/.hidden", "makes no valid slice names with cgroupDriver systemd"},
+		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a/../b", "is not a safe cgroup path"},
+		{"kubeletCgroupRoot: /a/../b", "is not a safe cgroup path"},
+	} {
+		cfg, err := LoadConfig([]byte(tc.yaml))
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("LoadConfig(%q): %v", tc.yaml, err)
+			} else if _, err := newLayout(cfg); err != nil {
+				t.Errorf("LoadConfig(%q) has no layout: %v", tc.yaml, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("LoadConfig(%q) = %v; want ErrInvalidConfig saying %q", tc.yaml, err, tc.want)
+		}
 	}
 }
 

@@ -162,8 +162,8 @@ func (a *Agent) MPSOptions() (devices.MPSPlanner, devices.MPSSetup) {
 }
 
 // freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods
-// (duty.Cycler.SetPin), below kubelet's cgroup root. It is left in place, empty and
-// thawed, when the agent stops.
+// (duty.Cycler.SetPin), in kubelet's root cgroup (layout.freezerPin). It is left in
+// place, empty and thawed, when the agent stops.
 const freezerPin = "understory-freezer-pin"
 
 // pinFreezer gives the duty cycle its pin on v1 and hybrid nodes (a v1 freezer turns a
@@ -173,7 +173,7 @@ func (a *Agent) pinFreezer(c *duty.Cycler) {
 	if a.hier.Layout() == cgroups.LayoutV2 {
 		return
 	}
-	rel := a.layout.join(freezerPin)
+	rel := a.layout.freezerPin()
 	g, err := a.hier.Create(rel)
 	if err != nil {
 		a.log.Warn("no freezer pin; the GPU duty cycle costs more CPU", "cgroup", rel, "err", err)
@@ -196,7 +196,7 @@ func (a *Agent) thawStaleGPU(ctx context.Context) {
 			paths[st.cgroup] = true
 		}
 	}
-	paths[a.layout.join(freezerPin)] = true // empty, but it keeps the kernel's key on
+	paths[a.layout.freezerPin()] = true // empty, but it keeps the kernel's key on
 	var groups []*cgroups.Group
 	for p := range paths {
 		if g, err := a.hier.Load(p); err == nil {

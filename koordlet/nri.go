@@ -170,7 +170,7 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	if !batch || kpod == nil || orig == "" {
 		return adj, nil, nil
 	}
-	newPath, err := tierContainerPath(p.layout.driver, p.layout.tier, pod.GetUid(), orig)
+	newPath, err := tierContainerPath(p.layout.naming.Driver, p.layout.tier, pod.GetUid(), orig)
 	if err != nil {
 		// Fail open: a container that cannot be moved still runs, under kubelet's limits.
 		p.log.Error("cannot place batch container below the tier", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "err", err)

@@ -28,30 +28,42 @@ import (
 func TestTierContainerPath(t *testing.T) {
 	t.Parallel()
 	const uid = "0b5e6f1c-1111-4222-8333-444455556666"
+	const esc = "0b5e6f1c_1111_4222_8333_444455556666"
 	for _, tc := range []struct {
 		name   string
 		d      cgroups.Driver
+		root   string
 		parent string
 		orig   string
 		want   string
 		err    bool
 	}{
-		{"cgroupfs kubepods tier", cgroups.DriverCgroupfs, TierParentKubepods,
+		{"cgroupfs kubepods tier", cgroups.DriverCgroupfs, "/", TierParentKubepods,
 			"/kubepods/besteffort/pod" + uid + "/abc123",
 			"/kubepods/understory-batch/pod" + uid + "/abc123", false},
-		{"cgroupfs besteffort tier", cgroups.DriverCgroupfs, TierParentBestEffort,
+		{"cgroupfs besteffort tier", cgroups.DriverCgroupfs, "/", TierParentBestEffort,
 			"/kubepods/besteffort/pod" + uid + "/abc123",
 			"/kubepods/besteffort/understory-batch/pod" + uid + "/abc123", false},
-		{"systemd kubepods tier", cgroups.DriverSystemd, TierParentKubepods,
-			"kubepods-besteffort-pod0b5e6f1c_1111_4222_8333_444455556666.slice:cri-containerd:abc123",
-			"kubepods-understory_batch-pod0b5e6f1c_1111_4222_8333_444455556666.slice:cri-containerd:abc123", false},
-		{"systemd malformed", cgroups.DriverSystemd, TierParentKubepods, "kubepods.slice", "", true},
-		{"cgroupfs relative", cgroups.DriverCgroupfs, TierParentKubepods, "kubepods/x", "", true},
-		{"cgroupfs dotdot", cgroups.DriverCgroupfs, TierParentKubepods, "/kubepods/../x", "", true},
+		{"systemd kubepods tier", cgroups.DriverSystemd, "/", TierParentKubepods,
+			"kubepods-besteffort-pod" + esc + ".slice:cri-containerd:abc123",
+			"kubepods-understory_batch-pod" + esc + ".slice:cri-containerd:abc123", false},
+		// Below kind's --cgroup-root /kubelet.
+		{"cgroupfs kind root", cgroups.DriverCgroupfs, "/kubelet", TierParentKubepods,
+			"/kubelet/kubepods/besteffort/pod" + uid + "/abc123",
+			"/kubelet/kubepods/understory-batch/pod" + uid + "/abc123", false},
+		{"systemd kind root kubepods tier", cgroups.DriverSystemd, "/kubelet", TierParentKubepods,
+			"kubelet-kubepods-besteffort-pod" + esc + ".slice:cri-containerd:abc123",
+			"kubelet-kubepods-understory_batch-pod" + esc + ".slice:cri-containerd:abc123", false},
+		{"systemd kind root besteffort tier", cgroups.DriverSystemd, "/kubelet", TierParentBestEffort,
+			"kubelet-kubepods-besteffort-pod" + esc + ".slice:crio:abc123",
+			"kubelet-kubepods-besteffort-understory_batch-pod" + esc + ".slice:crio:abc123", false},
+		{"systemd malformed", cgroups.DriverSystemd, "/", TierParentKubepods, "kubepods.slice", "", true},
+		{"cgroupfs relative", cgroups.DriverCgroupfs, "/", TierParentKubepods, "kubepods/x", "", true},
+		{"cgroupfs dotdot", cgroups.DriverCgroupfs, "/", TierParentKubepods, "/kubepods/../x", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tier, err := TierCgroup(tc.d, "/", tc.parent, DefaultTierName)
+			tier, err := TierCgroup(tc.d, tc.root, tc.parent, DefaultTierName)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"path"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -111,9 +110,8 @@ func kubeQOSOf(c corev1.PodQOSClass) cgroups.KubeQOS {
 
 // layout names the cgroups the agent uses, for the configured kubelet driver and root.
 type layout struct {
-	driver cgroups.Driver
-	prefix string // kubelet's --cgroup-root without slashes; "" for "/"
-	tier   string // the batch tier
+	naming cgroups.Naming // kubelet's driver and --cgroup-root
+	tier   string         // the batch tier
 }
 
 func newLayout(cfg Config) (layout, error) {
@@ -121,54 +119,57 @@ func newLayout(cfg Config) (layout, error) {
 	if err != nil {
 		return layout{}, err
 	}
-	tier, err := TierCgroup(d, cfg.KubeletCgroupRoot, cfg.TierParent, cfg.TierName)
+	n := cgroups.Naming{Driver: d, Root: cfg.KubeletCgroupRoot}
+	tier, err := tierCgroup(n, cfg.TierParent, cfg.TierName)
 	if err != nil {
 		return layout{}, err
 	}
-	return layout{driver: d, prefix: strings.Trim(cfg.KubeletCgroupRoot, "/"), tier: tier}, nil
+	return layout{naming: n, tier: tier}, nil
 }
 
 // TierCgroup is the batch tier's cgroup for kubelet's --cgroup-root and driver, in
-// parent (TierParentKubepods or TierParentBestEffort).
+// parent (TierParentKubepods or TierParentBestEffort), named as kubelet names a child
+// of that cgroup (cgroups.Naming.TierPathIn).
 func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, error) {
+	return tierCgroup(cgroups.Naming{Driver: d, Root: kubeletRoot}, parent, name)
+}
+
+func tierCgroup(n cgroups.Naming, parent, name string) (string, error) {
 	q, ok := tierParentQOS(parent)
 	if !ok {
 		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalidConfig)
 	}
-	tier, err := cgroups.TierPathIn(d, q, name)
-	if err != nil {
-		return "", err
-	}
-	return joinRoot(kubeletRoot, tier), nil
+	return n.TierPathIn(q, name)
 }
 
-func joinRoot(kubeletRoot, rel string) string {
-	if p := strings.Trim(kubeletRoot, "/"); p != "" {
-		return path.Join(p, rel)
-	}
-	return rel
-}
-
-func (l layout) join(rel string) string { return joinRoot(l.prefix, rel) }
+// qos is kubelet's QoS-level cgroup of q.
+func (l layout) qos(q cgroups.KubeQOS) string { return l.naming.QOSPath(q) }
 
 // kubepods is the cgroup holding every pod.
-func (l layout) kubepods() string { return l.join(cgroups.QOSPath(l.driver, cgroups.QOSGuaranteed)) }
+func (l layout) kubepods() string { return l.qos(cgroups.QOSGuaranteed) }
+
+// freezerPin is where the GPU duty cycle's freezer pin lives: in kubelet's root cgroup,
+// next to kubepods.
+func (l layout) freezerPin() string {
+	root, _ := l.naming.RootPath() // newLayout checked the root
+	return path.Join(root, freezerPin)
+}
 
 // podCgroups returns where a pod's processes may be: for batch pods first below the tier
 // (where the NRI plugin puts them), then kubelet's own pod cgroup.
 func (l layout) podCgroups(class qos.Class, q cgroups.KubeQOS, uid types.UID) ([]string, error) {
-	kubelet, err := cgroups.PodPath(l.driver, q, string(uid))
+	kubelet, err := l.naming.PodPath(q, string(uid))
 	if err != nil {
 		return nil, err
 	}
 	if class != qos.ClassBatch {
-		return []string{l.join(kubelet)}, nil
+		return []string{kubelet}, nil
 	}
-	tier, err := cgroups.TierPodPath(l.driver, l.tier, string(uid))
+	tier, err := cgroups.TierPodPath(l.naming.Driver, l.tier, string(uid))
 	if err != nil {
 		return nil, err
 	}
-	return []string{tier, l.join(kubelet)}, nil
+	return []string{tier, kubelet}, nil
 }
 
 // syncPods brings the pod table in line with the source's current list: new pods are

@@ -23,7 +23,7 @@ import (
 func (a *Agent) rediscover() int {
 	found := 0
 	for _, q := range []cgroups.KubeQOS{cgroups.QOSGuaranteed, cgroups.QOSBurstable, cgroups.QOSBestEffort} {
-		parent := a.layout.join(cgroups.QOSPath(a.layout.driver, q))
+		parent := a.layout.qos(q)
 		children, err := a.hier.ListChildren(parent)
 		if err != nil {
 			if !errors.Is(err, cgroups.ErrNotExist) {
@@ -32,7 +32,7 @@ func (a *Agent) rediscover() int {
 			continue
 		}
 		for _, name := range children {
-			uid, ok := cgroups.PodUIDFromDir(a.layout.driver, q, name)
+			uid, ok := a.layout.naming.PodUIDFromDir(q, name)
 			if !ok || a.pods[types.UID(uid)] != nil {
 				continue
 			}

@@ -47,22 +47,20 @@ func newFrozenNode(t *testing.T, kind cgroupstest.Kind, d cgroups.Driver, kubele
 		if err != nil {
 			t.Fatal(err)
 		}
-		return joinRoot(kubeletRoot, p)
+		return p
 	}
+	naming := cgroups.Naming{Driver: d, Root: kubeletRoot}
 	if kubeletRoot != "/" {
 		for _, q := range []cgroups.KubeQOS{cgroups.QOSGuaranteed, cgroups.QOSBurstable, cgroups.QOSBestEffort} {
-			cgroupstest.AddGroup(t, n.root, kind, joinRoot(kubeletRoot, cgroups.QOSPath(d, q)))
+			cgroupstest.AddGroup(t, n.root, kind, naming.QOSPath(q))
 		}
 	}
-	tier := must(TierCgroup(d, "/", TierParentKubepods, DefaultTierName))
-	tierPod, err := nriPodCgroup(d, tier, string(batchUID2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inPlace := must(cgroups.PodPath(d, cgroups.QOSBestEffort, string(batchUID1)))
+	tier := must(TierCgroup(d, kubeletRoot, TierParentKubepods, DefaultTierName))
+	tierPod := must(nriPodCgroup(d, tier, string(batchUID2)))
+	inPlace := must(naming.PodPath(cgroups.QOSBestEffort, string(batchUID1)))
 	inPlaceCtr := path.Join(inPlace, "cri-containerd-0123abcd.scope")
-	noIdle := must(cgroups.PodPath(d, cgroups.QOSBurstable, string(invalidUID)))
-	ls := must(cgroups.PodPath(d, cgroups.QOSBurstable, string(lsUID)))
+	noIdle := must(naming.PodPath(cgroups.QOSBurstable, string(invalidUID)))
+	ls := must(naming.PodPath(cgroups.QOSBurstable, string(lsUID)))
 	for _, g := range []string{tier, tierPod, inPlace, inPlaceCtr, noIdle, ls} {
 		cgroupstest.AddGroup(t, n.root, kind, g)
 		n.groups = append(n.groups, g)

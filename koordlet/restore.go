@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"slices"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/metrics"
@@ -114,16 +114,17 @@ const thawAtStartTimeout = cgroups.DefaultFreezeTimeout
 //
 // cfg need not be valid (a crash loop on a bad configuration still thaws): each field it
 // reads falls back to the default when unusable. It thaws the whole kubepods tree of
-// both kubelet drivers' naming (cgroupfs "kubepods", systemd "kubepods.slice"): the
-// tier, the pods below it, the in-place batch pods in kubelet's own pod cgroups and
-// every child of them, each frozen on its own or not, in every freezer the node has
-// (v1 freezer.state, cgroup2 cgroup.freeze). It thaws every frozen group it finds there
-// without asking whose pod it is, so that no API server is needed: kubelet never
-// freezes a cgroup, so at start any frozen one is the agent's. (A container runtime
-// freezes one for a few milliseconds while it updates a v1 device list; thawing that
-// early is harmless next to leaving batch frozen.) The duty cycle's freezer pin, beside
-// kubepods, is thawed too. It returns the groups it found frozen; a tree the node lacks
-// (the other driver's) is skipped.
+// both kubelet drivers' naming below kubelet's root (cgroupfs "kubepods", systemd
+// "kubepods.slice"; below kind's /kubelet "kubelet/kubepods" and
+// "kubelet.slice/kubelet-kubepods.slice"): the tier, the pods below it, the in-place
+// batch pods in kubelet's own pod cgroups and every child of them, each frozen on its
+// own or not, in every freezer the node has (v1 freezer.state, cgroup2 cgroup.freeze).
+// It thaws every frozen group it finds there without asking whose pod it is, so that
+// no API server is needed: kubelet never freezes a cgroup, so at start any frozen one
+// is the agent's. (A container runtime freezes one for a few milliseconds while it
+// updates a v1 device list; thawing that early is harmless next to leaving batch
+// frozen.) The duty cycle's freezer pin, beside kubepods, is thawed too. It returns the
+// groups it found frozen; a tree the node lacks (the other driver's) is skipped.
 func ThawAtStart(ctx context.Context, cfg Config, log *slog.Logger) ([]string, error) {
 	root := cfg.CgroupRoot
 	if root == "" {
@@ -134,11 +135,9 @@ func ThawAtStart(ctx context.Context, cfg Config, log *slog.Logger) ([]string, e
 		return nil, fmt.Errorf("opening cgroup root %s to thaw what a previous run left frozen: %w", root, err)
 	}
 	kubeletRoot := cfg.KubeletCgroupRoot
-	if kubeletRoot != "/" {
-		if _, err := cgroups.CleanPath(strings.Trim(kubeletRoot, "/")); err != nil {
-			log.Warn("kubeletCgroupRoot is unusable; thawing below the default", "kubeletCgroupRoot", kubeletRoot)
-			kubeletRoot = "/"
-		}
+	if err := (cgroups.Naming{Driver: cgroups.DriverCgroupfs, Root: kubeletRoot}).Validate(); err != nil {
+		log.Warn("kubeletCgroupRoot is unusable; thawing below the default", "kubeletCgroupRoot", kubeletRoot, "err", err)
+		kubeletRoot = "/"
 	}
 	return thawLeftFrozen(ctx, hier, kubeletRoot, log)
 }
@@ -151,22 +150,29 @@ func thawLeftFrozen(ctx context.Context, hier *cgroups.Hierarchy, kubeletRoot st
 		thawed []string
 		errs   []error
 	)
+	// The kubepods tree and the freezer pin beside it, as each driver names them below
+	// the root. The pin is an empty group: nothing runs in it, but a v1 freezer stays
+	// switched on in the kernel while it is frozen.
+	var trees []string
 	for _, d := range []cgroups.Driver{cgroups.DriverCgroupfs, cgroups.DriverSystemd} {
-		rel := joinRoot(kubeletRoot, cgroups.QOSPath(d, cgroups.QOSGuaranteed))
+		lay := layout{naming: cgroups.Naming{Driver: d, Root: kubeletRoot}}
+		if lay.naming.Validate() != nil {
+			continue // a root this driver cannot name: kubelet cannot have used it
+		}
+		for _, rel := range []string{lay.kubepods(), lay.freezerPin()} {
+			if !slices.Contains(trees, rel) { // with root "/" both drivers' pins are one
+				trees = append(trees, rel)
+			}
+		}
+	}
+	for _, rel := range trees {
 		got, err := hier.ThawTree(ctx, rel)
 		thawed = append(thawed, got...)
 		if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
-	// The pin is an empty group: nothing runs in it, but a v1 freezer stays switched on
-	// in the kernel while it is frozen.
-	got, err := hier.ThawTree(ctx, joinRoot(kubeletRoot, freezerPin))
-	thawed = append(thawed, got...)
-	if err != nil && !errors.Is(err, cgroups.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	err = errors.Join(errs...)
+	err := errors.Join(errs...)
 	switch {
 	case err != nil:
 		log.Error("CANNOT THAW cgroups a previous run may have left frozen; batch may stay frozen",

@@ -91,7 +91,7 @@ func newSampler(cfg Config, hier *cgroups.Hierarchy, lay layout, source podListe
 	s := &sampler{hier: hier, layout: lay, procRoot: cfg.ProcRoot, period: cfg.Period.Duration, metrics: m, log: log,
 		source: source, nodeCPU: nodeCPU,
 		kubepods:   aggregate{path: lay.kubepods()},
-		besteffort: aggregate{path: lay.join(cgroups.QOSPath(lay.driver, cgroups.QOSBestEffort))},
+		besteffort: aggregate{path: lay.qos(cgroups.QOSBestEffort)},
 		tierUsage:  aggregate{path: lay.tier}}
 	s.tierInBE = strings.HasPrefix(lay.tier, s.besteffort.path+"/")
 	return s

@@ -468,7 +468,7 @@ func (m *memRun) setUp(ctx context.Context) error {
 	if err := writeManifest(manifests, lsPod); err != nil {
 		return err
 	}
-	lsRel, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBurstable, string(memLSUID))
+	lsRel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBurstable, string(memLSUID))
 	if err != nil {
 		return err
 	}
@@ -575,7 +575,7 @@ func (m *memRun) batchPhase(ctx context.Context, name string, agent bool) (memor
 		if agent && cfg.InTier {
 			rel, err = s.tierPodCgroup(string(uid))
 		} else {
-			rel, err = cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBestEffort, string(uid))
+			rel, err = cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBestEffort, string(uid))
 			rel = s.cg(rel)
 		}
 		if err != nil {

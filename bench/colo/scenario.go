@@ -174,7 +174,7 @@ func (s *scenario) setUp() error {
 	if err := writeManifest(manifests, lsPod); err != nil {
 		return err
 	}
-	lsCg, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBurstable, string(lsUID))
+	lsCg, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBurstable, string(lsUID))
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (s *scenario) setUp() error {
 		if err := writeManifest(manifests, p); err != nil {
 			return err
 		}
-		rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBestEffort, string(uid))
+		rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBestEffort, string(uid))
 		if err != nil {
 			return err
 		}
@@ -213,7 +213,7 @@ func (s *scenario) setUp() error {
 		if err := writeManifest(manifests, pod(fmt.Sprintf("idle-%d", i+1), uid, ann, req)); err != nil {
 			return err
 		}
-		rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, q, string(uid))
+		rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(q, string(uid))
 		if err != nil {
 			return err
 		}
@@ -296,7 +296,7 @@ func (s *scenario) batchCgroup(p *batchPod, inTier bool) (string, error) {
 	if inTier {
 		return s.tierPodCgroup(string(p.uid))
 	}
-	rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBestEffort, string(p.uid))
+	rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBestEffort, string(p.uid))
 	return s.cg(rel), err
 }
 
@@ -511,7 +511,7 @@ func (s *scenario) tierPodCgroup(uid string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kubelet, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBestEffort, uid)
+	kubelet, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(cgroups.QOSBestEffort, uid)
 	if err != nil {
 		return "", err
 	}

@@ -201,7 +201,7 @@ func newAgentNode(cfg AgentCPUConfig) (n *agentNode, err error) {
 		if err := writePod(n.spec.Manifests, name, types.UID(uid), ann, req); err != nil {
 			return nil, "", err
 		}
-		rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, q, uid)
+		rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(q, uid)
 		if err != nil {
 			return nil, "", err
 		}

@@ -291,7 +291,7 @@ func TestNewUUID(t *testing.T) {
 		}
 		seen[u] = true
 		// kubelet-safe as a cgroup name component.
-		if _, err := cgroups.PodPath(cgroups.DriverCgroupfs, cgroups.QOSBestEffort, u); err != nil {
+		if _, err := (cgroups.Naming{Driver: cgroups.DriverCgroupfs}).PodPath(cgroups.QOSBestEffort, u); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -53,7 +53,7 @@ func (n *node) podParent(p podSpec) (string, error) {
 	case "Burstable":
 		q = cgroups.QOSBurstable
 	}
-	rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, q, string(p.UID))
+	rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(q, string(p.UID))
 	if err != nil {
 		return "", err
 	}

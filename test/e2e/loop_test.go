@@ -692,7 +692,7 @@ func (n *loopKubelet) podCgroup(p *corev1.Pod) (string, error) {
 	case corev1.PodQOSGuaranteed:
 		q = cgroups.QOSGuaranteed
 	}
-	rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, q, string(p.UID))
+	rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(q, string(p.UID))
 	if err != nil {
 		return "", err
 	}

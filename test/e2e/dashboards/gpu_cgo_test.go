@@ -76,7 +76,7 @@ func startGPUNode(ctx context.Context, t *testing.T, h *cgroups.Hierarchy, base 
 		info := gpu.PodInfo{UID: p.uid, Namespace: "ml", Name: p.name, Class: p.class,
 			Containers: map[string]string{p.ctr: "main"}, StartTime: time.Now()}
 		if p.class == qos.ClassBatch {
-			rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, kubeQOS, string(p.uid))
+			rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(kubeQOS, string(p.uid))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -209,7 +209,7 @@ func newFakeNode(t *testing.T, h *cgroups.Hierarchy, pods []*fakePod) *fakeNode 
 		t.Fatal(err)
 	}
 	for _, p := range pods {
-		rel, err := cgroups.PodPath(cgroups.DriverCgroupfs, p.qos, string(p.uid))
+		rel, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(p.qos, string(p.uid))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -202,7 +203,10 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 	c := &cluster{repo: repo, env: env, client: client, guest: g}
 	t.Cleanup(func() {
 		if t.Failed() {
-			r, _ := g.Run(context.Background(), "journalctl --no-pager -u kubelet -u containerd | tail -n 30; systemctl list-units --failed --no-pager; "+
+			// Bounded: a wedged guest must not hold the teardown.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			r, _ := g.Run(ctx, "journalctl --no-pager -u kubelet -u containerd | tail -n 30; systemctl list-units --failed --no-pager; "+
 				"find /sys/fs/cgroup/kubepods.slice -maxdepth 3 -type d; grep . "+tierDir+"/cgroup.freeze "+tierDir+"/cgroup.events; tail -n 40 /var/log/pods/understory-system_understory-koordlet-*/*/*.log")
 			t.Logf("guest journal:\n%s", r.Stdout)
 		}
@@ -256,7 +260,9 @@ func copyFile(src, dst string) error {
 // checks what the agent does to the node's cgroups there: the tier exists with cpu.idle
 // and a quota, a batch pod's container runs in a scope below it, `systemctl
 // daemon-reload` and a kubelet restart (systemd re-applies the slice's own, empty,
-// properties) leave it idle and bounded again, and so does a restart of the agent.
+// properties) leave it idle and bounded again, and so does a restart of the agent; last,
+// an LS pod that fills the pods' memory past the agent's eviction threshold gets the
+// batch pod evicted through the Eviction API.
 func TestNodeV2(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -285,6 +291,7 @@ func TestNodeV2(t *testing.T) {
 		t.Errorf("after daemon-reload and a kubelet restart the tier is %+v, want cpu.idle 1, a quota and a memory limit", last)
 	}
 	c.restartAgent(ctx, t)
+	c.memoryPressureEvicts(ctx, t, pod)
 }
 
 // restartAgent deletes the agent's pod: while the DaemonSet's next one starts, the tier
@@ -421,6 +428,109 @@ func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 	t.Logf("LS gone: the tier is raised to %.3f cores (cgroup.freeze %s)", last.cores(), last.frozen)
 }
 
+// The memory eviction thresholds of the v2 node's agent, as fractions of the pods'
+// memory (kubepods' limit): lower than the real-node values' 0.95/0.90 so that the
+// eviction stage crosses them quickly on the 4 GiB guest (and far from the kernel's and
+// kubelet's own memory pressure), and above what the LS stage's pod holds (~15 %).
+const (
+	evictThreshold = 0.3
+	evictTarget    = 0.2
+)
+
+// memoryPressureEvicts fills the pods' memory past evictThreshold with an LS pod holding
+// a memory-backed volume, as a service that grows would: the agent evicts the batch pod
+// victim through the Eviction API (an Evicted event naming memory pressure, then the pod
+// deleted) and leaves the LS pod running. The LS pod fills memory rather than a batch
+// pod because the tier's CPU under emulation is a tenth of a core: a batch pod there
+// takes minutes to write a gigabyte.
+func (c *cluster) memoryPressureEvicts(ctx context.Context, t *testing.T, victim *corev1.Pod) {
+	t.Helper()
+	ns := victim.Namespace
+	// What counts against the threshold is kubepods' working set (usage less inactive
+	// page cache) against its limit, kubelet's allocatable.
+	limit, ws := c.kubepodsMemory(ctx, t)
+	if float64(ws) > 0.8*evictTarget*float64(limit) {
+		t.Fatalf("the pods already use %d of %d bytes: too close to the eviction target %.2f for this stage", ws, limit, evictTarget)
+	}
+	// Past the threshold by a tenth of the limit.
+	fillMiB := (int64((evictThreshold+0.1)*float64(limit)) - ws) >> 20
+	t.Logf("pods' memory: %d MiB of %d MiB; an LS pod fills %d MiB more", ws>>20, limit>>20, fillMiB)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "grow", Namespace: ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "grow", Image: c.env["BUSYBOX_IMAGE"], ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", fmt.Sprintf("dd if=/dev/zero of=/mem/ballast bs=1M count=%d; sleep 3600", fillMiB)},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity((fillMiB+200)<<20, resource.BinarySI)},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "mem", MountPath: "/mem"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "mem", VolumeSource: corev1.VolumeSource{
+				EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity((fillMiB+100)<<20, resource.BinarySI)}}}},
+		},
+	}
+	created, err := c.client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var why string
+	if !testenv.PollEvery(4*time.Minute, 2*time.Second, func() bool {
+		evs, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + victim.Name})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "Evicted" && strings.Contains(e.Message, "evicted by Understory") {
+				why = e.Message
+				return true
+			}
+		}
+		return false
+	}) {
+		limit, ws := c.kubepodsMemory(ctx, t)
+		t.Fatalf("LS filled the pods' memory to %d of %d MiB, but batch pod %s was not evicted within 4 min", ws>>20, limit>>20, victim.Name)
+	}
+	t.Logf("batch pod %s evicted %v after the LS pod was created: %s", victim.Name, time.Since(start).Round(time.Second), why)
+	if !strings.Contains(why, "memory-pressure") {
+		t.Errorf("eviction reason %q, want memory-pressure", why)
+	}
+	if !testenv.PollEvery(2*time.Minute, time.Second, func() bool {
+		got, err := c.client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && (got.UID != victim.UID || got.DeletionTimestamp != nil)
+	}) {
+		t.Errorf("pod %s has an Evicted event but is not being deleted", victim.Name)
+	}
+	// LS pods are never evicted.
+	got, err := c.client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil || got.UID != created.UID || got.DeletionTimestamp != nil || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("LS pod %s did not stay running: %v %+v", p.Name, err, got)
+	}
+}
+
+// kubepodsMemory returns kubepods' memory limit and working set (usage less inactive
+// page cache) in bytes.
+func (c *cluster) kubepodsMemory(ctx context.Context, t *testing.T) (limit, ws int64) {
+	t.Helper()
+	out := c.guest.MustRun(ctx, t, "cd /sys/fs/cgroup/kubepods.slice && cat memory.max memory.current && awk '$1==\"inactive_file\"{print $2}' memory.stat")
+	f := strings.Fields(out)
+	if len(f) != 3 {
+		t.Fatalf("kubepods memory files: %q", out)
+	}
+	var v [3]int64
+	for i := range f {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("kubepods memory files %q: %v", out, err)
+		}
+		v[i] = n
+	}
+	return v[0], v[1] - v[2]
+}
+
 // tierState is what the agent sets on the tier.
 type tierState struct{ idle, max, weight, mem, frozen string }
 
@@ -462,9 +572,19 @@ func (c *cluster) helmInstall(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := strings.Replace(string(b), "cgroupDriver: cgroupfs", "cgroupDriver: systemd", 1)
-	if values == string(b) {
-		t.Fatal("realnode-values.yaml no longer sets cgroupDriver: cgroupfs in the agent's config")
+	// Kubelet's systemd driver, and memory eviction from half the pods' memory down to
+	// 40 %: the eviction stage fills the node that far with one batch pod.
+	values := string(b)
+	for _, r := range [][2]string{
+		{"cgroupDriver: cgroupfs", "cgroupDriver: systemd"},
+		{"memoryEvictThreshold: 0.95", fmt.Sprintf("memoryEvictThreshold: %v", evictThreshold)},
+		{"memoryEvictTarget: 0.90", fmt.Sprintf("memoryEvictTarget: %v", evictTarget)},
+	} {
+		v := strings.Replace(values, r[0], r[1], 1)
+		if v == values {
+			t.Fatalf("realnode-values.yaml no longer has %q in the agent's config", r[0])
+		}
+		values = v
 	}
 	vf := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(vf, []byte(values), 0o644); err != nil {

@@ -50,7 +50,7 @@
 // assumes about kubelet and the runtime:
 //
 //  1. kubelet's pod cgroup names (kubepods/pod<uid>, kubepods/burstable/pod<uid>,
-//     kubepods/besteffort/pod<uid>), as cgroups.PodPath computes them;
+//     kubepods/besteffort/pod<uid>), as cgroups.Naming.PodPath computes them;
 //  2. the agent's tier (kubepods/understory-batch, idle) survives kubelet's orphan
 //     cgroup cleanup and kubelet restarts, and kubelet restarts with it and with idle
 //     in-place batch pods (Koordinator issue 2732 is reproduced as the contrast);

@@ -68,7 +68,7 @@ func TestRealNode(t *testing.T) {
 	t.Run("2-contrast-koordinator-2732-idle-besteffort", r.koordinator2732)
 }
 
-// podCgroupNames: kubelet's pod cgroups are where cgroups.PodPath says, in every
+// podCgroupNames: kubelet's pod cgroups are where cgroups.Naming.PodPath says, in every
 // v1 hierarchy, and hold the container processes.
 func (r *realNode) podCgroupNames(t *testing.T) {
 	r.w.setPhase("1: pods start")
@@ -89,7 +89,7 @@ func (r *realNode) podCgroupNames(t *testing.T) {
 		if p.Status.QOSClass != tc.want {
 			t.Errorf("%s: QoS class %s, want %s", tc.name, p.Status.QOSClass, tc.want)
 		}
-		want, err := cgroups.PodPath(cgroups.DriverCgroupfs, tc.kq, string(p.UID))
+		want, err := cgroups.Naming{Driver: cgroups.DriverCgroupfs}.PodPath(tc.kq, string(p.UID))
 		if err != nil {
 			t.Fatalf("PodPath: %v", err)
 		}
