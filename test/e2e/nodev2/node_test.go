@@ -352,8 +352,9 @@ const (
 )
 
 // lsLoadCutsTier runs an LS pod (Burstable) burning both CPUs and holding 500 MiB: the
-// agent cuts the tier to cutBound cores or freezes it, and lowers the tier's memory limit
-// by what LS took; when the LS pod is gone the tier's quota is raised again.
+// agent cuts the tier to cutBound cores, then freezes it, and lowers the tier's memory
+// limit by what LS took; when the LS pod is gone the tier is thawed and its quota raised
+// again.
 func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 	t.Helper()
 	ns := "understory-e2e"
@@ -400,6 +401,14 @@ func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 		t.Fatalf("LS burning both CPUs, but the tier is %+v after %v: want a quota <= %.2f cores or frozen", last, cutWithin, cutBound)
 	}
 	t.Logf("LS loaded: the tier cut to %.3f cores (frozen %s) %v after the LS pod ran", last.cores(), last.frozen, time.Since(start).Round(time.Second))
+	// LS leaves batch less than its floor: after freezeAfter the tier is frozen.
+	if !testenv.PollEvery(cutWithin, time.Second, func() bool {
+		last = c.tierState(ctx, t)
+		return last.frozen == "1"
+	}) {
+		t.Fatalf("LS burning both CPUs, but the tier is %+v after %v: want it frozen", last, cutWithin)
+	}
+	t.Logf("LS loaded: the tier frozen %v after the LS pod ran", time.Since(start).Round(time.Second))
 	// The tier's memory limit follows what LS uses: 500 MiB more of it lowers the limit
 	// (326 MiB measured: the LS term is smoothed).
 	const memDrop = 200 << 20
@@ -416,16 +425,14 @@ func (c *cluster) lsLoadCutsTier(ctx context.Context, t *testing.T) {
 	if err := c.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
+	gone := time.Now()
 	if !testenv.PollEvery(cutWithin, time.Second, func() bool {
 		last = c.tierState(ctx, t)
-		return last.cores() > cutBound
+		return last.cores() > cutBound && last.frozen == "0"
 	}) {
-		t.Errorf("LS gone, but the tier is %+v after %v: want it raised above %.2f cores", last, cutWithin, cutBound)
+		t.Errorf("LS gone, but the tier is %+v after %v: want it thawed and raised above %.2f cores", last, cutWithin, cutBound)
 	}
-	// Under emulation the system's own pods (the agent, the extender, the webhook) are
-	// LS and take most of the guest's CPU: whether LS leaves batch room enough to thaw
-	// is not for this test to say. What the freezer holds is logged.
-	t.Logf("LS gone: the tier is raised to %.3f cores (cgroup.freeze %s)", last.cores(), last.frozen)
+	t.Logf("LS gone: the tier thawed and raised to %.3f cores %v later", last.cores(), time.Since(gone).Round(time.Second))
 }
 
 // The memory eviction thresholds of the v2 node's agent, as fractions of the pods'
@@ -579,6 +586,9 @@ func (c *cluster) helmInstall(ctx context.Context, t *testing.T) {
 		{"cgroupDriver: cgroupfs", "cgroupDriver: systemd"},
 		{"memoryEvictThreshold: 0.95", fmt.Sprintf("memoryEvictThreshold: %v", evictThreshold)},
 		{"memoryEvictTarget: 0.90", fmt.Sprintf("memoryEvictTarget: %v", evictTarget)},
+		// Thaw once batch has its floor back with a small margin: the system's own pods
+		// count as LS and, emulated, take most of the guest's CPU.
+		{"freezeAfter: 2s", "freezeAfter: 2s\n      thawMarginCPU: 0.05"},
 	} {
 		v := strings.Replace(values, r[0], r[1], 1)
 		if v == values {
