@@ -12,7 +12,7 @@ ifeq ($(origin VERSION),undefined)
 VERSION := $(shell cat VERSION)
 endif
 
-.PHONY: all build demo test vet tracefs k8s-bins helm-bin kueue-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler bench-cluster bench-cluster-kueue test-realnode clean
+.PHONY: all build demo test vet tracefs k8s-bins helm-bin kueue-bin fuzz bpf-generate bench-colo bench-colo-variants bench-gpu bench-gpu-real bench-gpu-real-build bench-gpu-model bench-openb bench-openb-short bench-openb-lookahead bench-openb-search bench-extender bench-scheduler bench-cluster bench-cluster-kueue test-realnode clean
 
 all: build
 
@@ -162,6 +162,21 @@ bench-gpu-real:
 
 bench-gpu-real-build:
 	BIN=$(BIN) scripts/bench-gpu-real.sh build
+
+# The model of the GPU's time-slicing for the weeks without one (bench/gpumodel; docs/benchmarks.md,
+# "GPU time-slice model"): fitted to the real run's rows, then predicts the per-context
+# timeslice and launch-gate rows, labelled model. Pure Go, no GPU, seconds; writes
+# bench/out/gpu-model.json.
+bench-gpu-model:
+	$(GO) run ./cmd/gpu-model -out bench/out/gpu-model.json
+
+# The per-context time-slice shim (docs/gpu.md, "Per-context time slices"): an LD_PRELOAD
+# library, built here and carried to the GPU machine (no compiler there), where
+# bench/gpureal/probe-timeslice.sh runs the go/no-go probe with it.
+.PHONY: tsg-shim
+tsg-shim:
+	@mkdir -p $(BIN)
+	gcc -shared -fPIC -O2 -Wall -Wextra -o $(BIN)/libunderstory-tsg.so koordlet/gpu/timeslice/shim/understory_tsg.c -ldl
 
 # The FGD paper's openb experiment replayed through the extender's placement code
 # (every workload of the paper's table, 4 policies, seeds 42-51; ~10-20 min on 2 cores).

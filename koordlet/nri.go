@@ -36,8 +36,9 @@ import (
 //     GPU inventory;
 //   - with the agent's MPS on (NRIOptions.MPS set), makes a GPU container (shared or
 //     whole GPUs) an MPS client when the planner gives it a partition on each of
-//     its GPUs: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
-//     CUDA_MPS_CLIENT_PRIORITY (overriding the pod's), the pipe directory mounted
+//     its GPUs: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+//     CUDA_MPS_CLIENT_PRIORITY and, for batch, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+//     (overriding the pod's), the pipe directory mounted
 //     read-only and the server's private shm directory at /dev/shm
 //     (devices.DecideMPS). A batch container whose planning fails is refused; one
 //     that is no client is pointed away from every MPS daemon
@@ -245,7 +246,7 @@ func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Con
 		adj = &api.ContainerAdjustment{}
 	}
 	for _, k := range []string{devices.EnvMPSPipeDirectory, devices.EnvMPSActiveThreadPercentage,
-		devices.EnvMPSClientPriority} {
+		devices.EnvMPSClientPriority, devices.EnvMPSPinnedDeviceMemLimit} {
 		if v, set := d.Env[k]; set {
 			adj.AddEnv(k, v)
 		}
@@ -328,8 +329,11 @@ func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Con
 	case d.OK:
 		msg := fmt.Sprintf("container %s runs as an MPS client on GPU %s: %d %% of the SMs, client priority %d",
 			name, gpuNames(in.GPUs), d.Client.ActiveThreadPercent, d.Client.Priority)
+		if m := d.Client.PinnedMemLimitMiB; m > 0 {
+			msg += fmt.Sprintf(", at most %d MiB of device memory per GPU", m)
+		}
 		p.log.Info("MPS client", append(who, "gpus", gpuNames(in.GPUs), "activeThreadPercent",
-			d.Client.ActiveThreadPercent, "priority", d.Client.Priority)...)
+			d.Client.ActiveThreadPercent, "priority", d.Client.Priority, "memLimitMiB", d.Client.PinnedMemLimitMiB)...)
 		p.normal(evPod, "MPSClient", msg)
 	case d.Err != nil:
 		p.log.Warn("MPS planning failed; LS container starts without MPS (time-sliced)", append(who, "err", d.Err)...)

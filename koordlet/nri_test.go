@@ -461,7 +461,8 @@ func (mpsPlanner) MPSClient(req devices.MPSRequest) (devices.MPSClient, bool, er
 	case req.GPU.Index != 0:
 		return devices.MPSClient{}, false, nil
 	case req.Batch:
-		return devices.MPSClient{PipeDir: "/tmp/nvidia-mps", ActiveThreadPercent: 25, Priority: 1}, true, nil
+		return devices.MPSClient{PipeDir: "/tmp/nvidia-mps", ActiveThreadPercent: 25, Priority: 1,
+			PinnedMemLimitMiB: 2500}, true, nil
 	}
 	return devices.MPSClient{PipeDir: "/tmp/nvidia-mps", ActiveThreadPercent: 75, Priority: 0}, true, nil
 }
@@ -486,8 +487,9 @@ func mountsOf(adj *api.ContainerAdjustment) map[string]string {
 }
 
 // TestNRIMPSClients drives the MPS injection through NRI's runtime adaptation: GPU
-// containers become MPS clients with the planner's cap and priority (overriding the
-// pod's own values) and get the pipe directory and /dev/shm; batch containers that
+// containers become MPS clients with the planner's cap and priority, batch ones with its
+// device memory limit on ordinal 0 (overriding the pod's own values), and get the pipe
+// directory and /dev/shm; batch containers that
 // are no client are pointed away from every daemon; a batch container whose planning
 // fails is refused, an LS one starts without MPS; each outcome is an Event.
 func TestNRIMPSClients(t *testing.T) {
@@ -496,7 +498,7 @@ func TestNRIMPSClients(t *testing.T) {
 	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
 		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/understory/mps-shm", ClientUID: 1000}})
 	podEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
-		"CUDA_MPS_CLIENT_PRIORITY=0"}
+		"CUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=999G"}
 	const no = devices.NoMPSPipeDirectory
 	for _, tc := range []struct {
 		name, uid, devs string
@@ -560,6 +562,14 @@ func TestNRIMPSClients(t *testing.T) {
 			env[devices.EnvMPSClientPriority] != tc.prio {
 			t.Fatalf("%s: MPS env %v; want pipe %q cap %q priority %q", tc.name, env, tc.pipe, tc.pct, tc.prio)
 		}
+		// A batch client's memory limit replaces the pod's; LS and non-clients get none set.
+		wantMem := ""
+		if tc.batch && tc.pct != "" {
+			wantMem = "0=2500M"
+		}
+		if got, set := env[devices.EnvMPSPinnedDeviceMemLimit]; got != wantMem || set != (wantMem != "") {
+			t.Fatalf("%s: %s=%q (set %v); want %q", tc.name, devices.EnvMPSPinnedDeviceMemLimit, got, set, wantMem)
+		}
 		m := mountsOf(adj)
 		if client := tc.pct != ""; client != (len(m) == 2) ||
 			client && (m["/tmp/nvidia-mps"] != "/tmp/nvidia-mps bind,ro,nosuid,nodev,noexec" ||
@@ -577,6 +587,9 @@ func TestNRIMPSClients(t *testing.T) {
 		}
 		if tc.pct != "" && !strings.Contains(evs[0].message, tc.pct+" % of the SMs, client priority "+tc.prio) {
 			t.Fatalf("%s: event %q does not state the cap and priority", tc.name, evs[0].message)
+		}
+		if mem := strings.Contains(evs[0].message, "at most 2500 MiB of device memory"); mem != (tc.batch && tc.pct != "") {
+			t.Fatalf("%s: event %q states a memory limit: %v", tc.name, evs[0].message, mem)
 		}
 	}
 }

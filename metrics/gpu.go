@@ -65,6 +65,9 @@ type GPUThrottle struct {
 	// LSCapPercent and BatchCapPercent are the MPS SM caps of the GPU's LS and batch
 	// clients (1..100; 0: none, the series is left out). Published with Lever "mps" only.
 	LSCapPercent, BatchCapPercent int
+	// BatchMemLimitBytes is the sum of the pinned device memory limits of the GPU's batch
+	// MPS clients (0: unbounded, the series is left out). Published with Lever "mps" only.
+	BatchMemLimitBytes uint64
 }
 
 // GPUPodUsage is one container's use of one GPU.
@@ -89,6 +92,7 @@ type GPU struct {
 	memUsed, memTotal              *prometheus.Desc
 	podUtil, podMemUtil, podMemUse *prometheus.Desc
 	duty, lsUtil, lever, mpsCap    *prometheus.Desc
+	mpsBatchMem                    *prometheus.Desc
 
 	mu   sync.Mutex
 	snap GPUSnapshot
@@ -133,6 +137,10 @@ func NewGPU(reg prometheus.Registerer) (*GPU, error) {
 			append(gpuLabels[:3:3], "lever")),
 		mpsCap: d("mps_sm_cap_ratio", "The SM cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100) of the GPU's "+
 			"MPS clients, by class (ls, batch); only on GPUs using the MPS lever.", append(gpuLabels[:3:3], "class")),
+		mpsBatchMem: d("mps_batch_memory_limit_bytes", "The sum of the device memory limits "+
+			"(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) of the GPU's batch MPS clients: the most batch may allocate "+
+			"on it through CUDA; only on GPUs using the MPS lever, and left out where a batch client has no limit.",
+			gpuLabels),
 		lsUtil: d("ls_utilization_ratio", "GPU utilisation counted as LS by the throttle (non-batch pods "+
 			"and processes no pod could be attributed to), 0..1.", gpuLabels),
 	}
@@ -268,7 +276,7 @@ func clampPercent(v float64) float64 {
 // Describe sends every descriptor.
 func (g *GPU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{g.available, g.duration, g.healthy, g.util, g.memUtil, g.memUsed,
-		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil, g.lever, g.mpsCap} {
+		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil, g.lever, g.mpsCap, g.mpsBatchMem} {
 		ch <- d
 	}
 }
@@ -310,6 +318,9 @@ func (g *GPU) Collect(ch chan<- prometheus.Metric) {
 					if c.pct > 0 {
 						gauge(g.mpsCap, float64(c.pct)/100, append(labels[:3:3], c.class)...)
 					}
+				}
+				if t.BatchMemLimitBytes > 0 {
+					gauge(g.mpsBatchMem, float64(t.BatchMemLimitBytes), labels...)
 				}
 			}
 			if d.Healthy && !d.UtilUnknown {

@@ -99,11 +99,13 @@ understory_gpu_pod_memory_used_bytes{UUID="GPU-cccc",container="c",gpu="0",model
 		{name: "throttle: freeze with its reason and lever, held on a lost GPU; MPS caps", update: &GPUSnapshot{Available: true,
 			CollectSeconds: 0.001, Devices: []GPUDeviceUsage{
 				{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 80, MemTotal: 10,
-					Throttle: &GPUThrottle{Duty: 1, LSUtil: 70, Reason: "ls-util-above-threshold", Lever: "freeze"}},
+					Throttle: &GPUThrottle{Duty: 1, LSUtil: 70, Reason: "ls-util-above-threshold", Lever: "freeze",
+						BatchMemLimitBytes: 1 << 30}}, // not on the MPS lever: left out
 				{Index: 1, UUID: "GPU-b", Model: "m", Healthy: false,
 					Throttle: &GPUThrottle{Duty: 1, Reason: "unknown", Lever: "freeze"}},
 				{Index: 2, UUID: "GPU-c", Model: "m", Healthy: false,
-					Throttle: &GPUThrottle{Duty: 0, Reason: "mps-within-cap", Lever: "mps", LSCapPercent: 75, BatchCapPercent: 25}},
+					Throttle: &GPUThrottle{Duty: 0, Reason: "mps-within-cap", Lever: "mps", LSCapPercent: 75, BatchCapPercent: 25,
+						BatchMemLimitBytes: 35942 << 20}},
 			}}, want: gpuHelp + `understory_gpu_available 1
 # HELP understory_gpu_batch_duty_ratio 1 while the batch pods using the GPU are frozen solid so that LS pods get the device, else 0 (the on/off freeze; the name is the former duty cycle's), with the throttle's reason.
 # TYPE understory_gpu_batch_duty_ratio gauge
@@ -135,6 +137,9 @@ understory_gpu_memory_used_bytes{UUID="GPU-a",gpu="0",modelName="m"} 0
 # HELP understory_gpu_memory_utilization_ratio GPU memory controller utilisation over the driver's last sample period, 0..1.
 # TYPE understory_gpu_memory_utilization_ratio gauge
 understory_gpu_memory_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_mps_batch_memory_limit_bytes The sum of the device memory limits (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) of the GPU's batch MPS clients: the most batch may allocate on it through CUDA; only on GPUs using the MPS lever, and left out where a batch client has no limit.
+# TYPE understory_gpu_mps_batch_memory_limit_bytes gauge
+understory_gpu_mps_batch_memory_limit_bytes{UUID="GPU-c",gpu="2",modelName="m"} 3.7687918592e+10
 # HELP understory_gpu_mps_sm_cap_ratio The SM cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100) of the GPU's MPS clients, by class (ls, batch); only on GPUs using the MPS lever.
 # TYPE understory_gpu_mps_sm_cap_ratio gauge
 understory_gpu_mps_sm_cap_ratio{UUID="GPU-c",class="batch",gpu="2",modelName="m"} 0.25

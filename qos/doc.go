@@ -177,5 +177,19 @@
 // and traps are on the type. gpumps.go chooses the MPS caps (ChooseGPUMPSCaps: batch at
 // most 25 % of the SMs at client priority 1, LS the rest, from LS's demand peak,
 // GPUDemandPeak, and the pods' gpu-milli requests), with the measurements behind the
-// defaults.
+// defaults, and batch clients' device memory limits (ChooseGPUMPSMemLimit: their
+// request's share of the GPU's memory, never what LS's requests hold; LS none).
+// gpumpscheck.go confirms from outside a batch client that it runs with what it was
+// handed (CheckGPUMPSClients).
+//
+// ChooseGPUTimeslice (gputimeslice.go) picks a GPU's lever among per-context time slices
+// (timeslice), the MPS partition (kept on MPS GPUs: the clients share one context) and
+// the freeze (MIG, unknown GPUs, and the fallback), and the slices the agent asks: LS
+// long (10 ms), batch short where LS is on the GPU (100–240 µs from batch's part of what
+// LS's requests and demand leave, so LS's worst wait, batch's slice plus a switch, stays
+// within lsMaxWait), the driver's default without LS. A batch context counts only when
+// its slice is confirmed from outside the tenant (an observer of the driver's ioctls and
+// the shim's read-back alike); any batch context unconfirmed, or seen setting itself a
+// longer slice, sends the GPU to the freeze, and so does LS still suffering (escalated).
+// Each context's verdict is in the decision.
 package qos

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -259,4 +260,110 @@ func (g *GPUDemandPeak) Peak() float64 {
 		return 0
 	}
 	return math.Max(g.cur, g.prev)
+}
+
+// GPU memory limits of MPS clients. MPS reserves no device memory per client: without a
+// limit a batch client can allocate the whole GPU and LS's next allocation fails. CUDA
+// bounds what one client may allocate through CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, read by
+// the client's own CUDA driver at its initialisation, so batch clients get a limit from
+// their share and LS keeps the rest.
+const (
+	// GPUMPSEnvPinnedDeviceMemLimit is the variable: a comma list of
+	// "<device ordinal>=<value><unit>", the ordinals as the client enumerates its devices
+	// (NVIDIA's MPS documentation).
+	GPUMPSEnvPinnedDeviceMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// MinGPUMPSMemLimitMiB is the smallest limit handed out: never 0, which is no
+	// allocation CUDA could grant and which the agent cannot be sure CUDA does not read
+	// as "no limit". Higher floors would hand batch memory that LS's requests hold, so a
+	// batch share squeezed to nothing gets 1 MiB: its allocations fail, LS's do not.
+	MinGPUMPSMemLimitMiB = 1
+	// bytesPerMiB is one MiB, the limit's unit (the "M" of the variable's values).
+	bytesPerMiB = 1 << 20
+	// milliPerGPU is a whole GPU in understory.io/gpu-milli.
+	milliPerGPU = 1000
+)
+
+// GPUMPSMemInput is what the memory limit choice knows of one GPU and one client when
+// the client starts.
+type GPUMPSMemInput struct {
+	// Batch: the client is of a batch pod. LS clients get no limit.
+	Batch bool
+	// TotalBytes is the GPU's memory as NVML reports it (its total, the driver's reserve
+	// included); 0: unknown.
+	TotalBytes uint64
+	// BatchRequestMilli is the batch container's understory.io/gpu-milli request
+	// (0..1000; 1000 for whole GPUs).
+	BatchRequestMilli int64
+	// LSRequestMilli are the gpu-milli requests of the LS clients on the GPU.
+	LSRequestMilli []int64
+}
+
+// GPUMPSMemLimit is one client's pinned device memory limit.
+type GPUMPSMemLimit struct {
+	// MiB is the limit in MiB (2^20 bytes); 0: no limit.
+	MiB uint64
+	// Reason says how it was chosen, or why there is none.
+	Reason string
+}
+
+// ChooseGPUMPSMemLimit returns a client's pinned device memory limit on one GPU:
+//
+//	share = min(batch request, 1000 − LS requests)           gpu-milli, each in [0, 1000]
+//	limit = max(⌊total × share / 1000 / 2^20⌋, MinGPUMPSMemLimitMiB)   MiB
+//
+// so a batch client may allocate its share of the GPU's memory, rounded down to whole
+// MiB, and never memory the LS clients' requests hold (its request is what the extender
+// placed it by; a whole-GPU batch container on a GPU with LS requests gets only what they
+// leave). No limit (MiB 0) for an LS client (LS keeps what batch's limits leave), for a
+// batch client without a request, and where the GPU's memory is unknown: then nothing
+// bounds batch's memory, and LS keeps its memory only while the extender's placement
+// (requests summing to at most 1000 per GPU) matches what batch really allocates.
+func ChooseGPUMPSMemLimit(in GPUMPSMemInput) GPUMPSMemLimit {
+	switch {
+	case !in.Batch:
+		return GPUMPSMemLimit{Reason: "LS: no memory limit (LS keeps what batch's limits leave)"}
+	case in.BatchRequestMilli <= 0:
+		return GPUMPSMemLimit{Reason: "batch without a gpu-milli request: no memory limit"}
+	case in.TotalBytes == 0:
+		return GPUMPSMemLimit{Reason: "the GPU's memory is unknown: no memory limit"}
+	}
+	var lsMilli int64
+	for _, r := range in.LSRequestMilli {
+		lsMilli += min(max(r, 0), milliPerGPU)
+	}
+	lsMilli = min(lsMilli, milliPerGPU)
+	req := min(in.BatchRequestMilli, milliPerGPU)
+	share := min(req, milliPerGPU-lsMilli)
+	// ⌊total × share / (1000 × 2^20)⌋ without total × share, which could pass 64 bits:
+	// total = a × unit + b with b < unit (about 2^30), so b × share stays below 2^40.
+	const unit = milliPerGPU * bytesPerMiB
+	a, b := in.TotalBytes/unit, in.TotalBytes%unit
+	q := a*uint64(share) + b*uint64(share)/unit
+	limit := max(q, MinGPUMPSMemLimitMiB)
+	reason := fmt.Sprintf("batch memory limit %d MiB: %d milli of %d MiB", limit, share, in.TotalBytes/bytesPerMiB)
+	if share < req {
+		reason += fmt.Sprintf(" (its request of %d milli bounded by LS requests of %d milli)", req, lsMilli)
+	}
+	return GPUMPSMemLimit{MiB: limit, Reason: reason}
+}
+
+// GPUMPSPinnedMemLimitValue is the CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value that limits
+// each of a client's first devices CUDA devices (ordinals 0 to devices−1) to limitMiB:
+// "0=<limit>M,1=<limit>M,...". The same value on every ordinal holds whatever order the
+// client enumerates its devices in. "" when limitMiB is 0 or devices < 1 (no limit).
+func GPUMPSPinnedMemLimitValue(devices int, limitMiB uint64) string {
+	if limitMiB == 0 || devices < 1 {
+		return ""
+	}
+	v := strconv.FormatUint(limitMiB, 10) + "M"
+	b := make([]byte, 0, devices*(len(v)+4))
+	for i := range devices {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '=')
+		b = append(b, v...)
+	}
+	return string(b)
 }

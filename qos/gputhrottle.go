@@ -247,6 +247,10 @@ type GPUThrottleInput struct {
 	// clients (0: none known, taken as 100); BatchCapPercent the largest of its batch
 	// clients (0: none). Used only with MPS.
 	LSCapPercent, BatchCapPercent int
+	// BatchMemLimitMiB is the sum of the pinned device memory limits of the GPU's batch
+	// clients, MiB: the most batch may allocate on the GPU through CUDA (0: unbounded, a
+	// batch client has none). Used only with MPS, and only reported.
+	BatchMemLimitMiB uint64
 	// MPSCapUnconfirmed, with MPS, says why the batch clients' caps could not be confirmed
 	// (CheckGPUMPSClients); non-empty: the freeze lever, batch frozen while LS is on the
 	// GPU (GPUReasonMPSCapUnconfirmed).
@@ -283,6 +287,9 @@ type GPUThrottleDecision struct {
 	LSCapPercent     int `json:"lsCapPercent,omitempty"`
 	BatchCapPercent  int `json:"batchCapPercent,omitempty"`
 	ProtectedPercent int `json:"protectedPercent,omitempty"`
+	// BatchMemLimitMiB is the sum of the batch clients' pinned device memory limits, MiB
+	// (MPS lever only; absent: unbounded).
+	BatchMemLimitMiB uint64 `json:"batchMemLimitMiB,omitempty"`
 	// MPSCapUnconfirmed says why the GPU left the MPS lever although every process on it
 	// is a planned client (GPUReasonMPSCapUnconfirmed).
 	MPSCapUnconfirmed string `json:"mpsCapUnconfirmed,omitempty"`
@@ -401,7 +408,8 @@ func (t *GPUThrottle) Reset() { clear(t.gpus) }
 // Step computes every GPU's freeze at now, sorted by GPU index. GPUs absent from in are
 // forgotten. A repeated index is merged into the first, the worst case for LS: active or
 // arrived if either is, the higher utilisations, the larger pod count, MPS only if both
-// are (with the larger batch cap and the smaller LS cap, unconfirmed if either is), unknown
+// are (with the larger batch cap and memory limit, the smaller LS cap, unconfirmed if either
+// is), unknown
 // only if both are.
 func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDecision {
 	merged := make([]GPUThrottleInput, 0, len(in))
@@ -434,6 +442,11 @@ func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDe
 				m.MPSCapUnconfirmed = joinNote(m.MPSCapUnconfirmed, x.MPSCapUnconfirmed)
 			}
 			m.BatchCapPercent = max(m.BatchCapPercent, x.BatchCapPercent)
+			if m.BatchMemLimitMiB == 0 || x.BatchMemLimitMiB == 0 {
+				m.BatchMemLimitMiB = 0 // unbounded in either: unbounded
+			} else {
+				m.BatchMemLimitMiB = max(m.BatchMemLimitMiB, x.BatchMemLimitMiB)
+			}
 			m.LSCapPercent = min(capOrFull(m.LSCapPercent), capOrFull(x.LSCapPercent))
 		}
 	}
@@ -573,6 +586,7 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 		}
 		protected := min(lsCap, 100-batchCap)
 		d.LSCapPercent, d.BatchCapPercent, d.ProtectedPercent = lsCap, batchCap, protected
+		d.BatchMemLimitMiB = in.BatchMemLimitMiB
 		if active && lsUtil >= float64(protected)-p.MPS.FreezeMarginPercent {
 			need, why = true, GPUReasonMPSCapStale
 		}

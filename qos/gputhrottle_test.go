@@ -516,13 +516,32 @@ func TestGPUThrottleManyGPUs(t *testing.T) {
 		!strings.Contains(out[0].Sanitized, "merged") {
 		t.Fatalf("merged duplicate = %+v", out)
 	}
-	// Two MPS entries: the larger batch cap and the smaller LS cap.
+	// Two MPS entries: the larger batch cap and memory limit and the smaller LS cap.
 	out = c.Step(gpuT0.Add(4*gpuStep), []qos.GPUThrottleInput{
-		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 75, BatchCapPercent: 25},
-		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 90, BatchCapPercent: 40},
+		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 75, BatchCapPercent: 25,
+			BatchMemLimitMiB: 2048},
+		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 90, BatchCapPercent: 40,
+			BatchMemLimitMiB: 4096},
 	})
-	if d := out[0]; d.Lever != qos.GPULeverMPS || d.LSCapPercent != 75 || d.BatchCapPercent != 40 || d.ProtectedPercent != 60 {
+	if d := out[0]; d.Lever != qos.GPULeverMPS || d.LSCapPercent != 75 || d.BatchCapPercent != 40 || d.ProtectedPercent != 60 ||
+		d.BatchMemLimitMiB != 4096 {
 		t.Fatalf("merged MPS entries = %+v", d)
+	}
+	// One of them unbounded: unbounded.
+	out = c.Step(gpuT0.Add(4*gpuStep), []qos.GPUThrottleInput{
+		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 75, BatchCapPercent: 25,
+			BatchMemLimitMiB: 2048},
+		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, MPS: true, LSCapPercent: 75, BatchCapPercent: 25},
+	})
+	if d := out[0]; d.Lever != qos.GPULeverMPS || d.BatchMemLimitMiB != 0 {
+		t.Fatalf("merged MPS entries, one unbounded = %+v", d)
+	}
+	// The freeze lever reports no memory limit.
+	out = c.Step(gpuT0.Add(4*gpuStep), []qos.GPUThrottleInput{
+		{Index: 5, LSActive: true, LSUtil: 10, BatchPods: 1, BatchMemLimitMiB: 2048},
+	})
+	if d := out[0]; d.Lever != qos.GPULeverFreeze || d.BatchMemLimitMiB != 0 {
+		t.Fatalf("freeze lever = %+v", d)
 	}
 
 	c.Reset()

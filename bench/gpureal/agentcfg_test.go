@@ -174,6 +174,16 @@ func TestPlan(t *testing.T) {
 	if !hasAlonePhase(phases, sectionNothing) || hasAlonePhase(phases, sectionAgent) {
 		t.Error("only the nothing-done section measures batch alone")
 	}
+	// The memory-cap check ends the MPS section, with LS and batch; -memcap=false drops it.
+	if last := phases[len(phases)-1]; last.Name != phMemCap || last.Section != sectionMPS || last.LSMode != lsMem ||
+		last.BatchKind != batchShallow {
+		t.Errorf("the last phase is %+v, want the memory-cap check", last)
+	}
+	noCap := c
+	noCap.MemCap = false
+	if slices.ContainsFunc(plan(noCap), func(p phaseSpec) bool { return p.Name == phMemCap }) {
+		t.Error("the memory-cap check with -memcap=false")
+	}
 	if c.MPS = false; slices.ContainsFunc(plan(c), func(p phaseSpec) bool { return p.Section == sectionMPS }) {
 		t.Error("the MPS section without MPS")
 	}
@@ -314,8 +324,8 @@ func TestSelectSections(t *testing.T) {
 		{name: "none: all", phases: all, want: phaseNames(all)},
 		{name: "baselines and MPS", phases: all, sections: []string{sectionMPS, sectionNothing},
 			want: []string{phBatchAlone, phDeepAlone, phLSAlone, phNothing, phDeepNothing1, phDeepNothing2,
-				phIdleNothing, phWakeNothing, phMPS}},
-		{name: "MPS alone", phases: all, sections: []string{sectionMPS}, want: []string{phMPS}},
+				phIdleNothing, phWakeNothing, phMPS, phMemCap}},
+		{name: "MPS alone", phases: all, sections: []string{sectionMPS}, want: []string{phMPS, phMemCap}},
 		{name: "unknown", phases: all, sections: []string{"agent-mp"}, wantErr: `unknown section "agent-mp"`},
 		{name: "MPS section off", phases: plan(noMPS), sections: []string{sectionMPS}, wantErr: "no phase left"},
 	}

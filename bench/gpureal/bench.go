@@ -193,6 +193,9 @@ func (b *bench) printPhase(p phaseResult) {
 	if p.Recovery != nil {
 		batch += fmt.Sprintf(" (90 %% of alone %.2f s after LS idle)", p.Recovery.Seconds)
 	}
+	if p.MemCap != nil {
+		batch += " memory cap " + p.MemCap.Verdict
+	}
 	b.printf("  %-18s%s%s %s\n", p.Name, ls, batch, decisionsSummary(p.Agent))
 }
 
@@ -506,6 +509,9 @@ const phaseStartDelay = 300 * time.Millisecond
 // /status sampled, the agent's CPU read around it.
 func (b *bench) runPhase(ctx context.Context, ph phaseSpec) (phaseResult, error) {
 	s := b.section
+	if ph.LSMode == lsMem {
+		return b.runMemPhase(ctx, ph)
+	}
 	pr := phaseResult{phaseSpec: ph, LeadS: ph.Lead.Seconds(), WindowS: ph.Window.Seconds()}
 	if ph.StopLSBefore {
 		if err := b.stopWorkload(ctx, roleLS); err != nil {

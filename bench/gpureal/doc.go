@@ -12,7 +12,9 @@
 //
 // Files: plan.go (the phases), bench.go (the orchestration), runtime.go (NRI's runtime
 // side), node.go (the cgroups), agentproc.go (the agent process, /status, its CPU),
-// workload.go (the stand-ins' protocol), launch.go (the launcher), fake.go (the fakes),
+// workload.go (the stand-ins' protocol), memcap.go (the memory-cap check: batch
+// allocates until CUDA_MPS_PINNED_DEVICE_MEM_LIMIT stops it, LS keeps its memory),
+// launch.go (the launcher), fake.go (the fakes),
 // stats.go, targets.go, result.go (figures, verdicts, table, JSON), agentcfg.go (the
 // agent's config and the pods' manifests), gpu.go (nvidia-smi, MPS clean-up).
 //

@@ -42,7 +42,7 @@ func TestDryRun(t *testing.T) {
 	var out bytes.Buffer
 	o := &options{
 		Plan: planConfig{Phase: time.Second, Short: 1500 * time.Millisecond, Lead: 500 * time.Millisecond,
-			MPS: mps == mpsRun},
+			MPS: mps == mpsRun, MemCap: true},
 		MPSPipe: pipe,
 		Out:     filepath.Join(dir, "gpu-real.json"), LogDir: dir, CgroupRoot: cgroupRoot,
 		AgentCmd: []string{self}, AgentEnv: []string{testAgentEnv + "=1"}, Self: self,
@@ -77,6 +77,15 @@ func TestDryRun(t *testing.T) {
 	for i, p := range res.Phases {
 		if p.Name != want[i].Name {
 			t.Fatalf("phase %d is %s, want %s", i, p.Name, want[i].Name)
+		}
+		if p.LSMode == lsMem {
+			// The memory-cap check: the test agent starts no MPS daemon, so the batch fake
+			// is no MPS client and the check says it did not run (memcap_test.go runs it).
+			if p.MemCap == nil || p.MemCap.Met || !strings.HasPrefix(p.MemCap.Verdict, "not run") || p.LS != nil ||
+				p.Batch != nil {
+				t.Errorf("%s: %+v", p.Name, p)
+			}
+			continue
 		}
 		ls := p.LS
 		if p.LSMode == lsGoIdle {

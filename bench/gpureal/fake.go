@@ -44,15 +44,25 @@ func newFakeIO(in io.Reader, out io.Writer) *fakeIO {
 	return f
 }
 
-// serve says ready, then runs each "run" command through run and sends its result,
-// until "quit" or the end of input; a "stop" ends the current run (f.stop).
+// serve says ready, then runs each "run" command through run and sends its result, and
+// answers each "mem" command (fakeMem), until "quit" or the end of input; a "stop" ends
+// the current run (f.stop).
 func (f *fakeIO) serve(run func(c command, res *event)) error {
-	if err := f.out.Encode(event{Event: "ready", PID: os.Getpid(), Device: "fake (CPU)", Env: mpsEnv()}); err != nil {
+	env := mpsEnv()
+	if err := f.out.Encode(event{Event: "ready", PID: os.Getpid(), Device: "fake (CPU)", Env: env}); err != nil {
 		return err
 	}
+	mem := &fakeMem{}
+	mem.limit, _ = memLimitDevice0(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
 	for c := range f.cmds {
 		if c.Cmd == "quit" {
 			return nil
+		}
+		if c.Cmd == "mem" {
+			if err := f.out.Encode(event{Event: "mem", Phase: c.Phase, memOpResult: mem.do(c)}); err != nil {
+				return err
+			}
+			continue
 		}
 		if c.Cmd != "run" {
 			continue
@@ -133,12 +143,72 @@ func runFakeBatch(args []string, in io.Reader, out io.Writer) error {
 	})
 }
 
+// fakeDeviceMiB is the fakes' device memory.
+const fakeDeviceMiB = 81920
+
+// fakeMem answers "mem" commands as standin.py's Memory does, on a simulated device of
+// fakeDeviceMiB with the process's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for device 0 (limit,
+// MiB; 0: none) as its bound. Each fake is its own process and sees only its own
+// allocations: it checks the protocol and the driver's verdict, never a GPU.
+type fakeMem struct {
+	limit, held, grabbed int
+}
+
+func (m *fakeMem) do(c command) memOpResult {
+	room := func() int {
+		most := fakeDeviceMiB
+		if m.limit > 0 {
+			most = min(most, m.limit)
+		}
+		return most - m.held - m.grabbed
+	}
+	// alloc takes mib (0: until refused) in chunks, as the stand-ins do.
+	alloc := func(mib int) (got int, oom bool) {
+		want, chunk := mib, max(c.ChunkMiB, 1)
+		if want <= 0 {
+			want = 1 << 20
+		}
+		for got < want {
+			n := min(chunk, want-got)
+			if n > room()-got {
+				return got, true
+			}
+			got += n
+		}
+		return got, false
+	}
+	r := memOpResult{Op: c.Op}
+	switch c.Op {
+	case "hold":
+		got, oom := alloc(c.MiB)
+		m.held += got
+		r.OOM = oom
+	case "grab":
+		got, oom := alloc(c.MiB)
+		m.grabbed += got
+		r.GotMiB, r.OOM = got, oom
+	case "check":
+		intact := true
+		r.Intact = &intact
+		r.GotMiB, r.OOM = alloc(c.MiB)
+	case "free":
+		m.held, m.grabbed = 0, 0
+	}
+	if r.OOM {
+		r.OOMError = "fake: out of memory"
+	}
+	r.HeldMiB = m.held
+	r.FreeMiB, r.TotalMiB = float64(room()), fakeDeviceMiB
+	return r
+}
+
 // mpsEnv is the CUDA_MPS_* and NVIDIA_VISIBLE_DEVICES variables the process got (the
 // stand-ins report them, so the result shows what NRI injected).
 func mpsEnv() map[string]string {
 	out := map[string]string{}
 	for _, k := range []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-		"CUDA_MPS_CLIENT_PRIORITY", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"} {
+		"CUDA_MPS_CLIENT_PRIORITY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "NVIDIA_VISIBLE_DEVICES",
+		"CUDA_VISIBLE_DEVICES"} {
 		if v, ok := os.LookupEnv(k); ok {
 			out[k] = v
 		}

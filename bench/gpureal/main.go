@@ -108,6 +108,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&pc.Phase, "phase", pc.Phase, "length of the main phases")
 	fs.DurationVar(&pc.Short, "short", pc.Short, "length of the deep-alone, idle, wake and arrival windows")
 	fs.DurationVar(&pc.Lead, "lead", pc.Lead, "lead-in of the idle, wake and arrival phases")
+	fs.BoolVar(&pc.MemCap, "memcap", pc.MemCap, "the MPS section ends with the memory-cap check: batch allocates until "+
+		"CUDA refuses (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), LS keeps its memory and allocates more")
 	fs.Float64Var(&o.LSRate, "ls-rate", 100, "LS requests per second (open loop)")
 	fs.IntVar(&o.LSMatmuls, "ls-matmuls", 17, "LS matmuls per request")
 	fs.IntVar(&o.LSSize, "ls-size", 4096, "LS matrix size (bf16)")

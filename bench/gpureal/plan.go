@@ -42,6 +42,9 @@ const (
 	// lsArrive: a new LS pod (new process, new CUDA context) starts after the lead-in
 	// while batch runs; its window starts when it is ready.
 	lsArrive lsMode = "arrive"
+	// lsMem: the memory-cap check (memcap.go): LS holds device memory, batch allocates
+	// until CUDA refuses, LS checks its memory and allocates more; no timed window.
+	lsMem lsMode = "mem"
 )
 
 // phaseSpec is one measured phase.
@@ -66,6 +69,8 @@ type planConfig struct {
 	Short time.Duration // the auxiliary windows (deep alone, idle, wake, arrival)
 	Lead  time.Duration // lead-ins
 	MPS   bool          // the MPS section
+	// MemCap adds the memory-cap check to the MPS section (phMemCap).
+	MemCap bool
 	// Sections, when set, keeps only the phases of these sections (a short follow-up
 	// run; ratios and targets then need their baselines from the same run, else they
 	// read "not measured").
@@ -73,7 +78,7 @@ type planConfig struct {
 }
 
 func defaultPlanConfig() planConfig {
-	return planConfig{Phase: 20 * time.Second, Short: 10 * time.Second, Lead: 4 * time.Second, MPS: true}
+	return planConfig{Phase: 20 * time.Second, Short: 10 * time.Second, Lead: 4 * time.Second, MPS: true, MemCap: true}
 }
 
 // Phase names the targets and the table refer to.
@@ -93,6 +98,7 @@ const (
 	phWakeAgent    = "ls-wakes-agent"
 	phArriveAgent  = "ls-arrives-agent"
 	phMPS          = "agent-mps"
+	phMemCap       = "agent-mps-memcap"
 )
 
 // knownSections are the sections -sections may name.
@@ -150,6 +156,11 @@ func plan(c planConfig) []phaseSpec {
 	if c.MPS {
 		p = append(p, phaseSpec{Name: phMPS, Section: sectionMPS, Title: "LS + batch, agent (MPS)",
 			BatchKind: batchShallow, LSMode: lsRun, Window: c.Phase, Pair: phNothing})
+		if c.MemCap {
+			p = append(p, phaseSpec{Name: phMemCap, Section: sectionMPS,
+				Title: "batch allocates past its memory share; LS keeps its memory (agent, MPS)", BatchKind: batchShallow,
+				LSMode: lsMem})
+		}
 	}
 	return p
 }
@@ -163,6 +174,9 @@ const (
 	estGap           = 2 * time.Second
 	// estArrivalStart is an arriving LS stand-in's start (its window begins when ready).
 	estArrivalStart = 10 * time.Second
+	// estMemCap bounds the memory-cap check: allocations of a GPU's memory in 256 MiB
+	// chunks, a check of what LS holds, the frees.
+	estMemCap = 15 * time.Second
 )
 
 // estimate is how long a plan takes, end to end, by the fixed costs above.
@@ -183,6 +197,9 @@ func estimate(phases []phaseSpec) time.Duration {
 		d += ph.Lead + ph.Window + estGap
 		if ph.LSMode == lsArrive {
 			d += estArrivalStart
+		}
+		if ph.LSMode == lsMem {
+			d += estMemCap
 		}
 	}
 	return d

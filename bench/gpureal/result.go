@@ -84,7 +84,9 @@ type phaseResult struct {
 	Batch  *batchStats `json:"batch,omitempty"`
 	// Recovery is batch's recovery after LS went idle (lsGoIdle phases).
 	Recovery *recovery `json:"recovery,omitempty"`
-	Ratios   ratios    `json:"ratios"`
+	// MemCap is the memory-cap check's outcome (lsMem phases, memcap.go).
+	MemCap *memCapResult `json:"memCap,omitempty"`
+	Ratios ratios        `json:"ratios"`
 	// AgentCPUPct is the agent's CPU over the window, % of one core.
 	AgentCPUPct *float64 `json:"agentCpuPctOfCore,omitempty"`
 	// Agent is what /status said during the phase: each distinct GPU decision, when first
@@ -184,6 +186,11 @@ func printTable(w io.Writer, res *result) {
 			fmtRatio(p.Ratios.BatchVsNothing), cpu, decisionsSummary(p.Agent))
 	}
 	_ = tw.Flush()
+	for _, p := range res.Phases {
+		if p.MemCap != nil {
+			fmt.Fprintf(w, "memory cap (%s): %s\n", p.Name, p.MemCap.Verdict)
+		}
+	}
 	for _, s := range res.Sections {
 		for _, n := range s.Notes {
 			fmt.Fprintf(w, "note (%s): %s\n", s.Name, n)

@@ -22,8 +22,10 @@ import (
 //	{"cmd":"run","phase":P,"start":UNIX,"end":UNIX,"mode":"run"|"idle"}  end 0: until stop
 //	{"cmd":"stop"}   end the current run now
 //	{"cmd":"quit"}   exit
+//	{"cmd":"mem","phase":P,"op":"hold"|"grab"|"check"|"free","mib":N,"chunk_mib":C}  device memory (memcap.go)
 //	{"event":"ready","pid":N,"device":..,"torch":..,"env":{..},"warm_ms":..}
 //	{"event":"result","phase":P,"start":UNIX, LS: "sched","lat_ms","unsent"; batch: "syncs","every"}
+//	{"event":"mem","phase":P,"op":..,"held_mib","got_mib","oom","oom_error","intact","free_mib","total_mib"}
 //	{"event":"error","error":TEXT}
 type command struct {
 	Cmd   string  `json:"cmd"`
@@ -31,6 +33,10 @@ type command struct {
 	Start float64 `json:"start,omitempty"`
 	End   float64 `json:"end,omitempty"`
 	Mode  string  `json:"mode,omitempty"`
+	// Op, MiB and ChunkMiB are a "mem" command's.
+	Op       string `json:"op,omitempty"`
+	MiB      int    `json:"mib,omitempty"`
+	ChunkMiB int    `json:"chunk_mib,omitempty"`
 }
 
 type event struct {
@@ -45,6 +51,7 @@ type event struct {
 	Start  float64           `json:"start,omitempty"`
 	lsRunResult
 	batchRunResult
+	memOpResult
 }
 
 // Errors callers branch on.

@@ -23,12 +23,14 @@
 //     batch process on a GPU is a client the partitions handed out, and the lever events
 //     (Options.OnLever) when LS outgrows its MPS partition or a batch cap is unconfirmed.
 //   - mpscheck.go: the MPS cap check: each batch client's /proc/<pid>/environ
-//     (ParseMPSEnviron) and the control daemon's clients and server limits (mps.Daemon's
-//     Servers), judged by qos.CheckGPUMPSClients; an unconfirmed GPU uses the freeze
+//     (ParseMPSEnviron: its cap, priority and device memory limit) and the control
+//     daemon's clients and server limits (mps.Daemon's Servers), judged by
+//     qos.CheckGPUMPSClients; an unconfirmed GPU uses the freeze
 //     lever (qos.GPUReasonMPSCapUnconfirmed).
 //   - partitions.go: Partitions, the MPS client planner the NRI plugin asks
-//     (devices.MPSPlanner): caps from qos.ChooseGPUMPSCaps, records per pod container and
-//     GPU, updated by the loop (server readiness, LS demand peak per GPU, pods gone).
+//     (devices.MPSPlanner): caps from qos.ChooseGPUMPSCaps, batch memory limits from
+//     qos.ChooseGPUMPSMemLimit, records per pod container and GPU, updated by the loop
+//     (server readiness, LS demand peak and memory total per GPU, pods gone).
 //   - recover.go: a panicking loop step is recovered (logged with its stack, counted,
 //     the cycler thawed, the error in /status) and the loop goes on.
 //   - cadence.go: the GPU loop's plan (pure): which GPU is read in full every period

@@ -208,7 +208,8 @@ func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, i
 	obs := l.obsScratch[:0]
 	for i, v := range views {
 		obs = append(obs, partitionGPUObs{index: v.dev.Index, uuid: v.dev.UUID,
-			mpsOn: ready && v.dev.Healthy && !v.dev.UtilUnsupported, lsUtil: ins[i].LSUtil, lsKnown: !ins[i].Unknown})
+			mpsOn: ready && v.dev.Healthy && !v.dev.UtilUnsupported, lsUtil: ins[i].LSUtil, lsKnown: !ins[i].Unknown,
+			memTotal: v.dev.MemTotal})
 	}
 	l.obsScratch = obs
 	clients := l.parts.observe(now, ready, pipeDir, obs, func(uid types.UID) bool {
@@ -220,9 +221,9 @@ func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, i
 		if !obs[i].mpsOn || len(caps) == 0 {
 			continue
 		}
-		if lsCap, batchCap, ok := l.mpsClients(v, pods, caps); ok {
+		if lsCap, batchCap, batchMem, ok := l.mpsClients(v, pods, caps); ok {
 			in := &ins[i]
-			in.MPS, in.LSCapPercent, in.BatchCapPercent = true, lsCap, batchCap
+			in.MPS, in.LSCapPercent, in.BatchCapPercent, in.BatchMemLimitMiB = true, lsCap, batchCap, batchMem
 		}
 	}
 	l.confirmCaps(views, pods, ins, clients)
@@ -230,24 +231,36 @@ func (l *leverState) complete(now time.Time, views []deviceView, pods PodView, i
 
 // mpsClients reports whether every process on v but the MPS server is of a pod the
 // partitions made an MPS client there (of the same class), with the largest LS and
-// batch caps among them.
-func (l *leverState) mpsClients(v deviceView, pods PodView, caps map[types.UID]clientCaps) (lsCap, batchCap int, ok bool) {
-	for _, p := range v.dev.Processes {
+// batch caps among them and the sum of the memory limits of the batch pods among them
+// (0 when one of them has none: unbounded).
+func (l *leverState) mpsClients(v deviceView, pods PodView, caps map[types.UID]clientCaps) (lsCap, batchCap int,
+	batchMem uint64, ok bool) {
+	unbounded := false
+	for i, p := range v.dev.Processes {
 		batch := isBatch(p, pods)
 		if !batch && l.isMPSServer(p.PID) {
 			continue
 		}
 		c, found := caps[p.Pod.UID]
 		if !found || !p.Pod.Attributed() || c.batch != batch {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
-		if batch {
-			batchCap = max(batchCap, c.cap)
-		} else {
+		if !batch {
 			lsCap = max(lsCap, c.cap)
+			continue
 		}
+		batchCap = max(batchCap, c.cap)
+		// Each batch pod once, at its first process.
+		if slices.ContainsFunc(v.dev.Processes[:i], func(q Process) bool { return q.Pod.UID == p.Pod.UID }) {
+			continue
+		}
+		unbounded = unbounded || c.memNone
+		batchMem += c.memSum
 	}
-	return lsCap, batchCap, true
+	if unbounded {
+		batchMem = 0
+	}
+	return lsCap, batchCap, batchMem, true
 }
 
 // events reports each GPU that the step froze because LS outgrew its MPS partition, or

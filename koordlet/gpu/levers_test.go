@@ -156,21 +156,28 @@ func TestManagerMPSLever(t *testing.T) {
 	}
 	ls, batch := r.plan(t, false), r.plan(t, true)
 	if ls != (devices.MPSClient{PipeDir: "/run/nvidia-mps", ActiveThreadPercent: 75, Priority: 0}) ||
-		batch != (devices.MPSClient{PipeDir: "/run/nvidia-mps", ActiveThreadPercent: 25, Priority: 1}) {
-		t.Fatalf("clients LS %+v batch %+v, want 75 %% at priority 0 and 25 %% at priority 1", ls, batch)
+		batch != (devices.MPSClient{PipeDir: "/run/nvidia-mps", ActiveThreadPercent: 25, Priority: 1,
+			PinnedMemLimitMiB: 8192}) {
+		t.Fatalf("clients LS %+v batch %+v, want 75 %% at priority 0 and 25 %% at priority 1 with 8192 MiB", ls, batch)
 	}
 
 	// LS arrives and works within its cap: batch runs beside it.
 	for i := range 10 {
 		d := r.step(t, server, lsProc(45), batchProc)
 		if d.Frozen || d.Lever != qos.GPULeverMPS || d.Reason != qos.GPUReasonMPSWithinCap || d.LSCapPercent != 75 ||
-			d.BatchCapPercent != 25 || (i == 0 && !d.LSArrived) {
+			d.BatchCapPercent != 25 || d.BatchMemLimitMiB != 8192 || (i == 0 && !d.LSArrived) {
 			t.Fatalf("step %d, LS within its cap: %+v", i, d)
 		}
 	}
 	st := r.m.Status()
 	if !st.GPUs[0].MPS || st.MPS == nil || !st.MPS.Ready || len(st.MPS.Clients) != 2 {
 		t.Fatalf("status: GPU MPS %v, MPS %+v", st.GPUs[0].MPS, st.MPS)
+	}
+	// /status shows each client's memory limit: batch's share, none for LS.
+	for _, c := range st.MPS.Clients {
+		if want := map[bool]uint64{true: 8192}[c.Batch]; c.MemLimitMiB != want || c.MemReason == "" {
+			t.Fatalf("status client %+v, want a memory limit of %d MiB with its reason", c, want)
+		}
 	}
 	// The partitions protect LS: the GPU is probed, not read in full every period.
 	if c := st.GPUs[0].Cadence; c != CadenceMPS {

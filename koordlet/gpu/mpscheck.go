@@ -13,8 +13,9 @@ import (
 // The MPS cap check: the partitions hand each batch client its SM cap and priority as
 // CUDA_MPS_* variables in its container, which the tenant's own process could override.
 // Each step, for every GPU on the MPS lever, the levers read what each batch client was
-// started with (/proc/<pid>/environ) and what the control daemon caps its server at, and
-// qos.CheckGPUMPSClients decides whether the caps are confirmed; a GPU where they are not
+// started with (/proc/<pid>/environ: its cap, priority and device memory limit) and what
+// the control daemon caps its server at, and qos.CheckGPUMPSClients decides whether the
+// caps are confirmed; a GPU where they are not
 // uses the freeze lever (qos.GPUReasonMPSCapUnconfirmed).
 
 // maxEnviron bounds the read of /proc/<pid>/environ: a process started with more is
@@ -26,6 +27,11 @@ const maxEnviron = 256 << 10
 // a longer value is malformed however it ends.
 const maxEnvValue = 64
 
+// maxMemEnvValue bounds the kept memory limit: the agent writes at most 64 entries
+// ("63=<12 digits>M," is 17 bytes) on a node of that many GPUs; a longer value is
+// unconfirmed (the check reads a clipped list as malformed or short).
+const maxMemEnvValue = 1 << 10
+
 // errEnvironTooLarge: /proc/<pid>/environ is larger than maxEnviron.
 var errEnvironTooLarge = errors.New("environment larger than the agent reads")
 
@@ -36,6 +42,10 @@ type MPSEnviron struct {
 	// PrioritySet whether the environment has them.
 	Cap, Priority       string
 	CapSet, PrioritySet bool
+	// MemLimit is the first CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (at most maxMemEnvValue
+	// bytes), MemLimitSet whether the environment has one.
+	MemLimit    string
+	MemLimitSet bool
 }
 
 // ParseMPSEnviron reads the MPS client variables from the contents of a
@@ -55,7 +65,10 @@ func ParseMPSEnviron(data []byte) MPSEnviron {
 		if !ok {
 			continue
 		}
-		if len(val) > maxEnvValue {
+		if len(val) > maxMemEnvValue {
+			val = val[:maxMemEnvValue]
+		}
+		if len(val) > maxEnvValue && string(key) != qos.GPUMPSEnvPinnedDeviceMemLimit {
 			val = val[:maxEnvValue]
 		}
 		switch string(key) {
@@ -66,6 +79,10 @@ func ParseMPSEnviron(data []byte) MPSEnviron {
 		case qos.GPUMPSEnvClientPriority:
 			if !e.PrioritySet {
 				e.Priority, e.PrioritySet = string(val), true
+			}
+		case qos.GPUMPSEnvPinnedDeviceMemLimit:
+			if !e.MemLimitSet {
+				e.MemLimit, e.MemLimitSet = string(val), true
 			}
 		}
 	}
@@ -157,12 +174,18 @@ func (l *leverState) clientEnv(pid uint32, fresh bool) mpsEnvMark {
 	return e
 }
 
-// clientObs is the check's input for batch client pid planned at capPct.
-func (l *leverState) clientObs(pid uint32, capPct int, fresh bool) qos.GPUMPSClientObs {
+// clientObs is the check's input for batch client pid of a pod planned as c.
+func (l *leverState) clientObs(pid uint32, c clientCaps, fresh bool) qos.GPUMPSClientObs {
 	e := l.clientEnv(pid, fresh)
-	return qos.GPUMPSClientObs{PID: int(pid), Read: e.read, Detail: e.detail, PlannedCapPercent: capPct,
+	o := qos.GPUMPSClientObs{PID: int(pid), Read: e.read, Detail: e.detail, PlannedCapPercent: c.cap,
 		PlannedPriority: qos.GPUMPSBatchPriority, Cap: e.env.Cap, CapSet: e.env.CapSet,
-		Priority: e.env.Priority, PrioritySet: e.env.PrioritySet, ServerCapPercent: l.check.serverCap[pid]}
+		Priority: e.env.Priority, PrioritySet: e.env.PrioritySet, ServerCapPercent: l.check.serverCap[pid],
+		MemLimit: e.env.MemLimit, MemLimitSet: e.env.MemLimitSet}
+	if !c.memNone {
+		// The pod's largest limit, on the most ordinals of its containers.
+		o.PlannedMemLimitMiB, o.PlannedMemDevices = c.memMiB, c.memDevices
+	}
+	return o
 }
 
 // daemonList takes the daemon's newest list of servers and clients, attributing each
@@ -251,7 +274,7 @@ func (l *leverState) confirmCaps(views []deviceView, pods PodView, ins []qos.GPU
 			if !isBatch(p, pods) {
 				continue
 			}
-			obs = append(obs, l.clientObs(p.PID, caps[p.Pod.UID].cap, !v.dev.Probed))
+			obs = append(obs, l.clientObs(p.PID, caps[p.Pod.UID], !v.dev.Probed))
 		}
 		// The daemon's clients of this GPU's batch pods that NVML does not list (yet).
 		for _, dc := range l.check.clients {
@@ -260,7 +283,7 @@ func (l *leverState) confirmCaps(views []deviceView, pods PodView, ins []qos.GPU
 				containsPID(v.dev.Processes, dc.pid) {
 				continue
 			}
-			obs = append(obs, l.clientObs(dc.pid, c.cap, l.check.fresh))
+			obs = append(obs, l.clientObs(dc.pid, c, l.check.fresh))
 		}
 		in.MPSCapUnconfirmed = qos.CheckGPUMPSClients(obs)
 		clear(obs)

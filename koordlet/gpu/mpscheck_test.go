@@ -33,28 +33,33 @@ func writeEnviron(t *testing.T, procRoot string, pid uint32, env ...string) {
 }
 
 // newPlannedMPSRig is an mpsRig whose GPU 0 was seen with the MPS server alone and then
-// given an LS and a batch client; it checks the batch client's plan (25 %, priority 1),
-// the values the environments below are written against. It returns the server's
-// process.
+// given an LS and a batch client; it checks the batch client's plan (25 %, priority 1,
+// 8192 MiB: 200 milli of the GPU's 40 GiB), the values the environments below are
+// written against. It returns the server's process.
 func newPlannedMPSRig(t *testing.T) (*mpsRig, Process) {
 	t.Helper()
 	r := newMPSRig(t)
 	server := Process{PID: mpsServerPID}
 	r.step(t, server)
 	r.plan(t, false)
-	if c := r.plan(t, true); c.ActiveThreadPercent != 25 || c.Priority != qos.GPUMPSBatchPriority {
-		t.Fatalf("batch client %+v, want 25 %% at priority %d", c, qos.GPUMPSBatchPriority)
+	if c := r.plan(t, true); c.ActiveThreadPercent != 25 || c.Priority != qos.GPUMPSBatchPriority ||
+		c.PinnedMemLimitMiB != 8192 {
+		t.Fatalf("batch client %+v, want 25 %% at priority %d, 8192 MiB", c, qos.GPUMPSBatchPriority)
 	}
 	return r, server
 }
 
-// TestManagerFreezesUncappedMPSClient: the agent checks each batch MPS client's cap and
-// priority from outside the tenant (its /proc/<pid>/environ, and the control daemon's
-// limit for its server). A batch client that runs above its planned cap, at a higher
-// priority than planned, without the variables, or whose environment cannot be read
-// puts its GPU on the freeze lever (mps-cap-unconfirmed): frozen while LS is on the GPU,
-// with one lever event. A client that runs as planned, or whose server the daemon caps
-// at its planned cap, keeps the MPS lever.
+// plannedMem is the batch client's memory limit as the NRI plugin hands it out.
+const plannedMem = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"
+
+// TestManagerFreezesUncappedMPSClient: the agent checks each batch MPS client's cap,
+// priority and device memory limit from outside the tenant (its /proc/<pid>/environ,
+// and the control daemon's limit for its server). A batch client that runs above its
+// planned cap, at a higher priority than planned, with a larger memory limit or none,
+// without the variables, or whose environment cannot be read puts its GPU on the freeze
+// lever (mps-cap-unconfirmed): frozen while LS is on the GPU, with one lever event. A
+// client that runs as planned, or whose server the daemon caps at its planned cap, keeps
+// the MPS lever.
 func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 	t.Parallel()
 	const batchPID = 200 // batchProc
@@ -68,9 +73,17 @@ func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 		wantFrozen bool
 	}{
 		{name: "capped as planned", env: []string{"PATH=/usr/bin", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
-			"CUDA_MPS_CLIENT_PRIORITY=1"}},
+			"CUDA_MPS_CLIENT_PRIORITY=1", plannedMem}},
 		{name: "a lower cap than planned", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10",
-			"CUDA_MPS_CLIENT_PRIORITY=1"}},
+			"CUDA_MPS_CLIENT_PRIORITY=1", plannedMem}},
+		{name: "a stricter memory limit than planned", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+			"CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4G"}},
+		{name: "a larger memory limit than planned", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+			"CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40G"}, wantFrozen: true},
+		{name: "without a memory limit", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+			"CUDA_MPS_CLIENT_PRIORITY=1"}, wantFrozen: true},
+		{name: "the first memory limit counts (getenv)", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+			"CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40G", plannedMem}, wantFrozen: true},
 		{name: "uncapped at LS's priority", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
 			"CUDA_MPS_CLIENT_PRIORITY=0"}, wantFrozen: true},
 		{name: "above its cap", env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=26", "CUDA_MPS_CLIENT_PRIORITY=1"},
@@ -82,7 +95,7 @@ func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_CLIENT_PRIORITY=1"}, wantFrozen: true},
 		{name: "unreadable environment", env: nil, wantFrozen: true},
 		{name: "uncapped client, but the daemon caps its server at the plan", env: []string{
-			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_CLIENT_PRIORITY=1"},
+			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_CLIENT_PRIORITY=1", plannedMem},
 			servers: []mps.Server{{PID: mpsServerPID, ActiveThreadPercent: 25, Clients: []int{100, batchPID}}}},
 		{name: "the daemon's limit above the plan confirms nothing", env: []string{
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_CLIENT_PRIORITY=1"},
@@ -150,7 +163,7 @@ func TestManagerFreezesUncappedMPSClient(t *testing.T) {
 func TestMPSCapCheckReadsOnFullScrapes(t *testing.T) {
 	t.Parallel()
 	r, server := newPlannedMPSRig(t)
-	writeEnviron(t, r.procRoot, 200, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_CLIENT_PRIORITY=1")
+	writeEnviron(t, r.procRoot, 200, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_CLIENT_PRIORITY=1", plannedMem)
 	if d := r.step(t, server, lsProc(45), batchProc); d.Lever != qos.GPULeverMPS || d.Frozen {
 		t.Fatalf("capped client: %+v", d)
 	}
@@ -195,6 +208,12 @@ func TestParseMPSEnviron(t *testing.T) {
 		{"value with '='", "CUDA_MPS_CLIENT_PRIORITY=1=0\x00", MPSEnviron{Priority: "1=0", PrioritySet: true}},
 		{"long value clipped", "CUDA_MPS_CLIENT_PRIORITY=" + strings.Repeat("1", 500),
 			MPSEnviron{Priority: strings.Repeat("1", maxEnvValue), PrioritySet: true}},
+		{"memory limit", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M,1=8192M\x00CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1M\x00",
+			MPSEnviron{MemLimit: "0=8192M,1=8192M", MemLimitSet: true}},
+		{"a long memory limit is kept further", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + strings.Repeat("0=1M,", 100),
+			MPSEnviron{MemLimit: strings.Repeat("0=1M,", 100), MemLimitSet: true}},
+		{"an oversized memory limit clipped", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + strings.Repeat("9", 5000),
+			MPSEnviron{MemLimit: strings.Repeat("9", maxMemEnvValue), MemLimitSet: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,20 +255,23 @@ func FuzzParseMPSEnviron(f *testing.F) {
 	f.Add([]byte("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\x00CUDA_MPS_CLIENT_PRIORITY=1\x00"))
 	f.Add([]byte("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100\x00CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"))
 	f.Add([]byte("\x00\x00=\x00CUDA_MPS_CLIENT_PRIORITY\x00CUDA_MPS_CLIENT_PRIORITY==\xff"))
+	f.Add([]byte("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1M\x00CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=9G"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got := ParseMPSEnviron(data)
-		getenv := func(name string) (string, bool) {
+		getenv := func(name string, most int) (string, bool) {
 			for e := range strings.SplitSeq(string(data), "\x00") {
 				if k, v, ok := strings.Cut(e, "="); ok && k == name {
-					return v[:min(len(v), maxEnvValue)], true
+					return v[:min(len(v), most)], true
 				}
 			}
 			return "", false
 		}
-		capV, capOK := getenv(qos.GPUMPSEnvActiveThreadPercentage)
-		prioV, prioOK := getenv(qos.GPUMPSEnvClientPriority)
-		want := MPSEnviron{Cap: capV, CapSet: capOK, Priority: prioV, PrioritySet: prioOK}
+		capV, capOK := getenv(qos.GPUMPSEnvActiveThreadPercentage, maxEnvValue)
+		prioV, prioOK := getenv(qos.GPUMPSEnvClientPriority, maxEnvValue)
+		memV, memOK := getenv(qos.GPUMPSEnvPinnedDeviceMemLimit, maxMemEnvValue)
+		want := MPSEnviron{Cap: capV, CapSet: capOK, Priority: prioV, PrioritySet: prioOK, MemLimit: memV,
+			MemLimitSet: memOK}
 		if got != want {
 			t.Fatalf("ParseMPSEnviron(%q) = %+v, want %+v", data, got, want)
 		}

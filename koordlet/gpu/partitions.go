@@ -31,7 +31,9 @@ const partitionPodGrace = time.Minute
 //
 // Rules: batch gets client priority 1 and a cap below 100 (never an unlimited batch
 // client next to LS), LS priority 0 and the rest of the GPU (qos.ChooseGPUMPSCaps, from
-// LS's recent demand peak and the LS containers' understory.io/gpu-milli requests). A
+// LS's recent demand peak and the LS containers' understory.io/gpu-milli requests).
+// Batch also gets a device memory limit, its request's share of the GPU's memory
+// (qos.ChooseGPUMPSMemLimit, from the total NVML read at the Manager's steps); LS none. A
 // cap is fixed for the client's life: when LS outgrows it later, the Manager freezes
 // batch (qos.GPUReasonMPSCapStale). No client (ok false) while the server is not ready,
 // for a GPU the Manager has not seen or that cannot use MPS (unhealthy, MIG): the
@@ -54,6 +56,8 @@ type partitionGPU struct {
 	index int
 	mpsOn bool
 	peak  qos.GPUDemandPeak
+	// memTotal is the GPU's memory, bytes, as last read (0: never read).
+	memTotal uint64
 }
 
 type clientKey struct {
@@ -74,10 +78,17 @@ type PartitionClient struct {
 	CapPercent   int       `json:"capPercent"`
 	Priority     int       `json:"priority"`
 	RequestMilli int64     `json:"requestMilli"`
+	// MemLimitMiB is the pinned device memory limit handed out for the GPU, MiB (absent:
+	// none); MemReason says how it was chosen or why there is none. A container of
+	// several GPUs gets the lowest of its GPUs' limits on each.
+	MemLimitMiB uint64 `json:"memLimitMiB,omitempty"`
+	MemReason   string `json:"memReason"`
 	// LSDemandPercent is LS's demand peak the cap was chosen from; Reason says what bound it.
 	LSDemandPercent float64   `json:"lsDemandPercent"`
 	Reason          string    `json:"reason"`
 	Since           time.Time `json:"since"`
+	// devices is the number of GPUs the container got: the ordinals its limit covers.
+	devices int
 	// seen: the pod was in the agent's pod snapshot once (then it is forgotten as soon as
 	// it leaves it).
 	seen bool
@@ -122,16 +133,20 @@ func (p *Partitions) MPSClient(req devices.MPSRequest) (devices.MPSClient, bool,
 		in.LSRequestMilli = append(in.LSRequestMilli, req.RequestMilli)
 	}
 	caps := qos.ChooseGPUMPSCaps(p.policy, in)
+	mem := qos.ChooseGPUMPSMemLimit(qos.GPUMPSMemInput{Batch: req.Batch, TotalBytes: g.memTotal,
+		BatchRequestMilli: req.RequestMilli, LSRequestMilli: in.LSRequestMilli})
 	c := &PartitionClient{PodUID: req.PodUID, Namespace: req.Namespace, Name: req.Name, Container: req.Container,
 		GPU: uuid, GPUIndex: g.index, Batch: req.Batch, RequestMilli: req.RequestMilli,
 		LSDemandPercent: in.LSDemandPercent, Reason: caps.Reason, Since: p.now(),
-		CapPercent: caps.LSPercent, Priority: qos.GPUMPSLSPriority}
+		CapPercent: caps.LSPercent, Priority: qos.GPUMPSLSPriority,
+		MemLimitMiB: mem.MiB, MemReason: mem.Reason, devices: max(req.Devices, 1)}
 	if req.Batch {
 		c.CapPercent, c.Priority = caps.BatchPercent, qos.GPUMPSBatchPriority
 	}
 	// A container created again (a restart) is a new client: the newest record wins.
 	p.clients[clientKey{pod: req.PodUID, container: req.Container, gpu: uuid}] = c
-	return devices.MPSClient{PipeDir: p.pipeDir, ActiveThreadPercent: c.CapPercent, Priority: c.Priority}, true, nil
+	return devices.MPSClient{PipeDir: p.pipeDir, ActiveThreadPercent: c.CapPercent, Priority: c.Priority,
+		PinnedMemLimitMiB: c.MemLimitMiB}, true, nil
 }
 
 // gpuOf finds the GPU of a request by UUID, else by index; p.mu is held.
@@ -186,12 +201,20 @@ type partitionGPUObs struct {
 	// (the GPU could not be read).
 	lsUtil  float64
 	lsKnown bool
+	// memTotal is the GPU's memory, bytes (0: not read; the last value read stays).
+	memTotal uint64
 }
 
 // clientCaps is what a step needs of one pod's clients on one GPU.
 type clientCaps struct {
 	batch bool
 	cap   int // the largest cap of the pod's clients on the GPU
+	// memMiB is the largest memory limit of the pod's clients on the GPU, on memDevices
+	// ordinals (the most of them); memNone: one of them has none. memSum is the sum of
+	// their limits.
+	memMiB, memSum uint64
+	memDevices     int
+	memNone        bool
 }
 
 // observe is the Manager's step: the server's state, the GPUs (those absent are
@@ -222,6 +245,9 @@ func (p *Partitions) observe(now time.Time, ready bool, pipeDir string, gpus []p
 			p.gpus[o.uuid] = g
 		}
 		g.index, g.mpsOn = o.index, o.mpsOn
+		if o.memTotal > 0 {
+			g.memTotal = o.memTotal
+		}
 		if o.lsKnown {
 			g.peak.Observe(now, o.lsUtil, window)
 		}
@@ -249,6 +275,9 @@ func (p *Partitions) observe(now time.Time, ready bool, pipeDir string, gpus []p
 		cc := byPod[k.pod]
 		cc.batch = c.Batch
 		cc.cap = max(cc.cap, c.CapPercent)
+		cc.memMiB, cc.memSum = max(cc.memMiB, c.MemLimitMiB), cc.memSum+c.MemLimitMiB
+		cc.memDevices = max(cc.memDevices, c.devices)
+		cc.memNone = cc.memNone || c.MemLimitMiB == 0
 		byPod[k.pod] = cc
 	}
 	return out

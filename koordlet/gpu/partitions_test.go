@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,15 +16,19 @@ import (
 
 var partT0 = time.Unix(1_700_000_000, 0)
 
-// newTestPartitions returns Partitions on a fake clock, with GPU-0 (index 0, MPS on) and
-// GPU-1 (index 1, MIG: no MPS) observed once, the server ready.
+// testMemTotal is GPU-0's memory in the tests: 1000 MiB, so that a gpu-milli request is
+// its memory limit in MiB.
+const testMemTotal = 1000 << 20
+
+// newTestPartitions returns Partitions on a fake clock, with GPU-0 (index 0, MPS on,
+// testMemTotal) and GPU-1 (index 1, MIG: no MPS) observed once, the server ready.
 func newTestPartitions(t *testing.T, lsUtil float64) (*Partitions, *time.Time) {
 	t.Helper()
 	p := NewPartitions(qos.DefaultGPUMPSPolicy())
 	now := partT0
 	p.now = func() time.Time { return now }
 	p.observe(now, true, "/run/mps", []partitionGPUObs{
-		{index: 0, uuid: "GPU-0", mpsOn: true, lsUtil: lsUtil, lsKnown: true},
+		{index: 0, uuid: "GPU-0", mpsOn: true, lsUtil: lsUtil, lsKnown: true, memTotal: testMemTotal},
 		{index: 1, uuid: "GPU-1", mpsOn: false, lsKnown: true},
 	}, func(types.UID) bool { return true })
 	return p, &now
@@ -45,9 +50,16 @@ func TestPartitionsMPSClient(t *testing.T) {
 		ok      bool
 		wantErr error
 	}{
-		{name: "batch: 25 % at priority 1", lsUtil: 33, req: req("b", "c", 0, true, 100), ok: true,
+		{name: "batch: 25 % at priority 1, its share of the memory", lsUtil: 33, req: req("b", "c", 0, true, 100), ok: true,
+			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 100}},
+		{name: "batch 250 milli: a quarter of the memory", req: req("b", "c", 0, true, 250), ok: true,
+			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 250}},
+		{name: "batch's memory never what LS's requests hold", before: []devices.MPSRequest{req("l", "c", 0, false, 950)},
+			req: req("b", "c", 0, true, 100), ok: true,
+			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 5, Priority: 1, PinnedMemLimitMiB: 50}},
+		{name: "batch without a request: no memory limit", req: req("b", "c", 0, true, 0), ok: true,
 			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 25, Priority: 1}},
-		{name: "LS: the rest at priority 0", lsUtil: 33, req: req("l", "c", 0, false, 0), ok: true,
+		{name: "LS: the rest at priority 0, no memory limit", lsUtil: 33, req: req("l", "c", 0, false, 300), ok: true,
 			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 75, Priority: 0}},
 		{name: "LS demand squeezes batch", lsUtil: 60, req: req("b", "c", 0, true, 0), ok: true,
 			want: devices.MPSClient{PipeDir: "/run/mps", ActiveThreadPercent: 15, Priority: 1}},
@@ -122,7 +134,8 @@ func TestPartitionsForget(t *testing.T) {
 		return p.observe(*now, true, "/run/mps", gpus, func(uid types.UID) bool { return alive[uid] })
 	}
 	got := observe()
-	if c := got["GPU-0"]; len(c) != 2 || c["seen"] != (clientCaps{batch: true, cap: 25}) || c["late"] != (clientCaps{cap: 75}) {
+	if c := got["GPU-0"]; len(c) != 2 || c["seen"] != (clientCaps{batch: true, cap: 25, memDevices: 1, memNone: true}) ||
+		c["late"] != (clientCaps{cap: 75, memDevices: 1, memNone: true}) {
 		t.Fatalf("clients %+v", got)
 	}
 	*now = now.Add(partitionPodGrace + time.Second)
@@ -194,5 +207,47 @@ func TestPartitionsConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := len(p.Clients()); n != 28 {
 		t.Fatalf("%d clients, want 28 (4 goroutines × 7 pods)", n)
+	}
+}
+
+// The memory limit is recorded with the client, follows the GPU's total as last read (a
+// step that could not read it keeps the last), is none while the total was never read,
+// and the step's caps carry each pod's largest limit, their sum and its ordinals.
+func TestPartitionsMemLimit(t *testing.T) {
+	t.Parallel()
+	p := NewPartitions(qos.DefaultGPUMPSPolicy())
+	observe := func(total uint64) map[string]map[types.UID]clientCaps {
+		return p.observe(partT0, true, "/run/mps", []partitionGPUObs{{index: 0, uuid: "GPU-0", mpsOn: true,
+			lsKnown: true, memTotal: total}}, func(types.UID) bool { return true })
+	}
+	observe(0)
+	if c, ok, err := p.MPSClient(req("b", "c", 0, true, 250)); !ok || err != nil || c.PinnedMemLimitMiB != 0 {
+		t.Fatalf("total never read: %+v %v %v, want no limit", c, ok, err)
+	}
+	if cl := p.Clients()[0]; cl.MemLimitMiB != 0 || !strings.Contains(cl.MemReason, "memory is unknown") {
+		t.Fatalf("record without a total: %+v", cl)
+	}
+	observe(2000 << 20)
+	observe(0) // unreadable this step: the last total stays
+	r := req("b", "c", 0, true, 250)
+	r.Devices = 2
+	if c, _, _ := p.MPSClient(r); c.PinnedMemLimitMiB != 500 {
+		t.Fatalf("limit %d MiB, want 500 (250 milli of 2000 MiB)", c.PinnedMemLimitMiB)
+	}
+	if c, _, _ := p.MPSClient(req("b", "d", 0, true, 100)); c.PinnedMemLimitMiB != 200 {
+		t.Fatalf("limit %d MiB, want 200", c.PinnedMemLimitMiB)
+	}
+	if c, _, _ := p.MPSClient(req("l", "c", 0, false, 500)); c.PinnedMemLimitMiB != 0 {
+		t.Fatalf("LS limit %d MiB, want none", c.PinnedMemLimitMiB)
+	}
+	cls := p.Clients()
+	if len(cls) != 3 || cls[0].MemLimitMiB != 500 || !strings.Contains(cls[0].MemReason, "500 MiB: 250 milli of 2000 MiB") ||
+		cls[2].MemLimitMiB != 0 || !strings.Contains(cls[2].MemReason, "LS: no memory limit") {
+		t.Fatalf("records %+v", cls)
+	}
+	caps := observe(2000 << 20)["GPU-0"]
+	if caps["b"] != (clientCaps{batch: true, cap: 25, memMiB: 500, memSum: 700, memDevices: 2}) ||
+		caps["l"] != (clientCaps{cap: 75, memDevices: 1, memNone: true}) {
+		t.Fatalf("caps %+v", caps)
 	}
 }

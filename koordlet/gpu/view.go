@@ -128,7 +128,8 @@ func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, took time
 			MemUsed: v.dev.MemUsed, MemTotal: v.dev.MemTotal, Healthy: v.dev.Healthy, Pods: v.pods}
 		if d, ok := decisionFor(decisions, v.dev.Index); ok {
 			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: d.LSUtil, Reason: d.Reason,
-				Lever: d.Lever, LSCapPercent: d.LSCapPercent, BatchCapPercent: d.BatchCapPercent}
+				Lever: d.Lever, LSCapPercent: d.LSCapPercent, BatchCapPercent: d.BatchCapPercent,
+				BatchMemLimitBytes: d.BatchMemLimitMiB << 20}
 		}
 	}
 	return s

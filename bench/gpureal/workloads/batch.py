@@ -9,15 +9,16 @@ a timeline (the recovery "within 2 s" after LS goes idle).
 Protocol (JSON lines; commands on stdin, events on stdout, logs on stderr):
   {"cmd":"run","phase":P,"start":UNIX,"end":UNIX}   end 0: until {"cmd":"stop"}
   {"cmd":"stop"}   {"cmd":"quit"}
+  {"cmd":"mem",...}   device memory for the memory-cap check (standin.Memory)
   -> {"event":"ready",...}; {"event":"result","phase":P,"start":UNIX,"syncs":[s],"every":N};
-     {"event":"error","error":TEXT}
+     {"event":"mem",...}; {"event":"error","error":TEXT}
 PyTorch is imported lazily: without it, or without a CUDA device, the stand-in says so
 and exits 3.
 """
 import argparse
 import time
 
-from standin import commands, emit, fail, load_torch, operands, ready
+from standin import Memory, commands, emit, fail, load_torch, operands, ready
 
 
 def main():
@@ -41,11 +42,15 @@ def main():
         burst()
     ready(torch, (time.perf_counter() - t) * 1e3 / 2)
 
+    mem = Memory(torch)
     cmds, stop = commands()
     while True:
         cmd = cmds.get()
         if cmd.get("cmd") == "quit":
             return
+        if cmd.get("cmd") == "mem":
+            mem.handle(cmd)
+            continue
         if cmd.get("cmd") != "run":
             continue
         stop.clear()

@@ -12,8 +12,10 @@ logs on stderr):
       run: requests scheduled every 1/rate from start until end (end 0: until stop);
       idle: hold the CUDA context and send nothing until end or stop.
   {"cmd":"stop"}   end the current run now.   {"cmd":"quit"}   exit.
+  {"cmd":"mem",...}   device memory for the memory-cap check (standin.Memory).
   -> {"event":"ready",...} once, after the CUDA context and a warm-up;
      {"event":"result","phase":P,"start":UNIX,"sched":[s],"lat_ms":[ms],"unsent":N} per run;
+     {"event":"mem",...} per mem command;
      {"event":"error","error":TEXT} before exiting non-zero.
 PyTorch is imported lazily: without it, or without a CUDA device, the stand-in says so
 and exits 3.
@@ -21,7 +23,7 @@ and exits 3.
 import argparse
 import time
 
-from standin import commands, emit, fail, load_torch, operands, ready
+from standin import Memory, commands, emit, fail, load_torch, operands, ready
 
 # A run gives up this long after its end: requests still unsent count with the
 # latency they had reached (a lower bound), so one stuck phase cannot hang the bench.
@@ -62,12 +64,16 @@ def main():
     warm.sort()
     ready(torch, warm[len(warm) // 2] if warm else 0)
 
+    mem = Memory(torch)
     cmds, stop = commands()
     period = 1.0 / args.rate
     while True:
         cmd = cmds.get()
         if cmd.get("cmd") == "quit":
             return
+        if cmd.get("cmd") == "mem":
+            mem.handle(cmd)
+            continue
         if cmd.get("cmd") != "run":
             continue
         stop.clear()

@@ -14,8 +14,9 @@
 // MPS clients (mps.go, mpsclient.go): DecideMPS asks an MPSPlanner (the GPU manager's
 // partitions) once per GPU a container gets (the extender's devices, or the device
 // plugin's whole GPUs as WholeGPUs names them from NVIDIA_VISIBLE_DEVICES and CDI
-// devices) and returns the CUDA_MPS_* variables to set, overriding the pod's, and the
-// mounts (pipe directory, /dev/shm). A batch container whose planning fails or is
+// devices) and returns the CUDA_MPS_* variables to set, overriding the pod's (a batch
+// client's device memory limit on every CUDA ordinal of its GPUs), and the mounts (pipe
+// directory, /dev/shm). A batch container whose planning fails or is
 // answered unsafely (ErrMPSPlanner, ErrMPSUnsafe) is refused; a batch container that is
 // no client is pointed at NoMPSPipeDirectory.
 //
@@ -50,7 +51,7 @@
 //     else runAsUser) become clients; an unknown UID, and root, are no client.
 //   - A client gets the pipe directory read-only and the server's private shm
 //     directory read-write at /dev/shm.
-//   - The cap and priority are environment variables the client's CUDA driver reads;
-//     the pod's own values are overridden, but a process that rewrites its environment
-//     before CUDA starts is not stopped here (docs/gpu.md).
+//   - The cap, priority and memory limit are environment variables the client's CUDA
+//     driver reads; the pod's own values are overridden, but a process that rewrites its
+//     environment before CUDA starts is not stopped here (docs/gpu.md).
 package devices

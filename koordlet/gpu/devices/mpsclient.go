@@ -17,6 +17,7 @@ const (
 	EnvMPSPipeDirectory          = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSActiveThreadPercentage = qos.GPUMPSEnvActiveThreadPercentage
 	EnvMPSClientPriority         = qos.GPUMPSEnvClientPriority
+	EnvMPSPinnedDeviceMemLimit   = qos.GPUMPSEnvPinnedDeviceMemLimit
 	// NoMPSPipeDirectory is where a batch container that is not the agent's MPS client
 	// is pointed: a path below /dev/null, where no daemon can listen, so its CUDA runs
 	// without MPS instead of joining a daemon (the agent's, at the default
@@ -77,9 +78,10 @@ type MPSDecision struct {
 	// Client is the client the container runs as when OK.
 	Client MPSClient
 	OK     bool
-	// Env is what to set: the client's three variables (overriding the pod's), or,
-	// for a batch container that is no client, CUDA_MPS_PIPE_DIRECTORY pinned to
-	// NoMPSPipeDirectory. Nil: leave the environment alone.
+	// Env is what to set: the client's three variables and, where it has a memory limit,
+	// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (overriding the pod's), or, for a batch container
+	// that is no client, CUDA_MPS_PIPE_DIRECTORY pinned to NoMPSPipeDirectory. Nil:
+	// leave the environment alone.
 	Env map[string]string
 	// Mounts are the client's: the pipe directory (same path, read-only: a client
 	// connects to the daemon's socket there but cannot remove, replace or add
@@ -93,8 +95,12 @@ type MPSDecision struct {
 
 // DecideMPS decides whether and how the container runs as an MPS client: one
 // planner call per GPU, a client only if every GPU has one (a process's MPS
-// connection covers all its GPUs), with the lowest cap and the lowest priority
-// (highest number) of them. A batch container whose planner call fails, or is
+// connection covers all its GPUs), with the lowest cap, the lowest priority
+// (highest number) and the lowest memory limit of them. The memory limit goes to every
+// CUDA device ordinal of the container (0 to its GPU count − 1; a shared-GPU container
+// has one GPU, ordinal 0): the container sees only its own GPUs (Visible pins
+// NVIDIA_VISIBLE_DEVICES to them), and the same value on each ordinal holds whatever
+// order CUDA enumerates them in. A batch container whose planner call fails, or is
 // answered with an unsafe client, is refused with an error wrapping ErrMPSPlanner
 // or ErrMPSUnsafe, never started as an unlimited client. A nil planner (the agent's
 // MPS off) leaves every container alone.
@@ -141,6 +147,9 @@ func DecideMPS(p MPSPlanner, s MPSSetup, c MPSContainer) (MPSDecision, error) {
 		EnvMPSActiveThreadPercentage: strconv.Itoa(d.Client.ActiveThreadPercent),
 		EnvMPSClientPriority:         strconv.Itoa(d.Client.Priority),
 	}
+	if v := qos.GPUMPSPinnedMemLimitValue(len(c.GPUs), d.Client.PinnedMemLimitMiB); v != "" {
+		d.Env[EnvMPSPinnedDeviceMemLimit] = v
+	}
 	d.Mounts = []MPSMount{{Source: d.Client.PipeDir, Destination: d.Client.PipeDir, ReadOnly: true}}
 	if s.ShmDir != "" {
 		d.Mounts = append(d.Mounts, MPSMount{Source: s.ShmDir, Destination: ShmPath})
@@ -152,7 +161,8 @@ func DecideMPS(p MPSPlanner, s MPSSetup, c MPSContainer) (MPSDecision, error) {
 func plan(p MPSPlanner, c MPSContainer) (MPSClient, bool, error) {
 	var out MPSClient
 	for i, g := range c.GPUs {
-		req := MPSRequest{GPU: g, Container: c.Container, Batch: c.Batch, RequestMilli: c.RequestMilli}
+		req := MPSRequest{GPU: g, Container: c.Container, Batch: c.Batch, RequestMilli: c.RequestMilli,
+			Devices: len(c.GPUs)}
 		if c.Pod != nil {
 			req.PodUID, req.Namespace, req.Name = c.Pod.UID, c.Pod.Namespace, c.Pod.Name
 		}
@@ -176,6 +186,11 @@ func plan(p MPSPlanner, c MPSContainer) (MPSClient, bool, error) {
 		}
 		out.ActiveThreadPercent = min(out.ActiveThreadPercent, cl.ActiveThreadPercent)
 		out.Priority = max(out.Priority, cl.Priority)
+		// The lowest limit of the GPUs that have one: which ordinal is which GPU is the
+		// client's enumeration, so every ordinal gets the strictest.
+		if out.PinnedMemLimitMiB == 0 || (cl.PinnedMemLimitMiB != 0 && cl.PinnedMemLimitMiB < out.PinnedMemLimitMiB) {
+			out.PinnedMemLimitMiB = cl.PinnedMemLimitMiB
+		}
 	}
 	return out, true, nil
 }

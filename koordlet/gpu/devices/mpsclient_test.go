@@ -41,6 +41,11 @@ func TestDecideMPS(t *testing.T) {
 		return map[string]string{EnvMPSPipeDirectory: c.PipeDir,
 			EnvMPSActiveThreadPercentage: fmt.Sprint(c.ActiveThreadPercent), EnvMPSClientPriority: fmt.Sprint(c.Priority)}
 	}
+	withMem := func(env map[string]string, v string) map[string]string {
+		env[EnvMPSPinnedDeviceMemLimit] = v
+		return env
+	}
+	batchMem := MPSClient{PipeDir: pipe, ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 35942}
 	pinned := map[string]string{EnvMPSPipeDirectory: NoMPSPipeDirectory}
 	mounts := []MPSMount{{pipe, pipe, true}, {"/run/nvidia-mps-shm", ShmPath, false}}
 	for _, tc := range []struct {
@@ -58,6 +63,19 @@ func TestDecideMPS(t *testing.T) {
 		{"batch client, the pod's own values overridden", &planner{answers: map[int]MPSClient{0: batchCap}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, RequestMilli: 300, UID: 1000, UIDKnown: true, Env: podEnv}, true,
 			clientEnv(batchCap), mounts, "", false, nil},
+		{"batch client with a memory limit, the pod's own overridden", &planner{answers: map[int]MPSClient{0: batchMem}},
+			setup, MPSContainer{Batch: true, GPUs: []GPU{g0}, RequestMilli: 250, UID: 1000, UIDKnown: true,
+				Env: append(podEnv, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=999G")}, true,
+			withMem(clientEnv(batchMem), "0=35942M"), mounts, "", false, nil},
+		{"two GPUs: the lowest memory limit on both ordinals", &planner{answers: map[int]MPSClient{
+			0: {PipeDir: pipe, ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 4096},
+			1: {PipeDir: pipe, ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 2048}}}, setup,
+			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, RequestMilli: 1000, UID: 1000, UIDKnown: true}, true,
+			withMem(clientEnv(batchCap), "0=2048M,1=2048M"), mounts, "", false, nil},
+		{"two GPUs, one without a limit: the other's on both", &planner{answers: map[int]MPSClient{
+			0: batchCap, 1: {PipeDir: pipe, ActiveThreadPercent: 25, Priority: 1, PinnedMemLimitMiB: 512}}}, setup,
+			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, RequestMilli: 1000, UID: 1000, UIDKnown: true}, true,
+			withMem(clientEnv(batchCap), "0=512M,1=512M"), mounts, "", false, nil},
 		{"LS client", &planner{answers: map[int]MPSClient{0: lsCap}}, setup,
 			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, true, clientEnv(lsCap), mounts, "", false, nil},
 		{"no shm directory: pipe only", &planner{answers: map[int]MPSClient{0: lsCap}}, MPSSetup{ClientUID: 1000},
@@ -65,7 +83,7 @@ func TestDecideMPS(t *testing.T) {
 		{"two GPUs: lowest cap, lowest priority", &planner{answers: map[int]MPSClient{0: lsCap,
 			1: {PipeDir: pipe, ActiveThreadPercent: 40, Priority: 1}}}, setup,
 			MPSContainer{GPUs: []GPU{g0, g1}, UID: 1000, UIDKnown: true}, true,
-			clientEnv(MPSClient{pipe, 40, 1}), mounts, "", false, nil},
+			clientEnv(MPSClient{pipe, 40, 1, 0}), mounts, "", false, nil},
 		{"client UID 1000", &planner{answers: map[int]MPSClient{0: lsCap}}, MPSSetup{ClientUID: 1000},
 			MPSContainer{GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, true, clientEnv(lsCap), mounts[:1], "", false, nil},
 		{"root is no client, even as the client UID", &planner{answers: map[int]MPSClient{0: batchCap}},
@@ -99,17 +117,17 @@ func TestDecideMPS(t *testing.T) {
 		// Refused.
 		{"batch planner error", &planner{err: errors.New("boom")}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSPlanner},
-		{"batch unlimited", &planner{answers: map[int]MPSClient{0: {pipe, 100, 1}}}, setup,
+		{"batch unlimited", &planner{answers: map[int]MPSClient{0: {pipe, 100, 1, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
-		{"batch at LS priority", &planner{answers: map[int]MPSClient{0: {pipe, 25, 0}}}, setup,
+		{"batch at LS priority", &planner{answers: map[int]MPSClient{0: {pipe, 25, 0, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
-		{"cap 0", &planner{answers: map[int]MPSClient{0: {pipe, 0, 1}}}, setup,
+		{"cap 0", &planner{answers: map[int]MPSClient{0: {pipe, 0, 1, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
-		{"priority 2", &planner{answers: map[int]MPSClient{0: {pipe, 20, 2}}}, setup,
+		{"priority 2", &planner{answers: map[int]MPSClient{0: {pipe, 20, 2, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
-		{"relative pipe", &planner{answers: map[int]MPSClient{0: {"tmp/mps", 20, 1}}}, setup,
+		{"relative pipe", &planner{answers: map[int]MPSClient{0: {"tmp/mps", 20, 1, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
-		{"two pipe directories", &planner{answers: map[int]MPSClient{0: batchCap, 1: {"/run/mps", 20, 1}}}, setup,
+		{"two pipe directories", &planner{answers: map[int]MPSClient{0: batchCap, 1: {"/run/mps", 20, 1, 0}}}, setup,
 			MPSContainer{Batch: true, GPUs: []GPU{g0, g1}, UID: 1000, UIDKnown: true}, false, nil, nil, "", false, ErrMPSUnsafe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,7 +152,7 @@ func TestDecideMPS(t *testing.T) {
 			}
 			for _, r := range tc.p.reqs {
 				if r.PodUID != "u" || r.Namespace != "ns" || r.Name != "p" || r.Container != "main" ||
-					r.Batch != tc.c.Batch || r.RequestMilli != tc.c.RequestMilli {
+					r.Batch != tc.c.Batch || r.RequestMilli != tc.c.RequestMilli || r.Devices != len(tc.c.GPUs) {
 					t.Fatalf("request %+v does not name the container", r)
 				}
 			}
