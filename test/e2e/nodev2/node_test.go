@@ -614,8 +614,17 @@ func (c *cluster) helmInstall(ctx context.Context, t *testing.T) {
 func (c *cluster) waitAgent(ctx context.Context, t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	var last string
+	var last, guest string
+	var probed time.Time
 	if !testenv.PollEvery(8*time.Minute, 2*time.Second, func() bool {
+		// Whether the guest still answers, every 30 s, bounded.
+		if time.Since(probed) > 30*time.Second {
+			probed = time.Now()
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			r, err := c.guest.Run(pctx, "cat /proc/loadavg /proc/pressure/cpu /proc/pressure/memory")
+			cancel()
+			guest = fmt.Sprintf("guest at %v: %q %v", time.Since(start).Round(time.Second), r.Stdout, err)
+		}
 		pods, err := c.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
 		if err != nil || len(pods.Items) == 0 {
 			last = fmt.Sprint(err)
@@ -630,9 +639,30 @@ func (c *cluster) waitAgent(ctx context.Context, t *testing.T) {
 		}
 		return false
 	}) {
-		t.Fatalf("agent pod not ready within 8 min: %s", last)
+		t.Fatalf("agent pod not ready within 8 min: %s\nlast %s\n%s", last, guest, c.apiDiagnostics(ctx))
 	}
 	t.Logf("agent ready after %v", time.Since(start).Round(time.Second))
+}
+
+// apiDiagnostics is what the API server knows when the guest may not answer: the node's
+// conditions and heartbeats, and the events of the system namespace (a readiness
+// probe's failures carry the agent's /healthz answer).
+func (c *cluster) apiDiagnostics(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err == nil {
+		for _, cond := range n.Status.Conditions {
+			fmt.Fprintf(&b, "node %s=%s (heartbeat %v): %s\n", cond.Type, cond.Status, cond.LastHeartbeatTime.Format(time.TimeOnly), cond.Message)
+		}
+	}
+	if evs, err := c.client.CoreV1().Events(nsSystem).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "event %s %s/%s x%d (last %v): %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count,
+				e.LastTimestamp.Format(time.TimeOnly), e.Message)
+		}
+	}
+	return b.String()
 }
 
 // batchPod runs a busybox CPU burner annotated batch, which the webhook moves to batch
