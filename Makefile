@@ -24,11 +24,12 @@ build:
 	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/koordlet ./cmd/koordlet
 
 # One OCI image per deployed binary, without a Docker engine (images/, cmd/mkimage on
-# go-containerregistry): $(BIN)/images/<name>.tar tagged understory/<name>:$(VERSION),
+# go-containerregistry; the agent's also carries the time-slice shim, tsg-shim):
+# $(BIN)/images/<name>.tar tagged understory/<name>:$(VERSION),
 # and $(BIN)/images/images.json listing them. For `ctr -n k8s.io images import`,
 # `docker load`, `kind load image-archive`, `crane push`. Dockerfiles: build/.
 .PHONY: images
-images: build
+images: build tsg-shim
 	$(BIN)/mkimage project -version $(VERSION) -bin $(BIN) -out $(BIN)/images
 
 # The co-location demo on this machine: first memory pressure (an LS key-value service
@@ -172,11 +173,13 @@ bench-gpu-model:
 
 # The per-context time-slice shim (docs/gpu.md, "Per-context time slices"): an LD_PRELOAD
 # library, built here and carried to the GPU machine (no compiler there), where
-# bench/gpureal/probe-timeslice.sh runs the go/no-go probe with it.
+# bench/gpureal/probe-timeslice.sh runs the go/no-go probe with it; the agent's image
+# carries it (images), build/koordlet.Dockerfile builds it the same way.
 .PHONY: tsg-shim
 tsg-shim:
 	@mkdir -p $(BIN)
-	gcc -shared -fPIC -O2 -Wall -Wextra -o $(BIN)/libunderstory-tsg.so koordlet/gpu/timeslice/shim/understory_tsg.c -ldl
+	gcc -shared -fPIC -O2 -Wall -Wextra -o $(BIN)/libunderstory-tsg.so koordlet/gpu/timeslice/shim/understory_tsg.c \
+	  -Wl,--no-as-needed -l:libdl.so.2
 
 # The FGD paper's openb experiment replayed through the extender's placement code
 # (every workload of the paper's table, 4 policies, seeds 42-51; ~10-20 min on 2 cores).

@@ -142,6 +142,18 @@ func TestDockerfilesMatchImages(t *testing.T) {
 			if m == nil || m[1] != out || m[2] != c.Entrypoint()[0] {
 				t.Errorf("final COPY %q: want --from=<builder> %s %s", last(final, "COPY"), out, c.Entrypoint()[0])
 			}
+			// And its extra files, each to its path.
+			for _, e := range c.Extra {
+				want := "--from=build /out/" + e.Source + " " + e.Path
+				if !slices.ContainsFunc(final, func(in instruction) bool { return in.cmd == "COPY" && in.args == want }) {
+					t.Errorf("final stage has no COPY %s", want)
+				}
+				if !slices.ContainsFunc(builder, func(in instruction) bool {
+					return in.cmd == "RUN" && strings.Contains(in.args, "-o /out/"+e.Source+" ")
+				}) {
+					t.Errorf("builder makes no /out/%s", e.Source)
+				}
+			}
 			if u := last(final, "USER"); u != c.User {
 				t.Errorf("final USER %q, want %q (the image mkimage builds)", u, c.User)
 			}

@@ -3,6 +3,7 @@ package images
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -37,6 +38,18 @@ type Component struct {
 	// User the container runs as (numeric uid:gid).
 	User        string
 	Description string
+	// Extra are further files of the bin directory the image carries, in a layer of
+	// their own below the binary's.
+	Extra []ExtraFile
+}
+
+// ExtraFile is one file of the bin directory in an image.
+type ExtraFile struct {
+	// Source is its name in the bin directory (`make build` and friends).
+	Source string
+	// Path is where the image has it; Mode its permissions.
+	Path string
+	Mode fs.FileMode
 }
 
 // Components are the project's images, in the order `make images` builds them.
@@ -44,16 +57,19 @@ type Component struct {
 // The agent needs root: it writes cgroup files and joins the NRI socket. bin/koordlet
 // is the cgo build, for NVML; it dlopens libnvidia-ml.so.1 at run time and runs
 // with GPU features off where the library is missing, so one image, carrying glibc,
-// serves CPU-only and GPU nodes alike. koordlet-nogpu is the pure-Go agent, static
-// like the extender, the webhook and the Kueue quota follower, for clusters that
-// want no libc in the image. kueue-quota is deployed only with
-// manifests/components/kueue.
+// serves CPU-only and GPU nodes alike. It also carries the GPU time-slice shim
+// (`make tsg-shim`), which the agent copies to the host with gpu.timeslice on.
+// koordlet-nogpu is the pure-Go agent, static like the extender, the webhook and the
+// Kueue quota follower, for clusters that want no libc in the image. kueue-quota is
+// deployed only with manifests/components/kueue.
 func Components() []Component {
 	return []Component{
 		{
 			Name: "koordlet", Repo: "understory/koordlet", Binary: "koordlet",
 			Package: "./cmd/koordlet", CGO: true, User: RootUser,
 			Description: "Understory node agent (cgo: NVML when the node provides libnvidia-ml.so.1)",
+			Extra: []ExtraFile{{Source: "libunderstory-tsg.so", Path: "/usr/lib/understory/libunderstory-tsg.so",
+				Mode: 0o644}},
 		},
 		{
 			Name: "koordlet-nogpu", Repo: "understory/koordlet-nogpu", Binary: "koordlet-nogpu",
@@ -109,7 +125,7 @@ func (c Component) Entrypoint() []string { return []string{"/" + c.Binary} }
 
 // ProjectSpec is the image of c: a base layer (/etc/passwd and /etc/group with
 // root and nonroot, their homes, /tmp), for a cgo binary a layer with its loader and
-// libraries, and the binary as /<Binary>. The base layer is the same in every image,
+// libraries, a layer with c.Extra where it has any, and the binary as /<Binary>. The base layer is the same in every image,
 // so registries and containerd store it once. A component that is not CGO must be
 // statically linked (ErrNotStatic otherwise); a CGO one may be either.
 func ProjectSpec(c Component, o ProjectOptions) (Spec, error) {
@@ -129,6 +145,17 @@ func ProjectSpec(c Component, o ProjectOptions) (Spec, error) {
 			return Spec{}, fmt.Errorf("image %s: %w", c.Name, err)
 		}
 		layers = append(layers, Layer{Name: "glibc", Files: libs})
+	}
+	if len(c.Extra) > 0 {
+		var files []File
+		for _, e := range c.Extra {
+			src := filepath.Join(o.BinDir, e.Source)
+			if _, err := os.Stat(src); err != nil {
+				return Spec{}, fmt.Errorf("image %s: %w", c.Name, err)
+			}
+			files = append(files, File{Path: e.Path, Mode: e.Mode, Source: src})
+		}
+		layers = append(layers, Layer{Name: "extra", Files: files})
 	}
 	layers = append(layers, Layer{Name: c.Binary, Files: []File{
 		{Path: "/" + c.Binary, Mode: 0o755, Source: binPath},

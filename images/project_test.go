@@ -67,6 +67,11 @@ func projectBin(t *testing.T) string {
 			src = dynamic
 		}
 		copyFile(t, src, filepath.Join(dir, c.Binary))
+		for _, e := range c.Extra {
+			if err := os.WriteFile(filepath.Join(dir, e.Source), []byte("\x7fELF extra "+e.Source), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	return dir
 }
@@ -112,10 +117,22 @@ func TestProjectImages(t *testing.T) {
 			layers := readLayers(t, back)
 			wantLayers := 2
 			if c.CGO {
-				wantLayers = 3
+				wantLayers++
+			}
+			if len(c.Extra) > 0 {
+				wantLayers++
 			}
 			if len(layers) != wantLayers {
 				t.Fatalf("%d layers, want %d", len(layers), wantLayers)
+			}
+			if len(c.Extra) > 0 {
+				extra := layers[len(layers)-2]
+				for _, e := range c.Extra {
+					got, ok := extra[strings.TrimPrefix(e.Path, "/")]
+					if !ok || got.mode != int64(e.Mode) || got.uid != 0 || got.data != "\x7fELF extra "+e.Source {
+						t.Errorf("extra layer = %v, want %s at %s, %v, root's", keys(extra), e.Source, e.Path, e.Mode)
+					}
+				}
 			}
 			if !strings.Contains(layers[0]["etc/passwd"].data, "nonroot:x:65532:65532:") ||
 				layers[0]["tmp/"].mode != 0o1777 || layers[0]["home/nonroot/"].uid != 65532 {
@@ -208,6 +225,9 @@ func TestProjectSpecErrors(t *testing.T) {
 	// The extender built with cgo: refused, its image would need libc.
 	cgoBin := t.TempDir()
 	copyFile(t, filepath.Join(bin, agent.Binary), filepath.Join(cgoBin, ext.Binary))
+	// The agent without the shim its image carries (`make tsg-shim` not run).
+	noShim := t.TempDir()
+	copyFile(t, filepath.Join(bin, agent.Binary), filepath.Join(noShim, agent.Binary))
 	tests := []struct {
 		name    string
 		c       Component
@@ -217,6 +237,7 @@ func TestProjectSpecErrors(t *testing.T) {
 		{"cgo extender", ext, ProjectOptions{Version: "v1", BinDir: cgoBin, LibRoot: "/"}, ErrNotStatic},
 		{"no binary", ext, ProjectOptions{Version: "v1", BinDir: t.TempDir(), LibRoot: "/"}, fs.ErrNotExist},
 		{"no libraries", agent, ProjectOptions{Version: "v1", BinDir: bin, LibRoot: t.TempDir()}, fs.ErrNotExist},
+		{"no time-slice shim", agent, ProjectOptions{Version: "v1", BinDir: noShim, LibRoot: "/"}, fs.ErrNotExist},
 		{"latest", ext, ProjectOptions{Version: "latest", BinDir: bin, LibRoot: "/"}, ErrLatestTag},
 		{"no version", ext, ProjectOptions{BinDir: bin, LibRoot: "/"}, ErrInvalidRef},
 		{"bad version", ext, ProjectOptions{Version: "v1/x", BinDir: bin, LibRoot: "/"}, ErrInvalidRef},

@@ -123,6 +123,9 @@ type Agent struct {
 	// mps is the agent's MPS room (koordlet/mps.go): the node's control daemon and the
 	// MPS clients' planner; nil with GPU features off.
 	mps *gpuMPS
+	// tsg is the time-slice shim's planner (koordlet/timeslice.go); nil with
+	// gpu.timeslice off or GPU features off.
+	tsg *gpu.Timeslices
 
 	// live takes a reloaded configuration (configreload_agent.go): ApplyConfig offers
 	// it from the Reloader's goroutine, Run applies it at the start of a period.

@@ -29,6 +29,7 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/qos"
 )
@@ -129,6 +130,7 @@ type rig struct {
 	lsCg    string
 	inPlace string // in-place batch pod cgroup
 	inTier  string // batch pod cgroup below the tier
+	pods    *fakePods
 }
 
 const (
@@ -146,6 +148,27 @@ func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
 func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub nodeMetricsPublisher,
 	open ...SignalOpener) *rig {
 	t.Helper()
+	o := rigOptions{mutate: mutate, pub: pub}
+	if len(open) > 0 {
+		o.open = open[0]
+	}
+	return newRigOpts(t, kind, o)
+}
+
+// rigOptions are newRigOpts' optional parts.
+type rigOptions struct {
+	mutate func(*Config)
+	pub    nodeMetricsPublisher
+	open   SignalOpener
+	// gpu is the GPU source (nil: GPU features off); pods changes the rig's pods before
+	// the agent starts.
+	gpu  gpu.Source
+	pods func(pods []*corev1.Pod)
+}
+
+func newRigOpts(t *testing.T, kind cgroupstest.Kind, o rigOptions) *rig {
+	t.Helper()
+	mutate, pub := o.mutate, o.pub
 	r := &rig{t: t, root: cgroupstest.NewRoot(t, kind), kind: kind, cpu: &fakeCPU{times: collect.CPUTimes{CPUs: 2}},
 		events: &fakeEvents{}, now: time.Unix(1_800_000_000, 0), usage: map[string]time.Duration{}, period: 100 * time.Millisecond,
 		tier: "kubepods/understory-batch", lsCg: "kubepods/burstable/pod" + string(lsUID),
@@ -169,11 +192,15 @@ func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub n
 		testPod("batch-tier", batchUID2, map[string]string{"understory.io/qos-class": "Batch"}, ""),
 		testPod("bad-annotation", invalidUID, map[string]string{"understory.io/qos-class": "gold"}, "100m"),
 	)
+	if o.pods != nil {
+		o.pods(pods.pods)
+	}
+	r.pods = pods
 	r.reg = prometheus.NewRegistry()
 	deps := Deps{Pods: pods, Events: r.events, Registry: r.reg, NodeCPU: r.cpu, Publisher: pub,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if len(open) > 0 {
-		deps.Signals = open[0]
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Signals: o.open}
+	if o.gpu != nil {
+		deps.GPU = o.gpu
 	}
 	a, err := New(cfg, deps)
 	if err != nil {

@@ -100,7 +100,8 @@
 //     source syncs; a pod that leaves batch gets kubelet's values back.
 //   - The reclaimer is fed only after the first second: the first samples were
 //     seen to count batch as system, and its averages would carry that.
-//   - The GPU loop's files (gpuloop.go, mps.go) read the Agent's pod table and
+//   - The GPU loop's files (gpuloop.go, mps.go, timeslice.go: gpu.timeslice, the
+//     shim's installation and planner, the self-set Events) read the Agent's pod table and
 //     collaborators directly (a.sorted, a.pods, a.hier, a.layout, ...): those stay
 //     Agent fields.
 //   - A reloaded configuration is handed over, never shared: ApplyConfig stores it,

@@ -61,6 +61,9 @@ type GPUConfig struct {
 	// MPS is the node's MPS control daemon (found or run by the agent) and how the NRI
 	// plugin makes MPS clients; mode disabled (the default) turns MPS off.
 	MPS mps.Config `json:"mps"`
+	// Timeslice is the feature gate and policy of the per-context GPU time slices (off
+	// by default).
+	Timeslice TimesliceConfig `json:"timeslice"`
 }
 
 // DefaultGPUConfig returns the GPU defaults.
@@ -74,6 +77,7 @@ func DefaultGPUConfig() GPUConfig {
 		Devices:            devices.Config{}.WithDefaults(),
 		PodResourcesSocket: podsource.DefaultPodResourcesSocket,
 		MPS:                mps.Config{}.WithDefaults(),
+		Timeslice:          DefaultTimesliceConfig(),
 	}
 }
 
@@ -103,6 +107,9 @@ func (c GPUConfig) Validate() error {
 	if err := c.MPS.Validate(); err != nil {
 		return fmt.Errorf("gpu.mps: %w: %w", err, ErrInvalidConfig)
 	}
+	if err := c.Timeslice.Validate(); err != nil {
+		return err
+	}
 	if c.PodResourcesSocket != "" && !strings.HasPrefix(c.PodResourcesSocket, "/") {
 		return fmt.Errorf("gpu.podResourcesSocket: %q must be an absolute path: %w", c.PodResourcesSocket, ErrInvalidConfig)
 	}
@@ -129,6 +136,17 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	}
 	a.mps = m
 	m.wire(&o)
+	var mpsOn func(uuid string) bool
+	if o.Partitions != nil {
+		mpsOn = o.Partitions.MPSOn
+	}
+	ts, err := newTimeslices(a.cfg.GPU.Timeslice, a.log, mpsOn)
+	if err != nil {
+		return err
+	}
+	if ts != nil {
+		a.tsg, o.Timeslices, o.OnSelfSet = ts, ts, m.selfSetEvent
+	}
 	if a.cfg.GPU.Suspend.Enabled {
 		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet/gpu/devices"
+	"github.com/understory/understory/koordlet/gpu/timeslice"
 	"github.com/understory/understory/qos"
 )
 
@@ -47,7 +48,13 @@ import (
 //     it was given: its GPUs' UUIDs, or "void" for none (devices.Visible), so that
 //     an image's or a tenant's "all" adds no device where the NVIDIA runtime runs in
 //     legacy mode; only pods of nri.trustedVisibilityNamespaces keep a value their
-//     own spec sets.
+//     own spec sets;
+//   - with the per-context time slices on (NRIOptions.Timeslice set,
+//     gpu.timeslice.enabled), gives a shared-GPU container that is no MPS client, on
+//     GPUs that do not run MPS, the time-slice shim (devices.DecideTimeslice): the
+//     library mounted read-only, LD_PRELOAD with the shim first, the slice the policy
+//     gives its class on its GPU, and its own report directory mounted read-write. A
+//     container the planner gives no shim starts without it, never refused.
 //
 // Without a pod source it only moves batch containers, classified from the sandbox.
 type NRIPlugin struct {
@@ -61,6 +68,7 @@ type NRIPlugin struct {
 	podWait  time.Duration
 	mps      devices.MPSPlanner
 	mpsSetup devices.MPSSetup
+	tsg      devices.TimeslicePlanner
 	// trustedVisibility are the namespaces whose pods keep a spec-set
 	// NVIDIA_VISIBLE_DEVICES (nri.trustedVisibilityNamespaces).
 	trustedVisibility []string
@@ -120,6 +128,9 @@ type NRIOptions struct {
 	MPS devices.MPSPlanner
 	// MPSSetup is the clients' /dev/shm source and UID (gpu.mps).
 	MPSSetup devices.MPSSetup
+	// Timeslice plans the time-slice shim of shared-GPU containers (the agent: its GPU
+	// manager's Timeslices). Nil: gpu.timeslice off, no container gets the shim.
+	Timeslice devices.TimeslicePlanner
 }
 
 // NewNRIPlugin returns the plugin for cfg's driver, kubelet root and tier, without GPU
@@ -149,7 +160,7 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 		return nil, fmt.Errorf("NRI MPS shm directory %q: not a clean absolute path: %w", d, ErrInvalidConfig)
 	}
 	return &NRIPlugin{layout: l, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
-		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup,
+		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup, tsg: opts.Timeslice,
 		trustedVisibility: slices.Clone(cfg.NRI.TrustedVisibilityNamespaces)}, nil
 }
 
@@ -235,33 +246,87 @@ func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Con
 		}
 		adj.AddEnv(devices.EnvVisibleDevices, v)
 	}
-	if p.mps == nil {
-		return adj, nil
+	mpsOK := false
+	if p.mps != nil {
+		d, err := p.mpsClient(kpod, sb, ctr, batch, a.Devices)
+		if err != nil {
+			return adj, err
+		}
+		mpsOK = d.OK
+		if d.Env != nil {
+			if adj == nil {
+				adj = &api.ContainerAdjustment{}
+			}
+			for _, k := range []string{devices.EnvMPSPipeDirectory, devices.EnvMPSActiveThreadPercentage,
+				devices.EnvMPSClientPriority, devices.EnvMPSPinnedDeviceMemLimit} {
+				if v, set := d.Env[k]; set {
+					adj.AddEnv(k, v)
+				}
+			}
+			for _, m := range d.Mounts {
+				// The pipe directory is bound without its submounts ("bind") and read-only:
+				// clients connect to the daemon's socket, which needs no write access to the
+				// mount, and cannot remove, replace or add anything there.
+				opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
+				if m.ReadOnly {
+					opts = []string{"bind", "ro", "nosuid", "nodev", "noexec"}
+				}
+				adj.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
+			}
+		}
 	}
-	d, err := p.mpsClient(kpod, sb, ctr, batch, a.Devices)
-	if err != nil || d.Env == nil {
-		return adj, err
+	if p.tsg != nil && ok {
+		adj = p.timesliceShim(sb, kpod, ctr, batch, a.Devices, mpsOK, adj)
+	}
+	return adj, nil
+}
+
+// timesliceShim gives a shared-GPU container the time-slice shim where the planner
+// gives it a slice (devices.DecideTimeslice), adding to adj (made if nil). A container
+// without one starts as it is: its contexts count as unconfirmed and the freeze
+// protects LS.
+func (p *NRIPlugin) timesliceShim(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container, batch bool,
+	gpus []devices.GPU, mpsClient bool, adj *api.ContainerAdjustment) *api.ContainerAdjustment {
+	name := ctr.GetName()
+	milli, _ := devices.GPURequest(kpod, name)
+	d := devices.DecideTimeslice(p.tsg, devices.TimesliceContainer{Pod: kpod, Container: name, Batch: batch,
+		GPUs: gpus, RequestMilli: milli, MPSClient: mpsClient, Env: ctr.GetEnv()})
+	who := []any{"pod", sb.GetNamespace() + "/" + sb.GetName(), "container", name, "batch", batch}
+	switch {
+	case d.Err != nil:
+		p.log.Warn("time-slice planning failed; container starts without the shim", append(who, "err", d.Err)...)
+		if p.events != nil && kpod != nil {
+			p.events.Warn(kpod, "GPUTimeslicePlanningFailed", fmt.Sprintf(
+				"container %s starts without the GPU time-slice shim (the agent's freeze protects LS): %v", name, d.Err))
+		}
+		return adj
+	case !d.OK:
+		if d.Skipped != "" {
+			p.log.Info("no time-slice shim", append(who, "gpus", gpuNames(gpus), "why", d.Skipped)...)
+		}
+		return adj
 	}
 	if adj == nil {
 		adj = &api.ContainerAdjustment{}
 	}
-	for _, k := range []string{devices.EnvMPSPipeDirectory, devices.EnvMPSActiveThreadPercentage,
-		devices.EnvMPSClientPriority, devices.EnvMPSPinnedDeviceMemLimit} {
-		if v, set := d.Env[k]; set {
-			adj.AddEnv(k, v)
-		}
+	for _, k := range []string{devices.EnvLDPreload, timeslice.EnvTimesliceUS, timeslice.EnvReport,
+		timeslice.EnvReportMaxBytes} {
+		adj.AddEnv(k, d.Env[k])
 	}
 	for _, m := range d.Mounts {
-		// The pipe directory is bound without its submounts ("bind") and read-only:
-		// clients connect to the daemon's socket, which needs no write access to the
-		// mount, and cannot remove, replace or add anything there.
-		opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
-		if m.ReadOnly {
-			opts = []string{"bind", "ro", "nosuid", "nodev", "noexec"}
+		// The library must stay executable (the loader maps it PROT_EXEC): no noexec.
+		opts := []string{"bind", "ro", "nosuid", "nodev"}
+		if !m.ReadOnly {
+			opts = []string{"bind", "rw", "nosuid", "nodev", "noexec"}
 		}
 		adj.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
-	return adj, nil
+	p.log.Info("GPU time-slice shim", append(who, "gpus", gpuNames(gpus), "sliceUs", d.Client.SliceUS,
+		"reportDir", d.Client.ReportDir)...)
+	p.normal(kpod, "GPUTimeslice", fmt.Sprintf("container %s runs with the GPU time-slice shim (LD_PRELOAD %s): "+
+		"its contexts on GPU %s get a %d µs time slice, reported to the node agent", name,
+		devices.ShimContainerPath, gpuNames(gpus), d.Client.SliceUS))
+	return adj
 }
 
 // visible is the NVIDIA_VISIBLE_DEVICES value the container is pinned to

@@ -48,6 +48,19 @@ type GPUDeviceUsage struct {
 	Pods []GPUPodUsage
 	// Throttle is the GPU throttle's decision for the device; nil leaves its series out.
 	Throttle *GPUThrottle
+	// Timeslices are the per-context time slices of the GPU's pods (gpu.timeslice on),
+	// one entry per pod; entries with the same namespace and pod keep the longest slices.
+	Timeslices []GPUTimesliceUsage
+}
+
+// GPUTimesliceUsage is one pod's GPU time slices on one GPU: the longest over its
+// contexts there. A value of 0 leaves its series out.
+type GPUTimesliceUsage struct {
+	Namespace, Pod string
+	// AskedSeconds is the slice the agent asked (UNDERSTORY_TSG_TIMESLICE_US);
+	// ReadBackSeconds the slice the pod's shim read back from the driver (the tenant's
+	// word: the shim runs in the pod's processes).
+	AskedSeconds, ReadBackSeconds float64
 }
 
 // GPUThrottle is the GPU-aware batch throttle's state of one GPU.
@@ -60,7 +73,8 @@ type GPUThrottle struct {
 	LSUtil float64
 	// Reason is the throttle's reason (qos.GPUReason*).
 	Reason string
-	// Lever is how LS is protected on the GPU: "freeze" or "mps" (qos.GPULever*).
+	// Lever is how LS is protected on the GPU: "freeze", "mps" or "timeslice"
+	// (qos.GPULever*).
 	Lever string
 	// LSCapPercent and BatchCapPercent are the MPS SM caps of the GPU's LS and batch
 	// clients (1..100; 0: none, the series is left out). Published with Lever "mps" only.
@@ -92,7 +106,7 @@ type GPU struct {
 	memUsed, memTotal              *prometheus.Desc
 	podUtil, podMemUtil, podMemUse *prometheus.Desc
 	duty, lsUtil, lever, mpsCap    *prometheus.Desc
-	mpsBatchMem                    *prometheus.Desc
+	mpsBatchMem, timeslice         *prometheus.Desc
 
 	mu   sync.Mutex
 	snap GPUSnapshot
@@ -133,8 +147,14 @@ func NewGPU(reg prometheus.Registerer) (*GPU, error) {
 			"get the device, else 0 (the on/off freeze; the name is the former duty cycle's), with the "+
 			"throttle's reason.", append(gpuLabels[:3:3], "reason")),
 		lever: d("lever", "1 for the lever protecting LS on the GPU: lever=\"freeze\" (time-sliced; batch "+
-			"frozen while LS needs the GPU) or lever=\"mps\" (LS and batch in MPS partitions).",
+			"frozen while LS needs the GPU), lever=\"mps\" (LS and batch in MPS partitions) or "+
+			"lever=\"timeslice\" (per-context time slices: every batch context's short slice confirmed, or no batch "+
+			"context yet; batch never frozen).",
 			append(gpuLabels[:3:3], "lever")),
+		timeslice: d("timeslice_seconds", "A pod's GPU time slice on the GPU, the longest over its contexts: "+
+			"kind=\"asked\" the slice the agent asked of its shim, kind=\"readback\" the slice its shim read "+
+			"back from the driver (the tenant's word); only with gpu.timeslice.enabled.",
+			append(gpuLabels[:3:3], "namespace", "pod", "kind")),
 		mpsCap: d("mps_sm_cap_ratio", "The SM cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100) of the GPU's "+
 			"MPS clients, by class (ls, batch); only on GPUs using the MPS lever.", append(gpuLabels[:3:3], "class")),
 		mpsBatchMem: d("mps_batch_memory_limit_bytes", "The sum of the device memory limits "+
@@ -224,6 +244,7 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 			}
 			c.Throttle = &t
 		}
+		c.Timeslices = cleanTimeslices(d.Index, d.Timeslices, bad)
 		c.Pods = nil
 		type key struct{ ns, pod, ctr string }
 		at := make(map[key]int, len(d.Pods))
@@ -256,6 +277,38 @@ func cleanGPUSnapshot(s GPUSnapshot) (GPUSnapshot, error) {
 	return out, errors.Join(errs...)
 }
 
+// cleanTimeslices copies a GPU's pod slices: an entry without a pod name is dropped,
+// labels are repaired, a slice that is not a finite non-negative number is left out
+// (0), and entries of the same pod are merged into their longest slices.
+func cleanTimeslices(gpu int, in []GPUTimesliceUsage, bad func(string, ...any)) []GPUTimesliceUsage {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]GPUTimesliceUsage, 0, len(in))
+	for _, u := range in {
+		if u.Pod == "" {
+			bad("GPU %d: a time-slice entry without a pod name", gpu)
+			continue
+		}
+		u.Namespace = validLabel(u.Namespace, "namespace", bad)
+		u.Pod = validLabel(u.Pod, "pod", bad)
+		for _, v := range []*float64{&u.AskedSeconds, &u.ReadBackSeconds} {
+			if math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0 {
+				bad("GPU %d: pod %s time slice %v is not a duration", gpu, u.Pod, *v)
+				*v = 0
+			}
+		}
+		i := slices.IndexFunc(out, func(o GPUTimesliceUsage) bool { return o.Namespace == u.Namespace && o.Pod == u.Pod })
+		if i < 0 {
+			out = append(out, u)
+			continue
+		}
+		out[i].AskedSeconds = max(out[i].AskedSeconds, u.AskedSeconds)
+		out[i].ReadBackSeconds = max(out[i].ReadBackSeconds, u.ReadBackSeconds)
+	}
+	return out
+}
+
 // validLabel returns s, or s with invalid UTF-8 replaced (reported through bad).
 func validLabel(s, what string, bad func(string, ...any)) string {
 	if utf8.ValidString(s) {
@@ -276,7 +329,8 @@ func clampPercent(v float64) float64 {
 // Describe sends every descriptor.
 func (g *GPU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{g.available, g.duration, g.healthy, g.util, g.memUtil, g.memUsed,
-		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil, g.lever, g.mpsCap, g.mpsBatchMem} {
+		g.memTotal, g.podUtil, g.podMemUtil, g.podMemUse, g.duty, g.lsUtil, g.lever, g.mpsCap, g.mpsBatchMem,
+		g.timeslice} {
 		ch <- d
 	}
 }
@@ -325,6 +379,17 @@ func (g *GPU) Collect(ch chan<- prometheus.Metric) {
 			}
 			if d.Healthy && !d.UtilUnknown {
 				gauge(g.lsUtil, t.LSUtil/100, labels...)
+			}
+		}
+		// The pods' slices as the agent gives them (none for a GPU it could not read).
+		for _, u := range d.Timeslices {
+			for _, k := range []struct {
+				kind string
+				v    float64
+			}{{"asked", u.AskedSeconds}, {"readback", u.ReadBackSeconds}} {
+				if k.v > 0 {
+					gauge(g.timeslice, k.v, append(labels[:3:3], u.Namespace, u.Pod, k.kind)...)
+				}
 			}
 		}
 		if !d.Healthy {

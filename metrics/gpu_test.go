@@ -120,7 +120,7 @@ understory_gpu_collect_duration_seconds 0.001
 understory_gpu_healthy{UUID="GPU-a",gpu="0",modelName="m"} 1
 understory_gpu_healthy{UUID="GPU-b",gpu="1",modelName="m"} 0
 understory_gpu_healthy{UUID="GPU-c",gpu="2",modelName="m"} 0
-# HELP understory_gpu_lever 1 for the lever protecting LS on the GPU: lever="freeze" (time-sliced; batch frozen while LS needs the GPU) or lever="mps" (LS and batch in MPS partitions).
+# HELP understory_gpu_lever 1 for the lever protecting LS on the GPU: lever="freeze" (time-sliced; batch frozen while LS needs the GPU), lever="mps" (LS and batch in MPS partitions) or lever="timeslice" (per-context time slices: every batch context's short slice confirmed, or no batch context yet; batch never frozen).
 # TYPE understory_gpu_lever gauge
 understory_gpu_lever{UUID="GPU-a",gpu="0",lever="freeze",modelName="m"} 1
 understory_gpu_lever{UUID="GPU-b",gpu="1",lever="freeze",modelName="m"} 1
@@ -147,6 +147,51 @@ understory_gpu_mps_sm_cap_ratio{UUID="GPU-c",class="ls",gpu="2",modelName="m"} 0
 # HELP understory_gpu_utilization_ratio GPU (SM) utilisation over the driver's last sample period, 0..1 (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100).
 # TYPE understory_gpu_utilization_ratio gauge
 understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.8
+`},
+		{name: "time slices: the timeslice lever, per pod asked and read back", update: &GPUSnapshot{Available: true,
+			CollectSeconds: 0.001, Devices: []GPUDeviceUsage{
+				{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, MemTotal: 10,
+					Throttle: &GPUThrottle{Duty: 0, Reason: "timeslice", Lever: "timeslice"},
+					Timeslices: []GPUTimesliceUsage{
+						{Namespace: "ml", Pod: "train", AskedSeconds: 0.0001, ReadBackSeconds: 0.0001},
+						// A second context of the same pod: the longest slices.
+						{Namespace: "ml", Pod: "train", AskedSeconds: 0.0001, ReadBackSeconds: 0.01},
+						// Asked, nothing read back: the readback series is left out.
+						{Namespace: "shop", Pod: "web", AskedSeconds: 0.01},
+					}},
+			}}, want: gpuHelp + `understory_gpu_available 1
+# HELP understory_gpu_batch_duty_ratio 1 while the batch pods using the GPU are frozen solid so that LS pods get the device, else 0 (the on/off freeze; the name is the former duty cycle's), with the throttle's reason.
+# TYPE understory_gpu_batch_duty_ratio gauge
+understory_gpu_batch_duty_ratio{UUID="GPU-a",gpu="0",modelName="m",reason="timeslice"} 0
+# HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
+# TYPE understory_gpu_collect_duration_seconds gauge
+understory_gpu_collect_duration_seconds 0.001
+# HELP understory_gpu_healthy 1 when every NVML query of the GPU succeeded in the last scrape, else 0 (its other series are then left out).
+# TYPE understory_gpu_healthy gauge
+understory_gpu_healthy{UUID="GPU-a",gpu="0",modelName="m"} 1
+# HELP understory_gpu_lever 1 for the lever protecting LS on the GPU: lever="freeze" (time-sliced; batch frozen while LS needs the GPU), lever="mps" (LS and batch in MPS partitions) or lever="timeslice" (per-context time slices: every batch context's short slice confirmed, or no batch context yet; batch never frozen).
+# TYPE understory_gpu_lever gauge
+understory_gpu_lever{UUID="GPU-a",gpu="0",lever="timeslice",modelName="m"} 1
+# HELP understory_gpu_ls_utilization_ratio GPU utilisation counted as LS by the throttle (non-batch pods and processes no pod could be attributed to), 0..1.
+# TYPE understory_gpu_ls_utilization_ratio gauge
+understory_gpu_ls_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_memory_total_bytes GPU memory installed.
+# TYPE understory_gpu_memory_total_bytes gauge
+understory_gpu_memory_total_bytes{UUID="GPU-a",gpu="0",modelName="m"} 10
+# HELP understory_gpu_memory_used_bytes GPU memory in use.
+# TYPE understory_gpu_memory_used_bytes gauge
+understory_gpu_memory_used_bytes{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_memory_utilization_ratio GPU memory controller utilisation over the driver's last sample period, 0..1.
+# TYPE understory_gpu_memory_utilization_ratio gauge
+understory_gpu_memory_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
+# HELP understory_gpu_timeslice_seconds A pod's GPU time slice on the GPU, the longest over its contexts: kind="asked" the slice the agent asked of its shim, kind="readback" the slice its shim read back from the driver (the tenant's word); only with gpu.timeslice.enabled.
+# TYPE understory_gpu_timeslice_seconds gauge
+understory_gpu_timeslice_seconds{UUID="GPU-a",gpu="0",kind="asked",modelName="m",namespace="ml",pod="train"} 0.0001
+understory_gpu_timeslice_seconds{UUID="GPU-a",gpu="0",kind="readback",modelName="m",namespace="ml",pod="train"} 0.01
+understory_gpu_timeslice_seconds{UUID="GPU-a",gpu="0",kind="asked",modelName="m",namespace="shop",pod="web"} 0.01
+# HELP understory_gpu_utilization_ratio GPU (SM) utilisation over the driver's last sample period, 0..1 (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100).
+# TYPE understory_gpu_utilization_ratio gauge
+understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0
 `},
 		{name: "available, no GPUs", update: &GPUSnapshot{Available: true}, want: gpuHelp + `understory_gpu_available 1
 # HELP understory_gpu_collect_duration_seconds Time the GPU loop's last read of the GPUs through NVML took (full reads and probes).
@@ -214,6 +259,10 @@ understory_gpu_utilization_ratio{UUID="GPU-b",gpu="1",modelName="m"} 0
 		{"MPS cap out of range: left out", GPUSnapshot{Available: true, Devices: []GPUDeviceUsage{
 			{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 10,
 				Throttle: &GPUThrottle{Lever: "mps", LSCapPercent: 150, BatchCapPercent: -5}}}},
+			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.1` + "\n"},
+		{"time slice not a duration, or without a pod: left out", GPUSnapshot{Available: true, Devices: []GPUDeviceUsage{
+			{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 10, Timeslices: []GPUTimesliceUsage{
+				{Namespace: "ml", Pod: "p", AskedSeconds: math.NaN(), ReadBackSeconds: -1}, {AskedSeconds: 1}}}}},
 			`understory_gpu_utilization_ratio{UUID="GPU-a",gpu="0",modelName="m"} 0.1` + "\n"},
 		{"pod without a name", GPUSnapshot{Available: true, Devices: []GPUDeviceUsage{
 			{Index: 0, UUID: "GPU-a", Model: "m", Healthy: true, Util: 10, Pods: []GPUPodUsage{{Namespace: "x"}}}}},

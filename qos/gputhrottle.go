@@ -50,6 +50,10 @@ const (
 	GPUReasonMPSCapUnconfirmed = "mps-cap-unconfirmed"
 	// GPUReasonUnknown: the GPU could not be read this step; its state is held.
 	GPUReasonUnknown = "unknown"
+	// GPUReasonTimeslice: the timeslice lever (ChooseGPUTimeslice confirmed every batch
+	// context's short slice): batch runs beside LS and the GPU's own scheduler switches
+	// it out when LS becomes runnable; nothing is frozen.
+	GPUReasonTimeslice = "timeslice"
 )
 
 // Levers in GPUThrottleDecision.Lever: how LS is protected on the GPU.
@@ -255,6 +259,12 @@ type GPUThrottleInput struct {
 	// (CheckGPUMPSClients); non-empty: the freeze lever, batch frozen while LS is on the
 	// GPU (GPUReasonMPSCapUnconfirmed).
 	MPSCapUnconfirmed string
+	// Timeslice: ChooseGPUTimeslice gave the GPU the timeslice lever (every batch
+	// context's short slice confirmed, LS not suffering). Without MPS, batch is then not
+	// frozen (GPUReasonTimeslice, GPULeverTimeslice); LS's need of the GPU is still
+	// tracked, so that a step that leaves the lever freezes at once where LS needs it.
+	// Ignored with MPS.
+	Timeslice bool
 	// Unknown: the collector could not read the GPU this step (the other fields are
 	// ignored); its freeze state is held.
 	Unknown bool
@@ -264,7 +274,7 @@ type GPUThrottleInput struct {
 // /status.
 type GPUThrottleDecision struct {
 	GPU int `json:"gpu"`
-	// Lever is GPULeverFreeze or GPULeverMPS.
+	// Lever is GPULeverFreeze, GPULeverMPS or GPULeverTimeslice.
 	Lever string `json:"lever"`
 	// Frozen: the GPU's batch pods are to be frozen solid. Duty is the same as a number
 	// for the freezer cycler and the metrics: 1 frozen, 0 not.
@@ -328,7 +338,8 @@ type GPUThrottleDecision struct {
 //	                        the agent could not confirm protects nothing).
 //
 // Batch is frozen at once at a step where LS needs the GPU and thawed once LS has not
-// needed it for `hold`. The fractional duty cycle this replaces lost on a real GPU: in
+// needed it for `hold`; on the timeslice lever (GPUThrottleInput.Timeslice, without MPS)
+// it is never frozen, while LS's need is tracked as on the freeze lever. The fractional duty cycle this replaces lost on a real GPU: in
 // each thaw window batch queued a burst that the next LS requests waited behind (issue
 // 20). Batch counts as starved while frozen; past starveAfter without a thaw the
 // decision says Escalate, and the agent goes on to suspend (cuda-checkpoint) or eviction.
@@ -409,8 +420,7 @@ func (t *GPUThrottle) Reset() { clear(t.gpus) }
 // forgotten. A repeated index is merged into the first, the worst case for LS: active or
 // arrived if either is, the higher utilisations, the larger pod count, MPS only if both
 // are (with the larger batch cap and memory limit, the smaller LS cap, unconfirmed if either
-// is), unknown
-// only if both are.
+// is), the timeslice lever only if both have it, unknown only if both are.
 func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDecision {
 	merged := make([]GPUThrottleInput, 0, len(in))
 	dups := map[int]bool{}
@@ -438,6 +448,7 @@ func (t *GPUThrottle) Step(now time.Time, in []GPUThrottleInput) []GPUThrottleDe
 			m.BatchUtil = math.Max(m.BatchUtil, x.BatchUtil)
 			m.BatchPods = max(m.BatchPods, x.BatchPods)
 			m.MPS = m.MPS && x.MPS
+			m.Timeslice = m.Timeslice && x.Timeslice
 			if x.MPSCapUnconfirmed != "" {
 				m.MPSCapUnconfirmed = joinNote(m.MPSCapUnconfirmed, x.MPSCapUnconfirmed)
 			}
@@ -609,6 +620,10 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 		}
 	}
 	d.Sanitized = strings.Join(notes, "; ")
+	timeslice := in.Timeslice && !in.MPS
+	if timeslice {
+		d.Lever = GPULeverTimeslice
+	}
 
 	switch {
 	case need:
@@ -625,6 +640,12 @@ func (s *gpuThrottleState) step(p GPUThrottlePolicy, maxGap time.Duration, now t
 		// frozen at once.
 		s.frozen = false
 		d.Reason = GPUReasonNoBatch
+	case timeslice:
+		// The GPU's scheduler switches batch out within a batch slice of LS becoming
+		// runnable: nothing to freeze. s.want still follows LS, for the step that leaves
+		// the lever.
+		s.frozen = false
+		d.Reason = GPUReasonTimeslice
 	case s.want:
 		s.frozen = true
 		d.Reason = s.why

@@ -182,6 +182,12 @@ func ls(active bool, util float64) qos.GPUThrottleInput {
 	return qos.GPUThrottleInput{LSActive: active, LSUtil: util, BatchUtil: 40, BatchPods: 1}
 }
 
+// tsl is in on the timeslice lever.
+func tsl(in qos.GPUThrottleInput) qos.GPUThrottleInput {
+	in.Timeslice = true
+	return in
+}
+
 // arrive is ls(true, util) with an LS process that was not there at the last step.
 func arrive(util float64) qos.GPUThrottleInput {
 	in := ls(true, util)
@@ -351,6 +357,25 @@ func TestGPUThrottleTraces(t *testing.T) {
 			{at: 0, in: mps(30, 75, 25), frozen: false, reason: qos.GPUReasonMPSWithinCap},
 			{at: gpuStep, in: arrive(30), frozen: true, reason: qos.GPUReasonLSUtil},
 		}},
+		{name: "timeslice lever: LS working never freezes batch", steps: []gpuStepCase{
+			{at: 0, in: tsl(arrive(50)), frozen: false, reason: qos.GPUReasonTimeslice},
+			{at: gpuStep, in: tsl(ls(true, 90)), frozen: false, reason: qos.GPUReasonTimeslice},
+		}},
+		{name: "timeslice lever left while LS works: frozen at once", steps: []gpuStepCase{
+			{at: 0, in: tsl(ls(true, 50)), frozen: false, reason: qos.GPUReasonTimeslice},
+			{at: gpuStep, in: ls(true, 0), frozen: true, reason: qos.GPUReasonHold},
+			{at: 2 * gpuStep, in: ls(true, 60), frozen: true, reason: qos.GPUReasonLSUtil},
+		}},
+		{name: "timeslice lever left with LS idle: nothing frozen", steps: []gpuStepCase{
+			{at: 0, in: tsl(ls(true, 0)), frozen: false, reason: qos.GPUReasonTimeslice},
+			{at: gpuStep, in: ls(true, 0), frozen: false, reason: qos.GPUReasonIdle},
+		}},
+		{name: "timeslice with MPS: ignored, the MPS lever", steps: []gpuStepCase{
+			{at: 0, in: tsl(mps(71, 75, 25)), frozen: true, reason: qos.GPUReasonMPSCapStale},
+		}},
+		{name: "timeslice lever without batch", steps: []gpuStepCase{
+			{at: 0, in: tsl(qos.GPUThrottleInput{LSActive: true, LSUtil: 40}), frozen: false, reason: qos.GPUReasonNoBatch},
+		}},
 		{name: "starvation: escalate after starveAfter frozen", policy: func(p *qos.GPUThrottlePolicy) {
 			p.StarveAfter = escDur(5 * s)
 		}, steps: []gpuStepCase{
@@ -426,7 +451,11 @@ func TestGPUThrottleTraces(t *testing.T) {
 				if wantDuty := map[bool]float64{true: 1, false: 0}[d.Frozen]; d.Duty != wantDuty {
 					t.Fatalf("step %d: duty %v with frozen %v", i, d.Duty, d.Frozen)
 				}
-				if wantLever := map[bool]string{true: qos.GPULeverMPS, false: qos.GPULeverFreeze}[st.in.MPS && !st.in.Unknown]; d.Lever != wantLever {
+				wantLever := map[bool]string{true: qos.GPULeverMPS, false: qos.GPULeverFreeze}[st.in.MPS && !st.in.Unknown]
+				if st.in.Timeslice && !st.in.MPS && !st.in.Unknown {
+					wantLever = qos.GPULeverTimeslice
+				}
+				if d.Lever != wantLever {
 					t.Fatalf("step %d: lever %q, want %q", i, d.Lever, wantLever)
 				}
 				if d.Starved != d.Frozen {

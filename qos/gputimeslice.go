@@ -148,12 +148,13 @@ func DefaultGPUTimeslicePolicy() GPUTimeslicePolicy {
 	}
 }
 
-// Validate reports every out-of-range field, named by its YAML key under timeslice,
-// each wrapping ErrInvalidConfig (several are joined with errors.Join).
+// Validate reports every out-of-range field, named by its key in the agent's
+// configuration (gpu.timeslice.<field>), each wrapping ErrInvalidConfig (several are
+// joined with errors.Join).
 func (p GPUTimeslicePolicy) Validate() error {
 	var errs []error
 	bad := func(field string, v any, rule string) {
-		errs = append(errs, fmt.Errorf("gpu throttle timeslice.%s: %v %s: %w", field, v, rule, ErrInvalidConfig))
+		errs = append(errs, fmt.Errorf("gpu.timeslice.%s: %v %s: %w", field, v, rule, ErrInvalidConfig))
 	}
 	dur := func(field string, d time.Duration, r gpuTimesliceRange, rule string) bool {
 		switch {

@@ -217,7 +217,7 @@ func run() error {
 		planner, setup := agent.MPSOptions()
 		plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{
 			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices,
-			MPS: planner, MPSSetup: setup})
+			MPS: planner, MPSSetup: setup, Timeslice: agent.TimesliceOptions()})
 		if err != nil {
 			return err
 		}

@@ -158,6 +158,11 @@ func TestProject(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(bin, c.Binary), hello, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		for _, e := range c.Extra { // the time-slice shim, `make tsg-shim`'s
+			if err := os.WriteFile(filepath.Join(bin, e.Source), []byte("\x7fELF"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := run([]string{"project", "-version", "0.0.0-dev", "-bin", bin, "-out", out}, io.Discard, io.Discard, ""); err != nil {
 		t.Fatal(err)

@@ -58,6 +58,9 @@ type Collector struct {
 	// its compute processes then: a probe compares the device's current list with them.
 	full   map[int]fullScrape
 	pidBuf []uint32
+
+	driverOnce sync.Once
+	driver     string
 }
 
 // fullScrape is one device's last full scrape.
@@ -110,6 +113,29 @@ func open(lib nvml.Interface, procRoot string, log *slog.Logger) (*Collector, er
 	}
 	log.Info("NVML ready", "gpus", n, "driver", driver)
 	return c, nil
+}
+
+// DriverVersion is the NVIDIA driver's version as NVML reports it (SystemGetDriverVersion,
+// asked once: the kernel module's version, read outside any tenant), or "" when NVML
+// cannot tell.
+func (c *Collector) DriverVersion() string {
+	c.driverOnce.Do(func() { c.driver = driverVersion(c.lib) })
+	return c.driver
+}
+
+// driverVersion asks lib its driver's version; "" on failure (go-nvml's mocks panic
+// where the query is not set).
+func driverVersion(lib nvml.Interface) (v string) {
+	defer func() {
+		if recover() != nil {
+			v = ""
+		}
+	}()
+	s, ret := lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return ""
+	}
+	return s
 }
 
 // NewCollector returns a Collector over lib, which must be initialised (nvmlInit

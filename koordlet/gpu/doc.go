@@ -31,6 +31,21 @@
 //     (devices.MPSPlanner): caps from qos.ChooseGPUMPSCaps, batch memory limits from
 //     qos.ChooseGPUMPSMemLimit, records per pod container and GPU, updated by the loop
 //     (server readiness, LS demand peak and memory total per GPU, pods gone).
+//   - timeslices.go: Timeslices, the time-slice shim's planner the NRI plugin asks
+//     (devices.TimeslicePlanner; gpu.timeslice.enabled): the slice of a shared-GPU
+//     container's class on its GPU (qos.ChooseGPUTimeslice), its report directory
+//     (reports/<pod UID>/<container>/, 1733, emptied at each creation), the record of
+//     the containers given the shim, and the sweep of pods gone.
+//   - tsgreports.go: reportReader, a container's report directory read bounded (names,
+//     files, bytes), without following links, each file parsed again only when it
+//     changed (timeslice.ParseReport), and the lines folded into contexts.
+//   - timesliceloop.go: the loop's time-slice part: every gpu.fullScrapePeriod the
+//     reports, and per GPU qos.ChooseGPUTimeslice's input (a context per reported
+//     context of each process on the GPU, matched by its container and its PID in its
+//     own namespace, /proc/<pid>/status NSpid; one with nothing seen per process that
+//     reported none), the decision in /status and the metrics, the throttle's input
+//     Timeslice where it is the timeslice lever, and the self-set Events
+//     (Options.OnSelfSet).
 //   - recover.go: a panicking loop step is recovered (logged with its stack, counted,
 //     the cycler thawed, the error in /status) and the loop goes on.
 //   - cadence.go: the GPU loop's plan (pure): which GPU is read in full every period
@@ -129,6 +144,15 @@
 //     covers the case above where LS's MPS utilisation reads as the server's. The
 //     extender sends shares by it: a published share must never overstate what LS
 //     leaves (the used part is rounded up; unhealthy: absent, never "free").
+//   - The time slices (timesliceloop.go) have no observer outside the tenant: a
+//     shim's report is the tenant's word, so every context is unconfirmed and
+//     qos.ChooseGPUTimeslice keeps every GPU where batch runs on the freeze (its
+//     reason slice-unconfirmed). Only contexts of processes NVML lists on the GPU count: a
+//     report line of a process that exited is ignored; a PID reused within a container
+//     inherits the old process's lines (the safe side: a self-set stays reported). A
+//     container of several GPUs counts each of its contexts on each. Records live in
+//     memory: after an agent restart the containers it gave the shim before count as
+//     without one (unconfirmed) until created again.
 //   - NewCollector takes an initialised library over; Close calls nvmlShutdown
 //     (NVML counts Init and Shutdown). go-nvml's mocks panic on any query whose Func
 //     is unset: a mock device needs GetUUID, GetName, GetMemoryInfo_v2 (and

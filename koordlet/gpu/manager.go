@@ -95,6 +95,17 @@ type Options struct {
 	// because LS outgrew its MPS partition (qos.GPUReasonMPSCapStale), once per freeze:
 	// the agent turns it into a Kubernetes Event on the batch pods. It must not block.
 	OnLever func(LeverEvent)
+	// Timeslices, when set (gpu.timeslice.enabled), is the time-slice shim's planner and
+	// records: each step the loop reads the shim's reports of the containers it records,
+	// chooses each GPU's lever with qos.ChooseGPUTimeslice (timesliceloop.go) and shows
+	// it in /status and the metrics; only a timeslice lever changes the throttle's input.
+	// Nil: none of it runs.
+	Timeslices *Timeslices
+	// OnSelfSet, when set, is called from the loop's goroutine for a context found
+	// setting itself a slice longer than the agent's, once per context and at most once
+	// per pod every 5 minutes: the agent turns it into a Kubernetes Event on the pod. It
+	// must not block.
+	OnSelfSet func(SelfSetEvent)
 }
 
 // Manager is the agent's GPU loop: every period it scrapes the GPUs, attributes their
@@ -122,9 +133,10 @@ type Manager struct {
 	cad  []gpuCadence
 	plan []Scrape
 	fast bool
-	rec  stepRecovery // recover.go: panicking steps
-	lev  *leverState  // levers.go: LS arrivals, the MPS lever, lever events
-	wake *wakeWatch   // wake.go: LS processes' CPU (nil: no ProcRoot, or the wake rule is off)
+	rec  stepRecovery   // recover.go: panicking steps
+	lev  *leverState    // levers.go: LS arrivals, the MPS lever, lever events
+	wake *wakeWatch     // wake.go: LS processes' CPU (nil: no ProcRoot, or the wake rule is off)
+	tsl  *timesliceLoop // timesliceloop.go: per-context time slices (nil: gpu.timeslice off)
 
 	// status is the last step; Status builds the /status view of it when asked (the
 	// loop runs every 50 ms, /status is read far less often).
@@ -168,6 +180,11 @@ type stepState struct {
 	escalations []string
 	cads        []gpuCadence
 	suspended   []SuspendedStatus
+	// timeslice is each view's time-slice decision (nil without Options.Timeslices);
+	// tsDriver and tsSupported the driver's version and whether the shim supports it.
+	timeslice   []*TimesliceStatus
+	tsDriver    string
+	tsSupported bool
 }
 
 // suspendedProc is a batch process the loop suspended.
@@ -195,6 +212,9 @@ type Status struct {
 	Cycler    []duty.KeyStatus  `json:"dutyCycle,omitempty"`
 	// MPS is the MPS partitions' state; nil without Options.Partitions.
 	MPS *MPSStatus `json:"mps,omitempty"`
+	// Timeslice is the per-context time slices' node state; nil without
+	// Options.Timeslices (gpu.timeslice.enabled false).
+	Timeslice *TimesliceNodeStatus `json:"timeslice,omitempty"`
 }
 
 // MPSStatus is the MPS side of /status.
@@ -218,9 +238,13 @@ type GPUStatus struct {
 	// LSPods and BatchPods are the pods with processes on the GPU.
 	LSPods    []string `json:"lsPods,omitempty"`
 	BatchPods []string `json:"batchPods,omitempty"`
-	// Decision is the lever ("freeze" or "mps"), whether batch is frozen, the MPS caps
-	// and the reason.
+	// Decision is the lever in force ("freeze", "mps" or "timeslice"), whether batch is
+	// frozen, the MPS caps and the reason.
 	Decision qos.GPUThrottleDecision `json:"decision"`
+	// Timeslice is the per-context time-slice choice for the GPU and every context on
+	// it (gpu.timeslice.enabled; absent otherwise). Its lever feeds Decision only where
+	// it is "timeslice".
+	Timeslice *TimesliceStatus `json:"timeslice,omitempty"`
 	// MPS: new containers on the GPU start as clients of the agent's MPS server.
 	MPS bool `json:"mps"`
 	// Cadence is how the loop reads the GPU: CadenceFast (in full every loop period),
@@ -285,6 +309,9 @@ func NewManager(o Options) (*Manager, error) {
 	if o.ProcRoot != "" && o.Policy.LSWakeCPUPercent > 0 {
 		m.wake = newWakeWatch(o.ProcRoot)
 	}
+	if o.Timeslices != nil {
+		m.tsl = newTimesliceLoop(m.o)
+	}
 	m.status.Store(&stepState{})
 	m.fast = true
 	return m, nil
@@ -298,6 +325,10 @@ func (m *Manager) Status() Status {
 	if p := m.o.Partitions; p != nil {
 		s.MPS = &MPSStatus{Ready: m.o.MPS != nil && m.o.MPS.Ready(), Clients: p.Clients()}
 	}
+	if m.tsl != nil {
+		s.Timeslice = m.tsl.nodeStatus()
+		s.Timeslice.Driver, s.Timeslice.DriverSupported = r.tsDriver, r.tsSupported
+	}
 	if !r.available {
 		return s
 	}
@@ -309,6 +340,9 @@ func (m *Manager) Status() Status {
 			LSPods: podNames(v.ls), BatchPods: podNames(v.batch), Decision: d, Escalation: r.escalations[i],
 			Cadence: cadenceOf(r.cads[i], r.fast, m.o.Period, m.o.FullScrapePeriod), ScrapedAt: v.dev.ScrapedAt,
 			MPS: m.o.Partitions != nil && m.o.Partitions.MPSOn(v.dev.UUID)}
+		if i < len(r.timeslice) {
+			s.GPUs[i].Timeslice = r.timeslice[i]
+		}
 	}
 	return s
 }
@@ -419,9 +453,16 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	if m.wake != nil {
 		m.wake.observe(now, views, m.lev.lsPIDs, m.in)
 	}
+	var tss []*TimesliceStatus
+	if m.tsl != nil {
+		tss = m.tsl.step(now, views, pods, m.in, m.lev)
+	}
 	decisions := m.throttle.Step(now, m.in)
 	st := &stepState{time: now, available: true, views: views, decisions: decisions,
-		escalations: make([]string, len(views)), cads: make([]gpuCadence, len(views))}
+		escalations: make([]string, len(views)), cads: make([]gpuCadence, len(views)), timeslice: tss}
+	if m.tsl != nil {
+		st.tsDriver, st.tsSupported = m.tsl.driver, m.tsl.supported
+	}
 	m.cad = m.cad[:0]
 	for i, v := range views {
 		d, _ := decisionFor(decisions, v.dev.Index)
@@ -449,7 +490,7 @@ func (m *Manager) Step(ctx context.Context, now time.Time) {
 	}
 	m.status.Store(st)
 	if m.o.Metrics != nil {
-		if err := m.o.Metrics.Update(snapshot(views, decisions, took)); err != nil {
+		if err := m.o.Metrics.Update(snapshot(views, decisions, tss, took)); err != nil {
 			m.log.Debug("GPU metrics snapshot repaired", "err", err)
 		}
 	}

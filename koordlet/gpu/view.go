@@ -118,8 +118,10 @@ func podNames(pods []PodInfo) []string {
 	return out
 }
 
-// snapshot is the metrics' view of one scrape; decisions are sorted by GPU.
-func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, took time.Duration) metrics.GPUSnapshot {
+// snapshot is the metrics' view of one scrape; decisions are sorted by GPU, tss are the
+// views' time-slice decisions (nil: gpu.timeslice off).
+func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, tss []*TimesliceStatus,
+	took time.Duration) metrics.GPUSnapshot {
 	s := metrics.GPUSnapshot{Available: true, CollectSeconds: took.Seconds(),
 		Devices: make([]metrics.GPUDeviceUsage, len(views))}
 	for i, v := range views {
@@ -130,6 +132,9 @@ func snapshot(views []deviceView, decisions []qos.GPUThrottleDecision, took time
 			s.Devices[i].Throttle = &metrics.GPUThrottle{Duty: d.Duty, LSUtil: d.LSUtil, Reason: d.Reason,
 				Lever: d.Lever, LSCapPercent: d.LSCapPercent, BatchCapPercent: d.BatchCapPercent,
 				BatchMemLimitBytes: d.BatchMemLimitMiB << 20}
+		}
+		if i < len(tss) {
+			s.Devices[i].Timeslices = timesliceMetrics(tss[i])
 		}
 	}
 	return s

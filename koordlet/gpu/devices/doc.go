@@ -20,6 +20,12 @@
 // answered unsafely (ErrMPSPlanner, ErrMPSUnsafe) is refused; a batch container that is
 // no client is pointed at NoMPSPipeDirectory.
 //
+// The time-slice shim (timeslice.go): DecideTimeslice asks a TimeslicePlanner (the GPU
+// manager's Timeslices) for a shared-GPU container that is no MPS client and returns the
+// environment (LD_PRELOAD with the shim first, UNDERSTORY_TSG_TIMESLICE_US,
+// UNDERSTORY_TSG_REPORT, UNDERSTORY_TSG_REPORT_MAX_BYTES) and the mounts (the library
+// read-only, the container's report directory read-write). It never refuses a container.
+//
 // Traps:
 //   - Whole GPUs (nvidia.com/gpu) are NVIDIA's device plugin's: kubelet allocates them
 //     and the device plugin injects them. Their containers are left alone here, even

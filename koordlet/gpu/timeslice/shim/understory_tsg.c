@@ -42,6 +42,14 @@
  * The ioctl path allocates no memory and keeps errno as the application's call left
  * it. Shared state is written once at load (configuration) or once per process
  * (the driver's verdict, published with a compare-and-swap).
+ *
+ * glibc: the library is preloaded into the tenant's programs, whose glibc may be older
+ * than the build host's, and a preloaded library that needs a newer symbol version
+ * stops the program at start. So it binds only versions of glibc 2.17 or older (the
+ * tests check every one): dlsym at its first version (glibc 2.34 moved it from libdl
+ * to libc under a new one and kept the old in both; the build links libdl.so.2 with
+ * --no-as-needed for the glibc that still has it there), and no stat or fstat (2.33
+ * gave them new versions): open with O_DIRECTORY and the fstat system call instead.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -57,6 +65,12 @@
 #include <unistd.h>
 
 #include "nvrm_abi.h"
+
+#if defined(__x86_64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.17");
+#endif
 
 #define TSG_ENV_TIMESLICE "UNDERSTORY_TSG_TIMESLICE_US"
 #define TSG_ENV_REPORT "UNDERSTORY_TSG_REPORT"
@@ -119,9 +133,11 @@ static void load_config(void)
 	}
 	const char *path = getenv(TSG_ENV_REPORT);
 	if (path != NULL && path[0] != '\0' && strlen(path) < TSG_PATH_BYTES - 40) {
-		struct stat st;
 		strcpy(report_path, path);
-		report_is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+		int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		report_is_dir = dfd >= 0;
+		if (dfd >= 0)
+			close(dfd);
 	}
 	if (parse_u64(getenv(TSG_ENV_REPORT_MAX), TSG_MOST_REPORT_MAX, &v))
 		report_max = v;
@@ -327,8 +343,8 @@ static void report(const struct tsg_event *e)
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return;
-	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size + l.n <= report_max) {
+	struct stat st; /* the kernel's layout on x86_64 and aarch64 */
+	if (syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size + l.n <= report_max) {
 		ssize_t w = write(fd, l.buf, l.n);
 		(void)w;
 	}

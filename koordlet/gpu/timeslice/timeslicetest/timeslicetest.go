@@ -29,6 +29,11 @@ type Built struct {
 // ShimCFlags are the flags the Makefile builds the shim with.
 func ShimCFlags() []string { return []string{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra"} }
 
+// ShimLinkFlags follow the source in the Makefile's build of the shim: libdl.so.2 as a
+// needed library even where nothing of it is used (glibc 2.34 and later), so that on an
+// older glibc, where dlsym lives there, the shim finds it (shim/understory_tsg.c).
+func ShimLinkFlags() []string { return []string{"-Wl,--no-as-needed", "-l:libdl.so.2"} }
+
 // SourceDir returns koordlet/gpu/timeslice, the folder of the C sources.
 func SourceDir(tb testing.TB) string {
 	tb.Helper()
@@ -57,7 +62,8 @@ func Build(tb testing.TB, dir string) Built {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, args := range [][]string{
-		append(append(ShimCFlags(), "-Werror", "-o", b.Shim), filepath.Join(src, "shim", "understory_tsg.c"), "-ldl"),
+		append(append(append(ShimCFlags(), "-Werror", "-o", b.Shim), filepath.Join(src, "shim", "understory_tsg.c")),
+			ShimLinkFlags()...),
 		{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", b.Fake,
 			filepath.Join(src, "testdata", "fake_rm.c"), "-ldl", "-lpthread"},
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.Program, filepath.Join(src, "testdata", "tsgtest.c"), "-lpthread"},
