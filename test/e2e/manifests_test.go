@@ -158,6 +158,28 @@ func parseCert(t *testing.T, pemData []byte) *x509.Certificate {
 // partOfLabel marks every object of the install but the shared CRDs.
 const partOfLabel = "app.kubernetes.io/part-of"
 
+// agentNodes is the agent's required node affinity: Linux nodes with a kubelet of their
+// own (the DaemonSet tolerates every taint, so the affinity alone keeps it off Windows,
+// virtual-kubelet and EKS Fargate nodes).
+const agentNodes = "kubernetes.io/os In linux; type NotIn virtual-kubelet; eks.amazonaws.com/compute-type NotIn fargate"
+
+// nodeAffinity renders a pod's required node affinity, one term, "key op values; ...".
+func nodeAffinity(s corev1.PodSpec) string {
+	if s.Affinity == nil || s.Affinity.NodeAffinity == nil ||
+		s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	terms := s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 {
+		return fmt.Sprintf("%d terms", len(terms))
+	}
+	var out []string
+	for _, r := range terms[0].MatchExpressions {
+		out = append(out, r.Key+" "+string(r.Operator)+" "+strings.Join(r.Values, ","))
+	}
+	return strings.Join(out, "; ")
+}
+
 func TestManifestsBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kubectl; skipped in -short mode")
@@ -265,6 +287,9 @@ func TestManifestsBuild(t *testing.T) {
 
 	t.Run("agent pod least privilege", func(t *testing.T) {
 		pod := podTemplate(t, mustFind(t, objs, "DaemonSet", koordletName)).Spec
+		if got := nodeAffinity(pod); got != agentNodes {
+			t.Errorf("agent's node affinity %q, want %q (it tolerates every taint)", got, agentNodes)
+		}
 		if pod.HostPID || pod.HostNetwork || pod.HostIPC {
 			t.Errorf("hostPID %v hostNetwork %v hostIPC %v, want none", pod.HostPID, pod.HostNetwork, pod.HostIPC)
 		}
@@ -292,19 +317,11 @@ func TestManifestsBuild(t *testing.T) {
 		gobjs := k.build(t, ctx, filepath.Join(root, "overlays", "gpu"))
 		base := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName)).Spec
 		gpu := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName+"-gpu")).Spec
-		selector := func(s corev1.PodSpec) string {
-			if s.Affinity == nil || s.Affinity.NodeAffinity == nil ||
-				s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-				return ""
-			}
-			r := s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
-			return r.Key + " " + string(r.Operator) + " " + strings.Join(r.Values, ",")
+		if got, want := nodeAffinity(base), agentNodes+"; nvidia.com/gpu.present NotIn true"; got != want {
+			t.Errorf("pure-Go agent's node affinity %q, want %q: off GPU nodes", got, want)
 		}
-		if got := selector(base); got != "nvidia.com/gpu.present NotIn true" {
-			t.Errorf("pure-Go agent's node affinity %q, want it off GPU nodes", got)
-		}
-		if got := selector(gpu); got != "nvidia.com/gpu.present In true" {
-			t.Errorf("GPU agent's node affinity %q, want GPU nodes", got)
+		if got, want := nodeAffinity(gpu), agentNodes+"; nvidia.com/gpu.present In true"; got != want {
+			t.Errorf("GPU agent's node affinity %q, want %q: GPU nodes", got, want)
 		}
 		if !gpu.HostPID || base.HostPID {
 			t.Errorf("hostPID: GPU agent %v, pure-Go agent %v; want only the GPU agent", gpu.HostPID, base.HostPID)
