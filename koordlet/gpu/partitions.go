@@ -230,20 +230,7 @@ func (p *Partitions) observe(now time.Time, ready bool, pipeDir string, gpus []p
 	if window <= 0 {
 		window = qos.DefaultGPUMPSDemandWindow
 	}
-	for uuid := range p.gpus {
-		if !slices.ContainsFunc(gpus, func(o partitionGPUObs) bool { return o.uuid == uuid }) {
-			delete(p.gpus, uuid)
-		}
-	}
-	for _, o := range gpus {
-		if o.uuid == "" {
-			continue
-		}
-		g := p.gpus[o.uuid]
-		if g == nil {
-			g = &partitionGPU{}
-			p.gpus[o.uuid] = g
-		}
+	syncGPUs(p.gpus, gpus, func(o partitionGPUObs) string { return o.uuid }, func(g *partitionGPU, o partitionGPUObs) {
 		g.index, g.mpsOn = o.index, o.mpsOn
 		if o.memTotal > 0 {
 			g.memTotal = o.memTotal
@@ -251,7 +238,7 @@ func (p *Partitions) observe(now time.Time, ready bool, pipeDir string, gpus []p
 		if o.lsKnown {
 			g.peak.Observe(now, o.lsUtil, window)
 		}
-	}
+	})
 	if len(p.clients) == 0 {
 		return nil
 	}

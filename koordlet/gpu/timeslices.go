@@ -324,27 +324,14 @@ type timesliceGPUObs struct {
 func (t *Timeslices) observe(now time.Time, gpus []timesliceGPUObs, window time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for uuid := range t.gpus {
-		if !slices.ContainsFunc(gpus, func(o timesliceGPUObs) bool { return o.uuid == uuid }) {
-			delete(t.gpus, uuid)
-		}
-	}
-	for _, o := range gpus {
-		if o.uuid == "" {
-			continue
-		}
-		g := t.gpus[o.uuid]
-		if g == nil {
-			g = &timesliceGPU{}
-			t.gpus[o.uuid] = g
-		}
+	syncGPUs(t.gpus, gpus, func(o timesliceGPUObs) string { return o.uuid }, func(g *timesliceGPU, o timesliceGPUObs) {
 		g.index, g.read = o.index, o.read
 		if !o.read {
-			continue // its demand and MIG mode stand as last read
+			return // its demand and MIG mode stand as last read
 		}
 		g.everRead, g.mig, g.lsProcs = true, o.mig, o.lsProcs
 		g.peak.Observe(now, o.lsUtil, window)
-	}
+	})
 }
 
 // peak is LS's demand peak on a GPU, NaN where it was never read.
