@@ -115,7 +115,20 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 		"-machine", "q35", "-m", strconv.Itoa(c.MemoryMiB), "-smp", strconv.Itoa(c.CPUs),
 		"-nographic", "-no-reboot", "-nodefaults",
 		"-kernel", filepath.Join(c.ImageDir, "vmlinuz"), "-initrd", filepath.Join(c.ImageDir, "initrd.img"),
-		"-append", "console=ttyS0 root=/dev/vda rw systemd.unified_cgroup_hierarchy=1 net.ifnames=0 quiet panic=-1 systemd.show_status=0",
+		// nokaslr keeps the kernel's addresses those of the symbols saved at start
+		// (Diagnose); loglevel 5 puts warnings (the OOM killer's) on the console.
+		// trace_event turns the scheduler's tracepoints on at boot, while one CPU
+		// runs, and they stay on (their ring buffer off, see prepare): attaching
+		// the agent's eBPF programs to them then patches no kernel code. qemu 7.2's
+		// multi-threaded emulation does not survive the kernel patching the
+		// tracepoint's jump in __schedule while the other vCPU runs it: both vCPUs
+		// loop on the int3 of the patch with interrupts off and the guest is gone
+		// (seen with Diagnose in about one TestNodeV2 run in seven, at the agent's
+		// start; a loop that attaches and detaches the probe hangs it within
+		// minutes). Real CPUs do not have this problem.
+		"-append", "console=ttyS0 root=/dev/vda rw systemd.unified_cgroup_hierarchy=1 net.ifnames=0 loglevel=5 nokaslr" +
+			" trace_event=sched:sched_switch,sched:sched_wakeup,sched:sched_wakeup_new panic=-1 systemd.show_status=0",
+		"-qmp", "unix:" + filepath.Join(c.Dir, "qmp.sock") + ",server=on,wait=off",
 		"-serial", "file:" + filepath.Join(c.Dir, "console.log"),
 		"-drive", "file=" + filepath.Join(c.ImageDir, "rootfs.img") + ",format=raw,if=virtio,snapshot=on",
 	}
@@ -163,6 +176,11 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 		close(v.done)
 	}()
 	tb.Cleanup(func() {
+		if tb.Failed() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			tb.Logf("guest as seen from outside:\n%s", v.Diagnose(dctx))
+			cancel()
+		}
 		v.kill()
 		if tb.Failed() {
 			b, _ := os.ReadFile(filepath.Join(c.Dir, "console.log"))
@@ -185,6 +203,9 @@ func Start(ctx context.Context, tb testing.TB, c Config) (*VM, error) {
 	}
 	if r.ExitCode != 0 {
 		return nil, fmt.Errorf("payload or scratch disk not mounted in the guest after 100 s: %s", r.Stderr)
+	}
+	if err := v.prepare(mctx); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
