@@ -25,6 +25,7 @@ import (
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/internal/certreload"
+	"github.com/understory/understory/metrics"
 )
 
 // options are the parsed command line.
@@ -141,6 +142,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	certs.OnReloadError = func(err error) {
 		srv.Metrics().Errors.WithLabelValues("tls_reload").Inc()
 		log.Warn("TLS certificate reload failed; serving the previous one", "err", err)
+	}
+	if err := metrics.RegisterCertExpiry(reg, "webhook", certs.NotAfter); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +29,10 @@ import (
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/mps"
+	"github.com/understory/understory/koordlet/gpu/pci"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
+	"github.com/understory/understory/metrics"
 )
 
 func main() {
@@ -52,6 +55,7 @@ func run() error {
 	manifests := flag.String("pod-manifests", "", "static pod manifest directory: run without an API server")
 	listen := flag.String("listen", "", "address for /metrics, /healthz and /status (overrides the config)")
 	cgroupRoot := flag.String("cgroup-root", "", "cgroup filesystem mount (overrides the config)")
+	sysRoot := flag.String("sys-root", "/sys", "sysfs mount, where an agent without GPU features looks for NVIDIA GPUs it leaves unmanaged")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	pprof := flag.Bool("pprof", false, "also serve /debug/pprof/ (profiling) on the listen address")
 	flag.Parse()
@@ -171,6 +175,9 @@ func run() error {
 			}
 		}
 	}
+	if err := reportUnmanagedGPUs(cfg, deps.GPU == nil, *sysRoot, reg, nodeEvents, log); err != nil {
+		return err
+	}
 	agent, err := koordlet.New(cfg, deps)
 	if err != nil {
 		return err
@@ -243,6 +250,31 @@ func run() error {
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
 	return firstErr
+}
+
+// reportUnmanagedGPUs says, in the log, a Warning event on the Node and
+// understory_gpu_unmanaged, when an agent without GPU features (GPU mode not off)
+// runs on a node with NVIDIA GPUs: the GPU agent's node affinity did not pick the
+// node, so its GPUs would go unshared and unguarded without a word.
+func reportUnmanagedGPUs(cfg koordlet.Config, gpuOff bool, sysRoot string, reg prometheus.Registerer,
+	events *koordlet.NodeEvents, log *slog.Logger) error {
+	var gpus []string
+	if gpuOff && cfg.GPU.Mode != koordlet.GPUModeOff {
+		var err error
+		if gpus, err = pci.NVIDIAGPUs(sysRoot); err != nil {
+			log.Warn("cannot look for unmanaged GPUs", "err", err)
+		}
+	}
+	if len(gpus) > 0 {
+		msg := fmt.Sprintf("%d NVIDIA GPUs on this node's PCI bus (%s) but this agent has no GPU features: "+
+			"no GPU label marks the node, so the GPU agent does not run here and the GPUs are neither shared "+
+			"nor guarded. Label the node nvidia.com/gpu.present=true (docs/gpu.md)", len(gpus), strings.Join(gpus, ", "))
+		log.Warn("GPUs unmanaged", "gpus", len(gpus), "detail", msg)
+		if events != nil {
+			events.Warn("GPUsUnmanaged", msg)
+		}
+	}
+	return metrics.RegisterUnmanagedGPUs(reg, len(gpus))
 }
 
 func kubeClient(kubeconfig string) (*podsource.CoreClient, error) {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -210,7 +211,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	deps := extender.Deps{Client: client, Logger: log}
+	deps := extender.Deps{Client: client, Logger: log, Registry: prometheus.NewRegistry()}
 	if o.leaderElect {
 		deps.Leader = &o.leader
 	}
@@ -223,7 +224,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tlsConfig, err := serverTLS(o, log)
+	tlsConfig, err := serverTLS(o, log, deps.Registry)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/understory/understory/internal/certreload"
+	"github.com/understory/understory/metrics"
 )
 
 // errNoClientCert answers a caller without a verified client certificate.
@@ -26,7 +29,7 @@ var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/syncz": tru
 // o asks for plain HTTP. The serving pair is re-read when either file changes
 // (cert-manager and kubelet swap Secret volumes in place); so is the client CA.
 // A reload that fails keeps the last good files and is logged.
-func serverTLS(o options, log *slog.Logger) (*tls.Config, error) {
+func serverTLS(o options, log *slog.Logger, reg prometheus.Registerer) (*tls.Config, error) {
 	if o.certFile == "" {
 		return nil, nil
 	}
@@ -36,6 +39,9 @@ func serverTLS(o options, log *slog.Logger) (*tls.Config, error) {
 	}
 	certs.OnReloadError = func(err error) {
 		log.Warn("TLS certificate reload failed; serving the previous one", "err", err)
+	}
+	if err := metrics.RegisterCertExpiry(reg, "extender", certs.NotAfter); err != nil {
+		return nil, err
 	}
 	base := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 	if o.clientCAFile == "" {

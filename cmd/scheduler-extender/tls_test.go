@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // testCA is a throwaway CA issuing serving and client certificates.
@@ -148,9 +150,19 @@ func startTLS(t *testing.T, clientCA bool) *tlsFixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg, err := serverTLS(o, log)
+	reg := prometheus.NewRegistry()
+	cfg, err := serverTLS(o, log, reg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The serving certificate's expiry is exported (the expiry alert reads it).
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != "understory_tls_certificate_expiry_timestamp_seconds" ||
+		mfs[0].GetMetric()[0].GetGauge().GetValue() < float64(time.Now().Unix()) {
+		t.Fatalf("metrics %v, want the serving certificate's expiry, in the future", mfs)
 	}
 	stub := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok "+r.URL.Path) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -325,7 +337,7 @@ func TestServerTLSErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := serverTLS(o, log); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := serverTLS(o, log, prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
 		})

@@ -2,6 +2,7 @@ package certreload
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -66,6 +67,23 @@ func (r *Reloader) load() (*tls.Certificate, error) {
 	}
 	r.cert, r.certSig, r.keySig = &c, cs, ks
 	return r.cert, nil
+}
+
+// NotAfter is when the certificate served now (re-read if its files changed)
+// expires; zero when none could be loaded.
+func (r *Reloader) NotAfter() time.Time {
+	c, _ := r.load()
+	if c == nil || len(c.Certificate) == 0 {
+		return time.Time{}
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return time.Time{}
+		}
+	}
+	return leaf.NotAfter
 }
 
 // GetCertificate is tls.Config.GetCertificate.

@@ -17,12 +17,17 @@ import (
 
 func writePair(t *testing.T, dir, cn string) (string, string) {
 	t.Helper()
+	return writePairUntil(t, dir, cn, time.Now().Add(time.Hour))
+}
+
+func writePairUntil(t *testing.T, dir, cn string, notAfter time.Time) (string, string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +83,32 @@ func TestReloader(t *testing.T) {
 	}
 	if _, err := New(filepath.Join(dir, "missing"), kf); err == nil {
 		t.Fatal("missing files accepted")
+	}
+}
+
+// NotAfter follows the certificate on disk: a rotated pair's expiry shows without a
+// handshake (Prometheus scrapes it), and a broken write keeps the last good one's.
+func TestReloaderNotAfter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := time.Now().Add(20 * 24 * time.Hour).Truncate(time.Second)
+	cf, kf := writePairUntil(t, dir, "first", first)
+	r, err := New(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.NotAfter(); !got.Equal(first) {
+		t.Fatalf("NotAfter %v, want %v", got, first)
+	}
+	second := time.Now().Add(365 * 24 * time.Hour).Truncate(time.Second)
+	writePairUntil(t, dir, "second", second)
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(cf, later, later)
+	if got := r.NotAfter(); !got.Equal(second) {
+		t.Fatalf("after rotation NotAfter %v, want %v", got, second)
+	}
+	os.WriteFile(kf, []byte("garbage"), 0o600)
+	if got := r.NotAfter(); !got.Equal(second) {
+		t.Fatalf("after a broken write NotAfter %v, want the last good %v", got, second)
 	}
 }

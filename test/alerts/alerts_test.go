@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
@@ -309,6 +310,8 @@ func definedMetrics(tb testing.TB) map[string]bool {
 		"extender":     func() error { _, err := metrics.NewExtender(rec, nil); return err },
 		"configreload": func() error { _, err := metrics.NewConfigReload(rec); return err },
 		"leader":       func() error { _, err := metrics.NewLeader(rec); return err },
+		"unmanaged":    func() error { return metrics.RegisterUnmanagedGPUs(rec, 0) },
+		"certexpiry":   func() error { return metrics.RegisterCertExpiry(rec, "x", time.Now) },
 	} {
 		if err := f(); err != nil {
 			tb.Fatalf("creating the %s metrics: %v", name, err)

@@ -17,9 +17,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/test/e2e/manifestcopy"
@@ -317,11 +319,51 @@ func TestManifestsBuild(t *testing.T) {
 		gobjs := k.build(t, ctx, filepath.Join(root, "overlays", "gpu"))
 		base := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName)).Spec
 		gpu := podTemplate(t, mustFind(t, gobjs, "DaemonSet", koordletName+"-gpu")).Spec
-		if got, want := nodeAffinity(base), agentNodes+"; nvidia.com/gpu.present NotIn true"; got != want {
-			t.Errorf("pure-Go agent's node affinity %q, want %q: off GPU nodes", got, want)
+		// Every Linux node with a kubelet of its own runs exactly one agent: the GPU
+		// agent where any GPU label (NVIDIA's, Node Feature Discovery's, a cloud's)
+		// marks it, the pure-Go one elsewhere; none on Windows, virtual or Fargate nodes.
+		linux := map[string]string{"kubernetes.io/os": "linux"}
+		with := func(kv ...string) map[string]string {
+			l := maps.Clone(linux)
+			for i := 0; i < len(kv); i += 2 {
+				l[kv[i]] = kv[i+1]
+			}
+			return l
 		}
-		if got, want := nodeAffinity(gpu), agentNodes+"; nvidia.com/gpu.present In true"; got != want {
-			t.Errorf("GPU agent's node affinity %q, want %q: GPU nodes", got, want)
+		for _, tc := range []struct {
+			name   string
+			labels map[string]string
+			want   string // "gpu", "base" or "" (neither)
+		}{
+			{"plain node", linux, "base"},
+			{"GPU Operator", with("nvidia.com/gpu.present", "true"), "gpu"},
+			{"GPU Operator says false", with("nvidia.com/gpu.present", "false"), "base"},
+			{"Node Feature Discovery", with("feature.node.kubernetes.io/pci-10de.present", "true"), "gpu"},
+			{"GKE GPU pool", with("cloud.google.com/gke-accelerator", "nvidia-l4"), "gpu"},
+			{"GKE CPU pool", with("cloud.google.com/gke-nodepool", "default-pool"), "base"},
+			{"AKS GPU pool", with("kubernetes.azure.com/accelerator", "nvidia"), "gpu"},
+			{"EKS Karpenter GPU", with("karpenter.k8s.aws/instance-gpu-manufacturer", "nvidia"), "gpu"},
+			{"EKS Karpenter other accelerator", with("karpenter.k8s.aws/instance-gpu-manufacturer", "amd"), "base"},
+			{"EKS Auto Mode GPU", with("eks.amazonaws.com/instance-gpu-manufacturer", "nvidia"), "gpu"},
+			{"two GPU labels", with("nvidia.com/gpu.present", "true", "cloud.google.com/gke-accelerator", "nvidia-h100-80gb"), "gpu"},
+			{"Windows", map[string]string{"kubernetes.io/os": "windows"}, ""},
+			{"virtual-kubelet GPU", with("type", "virtual-kubelet", "nvidia.com/gpu.present", "true"), ""},
+			{"Fargate", with("eks.amazonaws.com/compute-type", "fargate"), ""},
+		} {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: tc.labels}}
+			var got []string
+			for name, spec := range map[string]corev1.PodSpec{"base": base, "gpu": gpu} {
+				ok, err := nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: spec}).Match(node)
+				if err != nil {
+					t.Fatalf("%s agent's affinity: %v", name, err)
+				}
+				if ok {
+					got = append(got, name)
+				}
+			}
+			if want := []string{tc.want}; !slices.Equal(got, want) && !(tc.want == "" && len(got) == 0) {
+				t.Errorf("%s (%v): agents %v, want %q", tc.name, tc.labels, got, tc.want)
+			}
 		}
 		if !gpu.HostPID || base.HostPID {
 			t.Errorf("hostPID: GPU agent %v, pure-Go agent %v; want only the GPU agent", gpu.HostPID, base.HostPID)

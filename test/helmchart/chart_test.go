@@ -56,7 +56,9 @@ func chartCases() []chartCase {
 //   - Namespace understory-system: kustomize's base creates it (labelled
 //     pod-security.kubernetes.io/enforce=privileged and part-of=understory); Helm makes
 //     it with --create-namespace, bare (README.md, "Install with Helm").
-//   - Secret data and the webhook's caBundle: certificates are new on every generation.
+//   - Secret data and the webhook's caBundle: certificates are new on every generation;
+//     the chart's leaf Secrets also carry understory.io/not-after (their expiry, for
+//     the reissue within 30 days of it on upgrade).
 //   - Secret understory-ca, chart only, with certificates.mode self-signed: the chart
 //     keeps its CA (key included) in the cluster, to keep the certificates across
 //     upgrades; kustomize's certs component leaves it as files of generate.sh.
@@ -78,6 +80,16 @@ func expectedDifferences(objs []obj, chart bool, values map[string]any) []obj {
 		case o["kind"] == "Secret":
 			delete(o, "data")
 			delete(o, "stringData")
+			// The chart's self-signed certificates say when they expire, for the
+			// reissue within 30 days of it on upgrade.
+			if md, _ := o["metadata"].(map[string]any); md != nil {
+				if ann, _ := md["annotations"].(map[string]any); ann != nil {
+					delete(ann, "understory.io/not-after")
+					if len(ann) == 0 {
+						delete(md, "annotations")
+					}
+				}
+			}
 		case k == webhookConfig:
 			hooks, _ := o["webhooks"].([]any)
 			for _, h := range hooks {

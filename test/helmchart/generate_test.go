@@ -82,7 +82,7 @@ const (
 	inline   tokenKind = iota // the token is replaced by the snippet
 	block                     // "key: TOKEN" becomes a block scalar filled by the snippet
 	listItem                  // "- TOKEN" becomes the lines of the snippet
-	mapEntry                  // "TOKEN: x" becomes the lines of the snippet, NINDENT its values' indent
+	mapEntry                  // "TOKEN: x" becomes the lines of the snippet, NINDENT its values' indent, KINDENT its own
 )
 
 type token struct {
@@ -213,6 +213,26 @@ func (g *generator) templatize(o obj) (string, error) {
 			}
 		}
 	}
+	if k == admissionDeploy || k == admissionPolicy {
+		if err := g.admissionPort(o); err != nil {
+			return "", err
+		}
+	}
+	if w, ok := workloads()[k]; ok {
+		if err := g.podValues(o, w); err != nil {
+			return "", err
+		}
+	}
+	switch o["kind"] {
+	case "ServiceMonitor":
+		if err := g.monitorValues(o, "serviceMonitors"); err != nil {
+			return "", err
+		}
+	case "PrometheusRule":
+		if err := g.monitorValues(o, "prometheusRule"); err != nil {
+			return "", err
+		}
+	}
 	out, err := yaml.Marshal(o)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", k, err)
@@ -242,6 +262,7 @@ func (g *generator) templatize(o obj) (string, error) {
 			}
 		case mapEntry:
 			sn := strings.ReplaceAll(tok.snippet, "NINDENT", strconv.Itoa(len(indent)+2))
+			sn = strings.ReplaceAll(sn, "KINDENT", strconv.Itoa(len(indent)))
 			for _, l := range strings.Split(sn, "\n") {
 				b.WriteString(indent + l + "\n")
 			}

@@ -81,6 +81,29 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		t.Error("the re-issued client certificate names another CA")
 	}
 
+	// A certificate that expires within 30 days is issued again from the kept CA on
+	// upgrade; the others stay.
+	prev, err := secrets.Get(ctx, "understory-admission-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter, err := time.Parse(time.RFC3339, prev.Annotations["understory.io/not-after"])
+	if err != nil || notAfter.Before(time.Now().Add(360*24*time.Hour)) {
+		t.Fatalf("the webhook's certificate Secret says it expires at %q (%v); want about a year from now", prev.Annotations["understory.io/not-after"], err)
+	}
+	prev.Annotations["understory.io/not-after"] = time.Now().Add(10 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	if _, err := secrets.Update(ctx, prev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	extenderTLS := secretData("understory-scheduler-extender-tls")
+	helmRun("upgrade", "understory", chartDir, "--namespace", namespace, "--set", "gpu.enabled=true")
+	if got := secretData("understory-admission-tls"); bytes.Equal(got["tls.crt"], admission["tls.crt"]) || !bytes.Equal(got["ca.crt"], ca["tls.crt"]) {
+		t.Error("the webhook's certificate, 10 days from its expiry, was not issued again from the kept CA")
+	}
+	if got := secretData("understory-scheduler-extender-tls"); !bytes.Equal(got["tls.crt"], extenderTLS["tls.crt"]) {
+		t.Error("the extender's certificate, a year from its expiry, was replaced")
+	}
+
 	// Uninstall: the release's objects go, the shared CRD stays.
 	helmRun("uninstall", "understory", "--namespace", namespace, "--wait")
 	if _, err := cp.Client().AppsV1().Deployments(namespace).Get(ctx, "understory-scheduler-extender", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

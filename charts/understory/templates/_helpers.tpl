@@ -33,8 +33,9 @@ understory.certs (certificates.mode self-signed): the CA and the certificates, m
 once per render and kept in .Values._understoryCerts, so that certs.yaml and the
 webhook's caBundle agree. On upgrade the Secrets in the cluster are read back
 (lookup): the CA (Secret understory-ca) is kept, and so is every serving or client
-certificate it signed; a missing one is issued from the kept CA. `helm template` has
-no cluster: it makes new ones every time.
+certificate it signed that expires in more than 30 days; a missing or expiring one is
+issued again from the kept CA. `helm template` has no cluster: it makes new ones every
+time.
 */}}
 {{- define "understory.certs" -}}
 {{- if not (hasKey .Values "_understoryCerts") -}}
@@ -52,14 +53,22 @@ no cluster: it makes new ones every time.
   (list "admission" "understory-admission-tls" (printf "understory-admission.%s.svc" $ns) (list (printf "understory-admission.%s.svc" $ns) (printf "understory-admission.%s.svc.cluster.local" $ns)))
   (list "schedulerExtender" "understory-scheduler-extender-tls" (printf "understory-scheduler-extender.%s.svc" $ns) (list (printf "understory-scheduler-extender.%s.svc" $ns) (printf "understory-scheduler-extender.%s.svc.cluster.local" $ns)))
   (list "schedulerClient" "understory-scheduler-client-tls" "understory-scheduler-client" list) -}}
+{{- $rfc3339 := "2006-01-02T15:04:05Z07:00" -}}
 {{- range $leaves -}}
 {{- $name := index . 0 -}}
 {{- $prev := lookup "v1" "Secret" $ns (index . 1) -}}
-{{- if and $prev (hasKey $prev "data") (eq (toString (index $prev.data "ca.crt")) $caCrt) (hasKey $prev.data "tls.crt") (hasKey $prev.data "tls.key") -}}
-{{- $_ := set $out $name (dict "crt" (index $prev.data "tls.crt") "key" (index $prev.data "tls.key")) -}}
+{{- /* A kept certificate must outlive the next 30 days: its Secret's
+understory.io/not-after says when it expires (written with it; a Secret without
+one, or with one that does not parse, is reissued). */ -}}
+{{- $notAfter := "" -}}
+{{- if $prev -}}{{- $notAfter = dig "metadata" "annotations" "understory.io/not-after" "" $prev -}}{{- end -}}
+{{- $renewBy := 0 -}}
+{{- if $notAfter -}}{{- $renewBy = toDate $rfc3339 $notAfter | dateModify "-720h" | unixEpoch | atoi -}}{{- end -}}
+{{- if and $prev (hasKey $prev "data") (eq (toString (index $prev.data "ca.crt")) $caCrt) (hasKey $prev.data "tls.crt") (hasKey $prev.data "tls.key") (lt (now | unixEpoch | atoi) $renewBy) -}}
+{{- $_ := set $out $name (dict "crt" (index $prev.data "tls.crt") "key" (index $prev.data "tls.key") "notAfter" $notAfter) -}}
 {{- else -}}
 {{- $c := genSignedCert (index . 2) nil (index . 3) 365 $ca -}}
-{{- $_ := set $out $name (dict "crt" (b64enc $c.Cert) "key" (b64enc $c.Key)) -}}
+{{- $_ := set $out $name (dict "crt" (b64enc $c.Cert) "key" (b64enc $c.Key) "notAfter" (dateInZone $rfc3339 (now | dateModify "+8760h") "UTC")) -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set .Values "_understoryCerts" $out -}}
