@@ -93,6 +93,8 @@ type Mutator struct {
 	profiles  Profiles
 	cluster   Cluster
 	scheduler string
+	// replaced are scheduler names pods are moved off (WithReplacedSchedulers).
+	replaced []string
 }
 
 // MutatorOption tunes NewMutator.
@@ -125,6 +127,9 @@ func NewMutator(profiles Profiles, cluster Cluster, opts ...MutatorOption) (*Mut
 	if err := ValidateSchedulerName(m.scheduler); err != nil {
 		return nil, err
 	}
+	if err := m.validateReplaced(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -153,6 +158,7 @@ func (m *Mutator) SchedulerName() string { return m.scheduler }
 func (m *Mutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (Result, error) {
 	var res Result
 	out := pod.DeepCopy()
+	m.replaceScheduler(out, &res)
 	renamed, err := renameKoordinatorResources(out)
 	if err != nil {
 		return res, err

@@ -35,6 +35,7 @@ type options struct {
 	keyFile         string
 	profiles        string
 	schedulerName   string
+	replaced        []string
 	kubeconfig      string
 	master          string
 	resync          time.Duration
@@ -55,6 +56,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		"second-scheduler mode: set spec.schedulerName to this on batch pods and pods asking for GPUs, GPU shares "+
 			"or batch resources (unless they name a scheduler other than default-scheduler); empty: off "+
 			"(manifests/components/second-scheduler sets understory-scheduler)")
+	replaced := ""
+	fs.StringVar(&replaced, "replace-scheduler", "",
+		"comma-separated scheduler names that no longer run (koord-scheduler after a migration from Koordinator): "+
+			"pods naming one get default-scheduler instead (then the second scheduler, in its mode)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&o.master, "master", "", "API server URL, overrides the kubeconfig's")
 	fs.DurationVar(&o.resync, "informer-resync", 0, "namespace/PriorityClass informer resync period (0: none)")
@@ -85,6 +90,15 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if err := admission.ValidateSchedulerName(o.schedulerName); err != nil {
 		return o, fmt.Errorf("-scheduler-name: %w", err)
+	}
+	for n := range strings.SplitSeq(replaced, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.replaced = append(o.replaced, n)
+		}
+	}
+	if _, err := admission.NewMutator(admission.Profiles{}, nil, admission.WithSchedulerName(o.schedulerName),
+		admission.WithReplacedSchedulers(o.replaced...)); err != nil {
+		return o, fmt.Errorf("-replace-scheduler: %w", err)
 	}
 	o.cfg.GPUShareScheduler = o.schedulerName
 	if o.shutdownTimeout <= 0 || o.readTimeout <= 0 || o.resync < 0 {
@@ -123,7 +137,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("building client: %w", err)
 	}
 	cluster := admission.NewClusterCache(client, o.resync)
-	mut, err := admission.NewMutator(profiles, cluster, admission.WithSchedulerName(o.schedulerName))
+	mut, err := admission.NewMutator(profiles, cluster, admission.WithSchedulerName(o.schedulerName),
+		admission.WithReplacedSchedulers(o.replaced...))
 	if err != nil {
 		return err
 	}
@@ -169,7 +184,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}()
 	log.Info("admission webhook serving", "addr", ln.Addr().String(), "profiles", profiles.Len(),
-		"validate", o.cfg.ServeValidate, "schedulerName", o.schedulerName)
+		"validate", o.cfg.ServeValidate, "schedulerName", o.schedulerName, "replaceSchedulers", o.replaced)
 	var first error
 	select {
 	case <-ctx.Done():

@@ -28,6 +28,11 @@ func TestParseFlags(t *testing.T) {
 		{"second scheduler", append(tls, "-scheduler-name=understory-scheduler"), ""},
 		{"scheduler name invalid", append(tls, "-scheduler-name=Under_Story"), "-scheduler-name"},
 		{"scheduler name default", append(tls, "-scheduler-name=default-scheduler"), "default scheduler"},
+		{"replace koord-scheduler", append(tls, "-replace-scheduler=koord-scheduler, old-sched"), ""},
+		{"replace the default scheduler", append(tls, "-replace-scheduler=default-scheduler"), "-replace-scheduler"},
+		{"replace the second scheduler", append(tls, "-scheduler-name=understory-scheduler", "-replace-scheduler=understory-scheduler"),
+			"second scheduler's own"},
+		{"replace an invalid name", append(tls, "-replace-scheduler=Koord_Scheduler"), "-replace-scheduler"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,6 +43,9 @@ func TestParseFlags(t *testing.T) {
 			}
 			if tc.name == "writers" && strings.Join(o.cfg.GPUDevicesWriters, "|") != "system:serviceaccount:s:x|system:serviceaccount:s:y" {
 				t.Fatalf("writers %q", o.cfg.GPUDevicesWriters)
+			}
+			if tc.name == "replace koord-scheduler" && strings.Join(o.replaced, "|") != "koord-scheduler|old-sched" {
+				t.Fatalf("replaced %q", o.replaced)
 			}
 			if tc.name == "second scheduler" && (o.schedulerName != "understory-scheduler" ||
 				o.cfg.GPUShareScheduler != "understory-scheduler") {

@@ -54,6 +54,7 @@ func features() []feature {
 		{name: "servicemonitors", components: []string{"components/servicemonitor"}, cond: ".Values.serviceMonitors.enabled"},
 		{name: "second-scheduler", components: []string{"components/second-scheduler"}, cond: ".Values.secondScheduler.enabled"},
 		{name: "kueue", components: []string{"components/kueue"}, cond: ".Values.kueue.enabled"},
+		{name: "from-koordinator", components: []string{"components/from-koordinator"}, cond: ".Values.koordinator.enabled"},
 	}
 }
 
