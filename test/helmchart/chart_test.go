@@ -119,9 +119,15 @@ func dig(m map[string]any, path ...string) any {
 	return v
 }
 
-// helmTemplate renders the chart with the values files.
+// testedKubeVersion is the Kubernetes version the manifests pin kube-scheduler at (and
+// every test runs): rendered at it, the chart's second scheduler (which follows the
+// cluster's version) is the manifests'.
+const testedKubeVersion = "v1.37.2"
+
+// helmTemplate renders the chart with the values files, for an API server at
+// testedKubeVersion.
 func helmTemplate(ctx context.Context, helm string, valuesFiles ...string) ([]byte, error) {
-	args := []string{"template", "understory", chartDir, "--namespace", namespace}
+	args := []string{"template", "understory", chartDir, "--namespace", namespace, "--kube-version", testedKubeVersion}
 	for _, f := range valuesFiles {
 		args = append(args, "--values", f)
 	}

@@ -101,7 +101,8 @@ type generator struct {
 
 var (
 	tokenRE = regexp.MustCompile(`HELMTOKEN_[A-Za-z0-9_-]+`)
-	// kubeSchedulerRE: the second scheduler's image, the value secondScheduler.image.
+	// kubeSchedulerRE: the second scheduler's image, the value secondScheduler.image
+	// (empty: the cluster's version).
 	// hashSuffixRE: the content hash kustomize appends to a generated ConfigMap's name.
 	hashSuffixRE    = regexp.MustCompile(`-[bcdfghkmt2-9]{10}$`)
 	kubeSchedulerRE = regexp.MustCompile(`^registry\.k8s\.io/kube-scheduler:v[0-9.]+$`)
@@ -140,7 +141,7 @@ func (g *generator) templatize(o obj) (string, error) {
 	walkStrings(o, func(s string) (string, bool) {
 		m := imageRE.FindStringSubmatch(s)
 		if kubeSchedulerRE.MatchString(s) {
-			g.tokens["HELMTOKEN_KUBE_SCHEDULER_IMAGE"] = token{kind: inline, snippet: `{{ .Values.secondScheduler.image | quote }}`}
+			g.tokens["HELMTOKEN_KUBE_SCHEDULER_IMAGE"] = token{kind: inline, snippet: `{{ include "understory.kubeSchedulerImage" . | quote }}`}
 			return "HELMTOKEN_KUBE_SCHEDULER_IMAGE", true
 		}
 		if m == nil {

@@ -204,3 +204,47 @@ func TestChartKubeVersionFloor(t *testing.T) {
 		})
 	}
 }
+
+// The second scheduler runs the cluster's own kube-scheduler version (the skew policy
+// allows the same version everywhere; the manifests' pinned one may be newer than a
+// managed API server), without a distribution's suffix; secondScheduler.image pins one.
+func TestChartSecondSchedulerFollowsCluster(t *testing.T) {
+	t.Parallel()
+	helm := findHelm(t)
+	for _, tc := range []struct {
+		kube, image, want string
+	}{
+		{"v1.34.2-gke.1000", "", "registry.k8s.io/kube-scheduler:v1.34.2"},
+		{"v1.35.1-eks-3025e55", "", "registry.k8s.io/kube-scheduler:v1.35.1"},
+		{"1.36.0", "", "registry.k8s.io/kube-scheduler:v1.36.0"},
+		{"v1.34.2-gke.1000", "mirror.example/kube-scheduler:v1.34.1", "mirror.example/kube-scheduler:v1.34.1"},
+	} {
+		t.Run(tc.kube+" "+tc.image, func(t *testing.T) {
+			t.Parallel()
+			f := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(f, []byte("secondScheduler: {enabled: true, image: \""+tc.image+"\"}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := run(context.Background(), "", helm, "template", "understory", chartDir, "--namespace", namespace,
+				"--kube-version", tc.kube, "--values", f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decode(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				if key(o) != secondScheduler {
+					continue
+				}
+				c := podSpec(o)["containers"].([]any)[0].(map[string]any)
+				if c["image"] != tc.want {
+					t.Fatalf("image %v, want %s", c["image"], tc.want)
+				}
+				return
+			}
+			t.Fatal("no second scheduler rendered")
+		})
+	}
+}

@@ -88,3 +88,19 @@ one, or with one that does not parse, is reissued). */ -}}
 {{- end -}}
 {{- $_ := include "understory.koordletConfig" . -}}
 {{- end -}}
+
+{{/*
+understory.kubeSchedulerImage: the second scheduler's image: secondScheduler.image, or
+upstream kube-scheduler at the cluster's version (.Capabilities.KubeVersion, its
+distribution suffix dropped: v1.34.2-gke.1000 gives v1.34.2). The same version as the
+API server is what the skew policy allows everywhere. helm template without a cluster
+renders Helm's default version unless given --kube-version.
+*/}}
+{{- define "understory.kubeSchedulerImage" -}}
+{{- if .Values.secondScheduler.image -}}
+{{- .Values.secondScheduler.image -}}
+{{- else -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- printf "registry.k8s.io/kube-scheduler:v%d.%d.%d" $v.Major $v.Minor $v.Patch -}}
+{{- end -}}
+{{- end -}}
