@@ -290,6 +290,8 @@ var (
 	metricRE = regexp.MustCompile(`\b(understory_[a-zA-Z0-9_]+|up)\b`)
 	jobRE    = regexp.MustCompile(`\bjob\s*=~?\s*"([^"]*)"`)
 	fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
+	// kueueMetricRE finds a metric's name in kueuequota/metrics.go.
+	kueueMetricRE = regexp.MustCompile(`Name:\s+"(understory_kueue_quota_[a-z_]+)"`)
 )
 
 // recorder is a prometheus.Registerer that keeps what is registered.
@@ -318,6 +320,14 @@ func definedMetrics(tb testing.TB) map[string]bool {
 		}
 	}
 	names := map[string]bool{}
+	// The Kueue quota follower's metrics live in its own package, unexported.
+	src, err := os.ReadFile("../../kueuequota/metrics.go")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, m := range kueueMetricRE.FindAllStringSubmatch(string(src), -1) {
+		names[m[1]] = true
+	}
 	for _, c := range rec.cs {
 		ch := make(chan *prometheus.Desc)
 		go func() { c.Describe(ch); close(ch) }()
