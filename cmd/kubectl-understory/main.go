@@ -1,33 +1,34 @@
 // Command kubectl-understory is the kubectl plugin `kubectl understory` (package
 // internal/kubectlunderstory): put it on PATH and run
 //
-//	kubectl understory node NAME [-o json]
-//	kubectl understory why POD [-n NAMESPACE] [-o json]
+//	kubectl understory node NAME [-o table|json|yaml]
+//	kubectl understory why POD [-n NAMESPACE] [-o table|json|yaml]
 //
-// with the user's kubeconfig (KUBECONFIG, --kubeconfig, --context). It only parses the
+// with kubectl's own connection flags (k8s.io/cli-runtime: --kubeconfig, --context,
+// --namespace, --server, --token, --as, --request-timeout, ...). It only parses the
 // command line.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/understory/understory/internal/kubectlunderstory"
 )
 
 const usage = `kubectl understory: day-2 answers from Understory
 
-  kubectl understory node NAME [-o table|json]
+  kubectl understory node NAME [-o table|json|yaml]
       the node agent's batch budget, each term, what it publishes, each batch pod's state
-  kubectl understory why POD [-n NAMESPACE] [-o table|json]
+  kubectl understory why POD [-n NAMESPACE] [-o table|json|yaml]
       why a batch or GPU pod is Pending, or slowed
 
 Flags (anywhere after the command):
@@ -36,11 +37,11 @@ Flags (anywhere after the command):
 // options are the parsed command line.
 type options struct {
 	command, arg   string
-	kubeconfig     string
-	context        string
-	namespace      string
 	output         string
 	agentNamespace string
+	via            string
+	// config is kubectl's connection flags.
+	config *genericclioptions.ConfigFlags
 }
 
 func main() {
@@ -49,7 +50,7 @@ func main() {
 	stop()
 	switch {
 	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 	case errors.Is(err, kubectlunderstory.ErrUsage):
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(2)
@@ -68,21 +69,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules() // KUBECONFIG, else ~/.kube/config
-	rules.ExplicitPath = o.kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: o.context})
-	cfg, err := loader.ClientConfig()
+	via, err := kubectlunderstory.ParseVia(o.via)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.config.ToRESTConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	ns := o.namespace
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
-			return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
-		}
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace() // --namespace, else the context's
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
 	}
-	c, err := kubectlunderstory.New(cfg, kubectlunderstory.Options{AgentNamespace: o.agentNamespace})
+	c, err := kubectlunderstory.New(cfg, kubectlunderstory.Options{AgentNamespace: o.agentNamespace, Via: via})
 	if err != nil {
 		return err
 	}
@@ -94,32 +93,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // parse reads COMMAND ARG with the flags before, between or after them.
 func parse(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("kubectl understory", flag.ContinueOnError)
+	o := options{config: genericclioptions.NewConfigFlags(true)}
+	fs := pflag.NewFlagSet("kubectl understory", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
-	fs.StringVar(&o.context, "context", "", "the kubeconfig context to use")
-	fs.StringVar(&o.namespace, "n", "", "the pod's namespace (why; default: the context's)")
-	fs.StringVar(&o.namespace, "namespace", "", "the pod's namespace (why; default: the context's)")
-	fs.StringVar(&o.output, "o", "table", "output: table or json")
-	fs.StringVar(&o.output, "output", "table", "output: table or json")
+	o.config.AddFlags(fs)
+	fs.StringVarP(&o.output, "output", "o", "table", "output: table, json or yaml")
 	fs.StringVar(&o.agentNamespace, "agent-namespace", kubectlunderstory.DefaultAgentNamespace,
 		"the namespace the node agent runs in")
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return o, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	fs.StringVar(&o.via, "via", string(kubectlunderstory.ViaAuto),
+		"how to reach the node agent: auto (the API server's pod proxy, else port-forward), proxy or port-forward")
+	if err := fs.Parse(args); err != nil {
+		return o, err
 	}
+	pos := fs.Args()
 	if len(pos) != 2 || pos[0] != "node" && pos[0] != "why" {
 		fs.Usage()
 		return o, fmt.Errorf("%w: want `node NAME` or `why POD`, got %q", kubectlunderstory.ErrUsage, pos)

@@ -1,10 +1,12 @@
 package kubectlunderstory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"time"
@@ -13,9 +15,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/pager"
+	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/qos"
 )
@@ -42,17 +47,38 @@ type Format string
 const (
 	FormatTable Format = "table"
 	FormatJSON  Format = "json"
+	FormatYAML  Format = "yaml"
 )
 
-// ParseFormat reads -o: "" or "table", or "json".
+// ParseFormat reads -o: "" or "table", "json" or "yaml".
 func ParseFormat(s string) (Format, error) {
 	switch s {
 	case "", string(FormatTable):
 		return FormatTable, nil
 	case string(FormatJSON):
 		return FormatJSON, nil
+	case string(FormatYAML):
+		return FormatYAML, nil
 	}
-	return "", fmt.Errorf("%w: output format %q: want table or json", ErrUsage, s)
+	return "", fmt.Errorf("%w: output format %q: want table, json or yaml", ErrUsage, s)
+}
+
+// writeData writes the JSON document data as format asks: as it is (with a final
+// newline), or as YAML.
+func writeData(out io.Writer, format Format, data []byte) error {
+	if format == FormatYAML {
+		y, err := yaml.JSONToYAML(data)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(y)
+		return err
+	}
+	if !bytes.HasSuffix(data, []byte("\n")) {
+		data = append(data, '\n')
+	}
+	_, err := out.Write(data)
+	return err
 }
 
 // Defaults of Options.
@@ -66,10 +92,41 @@ const (
 	DefaultAgentPort = 9316
 )
 
-// Options say where the agent runs.
+// Via is how the plugin reaches the node agent's /status.
+type Via string
+
+// The ways to the agent.
+const (
+	// ViaAuto: the API server's pod proxy, and port-forward when the proxy cannot
+	// reach the agent (a NetworkPolicy under Calico or Cilium refuses the API server).
+	ViaAuto Via = "auto"
+	// ViaProxy: the pod proxy only (needs pods/proxy get).
+	ViaProxy Via = "proxy"
+	// ViaPortForward: port-forward only (needs pods/portforward create); kubelet
+	// connects inside the pod's network namespace, where NetworkPolicies do not apply.
+	ViaPortForward Via = "port-forward"
+)
+
+// ParseVia reads --via: "" or auto, proxy, port-forward.
+func ParseVia(s string) (Via, error) {
+	switch v := Via(s); v {
+	case "":
+		return ViaAuto, nil
+	case ViaAuto, ViaProxy, ViaPortForward:
+		return v, nil
+	}
+	return "", fmt.Errorf("%w: --via %q: want auto, proxy or port-forward", ErrUsage, s)
+}
+
+// Options say where the agent runs and how to reach it.
 type Options struct {
 	AgentNamespace string // DefaultAgentNamespace when empty
 	AgentSelector  string // DefaultAgentSelector when empty
+	// Via is how /status is read (ViaAuto when empty).
+	Via Via
+	// Forward GETs path from port of a pod through port-forward; New sets the API
+	// server's. Nil: port-forward is not available.
+	Forward func(ctx context.Context, namespace, pod string, port int32, path string) ([]byte, error)
 	// Now is the clock for ages in the output (time.Now when nil).
 	Now func() time.Time
 }
@@ -92,6 +149,11 @@ func New(cfg *rest.Config, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the dynamic client: %w", err)
 	}
+	if opts.Forward == nil {
+		opts.Forward = func(ctx context.Context, namespace, pod string, port int32, path string) ([]byte, error) {
+			return portForwardGet(ctx, cfg, kube, namespace, pod, port, path)
+		}
+	}
 	return NewFromClients(kube, dyn, opts), nil
 }
 
@@ -105,6 +167,9 @@ func NewFromClients(kube kubernetes.Interface, dyn dynamic.Interface, opts Optio
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Via == "" {
+		opts.Via = ViaAuto
 	}
 	return &Client{kube: kube, dyn: dyn, opts: opts}
 }
@@ -170,25 +235,62 @@ func agentPort(pod *corev1.Pod) int32 {
 	return DefaultAgentPort
 }
 
-// agentStatus reads the agent's /status through the API server's pod proxy: the raw
-// JSON and its decoded view.
+// agentStatus reads the agent's /status, through the API server's pod proxy or
+// port-forward as Options.Via says: the raw JSON and its decoded view.
 func (c *Client) agentStatus(ctx context.Context, agent *corev1.Pod) ([]byte, *AgentStatus, error) {
 	ns := c.opts.AgentNamespace
-	port := strconv.Itoa(int(agentPort(agent)))
-	raw, err := c.kube.CoreV1().Pods(ns).ProxyGet("http", agent.Name, port, "status", nil).DoRaw(ctx)
-	if err != nil {
-		if apierrors.IsForbidden(err) {
-			return nil, nil, apiError(err, "get", "pods/proxy", ns, agent.Name)
+	var raw []byte
+	var err error
+	if c.opts.Via != ViaPortForward {
+		raw, err = c.proxyStatus(ctx, agent)
+	}
+	if c.opts.Via == ViaPortForward || c.opts.Via == ViaAuto && errors.Is(err, ErrAgentUnreachable) {
+		proxyErr := err
+		raw, err = c.forwardStatus(ctx, agent)
+		if err != nil && proxyErr != nil {
+			err = fmt.Errorf("%w; and %w", proxyErr, err)
 		}
-		return nil, nil, fmt.Errorf("%w: GET /api/v1/namespaces/%s/pods/%s:%s/proxy/status: %w (a NetworkPolicy that "+
-			"admits only Prometheus to the agent refuses the API server: see docs/operations.md)", ErrAgentUnreachable, ns,
-			agent.Name, port, err)
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	var st AgentStatus
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, nil, fmt.Errorf("%w: decoding the /status of %s/%s: %w", ErrAgentUnreachable, ns, agent.Name, err)
 	}
 	return raw, &st, nil
+}
+
+// proxyStatus GETs /status through the API server's pod proxy.
+func (c *Client) proxyStatus(ctx context.Context, agent *corev1.Pod) ([]byte, error) {
+	ns := c.opts.AgentNamespace
+	port := strconv.Itoa(int(agentPort(agent)))
+	raw, err := c.kube.CoreV1().Pods(ns).ProxyGet("http", agent.Name, port, "status", nil).DoRaw(ctx)
+	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, apiError(err, "get", "pods/proxy", ns, agent.Name)
+		}
+		return nil, fmt.Errorf("%w: GET /api/v1/namespaces/%s/pods/%s:%s/proxy/status: %w (a NetworkPolicy that "+
+			"admits only Prometheus to the agent refuses the API server: see docs/operations.md)", ErrAgentUnreachable, ns,
+			agent.Name, port, err)
+	}
+	return raw, nil
+}
+
+// forwardStatus GETs /status through port-forward.
+func (c *Client) forwardStatus(ctx context.Context, agent *corev1.Pod) ([]byte, error) {
+	ns := c.opts.AgentNamespace
+	if c.opts.Forward == nil {
+		return nil, fmt.Errorf("%w: port-forward is not available", ErrAgentUnreachable)
+	}
+	raw, err := c.opts.Forward(ctx, ns, agent.Name, agentPort(agent), "/status")
+	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, apiError(err, "create", "pods/portforward", ns, agent.Name)
+		}
+		return nil, fmt.Errorf("%w: port-forward to %s/%s:%d: %w", ErrAgentUnreachable, ns, agent.Name, agentPort(agent), err)
+	}
+	return raw, nil
 }
 
 // AgentStatus is the part of the node agent's /status (koordlet.Status) the plugin
@@ -268,4 +370,23 @@ func batchCondition(pod *corev1.Pod) *corev1.PodCondition {
 		}
 	}
 	return nil
+}
+
+// listPageSize is how many pods one list request asks for: a cluster's pods come in
+// pages, as kubectl reads them, not in one response of every pod.
+const listPageSize = 500
+
+// eachPod calls fn for every pod of namespace ("": all) that opts select, reading
+// them page by page.
+func (c *Client) eachPod(ctx context.Context, namespace string, opts metav1.ListOptions, fn func(*corev1.Pod)) error {
+	p := pager.New(pager.SimplePageFunc(func(o metav1.ListOptions) (runtime.Object, error) {
+		return c.kube.CoreV1().Pods(namespace).List(ctx, o)
+	}))
+	p.PageSize = listPageSize
+	return p.EachListItem(ctx, opts, func(obj runtime.Object) error {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			fn(pod)
+		}
+		return nil
+	})
 }

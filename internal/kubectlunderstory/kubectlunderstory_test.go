@@ -188,6 +188,7 @@ func TestNode(t *testing.T) {
 		{name: "table", golden: "node"},
 		{name: "frozen", freeze: true, contains: "train-0  frozen"},
 		{name: "json", format: FormatJSON, contains: `"applied":1.8`},
+		{name: "yaml", format: FormatYAML, contains: "applied: 1.8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -329,7 +330,7 @@ func TestWhyErrors(t *testing.T) {
 	if err := c.Why(t.Context(), "jobs", "", io.Discard, FormatTable); !errors.Is(err, ErrUsage) {
 		t.Errorf("no pod: %v", err)
 	}
-	if _, err := ParseFormat("yaml"); !errors.Is(err, ErrUsage) {
-		t.Errorf("-o yaml: %v", err)
+	if _, err := ParseFormat("xml"); !errors.Is(err, ErrUsage) {
+		t.Errorf("-o xml: %v", err)
 	}
 }

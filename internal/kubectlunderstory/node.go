@@ -67,9 +67,8 @@ func (c *Client) Node(ctx context.Context, node string, out io.Writer, format Fo
 	if err != nil {
 		return err
 	}
-	if format == FormatJSON {
-		_, err := out.Write(append(raw, '\n'))
-		return err
+	if format != FormatTable {
+		return writeData(out, format, raw)
 	}
 	r := NodeReport{Node: node, Agent: agent.Namespace + "/" + agent.Name, Status: st}
 	if q, ok := n.Status.Allocatable[contract.ResourceBatchCPU]; ok {

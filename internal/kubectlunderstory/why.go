@@ -130,10 +130,12 @@ func (c *Client) Why(ctx context.Context, namespace, name string, out io.Writer,
 	} else {
 		c.whyRunning(ctx, pod, r)
 	}
-	if format == FormatJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+	if format != FormatTable {
+		data, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		return writeData(out, format, data)
 	}
 	return writeWhy(out, r, c.opts.Now())
 }
@@ -194,23 +196,21 @@ func (c *Client) whyPending(ctx context.Context, pod *corev1.Pod, req map[string
 		return
 	}
 	used := map[string]map[string]int64{}
-	pods, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=," +
-		"status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)})
+	err = c.eachPod(ctx, "", metav1.ListOptions{FieldSelector: "spec.nodeName!=," +
+		"status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)}, func(p *corev1.Pod) {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return
+		}
+		if used[p.Spec.NodeName] == nil {
+			used[p.Spec.NodeName] = map[string]int64{}
+		}
+		for n, v := range podRequests(p) {
+			used[p.Spec.NodeName][n] += v
+		}
+	})
 	if err != nil {
 		r.Notes = append(r.Notes, "free resources unknown (allocatable only): "+apiError(err, "list", "pods", "", "").Error())
-	} else {
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			if used[p.Spec.NodeName] == nil {
-				used[p.Spec.NodeName] = map[string]int64{}
-			}
-			for n, v := range podRequests(p) {
-				used[p.Spec.NodeName][n] += v
-			}
-		}
+		used = map[string]map[string]int64{}
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -293,19 +293,20 @@ func (c *Client) whyGang(ctx context.Context, pod *corev1.Pod, r *WhyReport) err
 			g.Phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
 		}
 	}
-	pods, err := c.kube.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{})
+	var members, scheduled int
+	err := c.eachPod(ctx, pod.Namespace, metav1.ListOptions{}, func(p *corev1.Pod) {
+		if member(p) && p.DeletionTimestamp == nil {
+			members++
+			if p.Spec.NodeName != "" {
+				scheduled++
+			}
+		}
+	})
 	if err != nil {
 		errs = append(errs, apiError(err, "list", "pods", pod.Namespace, "").Error())
 	} else {
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if member(p) && p.DeletionTimestamp == nil {
-				g.Members++
-				if p.Spec.NodeName != "" {
-					g.Scheduled++
-				}
-			}
-		}
+		g.Members += members
+		g.Scheduled += scheduled
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))

@@ -48,7 +48,7 @@ var allocatableLine = regexp.MustCompile(`(?m)^\s*on the Node \(allocatable\)\s+
 
 // pluginNode: `kubectl understory node NAME` reads the agent's /status through the API
 // server's proxy and shows the real node's budget, term by term, what the Node
-// publishes, and the batch Job's pod with its state.
+// publishes, and the batch Job's pod with its state; through port-forward too.
 func (in *install) pluginNode(t *testing.T) {
 	ctx, n := in.ctx, in.n
 	node := n.env["NODE_NAME"]
@@ -75,6 +75,17 @@ func (in *install) pluginNode(t *testing.T) {
 		}
 	}
 	t.Logf("kubectl understory node %s:\n%s", node, out)
+
+	// Where a NetworkPolicy enforcer (Calico, Cilium) refuses the API server's pod proxy,
+	// the plugin falls back to port-forward, which kubelet serves inside the agent's
+	// network namespace: here forced, with kubectl's own flags and YAML output.
+	fwd, err := in.understory(ctx, t, "node", node, "--via", "port-forward", "--request-timeout=30s", "-o", "yaml")
+	if err != nil {
+		t.Fatalf("kubectl understory node %s --via port-forward: %v", node, err)
+	}
+	if !strings.Contains(fwd, "healthy: true") || !strings.Contains(fwd, "\nbudget:") {
+		t.Errorf("kubectl understory node %s --via port-forward -o yaml: not the agent's /status:\n%s", node, fwd)
+	}
 
 	why, err := in.understory(ctx, t, "why", in.crunch.Name, "-n", workNS)
 	if err != nil {
