@@ -3,55 +3,38 @@ package admission
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 )
 
-// koordinatorProfiles returns the profiles.yaml that components/from-koordinator
-// gives the webhook.
+// koordinatorProfiles are the profiles of components/from-koordinator: the base's
+// batch profile and Koordinator's example ClusterColocationProfile translated
+// (TestKoordinatorMigrationEndToEnd runs the component's own file).
 func koordinatorProfiles(t *testing.T) Profiles {
 	t.Helper()
-	data, err := os.ReadFile("../manifests/components/from-koordinator/kustomization.yaml")
+	ps, err := ParseProfiles([]byte(`
+profiles:
+  - name: batch
+    namespaceSelector: {matchLabels: {understory.io/colocation-profile: batch}}
+    qosClass: batch
+    priorityClassName: understory-batch
+  - name: koordinator-colocation
+    namespaceSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
+    objectSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
+    qosClass: batch
+    priorityClassName: understory-batch
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var k struct {
-		Patches []struct {
-			Patch string `json:"patch"`
-		} `json:"patches"`
-	}
-	if err := yaml.Unmarshal(data, &k); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range k.Patches {
-		var ops []struct {
-			Path  string `json:"path"`
-			Value any    `json:"value"`
-		}
-		if err := yaml.Unmarshal([]byte(p.Patch), &ops); err != nil {
-			t.Fatal(err)
-		}
-		for _, op := range ops {
-			if op.Path == "/data/profiles.yaml" {
-				ps, err := ParseProfiles([]byte(op.Value.(string)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ps
-			}
-		}
-	}
-	t.Fatal("components/from-koordinator sets no profiles.yaml")
-	return Profiles{}
+	return ps
 }
 
 // koordinatorPod is the pod of Koordinator's colocation example, as its profile left

@@ -163,23 +163,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		"adm-profile":    {admission.LabelProfile: "batch"},
 		"adm-ls-allowed": {admission.LabelAllowLSBestEffort: "true"},
 	}
-	for ns, labels := range namespaces {
-		if err := cp.CreateNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		if labels != nil {
-			n, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range labels {
-				n.Labels[k] = v
-			}
-			if _, err := c.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createNamespaces(t, ctx, cp, namespaces)
 	waitAdmissionActive(t, ctx, c, "adm-batch", true)
 
 	create := func(p *corev1.Pod) (*corev1.Pod, error) {

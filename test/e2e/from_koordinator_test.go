@@ -84,23 +84,7 @@ func TestKoordinatorMigrationEndToEnd(t *testing.T) {
 	pcs, profiles := koordinatorComponent(t)
 	_, batchPC := shippedProfiles(t)
 
-	for ns, labels := range map[string]map[string]string{"colo": {"koordinator.sh/enable-colocation": "true"}, "web": nil} {
-		if err := cp.CreateNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		if labels != nil {
-			n, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range labels {
-				n.Labels[k] = v
-			}
-			if _, err := c.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createNamespaces(t, ctx, cp, map[string]map[string]string{"colo": {"koordinator.sh/enable-colocation": "true"}, "web": nil})
 	// Koordinator's example pod, as its profile wrote it.
 	koordPod := func(name string) *corev1.Pod {
 		p := controlplane.NewPod("colo", name, corev1.ResourceList{

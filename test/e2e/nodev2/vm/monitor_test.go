@@ -1,10 +1,7 @@
 package vm
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,44 +29,23 @@ func TestSymbolNames(t *testing.T) {
 	}
 }
 
-// fakeQMP answers qmp_capabilities, an event, and info registers / x for cpu 1.
+// fakeQMP answers qmp_capabilities and the human monitor's info registers and x,
+// each after an event nobody asked for.
 func fakeQMP(t *testing.T, sock string) {
 	t.Helper()
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = c.Write([]byte(`{"QMP": {"version": {}, "capabilities": []}}` + "\n"))
-		dec := json.NewDecoder(bufio.NewReader(c))
-		for {
-			var req struct {
-				Execute   string         `json:"execute"`
-				Arguments map[string]any `json:"arguments"`
-			}
-			if dec.Decode(&req) != nil {
-				return
-			}
+	serveJSON(t, sock, []any{map[string]any{"QMP": map[string]any{"version": map[string]any{}, "capabilities": []any{}}}},
+		func(execute string, args map[string]any) []any {
 			var reply any = map[string]any{"return": map[string]any{}}
-			if req.Execute == "human-monitor-command" {
-				line, _ := req.Arguments["command-line"].(string)
+			if execute == "human-monitor-command" {
+				line, _ := args["command-line"].(string)
 				out := "RAX=0 RBX=0\nRSP=ffffc90000abc000 RBP=0\nRIP=ffffffff81a068ac RFL=00000046 [---Z-P-] CPL=0\n"
 				if strings.HasPrefix(line, "x/") {
 					out = "ffffc90000abc000: 0xffffffff81a06fea 0x0000000000000001\nffffc90000abc010: 0xffffc90000abc100 0xffffffff81a06f90\n"
 				}
 				reply = map[string]any{"return": out}
 			}
-			_, _ = c.Write([]byte(`{"event": "RTC_CHANGE", "data": {}}` + "\n"))
-			b, _ := json.Marshal(reply)
-			_, _ = c.Write(append(b, '\n'))
-		}
-	}()
+			return []any{map[string]any{"event": "RTC_CHANGE", "data": map[string]any{}}, reply}
+		})
 }
 
 func TestMonitorNamesWhereAVCPUIs(t *testing.T) {

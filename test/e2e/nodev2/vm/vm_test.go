@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// fakeAgent answers the qemu guest agent's protocol on a unix socket: first an error
-// reply nobody asked for (what an abandoned request leaves behind), then guest-sync,
-// guest-exec and guest-exec-status (running once, then exited).
-func fakeAgent(t *testing.T, sock string) {
+// serveJSON accepts one connection on a unix socket, writes first, then reads JSON
+// requests ({"execute": ..., "arguments": ...}) and writes the lines answer returns for
+// each, until the client goes.
+func serveJSON(t *testing.T, sock string, first []any, answer func(execute string, args map[string]any) []any) {
 	t.Helper()
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -27,9 +27,14 @@ func fakeAgent(t *testing.T, sock string) {
 			return
 		}
 		defer c.Close()
-		_, _ = c.Write([]byte(`{"error": {"class": "GenericError", "desc": "stale"}}` + "\n"))
+		write := func(lines []any) {
+			for _, v := range lines {
+				b, _ := json.Marshal(v)
+				_, _ = c.Write(append(b, '\n'))
+			}
+		}
+		write(first)
 		dec := json.NewDecoder(bufio.NewReader(c))
-		polls := 0
 		for {
 			var req struct {
 				Execute   string         `json:"execute"`
@@ -38,10 +43,23 @@ func fakeAgent(t *testing.T, sock string) {
 			if dec.Decode(&req) != nil {
 				return
 			}
+			write(answer(req.Execute, req.Arguments))
+		}
+	}()
+}
+
+// fakeAgent answers the qemu guest agent's protocol on a unix socket: first an error
+// reply nobody asked for (what an abandoned request leaves behind), then guest-sync,
+// guest-exec and guest-exec-status (running once, then exited).
+func fakeAgent(t *testing.T, sock string) {
+	t.Helper()
+	polls := 0
+	serveJSON(t, sock, []any{map[string]any{"error": map[string]any{"class": "GenericError", "desc": "stale"}}},
+		func(execute string, args map[string]any) []any {
 			var reply any
-			switch req.Execute {
+			switch execute {
 			case "guest-sync":
-				reply = map[string]any{"return": req.Arguments["id"]}
+				reply = map[string]any{"return": args["id"]}
 			case "guest-exec":
 				reply = map[string]any{"return": map[string]any{"pid": 42}}
 			case "guest-exec-status":
@@ -53,12 +71,10 @@ func fakeAgent(t *testing.T, sock string) {
 						"err-data": base64.StdEncoding.EncodeToString([]byte("err\n"))}}
 				}
 			default:
-				reply = map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": req.Execute}}
+				reply = map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": execute}}
 			}
-			b, _ := json.Marshal(reply)
-			_, _ = c.Write(append(b, '\n'))
-		}
-	}()
+			return []any{reply}
+		})
 }
 
 func TestRunThroughGuestAgent(t *testing.T) {
