@@ -32,6 +32,13 @@ build:
 images: build tsg-shim
 	$(BIN)/mkimage project -version $(VERSION) -bin $(BIN) -out $(BIN)/images
 
+# A release into dist/ (scripts/release.sh): install.yaml, the Helm chart and its index,
+# multi-platform OCI archives with SBOMs, the kubectl plugin with a krew manifest,
+# SHA256SUMS. Tags are VERSION on a tagged clean tree, else VERSION-g<commit>.
+.PHONY: release
+release: tsg-shim helm-bin k8s-bins
+	scripts/release.sh
+
 # The co-location demo on this machine: first memory pressure (an LS key-value service
 # and batch jobs that size their heap to what they see, without and with the agent), then
 # an LS web service and CPU-hungry batch pods alone, under kubelet's plain BestEffort

@@ -10,6 +10,12 @@
 //	    [-env K=V]... [-user U] [-workdir D] [-label K=V]... [-arch GOARCH]
 //	    one image of one layer: the tree below DIR, owned by root
 //	    (scripts/realnode/build.sh: the pause and busybox images)
+//	mkimage release -version V -bin ARCH=DIR [-bin ARCH=DIR]... [-out dist/images] [-lib-root /]
+//	    the release's images: for each component, one image per architecture whose
+//	    DIR holds its binary, as one multi-platform OCI archive OUT/<name>.oci.tar
+//	    (an image index in an OCI layout, tagged understory/<name>:V), an SPDX SBOM
+//	    per image in OUT/sbom/<name>_linux_<arch>.spdx.json, and OUT/images.json
+//	    (`make release`)
 //	mkimage binary -ref NAME:TAG -bin FILE -entrypoint /PATH -out FILE.tar [-user U]
 //	    [-lib-root /] [-label K=V]...
 //	    one prebuilt binary at /PATH, also the entrypoint, over the project images'
@@ -90,8 +96,10 @@ func run(args []string, stdout, stderr io.Writer, epoch string) error {
 		return dir(args[1:], stdout, stderr, created)
 	case "binary":
 		return binary(args[1:], stdout, stderr, created)
+	case "release":
+		return release(args[1:], stdout, stderr, created)
 	}
-	return fmt.Errorf("%w: unknown subcommand %q, want project, dir or binary", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q, want project, release, dir or binary", errUsage, args[0])
 }
 
 func project(args []string, stdout, stderr io.Writer, created time.Time) error {

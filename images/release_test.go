@@ -1,0 +1,177 @@
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/understory/understory/internal/testenv"
+)
+
+func archImage(t *testing.T, ref, arch string) *Image {
+	t.Helper()
+	img, err := Build(Spec{Ref: ref, OS: "linux", Architecture: arch,
+		Layers: []Layer{{Name: "l", Files: []File{{Path: "/hello", Mode: 0o755, Data: []byte(arch)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// untar extracts an OCI archive (plain tar of an OCI layout) into a directory.
+func untarLayout(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// One multi-platform image: an OCI layout whose one index names the tag and holds one
+// image per platform; the same images give the same bytes; images with different
+// tags or none are refused.
+func TestWriteIndexArchive(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	imgs := []*Image{archImage(t, "x.test/u/a:v1", "amd64"), archImage(t, "x.test/u/a:v1", "arm64")}
+	path := filepath.Join(dir, "a.oci.tar")
+	digest, err := WriteIndexArchive(path, imgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := layout.ImageIndexFromPath(untarLayout(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil || len(m.Manifests) != 1 || m.Manifests[0].Digest != digest ||
+		m.Manifests[0].Annotations[annotationRefName] != "x.test/u/a:v1" {
+		t.Fatalf("layout index %+v (%v): want one entry, the index %s named x.test/u/a:v1", m, err, digest)
+	}
+	idx, err := top.ImageIndex(digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var platforms []string
+	for _, d := range im.Manifests {
+		platforms = append(platforms, d.Platform.OS+"/"+d.Platform.Architecture)
+	}
+	if strings.Join(platforms, " ") != "linux/amd64 linux/arm64" {
+		t.Errorf("platforms %v", platforms)
+	}
+	again := filepath.Join(dir, "b.oci.tar")
+	if _, err := WriteIndexArchive(again, imgs); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(path)
+	b, _ := os.ReadFile(again)
+	if !bytes.Equal(a, b) {
+		t.Error("the same images gave different archives")
+	}
+	if _, err := WriteIndexArchive(filepath.Join(dir, "c.oci.tar"), []*Image{imgs[0], archImage(t, "x.test/u/a:v2", "arm64")}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("two tags in one index: %v", err)
+	}
+	if _, err := WriteIndexArchive(filepath.Join(dir, "d.oci.tar"), nil); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("no images: %v", err)
+	}
+}
+
+// The SBOM of an image names its program's module, the Go standard library and every
+// module linked in (this test binary's: go-containerregistry), with purls, and the
+// image's files beyond the base layer.
+func TestSBOM(t *testing.T) {
+	t.Parallel()
+	// mkimage, built here: it links go-containerregistry (a test binary's build
+	// information lists no modules).
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.SkipOrFailInCI(t, "no go command to build cmd/mkimage")
+	}
+	exe := filepath.Join(t.TempDir(), "mkimage")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", exe, "./cmd/mkimage")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/mkimage: %v\n%s", err, out)
+	}
+	spec := Spec{Ref: "x.test/u/a:v1", Labels: map[string]string{LabelVersion: "v1"}, Layers: []Layer{
+		{Name: "base", Files: baseFiles()},
+		{Name: "glibc", Files: []File{{Path: "/lib64/ld-linux-x86-64.so.2", Mode: 0o755}}},
+		{Name: "a", Files: []File{{Path: "/a", Mode: 0o755}}},
+	}}
+	data, err := SBOM("x.test/u/a:v1 linux/amd64", spec, exe, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		SPDXVersion  string `json:"spdxVersion"`
+		CreationInfo struct {
+			Created string `json:"created"`
+		} `json:"creationInfo"`
+		Packages []struct {
+			Name         string `json:"name"`
+			Version      string `json:"versionInfo"`
+			Comment      string `json:"comment"`
+			ExternalRefs []struct {
+				Locator string `json:"referenceLocator"`
+			} `json:"externalRefs"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.SPDXVersion != "SPDX-2.3" || doc.CreationInfo.Created != "1970-01-01T00:00:00Z" {
+		t.Errorf("document %s created %s", doc.SPDXVersion, doc.CreationInfo.Created)
+	}
+	found := map[string]string{}
+	for _, p := range doc.Packages {
+		if len(p.ExternalRefs) > 0 {
+			found[p.Name] = p.ExternalRefs[0].Locator
+		}
+		if p.Name == "image files" && p.Comment != "files of the image beyond its base: /a /lib64/ld-linux-x86-64.so.2" {
+			t.Errorf("image files: %q", p.Comment)
+		}
+	}
+	if !strings.HasPrefix(found["github.com/google/go-containerregistry"], "pkg:golang/github.com/google/go-containerregistry@v") ||
+		!strings.HasPrefix(found["stdlib"], "pkg:golang/stdlib@1.") || found["github.com/understory/understory"] == "" {
+		t.Errorf("packages %v: want the main module, stdlib and go-containerregistry with purls", found)
+	}
+	if _, err := SBOM("x", spec, filepath.Join(t.TempDir(), "missing"), time.Unix(0, 0)); err == nil {
+		t.Error("an SBOM of a missing binary")
+	}
+}
