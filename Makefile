@@ -35,9 +35,14 @@ images: build tsg-shim
 # A release into dist/ (scripts/release.sh): install.yaml, the Helm chart and its index,
 # multi-platform OCI archives with SBOMs, the kubectl plugin with a krew manifest,
 # SHA256SUMS. Tags are VERSION on a tagged clean tree, else VERSION-g<commit>.
-.PHONY: release
+.PHONY: release push
 release: tsg-shim helm-bin k8s-bins
 	scripts/release.sh
+
+# The release in dist/ to REGISTRY (scripts/push.sh): the images, each a multi-platform
+# index, and the chart (OCI). INSECURE=1: plain HTTP.
+push: helm-bin
+	scripts/push.sh
 
 # The co-location demo on this machine: first memory pressure (an LS key-value service
 # and batch jobs that size their heap to what they see, without and with the agent), then

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -119,4 +120,60 @@ func tarDir(dir, path string) (err error) {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// ReadIndexArchive opens an archive WriteIndexArchive wrote: its image index and the
+// reference it was tagged with. dir receives the layout (the index reads its blobs
+// from there, so dir must outlive its use).
+func ReadIndexArchive(path, dir string) (v1.ImageIndex, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", path, err)
+		}
+		name := filepath.Clean(filepath.FromSlash(h.Name))
+		if h.Typeflag != tar.TypeReg || filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
+			return nil, "", fmt.Errorf("%w: %s: entry %q is not a file of an OCI layout", ErrInvalidSpec, path, h.Name)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, "", err
+		}
+		out, err := os.Create(p)
+		if err != nil {
+			return nil, "", err
+		}
+		_, err = io.Copy(out, tr)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].MediaType != types.OCIImageIndex {
+		return nil, "", fmt.Errorf("%w: %s: want one image index in the layout, found %d entries", ErrInvalidSpec, path, len(m.Manifests))
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return idx, m.Manifests[0].Annotations[annotationRefName], nil
 }

@@ -16,6 +16,9 @@
 //	    (an image index in an OCI layout, tagged understory/<name>:V), an SPDX SBOM
 //	    per image in OUT/sbom/<name>_linux_<arch>.spdx.json, and OUT/images.json
 //	    (`make release`)
+//	mkimage push -registry HOST[/PATH] [-images dist/images] [-insecure]
+//	    pushes a release's images (images.json) to HOST[/PATH]/<name>:<tag>, each as its
+//	    multi-platform index, with the credentials of ~/.docker/config.json (`make push`)
 //	mkimage binary -ref NAME:TAG -bin FILE -entrypoint /PATH -out FILE.tar [-user U]
 //	    [-lib-root /] [-label K=V]...
 //	    one prebuilt binary at /PATH, also the entrypoint, over the project images'
@@ -98,8 +101,10 @@ func run(args []string, stdout, stderr io.Writer, epoch string) error {
 		return binary(args[1:], stdout, stderr, created)
 	case "release":
 		return release(args[1:], stdout, stderr, created)
+	case "push":
+		return push(args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("%w: unknown subcommand %q, want project, release, dir or binary", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q, want project, release, push, dir or binary", errUsage, args[0])
 }
 
 func project(args []string, stdout, stderr io.Writer, created time.Time) error {

@@ -39,7 +39,8 @@ func TestUsageErrors(t *testing.T) {
 		want  error
 	}{
 		{"no subcommand", nil, "", errUsage},
-		{"unknown subcommand", []string{"push"}, "", errUsage},
+		{"unknown subcommand", []string{"pull"}, "", errUsage},
+		{"push without registry", []string{"push"}, "", errUsage},
 		{"bad epoch", []string{"dir"}, "yesterday", errUsage},
 		{"negative epoch", []string{"dir"}, "-1", errUsage},
 		{"project without version", []string{"project"}, "", errUsage},

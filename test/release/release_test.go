@@ -13,6 +13,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,20 +22,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
 
-const (
-	repo     = "../.."
-	registry = "registry.example/u"
-)
+const repo = "../.."
 
-// release runs scripts/release.sh into a temporary DIST and returns it.
-func release(t *testing.T) string {
+// release runs scripts/release.sh for registry into a temporary DIST and returns it.
+func release(t *testing.T, registry string) string {
 	t.Helper()
 	shim, err := filepath.Abs(filepath.Join(repo, "bin", "libunderstory-tsg.so"))
 	if err != nil {
@@ -70,10 +72,13 @@ func release(t *testing.T) string {
 }
 
 // TestRelease is the whole release, once (it builds every binary for two
-// architectures), checked part by part.
+// architectures), checked part by part, then pushed to a registry (`make push`).
 func TestRelease(t *testing.T) {
 	t.Parallel()
-	dist := release(t)
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	registry := strings.TrimPrefix(srv.URL, "http://") + "/u"
+	dist := release(t, registry)
 	version, err := os.ReadFile(filepath.Join(repo, "VERSION"))
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +214,44 @@ func TestRelease(t *testing.T) {
 		}
 		if want := "image: \"" + registry + "/scheduler-extender:" + tag + "\""; !strings.Contains(string(out), want) {
 			t.Errorf("the packaged chart does not default to the release's images: no %s", want)
+		}
+	})
+
+	t.Run("push", func(t *testing.T) {
+		cmd := exec.Command("scripts/push.sh")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "DIST="+dist, "BIN="+t.TempDir(), "REGISTRY="+registry, "INSECURE=1",
+			"HELM="+controlplane.HelmBinary(t, repo), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("scripts/push.sh: %v\n%s", err, out)
+		}
+		var list []struct{ Name, Digest string }
+		readJSON(t, filepath.Join(dist, "images", "images.json"), &list)
+		for _, im := range list {
+			ref, err := name.NewTag(registry+"/"+im.Name+":"+tag, name.Insecure)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx, err := remote.Index(ref)
+			if err != nil {
+				t.Fatalf("%s: %v", ref, err)
+			}
+			if d, _ := idx.Digest(); d.String() != im.Digest {
+				t.Errorf("%s: the registry serves %s, the release has %s", ref, d, im.Digest)
+			}
+		}
+		pulled := t.TempDir()
+		if out, err := exec.Command(controlplane.HelmBinary(t, repo), "pull", "oci://"+registry+"/charts/understory",
+			"--version", tag, "--plain-http", "-d", pulled).CombinedOutput(); err != nil {
+			t.Fatalf("helm pull of the pushed chart: %v\n%s", err, out)
+		}
+		// Released for one registry, pushed to another: refused before anything moves.
+		cmd = exec.Command("scripts/push.sh")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "DIST="+dist, "REGISTRY=elsewhere.example/u", "HELM="+controlplane.HelmBinary(t, repo))
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "another registry") {
+			t.Errorf("push to another registry than the release's: %v\n%s", err, out)
 		}
 	})
 
