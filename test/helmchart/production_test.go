@@ -1,7 +1,9 @@
 package helmchart_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -246,5 +248,98 @@ func TestChartSecondSchedulerFollowsCluster(t *testing.T) {
 			}
 			t.Fatal("no second scheduler rendered")
 		})
+	}
+}
+
+// Under GitOps the chart is rendered by `helm template`, which has no cluster to read
+// the self-signed Secrets back from: certificates.pinned gives the PEM files
+// (manifests/certs/generate.sh's), and two renders then carry the same certificates,
+// the webhook's caBundle the given CA. A partial set fails, naming what is missing.
+func TestChartPinnedCertificates(t *testing.T) {
+	t.Parallel()
+	helm := findHelm(t)
+	dir := t.TempDir()
+	if out, err := run(context.Background(), "", filepath.Join(repoRoot, "manifests/certs/generate.sh"), "-d", dir); err != nil {
+		t.Fatalf("generate.sh: %v\n%s", err, out)
+	}
+	files := map[string]string{"caCrt": "ca.crt", "caKey": "ca.key", "admissionCrt": "admission.crt",
+		"admissionKey": "admission.key", "schedulerExtenderCrt": "scheduler-extender.crt",
+		"schedulerExtenderKey": "scheduler-extender.key", "schedulerClientCrt": "scheduler-client.crt",
+		"schedulerClientKey": "scheduler-client.key"}
+	pinned := map[string]any{}
+	for k, f := range files {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned[k] = string(b)
+	}
+	writeValues := func(p map[string]any) string {
+		b, err := yaml.Marshal(map[string]any{"certificates": map[string]any{"pinned": p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := writeValues(pinned)
+	first, err := helmTemplate(context.Background(), helm, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := helmTemplate(context.Background(), helm, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first, second) {
+		t.Error("two renders with the same pinned certificates differ")
+	}
+	objs, err := decode(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{"understory-admission-tls": {"admissionCrt", "admissionKey"},
+		"understory-scheduler-extender-tls": {"schedulerExtenderCrt", "schedulerExtenderKey"},
+		"understory-scheduler-client-tls":   {"schedulerClientCrt", "schedulerClientKey"}, "understory-ca": {"caCrt", "caKey"}}
+	caB64 := base64.StdEncoding.EncodeToString([]byte(pinned["caCrt"].(string)))
+	seen := 0
+	for _, o := range objs {
+		k := key(o)
+		if o["kind"] == "MutatingWebhookConfiguration" {
+			for _, h := range o["webhooks"].([]any) {
+				if got := dig(h.(map[string]any), "clientConfig", "caBundle"); got != caB64 {
+					t.Errorf("%s: caBundle is not the pinned CA", k)
+				}
+			}
+		}
+		if o["kind"] != "Secret" {
+			continue
+		}
+		name := dig(o, "metadata", "name").(string)
+		w, ok := want[name]
+		if !ok {
+			continue
+		}
+		seen++
+		data := o["data"].(map[string]any)
+		for field, v := range map[string]string{"tls.crt": w[0], "tls.key": w[1]} {
+			if data[field] != base64.StdEncoding.EncodeToString([]byte(pinned[v].(string))) {
+				t.Errorf("%s %s is not certificates.pinned.%s", name, field, v)
+			}
+		}
+		if name != "understory-ca" && data["ca.crt"] != caB64 {
+			t.Errorf("%s ca.crt is not the pinned CA", name)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of the %d certificate Secrets rendered", seen, len(want))
+	}
+	delete(pinned, "schedulerClientKey")
+	if _, err := helmTemplate(context.Background(), helm, writeValues(pinned)); err == nil ||
+		!strings.Contains(err.Error(), "certificates.pinned.schedulerClientKey") {
+		t.Errorf("a partial pinned set: %v; want an error naming certificates.pinned.schedulerClientKey", err)
 	}
 }

@@ -35,10 +35,21 @@ webhook's caBundle agree. On upgrade the Secrets in the cluster are read back
 (lookup): the CA (Secret understory-ca) is kept, and so is every serving or client
 certificate it signed that expires in more than 30 days; a missing or expiring one is
 issued again from the kept CA. `helm template` has no cluster: it makes new ones every
-time.
+time, unless certificates.pinned gives them (GitOps: the same on every render).
 */}}
 {{- define "understory.certs" -}}
 {{- if not (hasKey .Values "_understoryCerts") -}}
+{{- $pinned := .Values.certificates.pinned -}}
+{{- if $pinned.caCrt -}}
+{{- /* Pinned (GitOps): the given PEM files, the same on every render. */ -}}
+{{- $out := dict "caCrt" (b64enc $pinned.caCrt) "caKey" (b64enc (required "certificates.pinned.caKey is required with certificates.pinned.caCrt" $pinned.caKey)) -}}
+{{- range $name := list "admission" "schedulerExtender" "schedulerClient" -}}
+{{- $crt := required (printf "certificates.pinned.%sCrt is required with certificates.pinned.caCrt" $name) (index $pinned (printf "%sCrt" $name)) -}}
+{{- $key := required (printf "certificates.pinned.%sKey is required with certificates.pinned.caCrt" $name) (index $pinned (printf "%sKey" $name)) -}}
+{{- $_ := set $out $name (dict "crt" (b64enc $crt) "key" (b64enc $key) "notAfter" "") -}}
+{{- end -}}
+{{- $_ := set .Values "_understoryCerts" $out -}}
+{{- else -}}
 {{- $ns := "understory-system" -}}
 {{- $ca := dict -}}
 {{- $old := lookup "v1" "Secret" $ns "understory-ca" -}}
@@ -72,6 +83,7 @@ one, or with one that does not parse, is reissued). */ -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set .Values "_understoryCerts" $out -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
