@@ -11,12 +11,16 @@
 # tarball, and waits for the node to be Ready and kube-proxy to have synced. On failure
 # or Ctrl-C during start-up it tears everything down.
 #
-#   scripts/realnode/up.sh [-d DIR] [--owner-pid PID] [--import TAR]... [--wait SECS] [-v N]
+#   scripts/realnode/up.sh [-d DIR] [--owner-pid PID] [--import TAR]... [--insecure-registry HOST:PORT]...
+#                          [--wait SECS] [-v N]
 #     -d DIR          run dir (default: a new /tmp/understory-realnode.XXXXXX)
 #     --owner-pid PID tear the node down (down.sh) as soon as PID exits: a test
 #                     process that dies (Ctrl-C, timeout, kill -9) leaves nothing behind
 #     --import TAR    also import this image tarball (e.g. bin/images/koordlet-nogpu.tar
 #                     from `make images`) into containerd's k8s.io namespace
+#     --insecure-registry HOST:PORT
+#                     containerd pulls from this registry over plain HTTP (a hosts.toml
+#                     in DIR/containerd/certs.d): a test's local registry
 #     --wait SECS     when another node is live (or another agent's kubepods cgroups
 #                     exist), wait up to SECS for it to end (default 0: fail at once)
 #     -v N            kubelet's klog verbosity (default 2)
@@ -43,12 +47,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 
 dir= owner= verbosity=2 wait_secs=0 cp_only= node_name=localhost
-imports=()
+imports=() insecure_registries=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-d) dir=$2; shift 2 ;;
 	--owner-pid) owner=$2; shift 2 ;;
 	--import) imports+=("$2"); shift 2 ;;
+	--insecure-registry) insecure_registries+=("$2"); shift 2 ;;
 	--wait) wait_secs=$2; shift 2 ;;
 	-v) verbosity=$2; shift 2 ;;
 	--control-plane-only) cp_only=1 node_name=$2; shift 2 ;;
@@ -422,6 +427,8 @@ state = "$C/state"
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$PAUSE_IMAGE"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$C/certs.d"
 
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
@@ -460,6 +467,11 @@ cat >"$D/cni/net.d/10-understory.conflist" <<EOF
            "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$API_HOST", "rangeStart": "$POD_NET_PREFIX.$net.10"}]]}
 }]}
 EOF
+for reg in "${insecure_registries[@]}"; do
+	mkdir -p "$C/certs.d/$reg"
+	printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' "$reg" "$reg" \
+		>"$C/certs.d/$reg/hosts.toml"
+done
 start containerd "$RT_BIN/containerd" --config "$C/config.toml"
 CTR=("$RT_BIN/ctr" --address "$CONTAINERD_ADDRESS" --namespace k8s.io)
 wait_for 60 containerd "${CTR[@]}" version

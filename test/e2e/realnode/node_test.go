@@ -77,6 +77,12 @@ func repoRoot(t *testing.T) string {
 // the test failed. Another live node on this machine is waited for (waitForOtherNode).
 func startNode(t *testing.T, repo string, images ...string) *node {
 	t.Helper()
+	return startNodeWith(t, repo, nil, images...)
+}
+
+// startNodeWith is startNode with more arguments for up.sh (--insecure-registry).
+func startNodeWith(t *testing.T, repo string, upArgs []string, images ...string) *node {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "rn-")
 	if err != nil {
 		t.Fatalf("run dir: %v", err)
@@ -103,6 +109,7 @@ func startNode(t *testing.T, repo string, images ...string) *node {
 	for _, img := range images {
 		args = append(args, "--import", img)
 	}
+	args = append(args, upArgs...)
 	cmd := exec.Command(filepath.Join(scripts, "up.sh"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
