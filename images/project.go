@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -115,6 +117,11 @@ type ProjectOptions struct {
 	LibRoot string
 	// Created is the images' time (see Spec.Created).
 	Created time.Time
+	// Package names the Debian package a copied library file (its path on the build
+	// host) comes from, and that package's dpkg status stanza; nil, or an error, leaves
+	// the file without one. The image then carries /var/lib/dpkg/status.d/<package>,
+	// the stanza, as distroless images do, so image scanners see the glibc it ships.
+	Package func(hostPath string) (name string, stanza []byte, err error)
 }
 
 // Ref is the component's image reference at version.
@@ -144,7 +151,7 @@ func ProjectSpec(c Component, o ProjectOptions) (Spec, error) {
 		if err != nil {
 			return Spec{}, fmt.Errorf("image %s: %w", c.Name, err)
 		}
-		layers = append(layers, Layer{Name: "glibc", Files: libs})
+		layers = append(layers, Layer{Name: "glibc", Files: append(libs, packageFiles(libs, o.Package)...)})
 	}
 	if len(c.Extra) > 0 {
 		var files []File
@@ -189,4 +196,33 @@ func baseFiles() []File {
 		{Path: "/home/nonroot", Mode: fs.ModeDir | 0o700, UID: 65532, GID: 65532},
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 	}
+}
+
+// dpkgStatusDir is where an image without dpkg keeps the status of the packages its
+// files come from, one file per package (distroless' layout, which Trivy, Grype and
+// Syft read).
+const dpkgStatusDir = "/var/lib/dpkg/status.d"
+
+// packageFiles are the dpkg status files of the packages files come from, by
+// lookup; none without it.
+func packageFiles(files []File, lookup func(string) (string, []byte, error)) []File {
+	if lookup == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []File
+	for _, f := range files {
+		if f.Source == "" {
+			continue
+		}
+		name, stanza, err := lookup(f.Source)
+		if err != nil || name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		// A multi-arch name (libc6:amd64) is a file name too, as distroless spells it.
+		out = append(out, File{Path: dpkgStatusDir + "/" + strings.ReplaceAll(name, ":", "_"), Mode: 0o644, Data: stanza})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }

@@ -255,3 +255,45 @@ func TestProjectSpecErrors(t *testing.T) {
 		})
 	}
 }
+
+// With a package lookup the cgo agent's glibc layer carries, per package its copied
+// libraries come from, the dpkg status file scanners read; files no package owns are
+// left out, and without a lookup there are none.
+func TestProjectSpecPackages(t *testing.T) {
+	t.Parallel()
+	bin := projectBin(t)
+	c, _ := ComponentNamed("koordlet")
+	lookup := func(p string) (string, []byte, error) {
+		if strings.Contains(filepath.Base(p), "libc.so") || strings.Contains(filepath.Base(p), "ld-linux") {
+			return "libc6:" + runtime.GOARCH, []byte("Package: libc6\nStatus: install ok installed\n"), nil
+		}
+		return "", nil, errors.New("not from a package")
+	}
+	for _, tc := range []struct {
+		name   string
+		lookup func(string) (string, []byte, error)
+		want   []string
+	}{
+		{"lookup", lookup, []string{"/var/lib/dpkg/status.d/libc6_" + runtime.GOARCH}},
+		{"none", nil, nil},
+	} {
+		spec, err := ProjectSpec(c, ProjectOptions{Version: "v1", BinDir: bin, LibRoot: "/", Package: tc.lookup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range spec.Layers {
+			for _, f := range l.Files {
+				if strings.HasPrefix(f.Path, "/var/lib/dpkg/") {
+					if l.Name != "glibc" || string(f.Data) != "Package: libc6\nStatus: install ok installed\n" {
+						t.Errorf("%s: %s in layer %s with %q", tc.name, f.Path, l.Name, f.Data)
+					}
+					got = append(got, f.Path)
+				}
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: dpkg files %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -131,7 +131,9 @@ func TestSBOM(t *testing.T) {
 	}
 	spec := Spec{Ref: "x.test/u/a:v1", Labels: map[string]string{LabelVersion: "v1"}, Layers: []Layer{
 		{Name: "base", Files: baseFiles()},
-		{Name: "glibc", Files: []File{{Path: "/lib64/ld-linux-x86-64.so.2", Mode: 0o755}}},
+		{Name: "glibc", Files: []File{{Path: "/lib64/ld-linux-x86-64.so.2", Mode: 0o755},
+			{Path: dpkgStatusDir + "/libc6_amd64", Mode: 0o644,
+				Data: []byte("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9+deb12u13\n")}}},
 		{Name: "a", Files: []File{{Path: "/a", Mode: 0o755}}},
 	}}
 	data, err := SBOM("x.test/u/a:v1 linux/amd64", spec, exe, time.Unix(0, 0))
@@ -163,9 +165,13 @@ func TestSBOM(t *testing.T) {
 		if len(p.ExternalRefs) > 0 {
 			found[p.Name] = p.ExternalRefs[0].Locator
 		}
-		if p.Name == "image files" && p.Comment != "files of the image beyond its base: /a /lib64/ld-linux-x86-64.so.2" {
+		if p.Name == "image files" && p.Comment != "files of the image beyond its base: /a /lib64/ld-linux-x86-64.so.2 "+
+			dpkgStatusDir+"/libc6_amd64" {
 			t.Errorf("image files: %q", p.Comment)
 		}
+	}
+	if found["libc6"] != "pkg:deb/debian/libc6@2.36-9+deb12u13?arch=amd64" {
+		t.Errorf("libc6: %q, want its Debian purl", found["libc6"])
 	}
 	if !strings.HasPrefix(found["github.com/google/go-containerregistry"], "pkg:golang/github.com/google/go-containerregistry@v") ||
 		!strings.HasPrefix(found["stdlib"], "pkg:golang/stdlib@1.") || found["github.com/understory/understory"] == "" {

@@ -70,6 +70,27 @@ func SBOM(name string, spec Spec, binPath string, created time.Time) ([]byte, er
 		pkgs = append(pkgs, p)
 		rels = append(rels, rel{Element: "SPDXRef-Package-main", Type: "DEPENDS_ON", Related: id})
 	}
+	// Debian packages the image carries files of (their dpkg status, packageFiles).
+	for _, l := range spec.Layers {
+		for _, f := range l.Files {
+			if !strings.HasPrefix(f.Path, dpkgStatusDir+"/") || len(f.Data) == 0 {
+				continue
+			}
+			fields := stanzaFields(string(f.Data))
+			if fields["Package"] == "" || fields["Version"] == "" {
+				continue
+			}
+			id := fmt.Sprintf("SPDXRef-Package-deb-%s", strings.NewReplacer("+", "-", ".", "-", ":", "-").Replace(fields["Package"]))
+			locator := "pkg:deb/debian/" + fields["Package"] + "@" + fields["Version"]
+			if a := fields["Architecture"]; a != "" {
+				locator += "?arch=" + a
+			}
+			pkgs = append(pkgs, pkg{Name: fields["Package"], SPDXID: id, Version: fields["Version"], DownloadLocation: "NOASSERTION",
+				ExternalRefs: []extRef{{Category: "PACKAGE-MANAGER", Type: "purl", Locator: locator}},
+				Comment: "Debian package; its status in " + f.Path})
+			rels = append(rels, rel{Element: "SPDXRef-DOCUMENT", Type: "DESCRIBES", Related: id})
+		}
+	}
 	var files []string
 	for _, l := range spec.Layers {
 		if l.Name == "base" {
@@ -113,6 +134,17 @@ func modules(info *buildinfo.BuildInfo) []*debugModule {
 			d = d.Replace
 		}
 		out = append(out, &debugModule{d.Path, d.Version, d.Sum})
+	}
+	return out
+}
+
+// stanzaFields reads the single-line fields of a dpkg status stanza.
+func stanzaFields(stanza string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(stanza, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(line, " ") {
+			out[k] = strings.TrimSpace(v)
+		}
 	}
 	return out
 }

@@ -123,7 +123,8 @@ func project(args []string, stdout, stderr io.Writer, created time.Time) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	o := images.ProjectOptions{Version: *version, BinDir: *binDir, LibRoot: *libRoot, Created: created}
+	o := images.ProjectOptions{Version: *version, BinDir: *binDir, LibRoot: *libRoot, Created: created,
+		Package: dpkgLookup(*libRoot)}
 	var list []built
 	for _, c := range images.Components() {
 		spec, err := images.ProjectSpec(c, o)

@@ -67,7 +67,7 @@ func release(args []string, stdout, stderr io.Writer, created time.Time) error {
 				continue // not built for this architecture (the cgo agent: amd64 only)
 			}
 			spec, err := images.ProjectSpec(c, images.ProjectOptions{Version: *version, BinDir: dirs[arch], LibRoot: *libRoot,
-				Created: created})
+				Created: created, Package: dpkgLookup(*libRoot)})
 			if err != nil {
 				return err
 			}

@@ -157,6 +157,11 @@ func TestRelease(t *testing.T) {
 				for _, p := range doc.Packages {
 					names[p.Name] = true
 				}
+				// The cgo agent's image copies glibc from this Debian machine, with its
+				// dpkg status: its SBOM names the package.
+				if _, err := exec.LookPath("dpkg-query"); err == nil && im.Name == "koordlet" && !names["libc6"] {
+					t.Errorf("%s: no libc6 package for the glibc the image carries", s)
+				}
 				if doc.SPDXVersion != "SPDX-2.3" || !names["github.com/understory/understory"] || !names["stdlib"] ||
 					!names["k8s.io/client-go"] {
 					t.Errorf("%s: %s with %d packages: want SPDX-2.3 naming the module, stdlib and client-go", s,
