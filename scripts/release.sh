@@ -7,8 +7,9 @@
 #   understory-<tag>.tgz, index.yaml  the Helm chart, defaulting to the release's
 #                                     images, and its repository index
 #   images/<name>.oci.tar             each image as a multi-platform OCI archive
-#                                     (linux/amd64 and linux/arm64; the cgo GPU agent
-#                                     linux/amd64 only), images/images.json,
+#                                     (linux/amd64 and linux/arm64; the cgo GPU agent's
+#                                     arm64 build by Debian's cross compiler, installed
+#                                     when missing), images/images.json,
 #                                     images/sbom/<name>_linux_<arch>.spdx.json
 #   kubectl-understory_linux_<arch>.tar.gz and krew/understory.yaml
 #                                     the kubectl plugin and its krew manifest
@@ -34,7 +35,10 @@ GO=${GO:-go}
 HELM=${HELM:-$(scripts/helm.sh --print-bin-dir)/helm}
 KUBECTL=${KUBECTL:-$(scripts/k8s-binaries.sh --print-bin-dir)/kubectl}
 
+log() { echo "release.sh: $*" >&2; }
 die() { echo "release.sh: $*" >&2; exit 1; }
+# shellcheck source=lib/apt.sh
+. scripts/lib/apt.sh
 [ -x "$HELM" ] || die "no helm at $HELM (make helm-bin)"
 [ -x "$KUBECTL" ] || die "no kubectl at $KUBECTL (make k8s-bins)"
 [ -f "$BIN/libunderstory-tsg.so" ] || die "no $BIN/libunderstory-tsg.so (make tsg-shim)"
@@ -60,12 +64,21 @@ for arch in amd64 arm64; do
 		./cmd/kubectl-understory
 	GOARCH=$arch $GO build -trimpath -o "$rel/$arch/koordlet-nogpu" ./cmd/koordlet
 done
-# The GPU agent links NVML through cgo: built for this machine (amd64) only.
+# The GPU agent links NVML through cgo, and so does its time-slice shim: for arm64
+# (Grace Hopper nodes) with Debian's cross compiler, its image's loader and glibc
+# copied from the cross sysroot.
 CGO_ENABLED=1 GOARCH=amd64 $GO build -trimpath -o "$rel/amd64/koordlet" ./cmd/koordlet
 cp "$BIN/libunderstory-tsg.so" "$rel/amd64/"
+command -v aarch64-linux-gnu-gcc >/dev/null && [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] ||
+	apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+CC=aarch64-linux-gnu-gcc CGO_ENABLED=1 GOARCH=arm64 $GO build -trimpath -o "$rel/arm64/koordlet" ./cmd/koordlet 2>/dev/null ||
+	CC=aarch64-linux-gnu-gcc CGO_ENABLED=1 GOARCH=arm64 $GO build -trimpath -o "$rel/arm64/koordlet" ./cmd/koordlet
+aarch64-linux-gnu-gcc -shared -fPIC -O2 -Wall -Wextra -o "$rel/arm64/libunderstory-tsg.so" \
+	koordlet/gpu/timeslice/shim/understory_tsg.c -Wl,--no-as-needed -l:libdl.so.2
 unset GOOS
 $GO build -o "$BIN/mkimage" ./cmd/mkimage
-"$BIN/mkimage" release -version "$TAG" -bin "amd64=$rel/amd64" -bin "arm64=$rel/arm64" -out "$DIST/images"
+"$BIN/mkimage" release -version "$TAG" -bin "amd64=$rel/amd64" -bin "arm64=$rel/arm64" \
+	-lib-root arm64=/usr/aarch64-linux-gnu -out "$DIST/images"
 
 # install.yaml: the base with cert-manager's certificates (a release file carries no
 # private key), every image at $REGISTRY/<name>:$TAG.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -15,14 +16,49 @@ var errNoPackage = errors.New("no package owns it")
 // build host comes from (images.ProjectOptions.Package), or nil where there is no
 // dpkg-query or the libraries do not come from this host's root.
 func dpkgLookup(libRoot string) func(string) (string, []byte, error) {
-	if filepath.Clean(libRoot) != "/" {
-		return nil
-	}
 	if _, err := exec.LookPath("dpkg-query"); err != nil {
 		return nil
 	}
-	return dpkgPackage
+	if filepath.Clean(libRoot) == "/" {
+		return dpkgPackage
+	}
+	if strings.HasPrefix(filepath.Clean(libRoot), "/usr/") {
+		return crossPackage // a Debian cross sysroot, /usr/<triplet>
+	}
+	return nil
 }
+
+// crossPackage is dpkgPackage for a library of a Debian cross sysroot: the file
+// belongs to <package>-<arch>-cross (libc6-arm64-cross), dpkg-cross's repack of the
+// architecture's own package at the version before "cross" (2.36-8cross1: libc6
+// 2.36-8). The image carries that package as itself (libc6, arm64, 2.36-8), which is
+// what its files are, so scanners judge the glibc it ships.
+func crossPackage(hostPath string) (string, []byte, error) {
+	name, stanza, err := dpkgPackage(hostPath)
+	if err != nil {
+		return "", nil, err
+	}
+	m := crossName.FindStringSubmatch(name)
+	if m == nil {
+		return name, stanza, nil
+	}
+	f := map[string]string{}
+	for _, line := range strings.Split(string(stanza), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(line, " ") {
+			f[k] = v
+		}
+	}
+	version, _, _ := strings.Cut(f["Version"], "cross")
+	out := "Package: " + m[1] + "\nStatus: install ok installed\nArchitecture: " + m[2] + "\nVersion: " + version +
+		"\nSource: glibc\nDescription: " + m[1] + " for " + m[2] + ", from Debian's " + name + " " + f["Version"] + "\n"
+	if m[1] != "libc6" {
+		out = strings.Replace(out, "\nSource: glibc", "", 1)
+	}
+	return m[1] + ":" + m[2], []byte(out), nil
+}
+
+// crossName is a dpkg-cross package: <package>-<arch>-cross.
+var crossName = regexp.MustCompile(`^(.+)-(amd64|arm64|armhf|ppc64el|riscv64|s390x)-cross$`)
 
 // dpkgPackage asks dpkg which package owns hostPath (as dpkg recorded it: /lib or
 // /usr/lib, merged-/usr systems have both) and returns that package's status stanza.

@@ -34,7 +34,19 @@ func TestDpkgPackage(t *testing.T) {
 	if _, _, err := dpkgPackage(filepath.Join(t.TempDir(), "mine.so")); !errors.Is(err, errNoPackage) {
 		t.Errorf("a file of no package: %v", err)
 	}
-	if dpkgLookup("/usr/aarch64-linux-gnu") != nil {
-		t.Error("a lookup on this host's dpkg for libraries from another root")
+	if dpkgLookup("/opt/sysroot") != nil {
+		t.Error("a lookup on this host's dpkg for libraries from a root it did not install")
+	}
+	// A Debian cross sysroot's libc is libc6 of that architecture, at the version
+	// dpkg-cross repacked.
+	if _, err := filepath.Glob("/usr/aarch64-linux-gnu/lib/libc.so.6"); err == nil {
+		if name, stanza, err := crossPackage("/usr/aarch64-linux-gnu/lib/libc.so.6"); err == nil {
+			if name != "libc6:arm64" || !strings.Contains(string(stanza), "Package: libc6\nStatus: install ok installed\nArchitecture: arm64\nVersion: 2.") ||
+				strings.Contains(string(stanza), "Version: 2.36-8cross") {
+				t.Errorf("cross libc: %q %q", name, stanza)
+			}
+		} else if matches, _ := filepath.Glob("/usr/aarch64-linux-gnu/lib/libc.so.6"); len(matches) > 0 {
+			t.Errorf("cross libc: %v", err)
+		}
 	}
 }

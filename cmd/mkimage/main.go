@@ -10,7 +10,7 @@
 //	    [-env K=V]... [-user U] [-workdir D] [-label K=V]... [-arch GOARCH]
 //	    one image of one layer: the tree below DIR, owned by root
 //	    (scripts/realnode/build.sh: the pause and busybox images)
-//	mkimage release -version V -bin ARCH=DIR [-bin ARCH=DIR]... [-out dist/images] [-lib-root /]
+//	mkimage release -version V -bin ARCH=DIR [-bin ARCH=DIR]... [-out dist/images] [-lib-root [ARCH=]DIR]...
 //	    the release's images: for each component, one image per architecture whose
 //	    DIR holds its binary, as one multi-platform OCI archive OUT/<name>.oci.tar
 //	    (an image index in an OCI layout, tagged understory/<name>:V), an SPDX SBOM

@@ -34,12 +34,14 @@ func release(args []string, stdout, stderr io.Writer, created time.Time) error {
 	var bins listFlag
 	fs.Var(&bins, "bin", "ARCH=DIR: the binaries built for GOARCH ARCH (repeat per architecture)")
 	out := fs.String("out", "dist/images", "directory for <name>.oci.tar, sbom/ and images.json")
-	libRoot := fs.String("lib-root", "/", "where a cgo binary's loader and libraries are copied from")
+	var libRoots listFlag
+	fs.Var(&libRoots, "lib-root", "[ARCH=]DIR: where a cgo binary's loader and libraries are copied from, for ARCH "+
+		"(a cross sysroot such as /usr/aarch64-linux-gnu) or every architecture (default /)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if *version == "" || len(bins) == 0 || fs.NArg() != 0 {
-		return fmt.Errorf("%w: mkimage release -version V -bin ARCH=DIR [-bin ARCH=DIR]... [-out DIR] [-lib-root DIR]", errUsage)
+		return fmt.Errorf("%w: mkimage release -version V -bin ARCH=DIR [-bin ARCH=DIR]... [-out DIR] [-lib-root [ARCH=]DIR]...", errUsage)
 	}
 	dirs := map[string]string{}
 	for _, b := range bins {
@@ -48,6 +50,21 @@ func release(args []string, stdout, stderr io.Writer, created time.Time) error {
 			return fmt.Errorf("%w: -bin %q: want ARCH=DIR", errUsage, b)
 		}
 		dirs[arch] = dir
+	}
+	roots := map[string]string{}
+	defaultRoot := "/"
+	for _, r := range libRoots {
+		if arch, dir, ok := strings.Cut(r, "="); ok {
+			roots[arch] = dir
+		} else {
+			defaultRoot = r
+		}
+	}
+	libRoot := func(arch string) string {
+		if r, ok := roots[arch]; ok {
+			return r
+		}
+		return defaultRoot
 	}
 	arches := make([]string, 0, len(dirs))
 	for a := range dirs {
@@ -66,8 +83,8 @@ func release(args []string, stdout, stderr io.Writer, created time.Time) error {
 			if _, err := os.Stat(binPath); err != nil {
 				continue // not built for this architecture (the cgo agent: amd64 only)
 			}
-			spec, err := images.ProjectSpec(c, images.ProjectOptions{Version: *version, BinDir: dirs[arch], LibRoot: *libRoot,
-				Created: created, Package: dpkgLookup(*libRoot)})
+			spec, err := images.ProjectSpec(c, images.ProjectOptions{Version: *version, BinDir: dirs[arch], LibRoot: libRoot(arch),
+				Created: created, Package: dpkgLookup(libRoot(arch))})
 			if err != nil {
 				return err
 			}
