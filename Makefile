@@ -35,9 +35,13 @@ images: build tsg-shim
 # A release into dist/ (scripts/release.sh): install.yaml, the Helm chart and its index,
 # multi-platform OCI archives with SBOMs, the kubectl plugin with a krew manifest,
 # SHA256SUMS. Tags are VERSION on a tagged clean tree, else VERSION-g<commit>.
-.PHONY: release push
-release: tsg-shim helm-bin k8s-bins
+.PHONY: release push cross
+release: tsg-shim helm-bin k8s-bins cross
 	scripts/release.sh
+
+# Debian's arm64 cross compiler (the release's GPU agent for arm64), when missing.
+cross:
+	scripts/cross.sh
 
 # The release in dist/ to REGISTRY (scripts/push.sh): the images, each a multi-platform
 # index, and the chart (OCI). INSECURE=1: plain HTTP.
@@ -59,7 +63,7 @@ demo: build
 # last the cgroup v2 + systemd node in a VM (test/e2e/nodev2, see test-node-v2).
 REALNODE_PKG := ./test/e2e/realnode/
 NODEV2_PKG := ./test/e2e/nodev2/
-test: vet k8s-bins helm-bin kueue-bin e2e-deps tracefs nodev2-image
+test: vet k8s-bins helm-bin kueue-bin e2e-deps tracefs nodev2-image cross
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v -e '/test/e2e/realnode$$' -e '/test/e2e/nodev2$$')
 	$(GO) test -race -count=1 -timeout 40m $(REALNODE_PKG)
 	$(GO) test -count=1 -timeout 30m $(NODEV2_PKG)

@@ -35,10 +35,7 @@ GO=${GO:-go}
 HELM=${HELM:-$(scripts/helm.sh --print-bin-dir)/helm}
 KUBECTL=${KUBECTL:-$(scripts/k8s-binaries.sh --print-bin-dir)/kubectl}
 
-log() { echo "release.sh: $*" >&2; }
 die() { echo "release.sh: $*" >&2; exit 1; }
-# shellcheck source=lib/apt.sh
-. scripts/lib/apt.sh
 [ -x "$HELM" ] || die "no helm at $HELM (make helm-bin)"
 [ -x "$KUBECTL" ] || die "no kubectl at $KUBECTL (make k8s-bins)"
 [ -f "$BIN/libunderstory-tsg.so" ] || die "no $BIN/libunderstory-tsg.so (make tsg-shim)"
@@ -69,8 +66,7 @@ done
 # copied from the cross sysroot.
 CGO_ENABLED=1 GOARCH=amd64 $GO build -trimpath -o "$rel/amd64/koordlet" ./cmd/koordlet
 cp "$BIN/libunderstory-tsg.so" "$rel/amd64/"
-command -v aarch64-linux-gnu-gcc >/dev/null && [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] ||
-	apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+scripts/cross.sh
 CC=aarch64-linux-gnu-gcc CGO_ENABLED=1 GOARCH=arm64 $GO build -trimpath -o "$rel/arm64/koordlet" ./cmd/koordlet 2>/dev/null ||
 	CC=aarch64-linux-gnu-gcc CGO_ENABLED=1 GOARCH=arm64 $GO build -trimpath -o "$rel/arm64/koordlet" ./cmd/koordlet
 aarch64-linux-gnu-gcc -shared -fPIC -O2 -Wall -Wextra -o "$rel/arm64/libunderstory-tsg.so" \
