@@ -5,15 +5,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/understory/understory/internal/testenv"
 )
@@ -28,37 +25,6 @@ func archImage(t *testing.T, ref, arch string) *Image {
 	return img
 }
 
-// untar extracts an OCI archive (plain tar of an OCI layout) into a directory.
-func untarLayout(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return dir
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, body, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // One multi-platform image: an OCI layout whose one index names the tag and holds one
 // image per platform; the same images give the same bytes; images with different
 // tags or none are refused.
@@ -71,18 +37,12 @@ func TestWriteIndexArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := layout.ImageIndexFromPath(untarLayout(t, path))
+	idx, ref, err := ReadIndexArchive(path, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := top.IndexManifest()
-	if err != nil || len(m.Manifests) != 1 || m.Manifests[0].Digest != digest ||
-		m.Manifests[0].Annotations[annotationRefName] != "x.test/u/a:v1" {
-		t.Fatalf("layout index %+v (%v): want one entry, the index %s named x.test/u/a:v1", m, err, digest)
-	}
-	idx, err := top.ImageIndex(digest)
-	if err != nil {
-		t.Fatal(err)
+	if d, _ := idx.Digest(); d != digest || ref != "x.test/u/a:v1" {
+		t.Fatalf("read back %s named %q, want %s named x.test/u/a:v1", d, ref, digest)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
@@ -180,4 +140,89 @@ func TestSBOM(t *testing.T) {
 	if _, err := SBOM("x", spec, filepath.Join(t.TempDir(), "missing"), time.Unix(0, 0)); err == nil {
 		t.Error("an SBOM of a missing binary")
 	}
+}
+
+// tarOf is a tar of the given entries (name → content; a name ending in / is a
+// directory).
+func tarOf(t testing.TB, entries ...[2]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(e[0], "/") {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write([]byte(e[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// An archive that is not one image index in an OCI layout, or that names a path
+// outside its directory, is refused and writes nothing outside it.
+func TestReadIndexArchiveRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		tar  []byte
+	}{
+		{"not a tar", []byte("hello")},
+		{"empty", tarOf(t)},
+		{"escapes", tarOf(t, [2]string{"../evil", "x"})},
+		{"absolute", tarOf(t, [2]string{"/etc/evil", "x"})},
+		{"a directory entry", tarOf(t, [2]string{"blobs/", ""})},
+		{"no index", tarOf(t, [2]string{"oci-layout", `{"imageLayoutVersion":"1.0.0"}`})},
+		{"no image index", tarOf(t, [2]string{"oci-layout", `{"imageLayoutVersion":"1.0.0"}`},
+			[2]string{"index.json", `{"schemaVersion":2,"manifests":[]}`})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			p := filepath.Join(dir, "a.oci.tar")
+			if err := os.WriteFile(p, tc.tar, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "out")
+			if _, _, err := ReadIndexArchive(p, out); err == nil {
+				t.Fatal("accepted")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "evil")); err == nil {
+				t.Fatal("wrote outside its directory")
+			}
+		})
+	}
+}
+
+// FuzzReadIndexArchive: whatever the archive, reading it neither panics nor writes
+// outside its directory.
+func FuzzReadIndexArchive(f *testing.F) {
+	f.Add(tarOf(f, [2]string{"oci-layout", `{"imageLayoutVersion":"1.0.0"}`}, [2]string{"index.json", `{"schemaVersion":2}`}))
+	f.Add(tarOf(f, [2]string{"../x", "y"}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		p := filepath.Join(dir, "in", "a.oci.tar")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _ = ReadIndexArchive(p, filepath.Join(dir, "out", "layout"))
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.Name() != "in" && e.Name() != "out" {
+				t.Fatalf("wrote %s outside the layout directory", e.Name())
+			}
+		}
+	})
 }

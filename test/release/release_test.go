@@ -24,10 +24,10 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/images"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
@@ -308,48 +308,12 @@ func TestRelease(t *testing.T) {
 // digest and one image per platform, each of that platform.
 func checkArchive(t *testing.T, path, ref, digest string, platforms []string) {
 	t.Helper()
-	dir := t.TempDir()
-	f, err := os.Open(path)
+	idx, gotRef, err := images.ReadIndexArchive(path, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	top, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	im, err := top.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("%s: %d entries (%v), want one image index", path, len(im.Manifests), err)
-	}
-	d := im.Manifests[0]
-	if d.Annotations["org.opencontainers.image.ref.name"] != ref || d.Digest.String() != digest {
-		t.Errorf("%s: ref %q digest %s, want %s %s", path, d.Annotations["org.opencontainers.image.ref.name"], d.Digest, ref, digest)
-	}
-	idx, err := top.ImageIndex(d.Digest)
-	if err != nil {
-		t.Fatal(err)
+	if d, _ := idx.Digest(); gotRef != ref || d.String() != digest {
+		t.Errorf("%s: ref %q digest %s, want %s %s", path, gotRef, d, ref, digest)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
