@@ -373,3 +373,56 @@ func untarFile(t *testing.T, tgz []byte, name string) []byte {
 		}
 	}
 }
+
+// The release workflow (for the day the project has a public home) does what the
+// README says a release is: on a v* tag equal to VERSION, make release and make push
+// to ghcr.io, cosign the pushed images, and publish dist/ as the GitHub release.
+func TestReleaseWorkflow(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join(repo, ".github", "workflows", "release.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// YAML 1.1 reads the key "on" as true: take it under either name.
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	on, _ := raw["on"].(map[string]any)
+	if on == nil {
+		on, _ = raw["true"].(map[string]any)
+	}
+	push, _ := on["push"].(map[string]any)
+	if tags, _ := push["tags"].([]any); len(tags) != 1 || tags[0] != "v*" {
+		t.Errorf("triggered by tags %v, want v*", push["tags"])
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Env   map[string]string `json:"env"`
+			Steps []struct {
+				Uses string `json:"uses"`
+				Run  string `json:"run"`
+			} `json:"steps"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	job, ok := wf.Jobs["release"]
+	if !ok {
+		t.Fatal("no release job")
+	}
+	var runs []string
+	for _, s := range job.Steps {
+		runs = append(runs, s.Run)
+	}
+	all := strings.Join(runs, "\n")
+	for _, want := range []string{`"v$(cat VERSION)"`, "make release", "make push", "cosign sign", "gh release create", "dist/SHA256SUMS"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the workflow does not run %q", want)
+		}
+	}
+	if !strings.HasPrefix(job.Env["REGISTRY"], "ghcr.io/") {
+		t.Errorf("REGISTRY %q, want ghcr.io", job.Env["REGISTRY"])
+	}
+}
