@@ -25,7 +25,7 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// This file is the configuration reload's room: the Reloader watches the configuration
+// The configuration reload: the Reloader watches the configuration
 // file and hands a valid change to the agent (configreload_agent.go applies it between
 // two periods); which fields change live is liveFields' business alone.
 

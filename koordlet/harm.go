@@ -148,7 +148,7 @@ type collectorSource interface {
 	Collector() prometheus.Collector
 }
 
-// harmWatch is the agent's room for the LS harm signals: the source, the LS pods it
+// harmWatch holds the agent's LS harm signals: the source, the LS pods it
 // watches, and the harm it reported (read in the measure step of each period, and on a
 // wake-up between two).
 type harmWatch struct {

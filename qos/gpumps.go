@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Defaults of [GPUMPSPolicy], from the levers tried by hand on an H200 (issue 20; LS: 100
+// Defaults of [GPUMPSPolicy], from the levers tried by hand on an H200 (bench/gpureal; LS: 100
 // requests/s of 17 bf16 4096² matmuls, ≈33 % busy alone; batch: 8192² matmuls back to
 // back):
 //

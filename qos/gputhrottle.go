@@ -121,8 +121,8 @@ type GPUThrottlePolicy struct {
 	// partition.
 	MPS GPUMPSPolicy `json:"mps"`
 
-	// Keys of the former fractional duty cycle (issue 20: a duty cycle lost to both
-	// levers on a real GPU). Set, they fail Validate with an error naming what replaces
+	// Keys of the former fractional duty cycle (on a real GPU a duty cycle lost to
+	// both levers). Set, they fail Validate with an error naming what replaces
 	// them; never set them.
 	RemovedActiveDuty       *float64 `json:"activeDuty,omitempty"`
 	RemovedMaxDuty          *float64 `json:"maxDuty,omitempty"`
@@ -354,7 +354,7 @@ type GPUThrottleDecision struct {
 //
 // The wake covers an LS process that holds its context, was idle, and starts sending
 // while batch runs: the driver's per-process sample shows it late, and on an H200 next
-// to a deep-queue batch it did not cross 2 % for 4.7 s (issue 20). A process that
+// to a deep-queue batch it did not cross 2 % for 4.7 s (bench/gpureal). A process that
 // launches work uses the CPU first (a CUDA synchronize spins by default), so a crossing
 // of lsWakeCPUPercent (20 % of a core) freezes batch within the agent's CPU window
 // (100 ms). Only the crossing counts: an LS process busy on the CPU without using the

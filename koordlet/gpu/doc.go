@@ -1,4 +1,4 @@
-// Package gpu is the agent's GPU room. It reads every GPU through NVML
+// Package gpu is the agent's GPU side. It reads every GPU through NVML
 // (github.com/NVIDIA/go-nvml, passed in as nvml.Interface so tests use its mocks),
 // attributes GPU processes to pods through /proc/<pid>/cgroup, and feeds the GPU
 // throttle (qos) and the freezer (subpackage duty, at duty 1 or 0: the on/off freeze).
