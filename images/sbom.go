@@ -58,7 +58,7 @@ func SBOM(name string, spec Spec, binPath string, created time.Time) ([]byte, er
 	pkgs = append(pkgs, pkg{Name: "stdlib", SPDXID: "SPDXRef-Package-stdlib", Version: goVersion,
 		DownloadLocation: "https://go.dev/dl/", ExternalRefs: purl("stdlib", goVersion)})
 	rels = append(rels, rel{Element: "SPDXRef-Package-main", Type: "DEPENDS_ON", Related: "SPDXRef-Package-stdlib"})
-	deps := append([]*debugModule(nil), modules(info)...)
+	deps := modules(info)
 	sort.Slice(deps, func(i, j int) bool { return deps[i].path < deps[j].path })
 	for i, d := range deps {
 		id := fmt.Sprintf("SPDXRef-Package-go-%d", i)
@@ -76,7 +76,7 @@ func SBOM(name string, spec Spec, binPath string, created time.Time) ([]byte, er
 			if !strings.HasPrefix(f.Path, dpkgStatusDir+"/") || len(f.Data) == 0 {
 				continue
 			}
-			fields := stanzaFields(string(f.Data))
+			fields := StanzaFields(string(f.Data))
 			if fields["Package"] == "" || fields["Version"] == "" {
 				continue
 			}
@@ -87,7 +87,7 @@ func SBOM(name string, spec Spec, binPath string, created time.Time) ([]byte, er
 			}
 			pkgs = append(pkgs, pkg{Name: fields["Package"], SPDXID: id, Version: fields["Version"], DownloadLocation: "NOASSERTION",
 				ExternalRefs: []extRef{{Category: "PACKAGE-MANAGER", Type: "purl", Locator: locator}},
-				Comment: "Debian package; its status in " + f.Path})
+				Comment:      "Debian package; its status in " + f.Path})
 			rels = append(rels, rel{Element: "SPDXRef-DOCUMENT", Type: "DESCRIBES", Related: id})
 		}
 	}
@@ -127,19 +127,20 @@ func SBOM(name string, spec Spec, binPath string, created time.Time) ([]byte, er
 // debugModule is one module linked into a binary (a replaced one as its replacement).
 type debugModule struct{ path, version, sum string }
 
-func modules(info *buildinfo.BuildInfo) []*debugModule {
-	var out []*debugModule
+func modules(info *buildinfo.BuildInfo) []debugModule {
+	out := make([]debugModule, 0, len(info.Deps))
 	for _, d := range info.Deps {
 		if d.Replace != nil {
 			d = d.Replace
 		}
-		out = append(out, &debugModule{d.Path, d.Version, d.Sum})
+		out = append(out, debugModule{d.Path, d.Version, d.Sum})
 	}
 	return out
 }
 
-// stanzaFields reads the single-line fields of a dpkg status stanza.
-func stanzaFields(stanza string) map[string]string {
+// StanzaFields reads the single-line fields of a dpkg status stanza (Package,
+// Version, Architecture, ...).
+func StanzaFields(stanza string) map[string]string {
 	out := map[string]string{}
 	for _, line := range strings.Split(stanza, "\n") {
 		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(line, " ") {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/understory/understory/images"
 )
 
 // errNoPackage: no installed Debian package owns the file.
@@ -42,12 +44,7 @@ func crossPackage(hostPath string) (string, []byte, error) {
 	if m == nil {
 		return name, stanza, nil
 	}
-	f := map[string]string{}
-	for _, line := range strings.Split(string(stanza), "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(line, " ") {
-			f[k] = v
-		}
-	}
+	f := images.StanzaFields(string(stanza))
 	version, _, _ := strings.Cut(f["Version"], "cross")
 	out := "Package: " + m[1] + "\nStatus: install ok installed\nArchitecture: " + m[2] + "\nVersion: " + version +
 		"\nSource: glibc\nDescription: " + m[1] + " for " + m[2] + ", from Debian's " + name + " " + f["Version"] + "\n"
