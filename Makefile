@@ -6,8 +6,8 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks calls deprecated that it still wraps; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # The images' tag (`make images`): the file VERSION, the one version source; the
-# manifests name understory/<name>:<the same> (a test keeps them equal; README,
-# "Images"). `make images VERSION=v1.2.0` overrides it for one build.
+# manifests name understory/<name>:<the same> (a test keeps them equal;
+# docs/images.md). `make images VERSION=v1.2.0` overrides it for one build.
 ifeq ($(origin VERSION),undefined)
 VERSION := $(shell cat VERSION)
 endif
@@ -142,7 +142,7 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-# The whole co-location benchmark (README "Benchmarks"; ~38 min on 2 CPUs): the paired
+# The whole co-location benchmark (docs/bench-colo.md; ~38 min on 2 CPUs): the paired
 # rounds, reaction, sweep, overhead, memory pressure, batch-cpu stability, then every
 # scenario variant under every signal path (ebpf, psi, sampling) with the issue's target
 # checks, all in bench/out/colo.json.
@@ -229,7 +229,7 @@ bench-openb-search:
 # hand-written ExtenderArgs decoder against encoding/json in filter and prioritize (~20 s).
 bench-extender:
 	$(GO) run ./cmd/extender-bench -out bench/out/extender.json
-	$(GO) test ./scheduler-extender -run '^$$' -bench '^BenchmarkGangPlan1000x5000$$' -benchtime 10x
+	$(GO) test ./scheduler-extender/gang -run '^$$' -bench '^BenchmarkGangPlan1000x5000$$' -benchtime 10x
 	$(GO) test ./scheduler-extender -run '^$$' -bench '^BenchmarkDecode5000$$' -benchtime 300x
 
 # kube-scheduler binding throughput on a real control plane: alone, with a do-nothing
@@ -266,11 +266,12 @@ test-realnode: e2e-deps
 	$(GO) test -count=1 -timeout 20m -v -run TestRealNode $(REALNODE_PKG)
 
 # The Grafana dashboards (manifests/grafana, docs/dashboards.md) on real data: the agent on
-# this machine's cgroups, a GPU node on go-nvml's mock, the extender on a real control plane,
+# this machine's cgroups, a GPU node on go-nvml's mock, the extender and the second
+# scheduler on a real control plane, the Kueue quota follower (Kueue's CRDs: kueue-bin),
 # scraped by Debian's Prometheus (scripts/prometheus.sh installs it); every panel must show
 # data, and docs/img/dashboards/*.png are rendered from the run. Root, cgo; about 2 min.
 .PHONY: dashboards
-dashboards: k8s-bins
+dashboards: k8s-bins kueue-bin
 	$(GO) test -count=1 -timeout 10m -v -run '^TestDashboardsOnPrometheus$$' ./test/e2e/dashboards/ \
 	  -args -dashboards.png=$(CURDIR)/docs/img/dashboards
 

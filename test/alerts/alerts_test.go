@@ -28,7 +28,10 @@ const (
 	prometheusRulePath = "manifests/components/prometheusrule/prometheusrule.yaml"
 	scrapeConfigPath   = "manifests/monitoring/prometheus-scrape.yaml"
 	unitTestsPath      = "test/alerts/testdata/understory-alerts_test.yaml"
-	installScript      = "scripts/prometheus.sh"
+	// kubeSchedulerMetricsPath lists kube-scheduler's metric families and their labels
+	// (the second scheduler's alerts read them).
+	kubeSchedulerMetricsPath = "test/alerts/testdata/kube-scheduler-v1.37.2-metrics.txt"
+	installScript            = "scripts/prometheus.sh"
 	// ruleFileName is the name the unit tests' rule_files give the rules under test.
 	ruleFileName = "understory-alerts.yaml"
 )
@@ -292,7 +295,43 @@ var (
 	fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
 	// kueueMetricRE finds a metric's name in kueuequota/metrics.go.
 	kueueMetricRE = regexp.MustCompile(`Name:\s+"(understory_kueue_quota_[a-z_]+)"`)
+	// kubeSchedulerMetricRE finds kube-scheduler's metrics in an expression, with the
+	// selector that follows one (group 2).
+	kubeSchedulerMetricRE = regexp.MustCompile(`\b(scheduler_[a-z_]+|leader_election_[a-z_]+)\b(\{[^}]*\})?`)
+	matcherRE             = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 )
+
+// targetLabels are the labels a scrape adds to every series: the shipped jobs' and,
+// under the Prometheus Operator, the ServiceMonitors'.
+var targetLabels = []string{"job", "instance", "pod", "namespace", "service", "endpoint", "container"}
+
+// kubeSchedulerMetrics reads kubeSchedulerMetricsPath: each family's label names by
+// its name (a histogram's name without _bucket, _sum, _count).
+func kubeSchedulerMetrics(tb testing.TB) map[string][]string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(moduleRoot(tb), kubeSchedulerMetricsPath))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string][]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || len(f) > 3 {
+			tb.Fatalf("%s:%d: %q, want: name type [label,label...]", kubeSchedulerMetricsPath, i+1, line)
+		}
+		out[f[0]] = nil
+		if len(f) == 3 {
+			out[f[0]] = strings.Split(f[2], ",")
+		}
+	}
+	if len(out) < 20 {
+		tb.Fatalf("%s lists %d metric families", kubeSchedulerMetricsPath, len(out))
+	}
+	return out
+}
 
 // recorder is a prometheus.Registerer that keeps what is registered.
 type recorder struct{ cs []prometheus.Collector }
@@ -344,13 +383,15 @@ func definedMetrics(tb testing.TB) map[string]bool {
 }
 
 // TestRulesNameRealMetricsAndJobs: an expression may only name metrics Understory
-// exports (a histogram's _bucket, _sum, _count) or Prometheus' up, and only the scrape
-// jobs that prometheus-scrape.yaml defines (the ServiceMonitors' jobs, the Services'
-// names, are the same).
+// exports (a histogram's _bucket, _sum, _count) or Prometheus' up, kube-scheduler's
+// metrics as v1.37.2 serves them (selected only by labels their series carry), and
+// only the scrape jobs that prometheus-scrape.yaml defines (the ServiceMonitors' jobs,
+// the Services' names, are the same).
 func TestRulesNameRealMetricsAndJobs(t *testing.T) {
 	t.Parallel()
 	defined := definedMetrics(t)
 	defined["up"] = true
+	kubeScheduler := kubeSchedulerMetrics(t)
 	var scrape struct {
 		ScrapeConfigs []struct {
 			JobName string `json:"job_name"`
@@ -375,6 +416,27 @@ func TestRulesNameRealMetricsAndJobs(t *testing.T) {
 				}
 				if !defined[m] && !defined[base] {
 					t.Errorf("%s names %s, which package metrics does not define", rule, m)
+				}
+			}
+		}},
+		{name: "kube-scheduler metrics", check: func(t *testing.T, rule, expr string) {
+			for _, m := range kubeSchedulerMetricRE.FindAllStringSubmatch(expr, -1) {
+				base := m[1]
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if _, ok := kubeScheduler[base]; !ok {
+						base = strings.TrimSuffix(base, suffix)
+					}
+				}
+				labels, ok := kubeScheduler[base]
+				if !ok {
+					t.Errorf("%s names %s, which kube-scheduler v1.37.2 does not serve (%s)", rule, m[1], kubeSchedulerMetricsPath)
+					continue
+				}
+				for _, lm := range matcherRE.FindAllStringSubmatch(m[2], -1) {
+					if !slices.Contains(labels, lm[1]) && !slices.Contains(targetLabels, lm[1]) {
+						t.Errorf("%s selects %s by label %q; its series carry %v and the target's %v", rule, m[1], lm[1], labels,
+							targetLabels)
+					}
 				}
 			}
 		}},

@@ -11,8 +11,11 @@
 //   - `promtool check rules` accepts both, and `promtool test rules` passes the unit
 //     tests of testdata/understory-alerts_test.yaml against both;
 //   - every alert has a unit test in which it fires and one in which it does not;
-//   - every metric an expression names is one the metrics package defines (or up),
-//     and every job it names is a scrape job of manifests/monitoring/prometheus-scrape.yaml.
+//   - every metric an expression names is one the metrics package defines (or up), or
+//     one kube-scheduler v1.37.2 serves (testdata/kube-scheduler-v1.37.2-metrics.txt,
+//     read from the binary's /metrics: the second scheduler's alerts), selected only by
+//     labels its series carry; and every job it names is a scrape job of
+//     manifests/monitoring/prometheus-scrape.yaml.
 //   - the rule file is the ConfigMap understory-prometheus-rules (no name hash: a
 //     Prometheus mounts it by name) and the PrometheusRule only a Component, never in
 //     manifests/base (`kubectl apply -k manifests/` must work without the Operator).

@@ -487,14 +487,24 @@ func TestManifestsBuild(t *testing.T) {
 		}
 		sm := k.build(t, ctx, composition(t, root, "servicemonitor", "certs", "components/servicemonitor"))
 		for _, name := range []string{koordletName, extenderName, admissionName} {
-			mon := mustFind(t, sm, "ServiceMonitor", name)
-			eps, _, _ := unstructured.NestedSlice(mon.Object, "spec", "endpoints")
-			port, _, _ := unstructured.NestedString(eps[0].(map[string]any), "port")
-			svcPorts, _, _ := unstructured.NestedSlice(mustFind(t, sm, "Service", name).Object, "spec", "ports")
-			if n, _, _ := unstructured.NestedString(svcPorts[0].(map[string]any), "name"); n != port {
-				t.Errorf("ServiceMonitor %s scrapes port %q, the Service names %q", name, port, n)
-			}
+			checkMonitorPort(t, sm, name)
 		}
+		// The second scheduler's ServiceMonitor scrapes its Service's port, which is the
+		// container's https port, and the NetworkPolicy admits that port.
+		ss := k.build(t, ctx, composition(t, root, "servicemonitor-second-scheduler", "certs",
+			"components/servicemonitor", "components/second-scheduler"))
+		checkMonitorPort(t, ss, secondScheduler)
+		c := podTemplate(t, mustFind(t, ss, "Deployment", secondScheduler)).Spec.Containers[0]
+		svcPorts, _, _ := unstructured.NestedSlice(mustFind(t, ss, "Service", secondScheduler).Object, "spec", "ports")
+		target, _, _ := unstructured.NestedString(svcPorts[0].(map[string]any), "targetPort")
+		npPorts, _, _ := unstructured.NestedSlice(mustFind(t, ss, "NetworkPolicy", secondScheduler).Object,
+			"spec", "ingress")
+		admitted := fmt.Sprint(npPorts)
+		if len(c.Ports) != 1 || c.Ports[0].Name != target || !strings.Contains(admitted, fmt.Sprintf("port:%d", c.Ports[0].ContainerPort)) {
+			t.Errorf("second scheduler: container ports %+v, Service targetPort %q, NetworkPolicy ingress %s", c.Ports, target,
+				admitted)
+		}
+		mustFind(t, ss, "ClusterRole", "understory-scheduler-metrics-reader")
 		checkKueueComponent(t, k.build(t, ctx, composition(t, root, "kueue", "certs", "components/kueue")), objs)
 		ex := k.build(t, ctx, filepath.Join(root, "examples"))
 		mustFind(t, ex, "PodGroup", "train")
@@ -504,6 +514,18 @@ func TestManifestsBuild(t *testing.T) {
 			t.Errorf("batch example annotations %v", ann)
 		}
 	})
+}
+
+// checkMonitorPort: ServiceMonitor name scrapes the port its Service names.
+func checkMonitorPort(t *testing.T, objs []*unstructured.Unstructured, name string) {
+	t.Helper()
+	mon := mustFind(t, objs, "ServiceMonitor", name)
+	eps, _, _ := unstructured.NestedSlice(mon.Object, "spec", "endpoints")
+	port, _, _ := unstructured.NestedString(eps[0].(map[string]any), "port")
+	svcPorts, _, _ := unstructured.NestedSlice(mustFind(t, objs, "Service", name).Object, "spec", "ports")
+	if n, _, _ := unstructured.NestedString(svcPorts[0].(map[string]any), "name"); n != port {
+		t.Errorf("ServiceMonitor %s scrapes port %q, the Service names %q", name, port, n)
+	}
 }
 
 // The repository's VERSION file is the one version source: `make images` tags the

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,7 +60,10 @@ const (
 // A batch pod and a GPU pod get schedulerName understory-scheduler and are bound
 // through the extender by it (their Scheduled event is understory-scheduler's); an
 // LS pod is placed by default-scheduler without the extender; the Lease
-// understory-system/understory-scheduler is held. Not covered here (no kubelet):
+// understory-system/understory-scheduler is held. Its /metrics refuses an anonymous
+// caller and serves a scraper's token bound to the component's ClusterRole
+// understory-scheduler-metrics-reader (kube-scheduler, as the component's service
+// account, has the API server review it). Not covered here (no kubelet):
 // the Deployment's pods, probes and Secret mount; the real-node e2e covers those.
 func TestSecondScheduler(t *testing.T) {
 	ctx, cp := startControlPlane(t, 4*time.Minute)
@@ -124,7 +130,7 @@ func TestSecondScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp.StartScheduler(t, string(cfgYAML), controlplane.WithKubeconfig(saKubeconfig), controlplane.WithLeaderElection())
+	sched := cp.StartScheduler(t, string(cfgYAML), controlplane.WithKubeconfig(saKubeconfig), controlplane.WithLeaderElection())
 	cp.StartScheduler(t, "") // default-scheduler, leader election off
 
 	// The webhook in second-scheduler mode, as the component configures it.
@@ -199,6 +205,82 @@ func TestSecondScheduler(t *testing.T) {
 	}
 	if p, err := c.CoreV1().Pods(ns).Get(ctx, other.Name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Errorf("a pod naming a scheduler nobody runs was bound (%v): %s", err, p.Spec.NodeName)
+	}
+	t.Run("metrics for an authorised scraper", func(t *testing.T) {
+		checkSecondSchedulerMetrics(t, ctx, cp, k, objs, sched.URL())
+	})
+}
+
+// checkSecondSchedulerMetrics scrapes the second scheduler's /metrics as Prometheus
+// does: the component's ClusterRole understory-scheduler-metrics-reader bound to a
+// scraper's service account, whose token kube-scheduler (running as the component's
+// service account, with the component's RBAC) has the API server review. An anonymous
+// caller is refused; the scraper reads the metrics the alerts use: the leader's
+// leader_election_master_status 1 and its scheduled attempts.
+func checkSecondSchedulerMetrics(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, k kubectl,
+	objs []*unstructured.Unstructured, url string) {
+	const role, scraperNS, scraper = "understory-scheduler-metrics-reader", "monitoring", "prometheus"
+	applyObjects(t, ctx, k, []*unstructured.Unstructured{mustFind(t, objs, "ClusterRole", role)})
+	c := cp.Client()
+	if err := cp.CreateNamespace(ctx, scraperNS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(scraperNS).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: scraper, Namespace: scraperNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: scraperNS, Name: scraper}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := saToken(t, ctx, c, scraperNS, scraper, nil)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(readFile(t, cp.CAFile())) {
+		t.Fatal("the control plane's CA file holds no certificate")
+	}
+	hc := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	get := func(token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("anonymous /metrics: %d %.200s, want 401 or 403", code, body)
+	}
+	want := []string{`leader_election_master_status{name="kube-scheduler"} 1`,
+		`scheduler_schedule_attempts_total{profile="` + secondScheduler + `",result="scheduled"}`}
+	var code int
+	var body string
+	// kube-scheduler caches each review's answer for 10 s.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if code, body = get(token); code == http.StatusOK {
+			break
+		}
+	}
+	if code != http.StatusOK {
+		t.Fatalf("/metrics with %s/%s's token (bound to %s): %d %.200s", scraperNS, scraper, role, code, body)
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics has no %s", w)
+		}
 	}
 }
 

@@ -42,6 +42,10 @@ func chartCases() []chartCase {
 		{name: "second-scheduler", values: "secondScheduler: {enabled: true}", components: []string{"certs", "components/second-scheduler"}},
 		{name: "second-scheduler-cert-manager", values: "secondScheduler: {enabled: true}\ncertificates: {mode: cert-manager}",
 			components: []string{"components/cert-manager", "components/second-scheduler"}},
+		{name: "second-scheduler-prometheus-account", values: "secondScheduler: {enabled: true, prometheusServiceAccount: {namespace: monitoring, name: prometheus}}",
+			components: []string{"certs", "components/second-scheduler"}},
+		{name: "servicemonitors-second-scheduler", values: "serviceMonitors: {enabled: true}\nsecondScheduler: {enabled: true}",
+			components: []string{"certs", "components/servicemonitor", "components/second-scheduler"}},
 		{name: "kueue", values: "kueue: {enabled: true}", components: []string{"certs", "components/kueue"}},
 		{name: "from-koordinator", values: "koordinator: {enabled: true}", components: []string{"certs", "components/from-koordinator"}},
 		{name: "from-koordinator-second-scheduler", values: "koordinator: {enabled: true}\nsecondScheduler: {enabled: true}",
@@ -67,6 +71,10 @@ func chartCases() []chartCase {
 //     upgrades; kustomize's certs component leaves it as files of generate.sh.
 //   - ConfigMap understory-prometheus-rules: kustomize's base always has it; the chart
 //     only with alerts=configMap.
+//   - ClusterRoleBinding understory-scheduler-metrics-reader, chart only, with
+//     secondScheduler.prometheusServiceAccount: the chart binds the second scheduler's
+//     metrics reader to the Prometheus service account it names; kustomize leaves that
+//     binding to the user (TestChartSecondSchedulerMetricsReader checks it).
 func expectedDifferences(objs []obj, chart bool, values map[string]any) []obj {
 	certMode, _ := dig(values, "certificates", "mode").(string)
 	alerts, _ := values["alerts"].(string)
@@ -79,6 +87,8 @@ func expectedDifferences(objs []obj, chart bool, values map[string]any) []obj {
 		case k == rulesConfigMap && !chart && alerts != "configMap":
 			continue
 		case chart && certMode == "self-signed" && k == "Secret/"+namespace+"/understory-ca":
+			continue
+		case chart && k == metricsReaderBinding:
 			continue
 		case o["kind"] == "Secret":
 			delete(o, "data")
@@ -366,6 +376,12 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"koordlet config not YAML", "koordlet: {config: \"[\"}", namespace, "koordlet.config"},
 		{"unknown kueue value", "kueue: {enabled: true, replicas: 3}", namespace, "replicas"},
 		{"kueue follower args not strings", "kueue: {quotaFollower: {extraArgs: [1]}}", namespace, "extraArgs"},
+		{"prometheus account without namespace", "secondScheduler: {enabled: true, prometheusServiceAccount: {name: prometheus}}",
+			namespace, "prometheusServiceAccount"},
+		{"prometheus account without name", "secondScheduler: {prometheusServiceAccount: {namespace: monitoring}}",
+			namespace, "prometheusServiceAccount"},
+		{"prometheus account not a name", "secondScheduler: {prometheusServiceAccount: {namespace: monitoring, name: Prom_1}}",
+			namespace, "name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -493,5 +509,72 @@ func TestChartSelfSignedCertificates(t *testing.T) {
 		if got, err := base64.StdEncoding.DecodeString(b64); err != nil || !bytes.Equal(got, caPEM) {
 			t.Errorf("webhooks[%d].clientConfig.caBundle is not the CA (%v)", i, err)
 		}
+	}
+}
+
+// metricsReaderBinding binds the second scheduler's ClusterRole
+// understory-scheduler-metrics-reader (get on /metrics) to Prometheus' service account:
+// hand-written in the chart (templates/second-scheduler-metrics-reader.yaml), from
+// secondScheduler.prometheusServiceAccount.
+const metricsReaderBinding = "ClusterRoleBinding//understory-scheduler-metrics-reader"
+
+// secondScheduler.prometheusServiceAccount binds the second scheduler's metrics reader
+// to that account, only with the second scheduler on; empty, nothing is bound.
+func TestChartSecondSchedulerMetricsReader(t *testing.T) {
+	t.Parallel()
+	helm := findHelm(t)
+	for _, tc := range []struct {
+		name, values string
+		// subject is the binding's one subject (namespace/name), "" for no binding.
+		subject string
+	}{
+		{"bound", "secondScheduler: {enabled: true, prometheusServiceAccount: {namespace: monitoring, name: prometheus-k8s}}",
+			"monitoring/prometheus-k8s"},
+		{"no account", "secondScheduler: {enabled: true}", ""},
+		{"second scheduler off", "secondScheduler: {prometheusServiceAccount: {namespace: monitoring, name: prometheus-k8s}}", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := helmTemplate(context.Background(), helm, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decode(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byKey := map[string]obj{}
+			for _, o := range objs {
+				byKey[key(o)] = o
+			}
+			b, bound := byKey[metricsReaderBinding]
+			if tc.subject == "" {
+				if bound {
+					t.Errorf("rendered %s; want none", metricsReaderBinding)
+				}
+				return
+			}
+			if !bound {
+				t.Fatalf("no %s", metricsReaderBinding)
+			}
+			if _, ok := byKey["ClusterRole//understory-scheduler-metrics-reader"]; !ok {
+				t.Error("the binding's ClusterRole understory-scheduler-metrics-reader is not rendered")
+			}
+			if ref := dig(b, "roleRef", "name"); ref != "understory-scheduler-metrics-reader" {
+				t.Errorf("roleRef.name %v", ref)
+			}
+			subjects, _ := b["subjects"].([]any)
+			if len(subjects) != 1 {
+				t.Fatalf("subjects %v, want one", subjects)
+			}
+			sub, _ := subjects[0].(map[string]any)
+			if got := fmt.Sprintf("%v/%v", sub["namespace"], sub["name"]); sub["kind"] != "ServiceAccount" || got != tc.subject {
+				t.Errorf("subject %v, want ServiceAccount %s", sub, tc.subject)
+			}
+		})
 	}
 }

@@ -4,7 +4,8 @@
 //
 // The tests:
 //   - TestChartIsGenerated: every template of the chart but the hand-written ones
-//     (_helpers.tpl, certs.yaml, validate.yaml, NOTES.txt), the CRD under crds/ and the
+//     (_helpers.tpl, certs.yaml, validate.yaml, second-scheduler-metrics-reader.yaml,
+//     NOTES.txt), the CRD under crds/ and the
 //     data files under files/ are what the generator in generate_test.go writes from
 //     `kubectl kustomize` of the base and of each component (a component's new
 //     objects under `if <value>`, the base objects it changes as if/else). Edit
@@ -17,9 +18,13 @@
 //     composition of manifests/; a difference names the object and the field.
 //   - TestHelmLint, TestChartRejectsBadValues: helm lint --strict, and clear errors
 //     for values the chart cannot install (the values schema, the namespace, a
-//     koordlet.config whose cgroupDriver differs from the value).
+//     koordlet.config whose cgroupDriver differs from the value, a Prometheus service
+//     account without its namespace).
 //   - TestChartImages: image.repository and image.tag name every image (kueue-quota
 //     with kueue.enabled).
+//   - TestChartSecondSchedulerMetricsReader: secondScheduler.prometheusServiceAccount
+//     binds the ClusterRole understory-scheduler-metrics-reader (get on /metrics) to
+//     that account, only with the second scheduler on.
 //   - TestChartSelfSignedCertificates: Helm's CA and certificates verify for the
 //     Services' names and client auth, and the webhook's caBundle is the CA.
 //   - TestHelmInstallUpgradeUninstall: on a real API server (test/e2e/controlplane),
@@ -30,8 +35,10 @@
 // The differences the comparison allows are listed in one place, expectedDifferences
 // in chart_test.go: the Namespace (Helm's --create-namespace makes it), Secret data
 // and the webhook's caBundle (certificates differ on every generation), the chart's
-// Secret understory-ca (its kept CA), and the alerts ConfigMap (kustomize's base
-// always has it; the chart only with alerts=configMap).
+// Secret understory-ca (its kept CA), the alerts ConfigMap (kustomize's base
+// always has it; the chart only with alerts=configMap), and the binding of the second
+// scheduler's metrics reader to secondScheduler.prometheusServiceAccount (chart only;
+// TestChartSecondSchedulerMetricsReader).
 //
 // Traps:
 //   - helm is built by scripts/helm.sh (helm.sh/helm/v3 v3.22.0 from the Go module

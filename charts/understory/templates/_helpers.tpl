@@ -1,6 +1,7 @@
 {{/*
 Hand-written helpers of the Understory chart. Every other template but certs.yaml,
-validate.yaml and NOTES.txt is generated from manifests/ (test/helmchart).
+validate.yaml, second-scheduler-metrics-reader.yaml and NOTES.txt is generated from
+manifests/ (test/helmchart).
 */}}
 
 {{/*
@@ -99,6 +100,10 @@ one, or with one that does not parse, is reissued). */ -}}
 {{- fail (printf "install into namespace understory-system (helm install ... -n understory-system --create-namespace), not %q: the webhook's certificates, the scheduler configuration and the CEL policies name it literally" .Release.Namespace) -}}
 {{- end -}}
 {{- $_ := include "understory.koordletConfig" . -}}
+{{- $sa := .Values.secondScheduler.prometheusServiceAccount -}}
+{{- if ne (empty $sa.name) (empty $sa.namespace) -}}
+{{- fail (printf "secondScheduler.prometheusServiceAccount: set both namespace and name (the service account Prometheus scrapes with), or neither; have namespace %q, name %q" $sa.namespace $sa.name) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

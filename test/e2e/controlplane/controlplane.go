@@ -456,6 +456,11 @@ func (cp *ControlPlane) URL() string { return cp.apiURL }
 // Dir is the control plane's temp dir (logs, certs, kubeconfigs).
 func (cp *ControlPlane) Dir() string { return cp.dir }
 
+// CAFile is the harness CA's certificate (PEM): it signed the serving certificates of
+// the API server, kube-scheduler and kube-controller-manager, and the client
+// certificates of their users.
+func (cp *ControlPlane) CAFile() string { return cp.path(caFile) }
+
 // CreateNamespace creates namespace name (if it is not there) and its
 // "default" ServiceAccount, which the missing ServiceAccount controller
 // would otherwise create and the ServiceAccount admission plugin requires.

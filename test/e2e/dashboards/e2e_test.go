@@ -13,9 +13,12 @@ import (
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/internal/grafana"
 	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // renderDir, when set, makes TestDashboardsOnPrometheus render every dashboard from
@@ -45,7 +48,17 @@ type lsPhase struct {
 //   - a GPU node: the agent's real GPU loop and metrics over go-nvml's 8-GPU mock
 //     with scripted LS and batch processes (no GPU here), freezing real cgroups;
 //   - the real scheduler extender on a real control plane, called by kube-scheduler
+//     as the second scheduler (its shipped configuration, profile understory-scheduler)
 //     for a stream of GPU, GPU-share and batch pods and two gangs;
+//   - that kube-scheduler's own /metrics, as a Prometheus in the cluster scrapes the
+//     second scheduler: with a service account's token, the account bound to the
+//     shipped ClusterRole understory-scheduler-metrics-reader (anonymous and unbound
+//     callers are refused first);
+//   - the real Kueue quota follower (cmd/kueue-quota) following two nodes' batch
+//     capacity into the shipped ClusterQueues (Kueue's CRDs from the Kueue build, no
+//     Kueue manager: the test admits one Workload and evicts it as Kueue would); the
+//     capacity falls mid-run, so the follower lowers the quotas, deactivates the
+//     Workload and requeues it once evicted, then raises them again;
 //
 // then Check (internal/grafana) must find data in every panel and every variable. Root; about 2 min.
 func TestDashboardsOnPrometheus(t *testing.T) {
@@ -58,6 +71,9 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 	if !haveGPUNode {
 		testenv.SkipOrFailInCI(t, "needs cgo: the GPU node runs go-nvml's mock (build with CGO_ENABLED=1)")
 	}
+	// Kueue's CRDs for the quota follower (skips without the Kueue build, or builds it
+	// under CI=true: make test builds it first).
+	kueue := kueueharness.Find(t)
 	ds, err := grafana.Load(shippedDir(t))
 	if err != nil {
 		t.Fatal(err)
@@ -75,25 +91,31 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 	began := time.Now()
 	cleanLeftovers(t, h)
 
-	// The agent builds while the control plane starts.
+	// The agent and the quota follower build while the control plane starts.
 	type built struct {
-		bin string
-		err error
+		agent, follower string
+		err             error
 	}
 	binDir := t.TempDir()
-	agentBin := make(chan built, 1)
+	bins := make(chan built, 1)
 	go func() {
-		bin, err := buildAgent(ctx, binDir)
-		agentBin <- built{bin, err}
+		var b built
+		if b.agent, b.err = buildBinary(ctx, binDir, "./cmd/koordlet"); b.err == nil {
+			b.follower, b.err = buildBinary(ctx, binDir, "./cmd/kueue-quota")
+		}
+		bins <- b
 	}()
 	c := startCluster(ctx, t)
+	setUpKueue(ctx, t, c.cp, kueue)
+	schedJob := c.schedulerScrapeJob(ctx, t)
 	tCluster := time.Since(began)
-	b := <-agentBin
+	b := <-bins
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
+	follower := startQuotaFollower(ctx, t, c.cp, b.follower)
 	node := newFakeNode(t, h, nodePods())
-	node.startAgent(t, b.bin)
+	node.startAgent(t, b.agent)
 	gpuNode := startGPUNode(ctx, t, h, node.base+"-gpu")
 	gpuNode.lsLoad(false)
 	// The steady load: batch burns what it is given, BE a little, LS a base; each holds
@@ -109,8 +131,10 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 			{Address: gpuNode.addr(), Labels: map[string]string{"node": "e2e-gpu-node"}},
 		}},
 		{Name: "understory-scheduler-extender", Targets: []ScrapeTarget{{Address: c.metricsAddr()}}},
+		schedJob,
+		{Name: "understory-kueue-quota", Targets: []ScrapeTarget{{Address: follower.addr}}},
 	}})
-	if err := prom.WaitTargetsUp(ctx, 3); err != nil {
+	if err := prom.WaitTargetsUp(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -119,6 +143,8 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	trafficDone := make(chan error, 1)
 	go func() { trafficDone <- c.traffic(trafficCtx, 2*time.Second, 8*time.Second) }()
+	kueueDone := make(chan error, 1)
+	go func() { kueueDone <- playKueue(trafficCtx, c.cp) }()
 	// Gangs: "train" (2 × 2 GPUs) is admitted whole at once. After the first loaded
 	// phase it finishes, "finetune" (2 × 1 GPU) is admitted in its place and "sweep"
 	// (3 × 4 GPUs) never fits the two 4-GPU nodes. The gang event counters are born
@@ -131,12 +157,22 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 	// after escalation.starvationTimeout, 8 s here), a short one only cuts.
 	script := []lsPhase{{false, 5 * time.Second}, {true, 11 * time.Second}, {false, 6 * time.Second},
 		{true, 4 * time.Second}, {false, 6 * time.Second}, {true, 11 * time.Second}, {false, 7 * time.Second}}
+	// The quota nodes' batch capacity falls with the second phase (the follower lowers
+	// the quotas at once) and again with the third (below what is admitted: 2 s later
+	// the follower deactivates the Workload, the test evicts it as Kueue, the follower
+	// requeues it), and comes back with the sixth (the quotas climb again and the
+	// Workload is admitted again).
 	for i, ph := range script {
 		if i == 2 {
 			if err := c.deleteGang(ctx, train); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.createGangs(ctx, gang{"finetune", 2, 1}, gang{"sweep", 3, 4}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cpu, ok := map[int]int64{1: quotaNodeCPUMid, 2: quotaNodeCPULow, 5: quotaNodeCPU}[i]; ok {
+			if err := setQuotaCapacity(ctx, c.cp, cpu); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -154,10 +190,25 @@ func TestDashboardsOnPrometheus(t *testing.T) {
 	if err := <-trafficDone; err != nil {
 		t.Fatalf("scheduling traffic: %v", err)
 	}
+	if err := <-kueueDone; err != nil {
+		t.Fatalf("playing Kueue for the quota follower: %v", err)
+	}
 	sleep(ctx, 2*time.Second) // the last scrapes
 	end := time.Now()
 	if ctx.Err() != nil {
 		t.Fatal(ctx.Err())
+	}
+
+	// The follower went the whole way: the quotas fell below the admitted Workload, it
+	// was deactivated, evicted (by the test, as Kueue) and reactivated.
+	for _, q := range []string{"sum(understory_kueue_quota_evictions_total)", "sum(understory_kueue_quota_requeues_total)"} {
+		v, _, _, err := prom.API().Query(ctx, q, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value < 1 {
+			t.Errorf("%s = %v, want at least 1", q, v)
+		}
 	}
 
 	w := grafana.Window{Start: start, End: end, Step: 2 * time.Second, RateInterval: 4 * time.Second}

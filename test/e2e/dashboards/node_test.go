@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -398,22 +397,6 @@ func (n *fakeNode) close(t *testing.T) {
 	if err := reclaim(n.h, n.base); err != nil && !errors.Is(err, cgroups.ErrNotExist) {
 		t.Errorf("removing the fake node's cgroups: %v", err)
 	}
-}
-
-// buildAgent builds cmd/koordlet (pure Go: GPU features off) into dir.
-func buildAgent(ctx context.Context, dir string) (string, error) {
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "koordlet")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/koordlet")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/koordlet: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // nodePods are the fake node's pods: one LS web service, one BE pod and two batch

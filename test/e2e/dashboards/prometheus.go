@@ -39,8 +39,12 @@ type ScrapeJob struct {
 	Scheme string
 	// TLS is an https job's tls_config; nil: the system's CAs, the target's host as
 	// the server name, no client certificate.
-	TLS     *TLSConfig
-	Targets []ScrapeTarget
+	TLS *TLSConfig
+	// BearerTokenFile, when set, is sent as "Authorization: Bearer <its content>" on
+	// every scrape (authorization.credentials_file; re-read on each scrape), as a
+	// Prometheus in a pod sends its service account's token. An absolute path.
+	BearerTokenFile string
+	Targets         []ScrapeTarget
 }
 
 // TLSConfig is a scrape job's tls_config. Paths must be absolute: Prometheus reads
@@ -53,6 +57,10 @@ type TLSConfig struct {
 	ServerName string
 	// CertFile and KeyFile are a client certificate, both or neither.
 	CertFile, KeyFile string
+	// InsecureSkipVerify accepts any serving certificate: kube-scheduler's is
+	// self-signed in memory when it starts, so no CA verifies it (the shipped
+	// ServiceMonitor and scrape job skip verification too). Not with CAFile.
+	InsecureSkipVerify bool
 }
 
 // ScrapeTarget is one endpoint, host:port, with the labels Prometheus adds to its
@@ -85,6 +93,9 @@ func (j ScrapeJob) validate() error {
 		if j.Scheme != "https" {
 			return bad("TLS settings need scheme https, not %q", j.Scheme)
 		}
+		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+			return bad("TLS: a CA file or server name with verification off")
+		}
 		if (t.CertFile == "") != (t.KeyFile == "") {
 			return bad("client certificate %q and key %q: both or neither", t.CertFile, t.KeyFile)
 		}
@@ -93,6 +104,9 @@ func (j ScrapeJob) validate() error {
 				return bad("TLS file %q is not an absolute path", f)
 			}
 		}
+	}
+	if f := j.BearerTokenFile; f != "" && !filepath.IsAbs(f) {
+		return bad("bearer token file %q is not an absolute path", f)
 	}
 	for _, t := range j.Targets {
 		if host, port, err := net.SplitHostPort(t.Address); err != nil || host == "" || port == "" {
@@ -154,7 +168,14 @@ type scrapeConfig struct {
 	MetricsPath   string         `json:"metrics_path,omitempty"`
 	Scheme        string         `json:"scheme,omitempty"`
 	TLSConfig     *tlsConfig     `json:"tls_config,omitempty"`
+	Authorization *authorization `json:"authorization,omitempty"`
 	StaticConfigs []staticConfig `json:"static_configs"`
+}
+
+// authorization is a scrape job's Authorization header: type Bearer (Prometheus'
+// default) with the credentials read from a file.
+type authorization struct {
+	CredentialsFile string `json:"credentials_file"`
 }
 
 type tlsConfig struct {
@@ -162,6 +183,7 @@ type tlsConfig struct {
 	CertFile   string `json:"cert_file,omitempty"`
 	KeyFile    string `json:"key_file,omitempty"`
 	ServerName string `json:"server_name,omitempty"`
+	Insecure   bool   `json:"insecure_skip_verify,omitempty"`
 }
 
 type staticConfig struct {
@@ -191,7 +213,10 @@ func (o PrometheusOptions) config() ([]byte, error) {
 		sc := scrapeConfig{JobName: j.Name, HonorLabels: true, MetricsPath: j.Path, Scheme: j.Scheme}
 		if t := j.TLS; t != nil {
 			sc.TLSConfig = &tlsConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
-				ServerName: t.ServerName}
+				ServerName: t.ServerName, Insecure: t.InsecureSkipVerify}
+		}
+		if j.BearerTokenFile != "" {
+			sc.Authorization = &authorization{CredentialsFile: j.BearerTokenFile}
 		}
 		for _, t := range j.Targets {
 			sc.StaticConfigs = append(sc.StaticConfigs, staticConfig{Targets: []string{t.Address}, Labels: t.Labels})

@@ -57,6 +57,14 @@ func TestConfigRender(t *testing.T) {
 				Targets: []ScrapeTarget{{Address: "[::1]:8888"}}},
 			{Name: "system-roots", Scheme: "https", Targets: []ScrapeTarget{{Address: "example.org:443"}}},
 		}}},
+		{"https-bearer-token", PrometheusOptions{Jobs: []ScrapeJob{{
+			Name: "understory-scheduler", Scheme: "https", TLS: &TLSConfig{CAFile: "/certs/ca.crt"},
+			BearerTokenFile: "/secrets/token", Targets: []ScrapeTarget{{Address: "127.0.0.1:10259"}},
+		}}}},
+		{"https-bearer-token-self-signed", PrometheusOptions{Jobs: []ScrapeJob{{
+			Name: "understory-scheduler", Scheme: "https", TLS: &TLSConfig{InsecureSkipVerify: true},
+			BearerTokenFile: "/secrets/token", Targets: []ScrapeTarget{{Address: "10.88.0.4:10259"}},
+		}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +110,9 @@ func TestConfigRejects(t *testing.T) {
 			Targets: tgt}}, "both or neither"},
 		{"relative ca", []ScrapeJob{{Name: "a", Scheme: "https", TLS: &TLSConfig{CAFile: "certs/ca.crt"},
 			Targets: tgt}}, "not an absolute path"},
+		{"insecure with a CA", []ScrapeJob{{Name: "a", Scheme: "https", TLS: &TLSConfig{CAFile: "/ca.crt",
+			InsecureSkipVerify: true}, Targets: tgt}}, "verification off"},
+		{"relative token", []ScrapeJob{{Name: "a", BearerTokenFile: "token", Targets: tgt}}, "not an absolute path"},
 		{"path", []ScrapeJob{{Name: "a", Path: "metrics", Targets: tgt}}, "does not start with /"},
 		{"no port", []ScrapeJob{{Name: "a", Targets: []ScrapeTarget{{Address: "10.0.0.1"}}}}, "not host:port"},
 		{"url as address", []ScrapeJob{{Name: "a", Targets: []ScrapeTarget{{Address: "http://10.0.0.1:80/metrics"}}}},
@@ -259,6 +270,55 @@ func TestConfigTLSScrape(t *testing.T) {
 	}
 	if !strings.Contains(lastErr, "certificate") {
 		t.Errorf("scrape without the server name: last error %q, want a certificate error", lastErr)
+	}
+}
+
+// TestConfigBearerTokenScrape: a real Prometheus sends the token file's content as a
+// bearer token on every scrape (as kube-scheduler's /metrics needs it); a target that
+// refuses the scrape's credentials (401) is down with that error.
+func TestConfigBearerTokenScrape(t *testing.T) {
+	t.Parallel()
+	const token = "t0ken-of-the-scraper"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprint(w, "# TYPE test_up gauge\ntest_up 1\n")
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	for f, content := range map[string]string{good: token + "\n", bad: "someone-else"} {
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	prom := StartPrometheus(ctx, t, PrometheusOptions{Jobs: []ScrapeJob{
+		{Name: "good", BearerTokenFile: good, Targets: []ScrapeTarget{{Address: addr}}},
+		{Name: "bad", BearerTokenFile: bad, Targets: []ScrapeTarget{{Address: addr}}},
+	}})
+	health := map[string]string{}
+	for ctx.Err() == nil && (health["good"] == "" || health["bad"] == "") {
+		ts, err := prom.API().Targets(ctx)
+		if err == nil {
+			for _, tg := range ts.Active {
+				if tg.Health == "up" || tg.LastError != "" {
+					health[tg.ScrapePool] = string(tg.Health) + " " + tg.LastError
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.HasPrefix(health["good"], "up") {
+		t.Errorf("the job with the right token: %q, want up", health["good"])
+	}
+	if !strings.Contains(health["bad"], "401") {
+		t.Errorf("the job with another token: %q, want down with 401", health["bad"])
 	}
 }
 

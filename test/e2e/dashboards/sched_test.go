@@ -3,6 +3,8 @@ package dashboards
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,12 +23,22 @@ import (
 // schedNamespace is where the scheduling traffic's pods live.
 const schedNamespace = "dash"
 
-// cluster is the real control plane, kube-scheduler configured by the shipped
-// manifest and the real extender, with three nodes: two with four A100s, one
-// CPU-only; every node offers batch-cpu and batch-memory.
+// secondSchedulerConfig is the second scheduler's KubeSchedulerConfiguration (its one
+// profile, understory-scheduler, calls the extender), relative to the module root.
+const secondSchedulerConfig = "manifests/components/second-scheduler/kube-scheduler-config.yaml"
+
+// secondSchedulerName is that profile: the scheduler the traffic's pods name, as the
+// webhook names it for batch and GPU pods in the managed-cluster mode.
+const secondSchedulerName = "understory-scheduler"
+
+// cluster is the real control plane, kube-scheduler configured as the second
+// scheduler (the shipped configuration, the extender's URL the harness's) and the real
+// extender, with three nodes: two with four A100s, one CPU-only; every node offers
+// batch-cpu and batch-memory.
 type cluster struct {
-	cp  *controlplane.ControlPlane
-	ext *extenderharness.Extender
+	cp    *controlplane.ControlPlane
+	ext   *extenderharness.Extender
+	sched *controlplane.Scheduler
 }
 
 func startCluster(ctx context.Context, t *testing.T) *cluster {
@@ -42,7 +54,11 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 	// (and show as stale); the PodGroup CRD is installed above.
 	cfg.VolcanoPodGroups = false
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{Config: &cfg})
-	manifest, err := extenderharness.ReadManifest()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, secondSchedulerConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +66,7 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp.StartScheduler(t, schedCfg)
+	sched := cp.StartScheduler(t, schedCfg)
 	if err := cp.CreateNamespace(ctx, schedNamespace); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +88,7 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 			t.Fatal(err)
 		}
 	}
-	return &cluster{cp: cp, ext: ext}
+	return &cluster{cp: cp, ext: ext, sched: sched}
 }
 
 // metricsAddr is the extender's host:port (its /metrics).
@@ -106,6 +122,7 @@ func newPod(name string, res corev1.ResourceList, ann map[string]string) *corev1
 		p.Spec.Containers[0].Resources.Requests[k] = v
 	}
 	p.Spec.Containers[0].Resources.Limits = res.DeepCopy()
+	p.Spec.SchedulerName = secondSchedulerName
 	p.Annotations = ann
 	return p
 }

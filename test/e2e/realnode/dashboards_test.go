@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,7 +16,9 @@ import (
 
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -55,6 +58,29 @@ var installExemptions = []grafana.Exemption{
 		Reason: whyNoGPU + " (allocated / capacity is 0 / 0, NaN)"},
 	// Gang admissions and failures is checked: its counters start at 0 for every event.
 	{Dashboard: "understory-scheduler", Panel: "Gangs by state", Reason: whyNoGang},
+	// kube-scheduler exports the gauge only for a plugin that left a pod unschedulable.
+	{Dashboard: "understory-scheduler", Panel: "Second scheduler: unschedulable pods by plugin",
+		Reason: "no batch pod has to wait in this run: kube-scheduler's scheduler_unschedulable_pods has a series " +
+			"only for a plugin that rejected a pod"},
+}
+
+// kueuePanels are the Kueue quota follower's row: the install test runs no Kueue
+// (TestDashboardsOnPrometheus runs the real follower and proves them).
+var kueuePanels = []string{"Follower leading", "Last pass age", "Workloads evicted since start",
+	"Follower errors in range", "Quota follower: batch CPU", "Quota follower: batch memory",
+	"Quota follower: writes, evictions and requeues"}
+
+// whyNoKueue says why kueuePanels lack data here.
+const whyNoKueue = "the install test runs no Kueue and no quota follower (kueue.enabled is off in the " +
+	"realnode values); TestDashboardsOnPrometheus runs the real follower"
+
+// allInstallExemptions is installExemptions with the quota follower's row.
+func allInstallExemptions() []grafana.Exemption {
+	out := slices.Clone(installExemptions)
+	for _, p := range kueuePanels {
+		out = append(out, grafana.Exemption{Dashboard: "understory-scheduler", Panel: p, Reason: whyNoKueue})
+	}
+	return out
 }
 
 // cutReactionPanels need a budget cut in the window: without one their quantiles
@@ -127,7 +153,7 @@ func TestInstallDashboardExemptions(t *testing.T) {
 	if cutExemptions(nil) != nil {
 		t.Error("cut-reaction panels exempt in sampling mode")
 	}
-	all := append(slices.Clone(installExemptions), cutExemptions([]string{"psi"})...)
+	all := append(allInstallExemptions(), cutExemptions([]string{"psi"})...)
 	if err := grafana.ValidateExemptions(ds, all); err != nil {
 		t.Error(err)
 	}
@@ -138,7 +164,7 @@ func TestInstallDashboardExemptions(t *testing.T) {
 // relabelling gives, every extender pod over HTTPS verified with the install's CA
 // and the Service's name, without a client certificate (the extender serves
 // /metrics to anyone; the shipped job has none either).
-func (in *install) scrapeJobs(agent *corev1.Pod, exts []*corev1.Pod) []dashboards.ScrapeJob {
+func (in *install) scrapeJobs(agent *corev1.Pod, exts, scheds []*corev1.Pod) []dashboards.ScrapeJob {
 	ext := dashboards.ScrapeJob{Name: "understory-scheduler-extender", Scheme: "https",
 		TLS: &dashboards.TLSConfig{CAFile: filepath.Join(in.certs, "ca.crt"), ServerName: extenderServer}}
 	for _, p := range exts {
@@ -153,7 +179,59 @@ func (in *install) scrapeJobs(agent *corev1.Pod, exts []*corev1.Pod) []dashboard
 			Labels:  map[string]string{"node": agent.Spec.NodeName, "pod": agent.Name},
 		}}},
 		ext,
+		in.schedulerJob(scheds),
 	}
+}
+
+// schedulerJob is the second scheduler's job as manifests/monitoring/prometheus-scrape.yaml
+// has it: every replica's secure port, over HTTPS with verification off (kube-scheduler
+// signs its own certificate at start), with a service account's token that the
+// shipped ClusterRole understory-scheduler-metrics-reader lets read /metrics.
+func (in *install) schedulerJob(scheds []*corev1.Pod) dashboards.ScrapeJob {
+	j := dashboards.ScrapeJob{Name: "understory-scheduler", Scheme: "https",
+		TLS: &dashboards.TLSConfig{InsecureSkipVerify: true}, BearerTokenFile: in.schedToken}
+	for _, p := range scheds {
+		j.Targets = append(j.Targets, dashboards.ScrapeTarget{
+			Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(secondSchedulerPort)),
+			Labels:  map[string]string{"pod": p.Name},
+		})
+	}
+	return j
+}
+
+// schedulerToken binds a service account, as a Prometheus in a pod runs as, to the
+// shipped ClusterRole understory-scheduler-metrics-reader and writes a token of it
+// for the scrape (docs/second-scheduler.md, "Metrics").
+func (in *install) schedulerToken(ctx context.Context) (string, error) {
+	c := in.n.client
+	const ns, sa = "monitoring", "prometheus"
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"understory.io/metrics-scraper": "true"}}}, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "understory-e2e-prometheus-scheduler-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "understory-scheduler-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
+	}, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(in.promDir, "scheduler-token")
+	return path, os.WriteFile(path, []byte(tr.Status.Token), 0o600)
+}
+
+// schedulerPods returns the second scheduler's running pods with an IP, by name.
+func (in *install) schedulerPods(ctx context.Context) ([]*corev1.Pod, error) {
+	return in.runningPods(ctx, "app.kubernetes.io/name="+secondScheduler)
 }
 
 // extenderPods returns the extender's running pods with an IP, sorted by name: like the
@@ -161,8 +239,13 @@ func (in *install) scrapeJobs(agent *corev1.Pod, exts []*corev1.Pod) []dashboard
 // stage 3b scraped, the filter-latency panel once had no data in a run where stage 8's
 // outage handed the Lease to the other replica.
 func (in *install) extenderPods(ctx context.Context) ([]*corev1.Pod, error) {
-	l, err := in.n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/name=" + extenderName})
+	return in.runningPods(ctx, "app.kubernetes.io/name="+extenderName)
+}
+
+// runningPods returns the running pods of the release matching selector that have an
+// IP, sorted by name.
+func (in *install) runningPods(ctx context.Context, selector string) ([]*corev1.Pod, error) {
+	l, err := in.n.client.CoreV1().Pods(nsSystem).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}
@@ -198,25 +281,34 @@ func (in *install) scrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scheds, err := in.schedulerPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.schedToken, err = in.schedulerToken(ctx); err != nil {
+		t.Fatalf("a token to read the second scheduler's /metrics: %v", err)
+	}
 	agent := in.agentPod
-	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, exts),
+	p, err := dashboards.Launch(ctx, dashboards.PrometheusOptions{Jobs: in.scrapeJobs(agent, exts, scheds),
 		ScrapeInterval: scrapeInterval, Binary: bin}, in.promDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.prom, in.extPods, in.scraped = p, exts, agent
+	in.prom, in.extPods, in.schedPods, in.scraped = p, exts, scheds, agent
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = p.WaitTargetsUp(wctx, 1+len(exts))
+	err = p.WaitTargetsUp(wctx, 1+len(exts)+len(scheds))
 	in.promStart = time.Now()
 	if err != nil {
 		t.Fatalf("Prometheus scraping the agent and the extender as manifests/monitoring/prometheus-scrape.yaml "+
 			"does: %v\nits log:\n%s", err, p.LogTail(20))
 	}
 	t.Logf("Prometheus (%s) scrapes the agent %s at http://%s:%d/metrics and the extender's %d pods (leader %s at "+
-		"%s) at https://<pod IP>:%d/metrics (CA certs/generated/ca.crt, server name %s, no client certificate) every %v",
+		"%s) at https://<pod IP>:%d/metrics (CA certs/generated/ca.crt, server name %s, no client certificate) and the "+
+		"second scheduler's %d pods at https://<pod IP>:%d/metrics with a token bound to "+
+		"understory-scheduler-metrics-reader, every %v",
 		p.URL(), agent.Name, agent.Status.PodIP, agentPort, len(exts), ext.Name, ext.Status.PodIP, extenderPort,
-		extenderServer, scrapeInterval)
+		extenderServer, len(scheds), secondSchedulerPort, scrapeInterval)
 }
 
 // followPods points the scrape targets at the current pods when they changed: the
@@ -247,20 +339,25 @@ func (in *install) followPods(t *testing.T) {
 	if err != nil || len(exts) == 0 {
 		exts = in.extPods // none running now (mid-restart): keep the last ones
 	}
-	oldAgent, oldExts := in.scraped, in.extPods
+	scheds, err := in.schedulerPods(ctx)
+	if err != nil || len(scheds) == 0 {
+		scheds = in.schedPods
+	}
+	oldAgent, oldExts, oldScheds := in.scraped, in.extPods, in.schedPods
 	agentMoved := agent.Name != oldAgent.Name || agent.Status.PodIP != oldAgent.Status.PodIP
-	if !agentMoved && samePods(exts, oldExts) {
+	if !agentMoved && samePods(exts, oldExts) && samePods(scheds, oldScheds) {
 		return
 	}
-	if err := in.prom.SetJobs(ctx, in.scrapeJobs(agent, exts)); err != nil {
+	if err := in.prom.SetJobs(ctx, in.scrapeJobs(agent, exts, scheds)); err != nil {
 		in.scrapeErrs = append(in.scrapeErrs, fmt.Sprintf("Prometheus could not follow the pods (agent %s at %s, "+
-			"extender %s): %v", agent.Name, agent.Status.PodIP, podIPs(exts), err))
+			"extender %s, second scheduler %s): %v", agent.Name, agent.Status.PodIP, podIPs(exts), podIPs(scheds), err))
 		t.Logf("%s", in.scrapeErrs[len(in.scrapeErrs)-1])
 		return
 	}
-	in.scraped, in.extPods = agent, exts
-	t.Logf("Prometheus now scrapes the agent's pod %s at %s (was %s at %s) and the extender's %s (was %s)", agent.Name,
-		agent.Status.PodIP, oldAgent.Name, oldAgent.Status.PodIP, podIPs(exts), podIPs(oldExts))
+	in.scraped, in.extPods, in.schedPods = agent, exts, scheds
+	t.Logf("Prometheus now scrapes the agent's pod %s at %s (was %s at %s), the extender's %s (was %s) and the "+
+		"second scheduler's %s (was %s)", agent.Name, agent.Status.PodIP, oldAgent.Name, oldAgent.Status.PodIP,
+		podIPs(exts), podIPs(oldExts), podIPs(scheds), podIPs(oldScheds))
 }
 
 // podIPs lists pods as name@IP.
@@ -302,7 +399,7 @@ func (in *install) dashboardsHaveData(t *testing.T) {
 	if len(harm) == 0 {
 		t.Logf("the agent ran in signals mode sampling: every LS load cuts batch, the cut-reaction panels must show data")
 	}
-	exempt := append(slices.Clone(installExemptions), cutExemptions(harm)...)
+	exempt := append(allInstallExemptions(), cutExemptions(harm)...)
 	r, err := grafana.Check(ctx, in.prom.API(), ds, w, exempt...)
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,11 @@
 //     Service's fixed ClusterIP (a host alias: the node has no cluster DNS) over mutual
 //     TLS with the client certificate Helm issued; the node's own kube-scheduler is
 //     left as it was, without the extender;
-//     3b. Debian's Prometheus starts scraping the agent's pod (HTTP) and the extender's
-//     two (HTTPS, the install's CA, no client certificate) for the rest of the run;
-//     after each stage the targets follow the current pods (the agent's: stage 7);
+//     3b. Debian's Prometheus starts scraping the agent's pod (HTTP), the extender's
+//     two (HTTPS, the install's CA, no client certificate) and the second scheduler's
+//     two (HTTPS, with a service account's token bound to the shipped ClusterRole
+//     understory-scheduler-metrics-reader) for the rest of the run; after each stage
+//     the targets follow the current pods (the agent's: stage 7);
 //  4. an LS Deployment and a batch Job written as users write them: the LS pods stay as
 //     written and are placed by default-scheduler; the batch pod is mutated by the
 //     webhook (schedulerName understory-scheduler), placed by the second scheduler,
@@ -43,8 +45,20 @@
 //     the two leaders (extender, second scheduler) restart, once, having lost their
 //     Leases;
 //  9. every panel and variable of the shipped Grafana dashboards shows data over the
-//     run, but for those that need a GPU or a gang (installExemptions, with reasons)
-//     and, when the agent ran with an LS harm signal, the cut-reaction panels.
+//     run, but for those that need a GPU, a gang or Kueue (allInstallExemptions, with
+//     reasons) and, when the agent ran with an LS harm signal, the cut-reaction panels.
+//
+// TestUpgrade installs the previous release's chart (testdata/upgrade) with that
+// release's image tags, runs an LS Deployment, a batch Job and a Koordinator-dialect
+// gang, and `helm upgrade`s to charts/understory with this build's images and the
+// Koordinator migration on: every component's pod is replaced, no workload pod is lost
+// or restarted, the new extender leader's ledger agrees with the API server and holds
+// the gang, the certificates are kept; then Koordinator's colocation example pod is
+// admitted as batch, placed by the second scheduler and the extender, and runs in the
+// tier (upgrade_test.go).
+//
+// TestInstallFromRegistry installs from `make release` and `make push` to a registry
+// the test serves: containerd pulls every image (registry_test.go).
 //
 // TestRealNode checks what the node agent (the host binary, not the DaemonSet)
 // assumes about kubelet and the runtime:

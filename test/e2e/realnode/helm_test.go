@@ -33,6 +33,9 @@ const (
 	defaultScheduler = "default-scheduler"
 	// kubeSchedulerTar is the second scheduler's image (make e2e-deps).
 	kubeSchedulerTar = "kube-scheduler.tar"
+	// secondSchedulerPort is kube-scheduler's secure port: its /metrics, for an
+	// authorised client (components/second-scheduler/metrics.yaml).
+	secondSchedulerPort = 10259
 )
 
 // schedulerImage is the tarball of the second scheduler's image, built by make
@@ -81,13 +84,7 @@ func (in *install) helmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for _, w := range []string{"daemonset/understory-koordlet", "deployment/" + extenderName,
-		"deployment/" + admissionName, "deployment/" + secondScheduler} {
-		if _, err := n.kubectl(ctx, "-n", nsSystem, "rollout", "status", w, "--timeout=180s"); err != nil {
-			out, _ := n.kubectl(ctx, "-n", nsSystem, "get", "pods", "-o", "wide")
-			t.Fatalf("%v\n%s", err, out)
-		}
-	}
+	in.rolledOut(t)
 	leader := in.extenderLeader(t, 60*time.Second)
 	t.Logf("agent, extender (leader %s and a standby), webhook and second scheduler rolled out in %v",
 		leader.Name, time.Since(start).Round(100*time.Millisecond))
@@ -108,6 +105,19 @@ func (in *install) helmInstall(t *testing.T) {
 			t.Errorf("manifests/%s: not a server dry run:\n%s", rel, out)
 		default:
 			t.Logf("kubectl apply --dry-run=server -k manifests/%s: %d objects", rel, strings.Count(out, "\n"))
+		}
+	}
+}
+
+// rolledOut waits until the release's workloads (the agent's DaemonSet, the
+// extender's, the webhook's and the second scheduler's Deployments) have rolled out.
+func (in *install) rolledOut(t *testing.T) {
+	t.Helper()
+	for _, w := range []string{"daemonset/understory-koordlet", "deployment/" + extenderName,
+		"deployment/" + admissionName, "deployment/" + secondScheduler} {
+		if _, err := in.n.kubectl(in.ctx, "-n", nsSystem, "rollout", "status", w, "--timeout=180s"); err != nil {
+			out, _ := in.n.kubectl(in.ctx, "-n", nsSystem, "get", "pods", "-o", "wide")
+			t.Fatalf("%v\n%s", err, out)
 		}
 	}
 }

@@ -125,6 +125,8 @@ type install struct {
 	promStart  time.Time
 	scraped    *corev1.Pod   // the agent's pod scraped now
 	extPods    []*corev1.Pod // the extender's pods scraped now (leader and standby)
+	schedPods  []*corev1.Pod // the second scheduler's pods scraped now
+	schedToken string        // the token file the second scheduler's scrape sends
 	scrapeErrs []string
 }
 

@@ -235,12 +235,18 @@ func (n *node) createRunning(ctx context.Context, t *testing.T, pod *corev1.Pod)
 	return p
 }
 
-// waitRunning waits for the pod's first container to be running.
+// waitRunning waits for the first container of pod default/name to be running.
 func (n *node) waitRunning(ctx context.Context, t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	return n.waitRunningIn(ctx, t, "default", name)
+}
+
+// waitRunningIn waits for the first container of pod ns/name to be running.
+func (n *node) waitRunningIn(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
 	err := poll(ctx, 90*time.Second, func() (bool, error) {
-		p, err := n.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		p, err := n.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

@@ -1,7 +1,7 @@
 // Package schedbench measures kube-scheduler's binding throughput on the
 // real control plane of package controlplane: 5 000 fake nodes with 8 GPUs
 // each, 3 000 pending pods per scenario, one scheduler configuration at a
-// time. It is issue A2 §7; the numbers live in docs/benchmarks-controlplane.md
+// time. The numbers live in docs/benchmarks-controlplane.md
 // and bench/out/scheduler-throughput.json.
 //
 // Scenarios (the same cluster, the same kube-scheduler settings):
