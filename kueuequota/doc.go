@@ -14,7 +14,7 @@
 //  2. The ClusterQueues labelled understory.io/quota-follower=true, each with its
 //     weight (annotation understory.io/quota-weight, default 1) and current
 //     nominalQuota of those resources in flavor Config.Flavor.
-//  3. qos.DecideQueueQuotas: each queue's weighted part of what is published,
+//  3. quota.Decide: each queue's weighted part of what is published,
 //     falling at once, rising by half the gap per pass, a 5 % deadband on rises;
 //     never above what is published. Changed queues are updated (read, modify,
 //     update with the resourceVersion; only those nominalQuota values change) and
@@ -23,8 +23,8 @@
 //     when a nominalQuota falls (it preempts only to admit pending work: v0.17.0,
 //     pkg/scheduler/preemption). When the queues' reservations (status
 //     flavorsReservation) sum above the new quotas by more than
-//     Params.EvictTolerance of them (qos.OverQuota), the follower lists the admitted
-//     Workloads and qos.SelectQuotaEvictions ranks the lowest-priority, latest
+//     Params.EvictTolerance of them (quota.Over), the follower lists the admitted
+//     Workloads and quota.SelectEvictions ranks the lowest-priority, latest
 //     admitted Workloads of the queues furthest over their quota. Damped: nothing
 //     is deactivated until the excess has lasted Config.EvictAfter (every pass
 //     seeing it; 2 min by default), then only the first pick, one per pass, each

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/qos"
+	"github.com/understory/understory/kueuequota/quota"
 )
 
 // Names the follower reads and writes.
@@ -69,8 +69,8 @@ type Config struct {
 	Flavor string
 	// Interval is the time between passes.
 	Interval time.Duration
-	// Params damp the quotas (qos.DecideQueueQuotas).
-	Params qos.QueueQuotaParams
+	// Params damp the quotas (quota.Decide).
+	Params quota.Params
 	// EvictOverQuota deactivates admitted Workloads when the cohort's
 	// reservations exceed the quotas (see the package doc), and reactivates them
 	// once Kueue has evicted them.
@@ -95,7 +95,7 @@ type Config struct {
 }
 
 // DefaultConfig: the four batch resources, flavor understory-batch, a pass every
-// 30 s, qos.DefaultQueueQuotaParams, eviction on after an excess of 2 min (four
+// 30 s, quota.DefaultParams, eviction on after an excess of 2 min (four
 // passes), node-metrics older than 5 min (or 10 s ahead) counted as no agent
 // (contract's default bounds, the extender's).
 func DefaultConfig() Config {
@@ -103,7 +103,7 @@ func DefaultConfig() Config {
 		Resources:      []string{contract.ResourceBatchCPU, contract.ResourceBatchMemory, contract.ResourceGPUMilli, contract.ResourceGPU},
 		Flavor:         DefaultFlavor,
 		Interval:       30 * time.Second,
-		Params:         qos.DefaultQueueQuotaParams(),
+		Params:         quota.DefaultParams(),
 		EvictOverQuota: true,
 		EvictAfter:     2 * time.Minute,
 		MetricsMaxAge:  contract.DefaultMetricsMaxAge,
@@ -263,16 +263,16 @@ func (f *Follower) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tenants := make([]qos.QueueTenant, 0, len(queues))
+	tenants := make([]quota.Tenant, 0, len(queues))
 	for _, q := range queues {
-		tenants = append(tenants, qos.QueueTenant{Name: q.obj.GetName(), Weight: q.weight, Current: q.current})
+		tenants = append(tenants, quota.Tenant{Name: q.obj.GetName(), Weight: q.weight, Current: q.current})
 	}
-	decisions, err := qos.DecideQueueQuotas(published, tenants, f.cfg.Params)
+	decisions, err := quota.Decide(published, tenants, f.cfg.Params)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	usage := make([]qos.QueueUsage, 0, len(queues))
+	usage := make([]quota.Usage, 0, len(queues))
 	for i, d := range decisions {
 		q := queues[i]
 		for r, v := range d.Target {
@@ -290,10 +290,10 @@ func (f *Follower) step(ctx context.Context) error {
 		for r, v := range d.Quota {
 			f.m.nominal.WithLabelValues(d.Name, r).Set(float64(v))
 		}
-		usage = append(usage, qos.QueueUsage{Name: d.Name, Nominal: d.Quota, Used: q.reserved})
+		usage = append(usage, quota.Usage{Name: d.Name, Nominal: d.Quota, Used: q.reserved})
 	}
 	if f.cfg.EvictOverQuota {
-		if f.excessPersisted(qos.OverQuota(usage, f.cfg.Params.EvictTolerance), now) {
+		if f.excessPersisted(quota.Over(usage, f.cfg.Params.EvictTolerance), now) {
 			if err := f.evictOverQuota(ctx, usage); err != nil {
 				errs = append(errs, err)
 			}
@@ -516,23 +516,23 @@ func quantityFormat(r string) resource.Format {
 	return resource.DecimalSI
 }
 
-// evictOverQuota deactivates the first Workload qos.SelectQuotaEvictions picks,
+// evictOverQuota deactivates the first Workload quota.SelectEvictions picks,
 // one per pass: the next pass counts again what is still admitted (capacity may
 // have come back, Kueue may have evicted or preempted meanwhile) before it takes
 // another. Usage is recomputed from the admitted, active Workloads (the queues'
 // status may lag behind evictions of the previous pass).
-func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) error {
+func (f *Follower) evictOverQuota(ctx context.Context, usage []quota.Usage) error {
 	l, err := f.dyn.Resource(workloadsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing Workloads: %w", err)
 	}
-	queues := map[string]*qos.QueueUsage{}
+	queues := map[string]*quota.Usage{}
 	for i := range usage {
 		usage[i].Used = map[string]int64{}
 		queues[usage[i].Name] = &usage[i]
 	}
 	byName := map[string]*unstructured.Unstructured{}
-	var wls []qos.QueueWorkload
+	var wls []quota.Workload
 	for i := range l.Items {
 		w := &l.Items[i]
 		qw, ok := f.admitted(w)
@@ -550,7 +550,7 @@ func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) e
 		byName[qw.Name] = w
 	}
 	var errs []error
-	picked := qos.SelectQuotaEvictions(usage, wls, f.cfg.Params.EvictTolerance)
+	picked := quota.SelectEvictions(usage, wls, f.cfg.Params.EvictTolerance)
 	for _, name := range picked[:min(len(picked), 1)] {
 		w := byName[name]
 		patch := []byte(`{"metadata":{"labels":{"` + LabelEvicted + `":"true"}},"spec":{"active":false}}`)
@@ -570,22 +570,22 @@ func (f *Follower) evictOverQuota(ctx context.Context, usage []qos.QueueUsage) e
 	return errors.Join(errs...)
 }
 
-// admitted returns w as SelectQuotaEvictions ranks it, when it holds a quota
+// admitted returns w as quota.SelectEvictions ranks it, when it holds a quota
 // reservation and is active.
-func (f *Follower) admitted(w *unstructured.Unstructured) (qos.QueueWorkload, bool) {
+func (f *Follower) admitted(w *unstructured.Unstructured) (quota.Workload, bool) {
 	if active, found, _ := unstructured.NestedBool(w.Object, "spec", "active"); found && !active {
-		return qos.QueueWorkload{}, false
+		return quota.Workload{}, false
 	}
 	reserved, at := condition(w, "QuotaReserved")
 	if !reserved {
-		return qos.QueueWorkload{}, false
+		return quota.Workload{}, false
 	}
 	queue, _, _ := unstructured.NestedString(w.Object, "status", "admission", "clusterQueue")
 	if queue == "" {
-		return qos.QueueWorkload{}, false
+		return quota.Workload{}, false
 	}
 	prio, _, _ := unstructured.NestedInt64(w.Object, "spec", "priority")
-	qw := qos.QueueWorkload{
+	qw := quota.Workload{
 		Name: w.GetNamespace() + "/" + w.GetName(), Queue: queue, Priority: int32(prio),
 		Admitted: at.UnixNano(), Usage: map[string]int64{},
 	}
@@ -654,7 +654,7 @@ func (f *Follower) event(obj runtime.Object, typ, reason, format string, args ..
 	}
 }
 
-func direction(d qos.QueueQuota) string {
+func direction(d quota.Decision) string {
 	switch {
 	case len(d.Fell) > 0 && len(d.Rose) > 0:
 		return "both"
@@ -666,7 +666,7 @@ func direction(d qos.QueueQuota) string {
 
 // describe is a decision as an Event message: "understory.io/batch-cpu 8000 -> 6000
 // (target 6000 of 12000 published)".
-func describe(d qos.QueueQuota, cur, published map[string]int64) string {
+func describe(d quota.Decision, cur, published map[string]int64) string {
 	var parts []string
 	for _, r := range append(slices.Clone(d.Fell), d.Rose...) {
 		parts = append(parts, fmt.Sprintf("%s %d -> %d (target %d of %d published)", r, cur[r], d.Quota[r], d.Target[r], published[r]))

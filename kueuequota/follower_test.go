@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/qos"
+	"github.com/understory/understory/kueuequota/quota"
 )
 
 var _ eventRecorder = (*record.FakeRecorder)(nil) // the tests' recorder
@@ -99,7 +99,7 @@ func newFixture(t *testing.T, nodes []runtime.Object, objs ...runtime.Object) fi
 	}, objs...)
 	cfg := DefaultConfig()
 	cfg.Resources = []string{contract.ResourceBatchCPU}
-	cfg.Params = qos.QueueQuotaParams{RiseFraction: 1}
+	cfg.Params = quota.Params{RiseFraction: 1}
 	cfg.EvictAfter = 0 // evictions from the first pass (TestFollowerDampsDeactivations sets the default)
 	rec := record.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
@@ -273,7 +273,7 @@ func TestStepToleratesSmallExcess(t *testing.T) {
 		workload("ta", "a-1", "a", 2000, 0, t0, true),
 		workload("tb", "b-1", "b", 2000, 0, t0, true),
 	)
-	fx.f.cfg.Params.EvictTolerance = qos.DefaultQueueQuotaParams().EvictTolerance
+	fx.f.cfg.Params.EvictTolerance = quota.DefaultParams().EvictTolerance
 	ctx := context.Background()
 	if err := fx.f.Step(ctx); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/qos"
+	"github.com/understory/understory/kueuequota/quota"
 )
 
 // electedReplica is one follower replica of a leader election test: its own
@@ -38,7 +38,7 @@ func newReplica(t *testing.T, client kubernetes.Interface) *electedReplica {
 	}, clusterQueue("a", "1", 0, 0))
 	cfg := DefaultConfig()
 	cfg.Resources = []string{contract.ResourceBatchCPU}
-	cfg.Params = qos.QueueQuotaParams{RiseFraction: 1}
+	cfg.Params = quota.Params{RiseFraction: 1}
 	cfg.Interval = 20 * time.Millisecond
 	f, err := New(client, dyn, cfg, nil, nil, nil)
 	if err != nil {

@@ -20,24 +20,24 @@
 //   - SplitBudget divides that budget into per-pod CFS shares (max-min fair
 //     on demand) for the in-place mode, where batch pods stay in kubelet's pod
 //     cgroups.
-//   - Controller.Plan (plan.go) is the agent's decide step for one period: it
-//     attributes the sampled CPU to LS, BE, batch and system (Attribute),
-//     calls the Budgeter and the Guard, and plans every CPU and memory limit
-//     write with its reason (WritePolicy.PlanCPU, PlanMemory, TierMemoryLimit):
-//     the write deadband, raises at most once per CFS period, the 1 ms quota
-//     floor, cuts before raises, and the graceful stop's exact writes (Final).
-//     The caller reads before and writes after; the plan keeps no state but
-//     the Budgeter's and the Guard's.
+//   - Controller.Plan (plan.go, period.go) is the agent's decide step for one
+//     period, and every decision of it is in the Plan it returns: it attributes
+//     the sampled CPU to LS, BE, batch and system (Attribute), calls the Budgeter
+//     and the Guard, and plans every CPU and memory limit write with its reason
+//     (WritePolicy.PlanCPU, PlanMemory, TierMemoryLimit): the write deadband,
+//     raises at most once per CFS period, the 1 ms quota floor, cuts before
+//     raises, and the graceful stop's exact writes (Final); then the batch
+//     resources (Reclaimer, on the periods the sample allows), the graded action
+//     (Escalator) with its freezer writes and eviction candidates, and what the
+//     batch pods are told: Warning events (a freeze, hard throttling) and, every
+//     statistics interval, the pod condition (BatchConditions, from the freezer
+//     and limits the plan leaves). The caller reads before and writes after; the
+//     plan keeps no state but its parts' (Budgeter, Guard, Escalator, Reclaimer,
+//     BatchConditions). Plan.String renders a plan for people.
 //   - NextBatchCondition (batchcondition.go) decides the pod condition
 //     understory.io/BatchSlowed the agent writes on a batch pod (Throttled,
 //     Frozen, Suspended, Evicted, or False with Running) and when: a harder
 //     state at once, a milder one or new numbers only after a minimum interval.
-//   - DecideQueueQuotas and SelectQuotaEvictions (queuequota.go) are the Kueue
-//     quota follower's decisions: each ClusterQueue's weighted part of the
-//     published batch capacity (falling at once, rising damped with a
-//     deadband, never above what is published), and which admitted Workloads
-//     to deactivate when the quotas fall below what the cohort admitted by more
-//     than the eviction tolerance (OverQuota says whether they do).
 //
 // Traps:
 //

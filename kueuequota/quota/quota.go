@@ -1,4 +1,4 @@
-package qos
+package quota
 
 import (
 	"errors"
@@ -11,12 +11,12 @@ import (
 // Queue quotas: the decision of the Kueue quota follower (package kueuequota). The
 // agents publish reclaimable batch capacity on their Nodes (understory.io/batch-cpu,
 // ...), which changes by the minute; Kueue admits work against each ClusterQueue's
-// nominalQuota. DecideQueueQuotas keeps those quotas following the published total:
+// nominalQuota. Decide keeps those quotas following the published total:
 // split between tenants by weight, never above what is published, falling at once and
 // rising slowly, and not written for small changes.
 
-// QueueQuotaParams is the damping of DecideQueueQuotas.
-type QueueQuotaParams struct {
+// Params is the damping of Decide.
+type Params struct {
 	// RiseFraction is the part of the gap between a quota and its target that one
 	// decision closes when the target is above the quota (0 < RiseFraction <= 1; 1 =
 	// at once). Falls are always at once: a quota above what is published would let
@@ -27,7 +27,7 @@ type QueueQuotaParams struct {
 	// minute. A rise that would leave a gap inside the deadband goes to the target.
 	Deadband float64
 	// EvictTolerance is the part of the quotas' sum (per resource) by which the
-	// cohort's reservations may exceed it before SelectQuotaEvictions evicts
+	// cohort's reservations may exceed it before SelectEvictions evicts
 	// anything, and what is left over after it has (0 <= EvictTolerance < 1). The
 	// quotas fall at once, so Kueue admits nothing new while the cohort is over;
 	// admitted work drains as it finishes, and each node's agent keeps its own LS
@@ -37,19 +37,19 @@ type QueueQuotaParams struct {
 	EvictTolerance float64
 }
 
-// DefaultQueueQuotaParams: half of the gap per decision, a 5 % deadband, evictions
+// DefaultParams: half of the gap per decision, a 5 % deadband, evictions
 // only beyond 5 % over. At one decision a minute a quota reaches 95 % of a risen
 // target in about 4 minutes.
-func DefaultQueueQuotaParams() QueueQuotaParams {
-	return QueueQuotaParams{RiseFraction: 0.5, Deadband: 0.05, EvictTolerance: 0.05}
+func DefaultParams() Params {
+	return Params{RiseFraction: 0.5, Deadband: 0.05, EvictTolerance: 0.05}
 }
 
-// ErrQueueQuotaInput is returned for input DecideQueueQuotas refuses: bad
+// ErrQueueQuotaInput is returned for input Decide refuses: bad
 // parameters, weights, names or amounts.
 var ErrQueueQuotaInput = errors.New("invalid queue quota input")
 
 // Validate returns an error wrapping ErrQueueQuotaInput when p is out of range.
-func (p QueueQuotaParams) Validate() error {
+func (p Params) Validate() error {
 	if !(p.RiseFraction > 0 && p.RiseFraction <= 1) {
 		return fmt.Errorf("%w: riseFraction %v must be in (0, 1]", ErrQueueQuotaInput, p.RiseFraction)
 	}
@@ -62,8 +62,8 @@ func (p QueueQuotaParams) Validate() error {
 	return nil
 }
 
-// QueueTenant is one ClusterQueue as the follower sees it.
-type QueueTenant struct {
+// Tenant is one ClusterQueue as the follower sees it.
+type Tenant struct {
 	// Name identifies the tenant (the ClusterQueue's name); unique.
 	Name string
 	// Weight is the tenant's part of the published capacity (>= 0, finite); the
@@ -74,8 +74,8 @@ type QueueTenant struct {
 	Current map[string]int64
 }
 
-// QueueQuota is the decision for one tenant.
-type QueueQuota struct {
+// Decision is the decision for one tenant.
+type Decision struct {
 	Name string
 	// Quota is the nominalQuota to have, for every published resource.
 	Quota map[string]int64
@@ -88,7 +88,7 @@ type QueueQuota struct {
 	Changed    bool
 }
 
-// DecideQueueQuotas returns every tenant's quota, in the order given. published is
+// Decide returns every tenant's quota, in the order given. published is
 // the amount of each resource the agents publish in all (the sum of the Nodes'
 // allocatable), in the resource's units (>= 0). For each resource:
 //
@@ -103,7 +103,7 @@ type QueueQuota struct {
 // so no quota is ever above its target and the quotas never sum above published.
 // Resources a tenant has in Current but that are not published are left out of the
 // decision (the caller keeps them as they are).
-func DecideQueueQuotas(published map[string]int64, tenants []QueueTenant, p QueueQuotaParams) ([]QueueQuota, error) {
+func Decide(published map[string]int64, tenants []Tenant, p Params) ([]Decision, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -136,9 +136,9 @@ func DecideQueueQuotas(published map[string]int64, tenants []QueueTenant, p Queu
 	}
 	slices.Sort(resources)
 
-	out := make([]QueueQuota, len(tenants))
+	out := make([]Decision, len(tenants))
 	for i, t := range tenants {
-		out[i] = QueueQuota{Name: t.Name, Quota: make(map[string]int64, len(resources)), Target: make(map[string]int64, len(resources))}
+		out[i] = Decision{Name: t.Name, Quota: make(map[string]int64, len(resources)), Target: make(map[string]int64, len(resources))}
 	}
 	for _, r := range resources {
 		targets := splitByWeight(published[r], tenants, sumW)
@@ -161,8 +161,8 @@ func DecideQueueQuotas(published map[string]int64, tenants []QueueTenant, p Queu
 	return out, nil
 }
 
-// followQuota is one step of a quota towards its target (see DecideQueueQuotas).
-func followQuota(cur, target int64, p QueueQuotaParams) int64 {
+// followQuota is one step of a quota towards its target (see Decide).
+func followQuota(cur, target int64, p Params) int64 {
 	if cur >= target {
 		return target
 	}
@@ -183,7 +183,7 @@ func followQuota(cur, target int64, p QueueQuotaParams) int64 {
 
 // splitByWeight splits total between the tenants by weight (largest remainders; sum
 // exactly total when sumW > 0, else all 0).
-func splitByWeight(total int64, tenants []QueueTenant, sumW float64) []int64 {
+func splitByWeight(total int64, tenants []Tenant, sumW float64) []int64 {
 	out := make([]int64, len(tenants))
 	if sumW <= 0 || total == 0 {
 		return out
@@ -227,15 +227,15 @@ func splitByWeight(total int64, tenants []QueueTenant, sumW float64) []int64 {
 	return out
 }
 
-// QueueUsage is one ClusterQueue's nominal quota and what its admitted Workloads
+// Usage is one ClusterQueue's nominal quota and what its admitted Workloads
 // reserve, per resource (the follower reads them from the ClusterQueue).
-type QueueUsage struct {
+type Usage struct {
 	Name          string
 	Nominal, Used map[string]int64
 }
 
-// QueueWorkload is one admitted Workload, as SelectQuotaEvictions ranks it.
-type QueueWorkload struct {
+// Workload is one admitted Workload, as SelectEvictions ranks it.
+type Workload struct {
 	// Name identifies the Workload (namespace/name); Queue is its ClusterQueue.
 	Name, Queue string
 	// Priority is the Workload's priority; lower is evicted first.
@@ -247,10 +247,10 @@ type QueueWorkload struct {
 	Usage map[string]int64
 }
 
-// SelectQuotaEvictions returns the Workloads to evict (by name, in order) so that
+// SelectEvictions returns the Workloads to evict (by name, in order) so that
 // the cohort's reservations fit its quotas again after they fell: for every resource,
 // the Workloads' usage summed over the queues must not exceed the nominal quotas
-// summed over them by more than tolerance of that sum (QueueQuotaParams.
+// summed over them by more than tolerance of that sum (Params.
 // EvictTolerance; outside [0, 1) counts as 0). Kueue itself does not evict admitted
 // work when a nominalQuota falls (it preempts only to admit pending work), so
 // without this the cohort keeps running more than the agents publish. While a
@@ -259,7 +259,7 @@ type QueueWorkload struct {
 // taken in sorted order) gives up its lowest-priority, latest-admitted Workload
 // using that resource; ties by name. Stops when nothing is over or no Workload can
 // help. Pure: it only ranks.
-func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload, tolerance float64) []string {
+func SelectEvictions(queues []Usage, workloads []Workload, tolerance float64) []string {
 	used := map[string]map[string]int64{}
 	excess := quotaExcess(queues, tolerance)
 	for _, q := range queues {
@@ -274,7 +274,7 @@ func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload, tolera
 		nominal[q.Name] = q.Nominal
 	}
 	left := slices.Clone(workloads)
-	slices.SortStableFunc(left, func(a, b QueueWorkload) int {
+	slices.SortStableFunc(left, func(a, b Workload) int {
 		if a.Priority != b.Priority {
 			return int(a.Priority) - int(b.Priority)
 		}
@@ -302,12 +302,12 @@ func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload, tolera
 		}
 		i := -1
 		if queue != "" {
-			i = slices.IndexFunc(left, func(w QueueWorkload) bool { return w.Queue == queue && w.Usage[r] > 0 })
+			i = slices.IndexFunc(left, func(w Workload) bool { return w.Queue == queue && w.Usage[r] > 0 })
 		}
 		if i < 0 {
 			// No queue over its own nominal holds r (or none of its Workloads uses
 			// it): take from any queue using r.
-			i = slices.IndexFunc(left, func(w QueueWorkload) bool { return w.Usage[r] > 0 })
+			i = slices.IndexFunc(left, func(w Workload) bool { return w.Usage[r] > 0 })
 		}
 		if i < 0 {
 			return out
@@ -324,16 +324,16 @@ func SelectQuotaEvictions(queues []QueueUsage, workloads []QueueWorkload, tolera
 	}
 }
 
-// OverQuota reports whether the queues' reservations exceed their nominal quotas,
+// Over reports whether the queues' reservations exceed their nominal quotas,
 // summed over the queues, by more than tolerance of that sum for some resource:
-// whether SelectQuotaEvictions would look for evictions.
-func OverQuota(queues []QueueUsage, tolerance float64) bool {
+// whether SelectEvictions would look for evictions.
+func Over(queues []Usage, tolerance float64) bool {
 	return overResource(quotaExcess(queues, tolerance)) != ""
 }
 
 // quotaExcess is, per resource, what the queues reserve beyond their nominal
 // quotas' sum and the tolerance of it (positive: over).
-func quotaExcess(queues []QueueUsage, tolerance float64) map[string]int64 {
+func quotaExcess(queues []Usage, tolerance float64) map[string]int64 {
 	if !(tolerance >= 0 && tolerance < 1) {
 		tolerance = 0
 	}

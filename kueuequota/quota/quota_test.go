@@ -1,4 +1,4 @@
-package qos
+package quota
 
 import (
 	"errors"
@@ -11,19 +11,19 @@ import (
 func TestDecideQueueQuotas(t *testing.T) {
 	t.Parallel()
 	const cpu, gpu = "understory.io/batch-cpu", "nvidia.com/gpu"
-	p := DefaultQueueQuotaParams()
+	p := DefaultParams()
 	tests := []struct {
 		name      string
 		published map[string]int64
-		tenants   []QueueTenant
-		params    QueueQuotaParams
+		tenants   []Tenant
+		params    Params
 		want      map[string]map[string]int64 // tenant -> quota
 		changed   map[string]bool
 	}{
 		{
 			name:      "equal weights split evenly; a quota above its target falls at once",
 			published: map[string]int64{cpu: 10000},
-			tenants: []QueueTenant{
+			tenants: []Tenant{
 				{Name: "a", Weight: 1, Current: map[string]int64{cpu: 9000}},
 				{Name: "b", Weight: 1, Current: map[string]int64{cpu: 5000}},
 			},
@@ -34,7 +34,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "a rise closes half the gap",
 			published: map[string]int64{cpu: 20000},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 10000}}},
+			tenants:   []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 10000}}},
 			params:    p,
 			want:      map[string]map[string]int64{"a": {cpu: 15000}},
 			changed:   map[string]bool{"a": true},
@@ -42,7 +42,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "a gap inside the deadband is not written",
 			published: map[string]int64{cpu: 10000},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 9600}}},
+			tenants:   []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 9600}}},
 			params:    p,
 			want:      map[string]map[string]int64{"a": {cpu: 9600}},
 			changed:   map[string]bool{"a": false},
@@ -50,7 +50,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "a rise that would leave a gap inside the deadband goes to the target",
 			published: map[string]int64{cpu: 10000},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 9200}}},
+			tenants:   []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 9200}}},
 			params:    p,
 			want:      map[string]map[string]int64{"a": {cpu: 10000}},
 			changed:   map[string]bool{"a": true},
@@ -58,7 +58,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "a fall inside the deadband is still made (never above published)",
 			published: map[string]int64{cpu: 10000},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 10100}}},
+			tenants:   []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 10100}}},
 			params:    p,
 			want:      map[string]map[string]int64{"a": {cpu: 10000}},
 			changed:   map[string]bool{"a": true},
@@ -66,7 +66,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "weights 3:1; one GPU goes to the largest remainder",
 			published: map[string]int64{cpu: 8000, gpu: 1},
-			tenants: []QueueTenant{
+			tenants: []Tenant{
 				{Name: "a", Weight: 3, Current: map[string]int64{cpu: 6000, gpu: 1}},
 				{Name: "b", Weight: 1, Current: map[string]int64{cpu: 2000}},
 			},
@@ -77,7 +77,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "equal remainders: the earlier tenant gets the unit",
 			published: map[string]int64{gpu: 3},
-			tenants: []QueueTenant{
+			tenants: []Tenant{
 				{Name: "a", Weight: 1, Current: map[string]int64{gpu: 2}},
 				{Name: "b", Weight: 1, Current: map[string]int64{gpu: 2}},
 			},
@@ -88,7 +88,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "weight 0 gets nothing",
 			published: map[string]int64{cpu: 1000},
-			tenants: []QueueTenant{
+			tenants: []Tenant{
 				{Name: "a", Weight: 0, Current: map[string]int64{cpu: 500}},
 				{Name: "b", Weight: 2, Current: map[string]int64{cpu: 1000}},
 			},
@@ -99,7 +99,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "nothing published: every quota falls to 0",
 			published: map[string]int64{cpu: 0},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 4000}}},
+			tenants:   []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{cpu: 4000}}},
 			params:    p,
 			want:      map[string]map[string]int64{"a": {cpu: 0}},
 			changed:   map[string]bool{"a": true},
@@ -107,16 +107,16 @@ func TestDecideQueueQuotas(t *testing.T) {
 		{
 			name:      "rise fraction 1 jumps to the target",
 			published: map[string]int64{cpu: 1000},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1}},
-			params:    QueueQuotaParams{RiseFraction: 1},
+			tenants:   []Tenant{{Name: "a", Weight: 1}},
+			params:    Params{RiseFraction: 1},
 			want:      map[string]map[string]int64{"a": {cpu: 1000}},
 			changed:   map[string]bool{"a": true},
 		},
 		{
 			name:      "a tiny gap still moves by at least one unit",
 			published: map[string]int64{gpu: 1},
-			tenants:   []QueueTenant{{Name: "a", Weight: 1}},
-			params:    QueueQuotaParams{RiseFraction: 0.1},
+			tenants:   []Tenant{{Name: "a", Weight: 1}},
+			params:    Params{RiseFraction: 0.1},
 			want:      map[string]map[string]int64{"a": {gpu: 1}},
 			changed:   map[string]bool{"a": true},
 		},
@@ -124,7 +124,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := DecideQueueQuotas(tc.published, tc.tenants, tc.params)
+			got, err := Decide(tc.published, tc.tenants, tc.params)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestDecideQueueQuotas(t *testing.T) {
 
 // checkQuotaInvariants: no quota above its target, targets sum to published (when any
 // weight is positive) and quotas never sum above it.
-func checkQuotaInvariants(t *testing.T, published map[string]int64, got []QueueQuota) {
+func checkQuotaInvariants(t *testing.T, published map[string]int64, got []Decision) {
 	t.Helper()
 	for r, total := range published {
 		var sumQ, sumT int64
@@ -172,7 +172,7 @@ func checkQuotaInvariants(t *testing.T, published map[string]int64, got []QueueQ
 func TestDecideQueueQuotasConverges(t *testing.T) {
 	t.Parallel()
 	const cpu = "understory.io/batch-cpu"
-	tenants := []QueueTenant{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}}
+	tenants := []Tenant{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}}
 	steps := []struct {
 		published    int64
 		wantA, wantB int64 // after this step
@@ -187,9 +187,9 @@ func TestDecideQueueQuotasConverges(t *testing.T) {
 		{20000, 5000, 15000, 2},  // LS takes half back: both fall at once
 		{20400, 5000, 15000, 0},  // +2 %: inside the deadband, nothing written
 	}
-	p := DefaultQueueQuotaParams()
+	p := DefaultParams()
 	for i, s := range steps {
-		got, err := DecideQueueQuotas(map[string]int64{cpu: s.published}, tenants, p)
+		got, err := Decide(map[string]int64{cpu: s.published}, tenants, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,30 +210,30 @@ func TestDecideQueueQuotasConverges(t *testing.T) {
 
 func TestDecideQueueQuotasRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	ok := []QueueTenant{{Name: "a", Weight: 1}}
+	ok := []Tenant{{Name: "a", Weight: 1}}
 	tests := []struct {
 		name      string
 		published map[string]int64
-		tenants   []QueueTenant
-		params    QueueQuotaParams
+		tenants   []Tenant
+		params    Params
 	}{
-		{"rise fraction 0", nil, ok, QueueQuotaParams{RiseFraction: 0}},
-		{"rise fraction above 1", nil, ok, QueueQuotaParams{RiseFraction: 1.5}},
-		{"rise fraction NaN", nil, ok, QueueQuotaParams{RiseFraction: math.NaN()}},
-		{"deadband 1", nil, ok, QueueQuotaParams{RiseFraction: 0.5, Deadband: 1}},
-		{"evict tolerance 1", nil, ok, QueueQuotaParams{RiseFraction: 0.5, EvictTolerance: 1}},
-		{"evict tolerance negative", nil, ok, QueueQuotaParams{RiseFraction: 0.5, EvictTolerance: -0.1}},
-		{"negative weight", nil, []QueueTenant{{Name: "a", Weight: -1}}, DefaultQueueQuotaParams()},
-		{"infinite weight", nil, []QueueTenant{{Name: "a", Weight: math.Inf(1)}}, DefaultQueueQuotaParams()},
-		{"no name", nil, []QueueTenant{{Weight: 1}}, DefaultQueueQuotaParams()},
-		{"duplicate", nil, []QueueTenant{{Name: "a", Weight: 1}, {Name: "a", Weight: 1}}, DefaultQueueQuotaParams()},
-		{"negative published", map[string]int64{"x": -1}, ok, DefaultQueueQuotaParams()},
-		{"negative current", nil, []QueueTenant{{Name: "a", Weight: 1, Current: map[string]int64{"x": -1}}}, DefaultQueueQuotaParams()},
+		{"rise fraction 0", nil, ok, Params{RiseFraction: 0}},
+		{"rise fraction above 1", nil, ok, Params{RiseFraction: 1.5}},
+		{"rise fraction NaN", nil, ok, Params{RiseFraction: math.NaN()}},
+		{"deadband 1", nil, ok, Params{RiseFraction: 0.5, Deadband: 1}},
+		{"evict tolerance 1", nil, ok, Params{RiseFraction: 0.5, EvictTolerance: 1}},
+		{"evict tolerance negative", nil, ok, Params{RiseFraction: 0.5, EvictTolerance: -0.1}},
+		{"negative weight", nil, []Tenant{{Name: "a", Weight: -1}}, DefaultParams()},
+		{"infinite weight", nil, []Tenant{{Name: "a", Weight: math.Inf(1)}}, DefaultParams()},
+		{"no name", nil, []Tenant{{Weight: 1}}, DefaultParams()},
+		{"duplicate", nil, []Tenant{{Name: "a", Weight: 1}, {Name: "a", Weight: 1}}, DefaultParams()},
+		{"negative published", map[string]int64{"x": -1}, ok, DefaultParams()},
+		{"negative current", nil, []Tenant{{Name: "a", Weight: 1, Current: map[string]int64{"x": -1}}}, DefaultParams()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := DecideQueueQuotas(tc.published, tc.tenants, tc.params); !errors.Is(err, ErrQueueQuotaInput) {
+			if _, err := Decide(tc.published, tc.tenants, tc.params); !errors.Is(err, ErrQueueQuotaInput) {
 				t.Fatalf("err = %v, want ErrQueueQuotaInput", err)
 			}
 		})
@@ -245,9 +245,9 @@ func FuzzDecideQueueQuotas(f *testing.F) {
 	f.Add(int64(1), 1.0, 1.0, int64(1), int64(1), 1.0, 0.0)
 	f.Fuzz(func(t *testing.T, total int64, wa, wb float64, ca, cb int64, rise, band float64) {
 		const r = "r"
-		got, err := DecideQueueQuotas(map[string]int64{r: total},
-			[]QueueTenant{{Name: "a", Weight: wa, Current: map[string]int64{r: ca}}, {Name: "b", Weight: wb, Current: map[string]int64{r: cb}}},
-			QueueQuotaParams{RiseFraction: rise, Deadband: band})
+		got, err := Decide(map[string]int64{r: total},
+			[]Tenant{{Name: "a", Weight: wa, Current: map[string]int64{r: ca}}, {Name: "b", Weight: wb, Current: map[string]int64{r: cb}}},
+			Params{RiseFraction: rise, Deadband: band})
 		if err != nil {
 			if !errors.Is(err, ErrQueueQuotaInput) {
 				t.Fatalf("error %v does not wrap ErrQueueQuotaInput", err)
@@ -265,28 +265,28 @@ func TestSelectQuotaEvictions(t *testing.T) {
 	const cpu, mem = "cpu", "mem"
 	tests := []struct {
 		name      string
-		queues    []QueueUsage
-		workloads []QueueWorkload
+		queues    []Usage
+		workloads []Workload
 		tolerance float64
 		want      []string
-		// stuck: over, though no Workload can help (OverQuota true, no evictions).
+		// stuck: over, though no Workload can help (Over true, no evictions).
 		stuck bool
 	}{
 		{
 			name: "within quota: nothing",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 4}, Used: map[string]int64{cpu: 4}},
 				{Name: "b", Nominal: map[string]int64{cpu: 4}, Used: map[string]int64{cpu: 2}},
 			},
-			workloads: []QueueWorkload{{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 4}}},
+			workloads: []Workload{{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 4}}},
 		},
 		{
 			name: "quotas fell: the borrowing queue gives up its lowest priority, then latest",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 2}, Used: map[string]int64{cpu: 6}},
 				{Name: "b", Nominal: map[string]int64{cpu: 2}, Used: map[string]int64{cpu: 1}},
 			},
-			workloads: []QueueWorkload{
+			workloads: []Workload{
 				{Name: "a-old-low", Queue: "a", Priority: 0, Admitted: 1, Usage: map[string]int64{cpu: 1}},
 				{Name: "a-new-low", Queue: "a", Priority: 0, Admitted: 2, Usage: map[string]int64{cpu: 1}},
 				{Name: "a-high", Queue: "a", Priority: 10, Admitted: 3, Usage: map[string]int64{cpu: 4}},
@@ -298,11 +298,11 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		},
 		{
 			name: "the queue furthest over goes first",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 1}, Used: map[string]int64{cpu: 3}},
 				{Name: "b", Nominal: map[string]int64{cpu: 1}, Used: map[string]int64{cpu: 2}},
 			},
-			workloads: []QueueWorkload{
+			workloads: []Workload{
 				{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 1}, Admitted: 1},
 				{Name: "a2", Queue: "a", Usage: map[string]int64{cpu: 2}, Admitted: 2},
 				{Name: "b1", Queue: "b", Usage: map[string]int64{cpu: 2}, Admitted: 3},
@@ -312,10 +312,10 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		},
 		{
 			name: "a second resource is brought back too",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 10, mem: 1}, Used: map[string]int64{cpu: 2, mem: 3}},
 			},
-			workloads: []QueueWorkload{
+			workloads: []Workload{
 				{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 1, mem: 2}, Admitted: 1},
 				{Name: "a2", Queue: "a", Usage: map[string]int64{cpu: 1, mem: 1}, Admitted: 2},
 			},
@@ -323,11 +323,11 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		},
 		{
 			name: "over by no more than the tolerance: nothing",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 54}},
 				{Name: "b", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 51}},
 			},
-			workloads: []QueueWorkload{
+			workloads: []Workload{
 				{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 54}, Admitted: 1},
 				{Name: "b1", Queue: "b", Usage: map[string]int64{cpu: 51}, Admitted: 2},
 			},
@@ -336,11 +336,11 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		},
 		{
 			name: "over beyond the tolerance: back within it, not down to the quotas",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 60}},
 				{Name: "b", Nominal: map[string]int64{cpu: 50}, Used: map[string]int64{cpu: 50}},
 			},
-			workloads: []QueueWorkload{
+			workloads: []Workload{
 				{Name: "a-old", Queue: "a", Usage: map[string]int64{cpu: 52}, Admitted: 1},
 				{Name: "a-mid", Queue: "a", Usage: map[string]int64{cpu: 4}, Admitted: 2},
 				{Name: "a-new", Queue: "a", Usage: map[string]int64{cpu: 4}, Admitted: 3},
@@ -353,31 +353,31 @@ func TestSelectQuotaEvictions(t *testing.T) {
 		},
 		{
 			name: "a tolerance out of range counts as none",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 10}, Used: map[string]int64{cpu: 11}},
 			},
-			workloads: []QueueWorkload{{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 11}}},
+			workloads: []Workload{{Name: "a1", Queue: "a", Usage: map[string]int64{cpu: 11}}},
 			tolerance: math.NaN(),
 			want:      []string{"a1"},
 		},
 		{
 			name: "no Workload uses the over resource: nothing to do",
-			queues: []QueueUsage{
+			queues: []Usage{
 				{Name: "a", Nominal: map[string]int64{cpu: 0}, Used: map[string]int64{cpu: 2}},
 			},
-			workloads: []QueueWorkload{{Name: "a1", Queue: "a", Usage: map[string]int64{mem: 1}}},
+			workloads: []Workload{{Name: "a1", Queue: "a", Usage: map[string]int64{mem: 1}}},
 			stuck:     true,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := SelectQuotaEvictions(tc.queues, tc.workloads, tc.tolerance)
+			got := SelectEvictions(tc.queues, tc.workloads, tc.tolerance)
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("evictions (-want +got):\n%s", d)
 			}
-			if over, want := OverQuota(tc.queues, tc.tolerance), len(tc.want) > 0 || tc.stuck; over != want {
-				t.Errorf("OverQuota = %v, want %v", over, want)
+			if over, want := Over(tc.queues, tc.tolerance), len(tc.want) > 0 || tc.stuck; over != want {
+				t.Errorf("Over = %v, want %v", over, want)
 			}
 		})
 	}
