@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // burnerEnv turns the test binary into a CPU burner for the real-cgroup
@@ -29,6 +30,8 @@ const (
 // closes or burnerMaxLife passes.
 const memHogEnv = "UNDERSTORY_CGROUPS_TEST_MEMHOG"
 
+// TestMain runs the tests, failing the run if they leave a file descriptor open (the
+// agent holds a cgroup file open per group: a leak there is a leak in production).
 func TestMain(m *testing.M) {
 	if os.Getenv(burnerEnv) == "1" {
 		cgroupstest.Burn(burnerMaxLife)
@@ -41,7 +44,7 @@ func TestMain(m *testing.M) {
 		}
 		return
 	}
-	m.Run()
+	os.Exit(testenv.RunCheckingFDs(m))
 }
 
 func memHog(spec string) error {

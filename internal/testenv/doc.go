@@ -1,5 +1,5 @@
 // Package testenv is test support, imported only by tests and test helpers (never by
-// production code): the one home of three rules of the house style.
+// production code): the one home of four rules of the house style.
 //
 //   - A test that cannot run here skips and says why, but in CI (the environment
 //     variable CI=true) every test must run, so there it fails instead:
@@ -12,6 +12,10 @@
 //     window.
 //   - The pure layers (qos, the placement core, the wire contract) import only what
 //     their tests allow and read no clock: CheckPure.
+//   - A package whose code holds many descriptors (cgroup files, PSI triggers, BPF
+//     maps) checks that its tests leave none open: its TestMain exits with
+//     RunCheckingFDs(m), which fails the run and names each descriptor the tests
+//     opened and did not close.
 //
 // The package keeps no state: the CI check reads the environment on every call. That
 // read is a test-only exception to the rule that only cmd/*/main.go reads the
