@@ -74,58 +74,50 @@ type Deps struct {
 }
 
 // Agent is the node agent: every period it samples usage (sampler), decides the batch
-// budget and the limits to write (controller, over qos), and writes them on the batch
-// tier (NRI mode) or on each batch pod (in-place mode) (actuator).
+// budget, the limits to write, the graded actions, the batch resources and what the
+// batch pods are told (controller, over qos), writes the limits and the freezer on the
+// batch tier (NRI mode) or on each batch pod (in-place mode) and submits the evictions
+// (actuator), hands the rest to the API server's writers (handoff), and records.
 type Agent struct {
 	cfg        Config
 	log        *slog.Logger
 	source     podLister
 	events     eventRecorder
-	batchEv    *batchEvents
 	metrics    *metrics.Agent
 	escMetrics *metrics.Escalation
 	hier       *cgroups.Hierarchy
 	layout     layout
 	publish    *publisher
+	// closeNodeCPU closes the /proc/stat reader New opened (nil: the caller's).
+	closeNodeCPU func() error
 	// batchSink writes the batch resources to the Node; nil in static mode.
 	batchSink batchResourceSink
-	// evictor performs the escalator's evictions in Run's goroutine.
+	// evictor performs the plan's evictions in Run's goroutine.
 	evictor evictor
 
-	// The control period's three steps: measure, decide, apply. Owned by the Run
-	// goroutine.
+	// The control period's steps: measure, decide, apply (the cgroups, the API
+	// writers, the restores of pods that left batch). Owned by the Run goroutine.
 	sampler *sampler
 	ctl     *controller
 	act     *actuator
+	out     *handoff
+	restore *restorer
 	// watch is the LS harm signal source and the pods it watches.
 	watch *harmWatch
+	// plans are the last plans that did something, for /debug/plans.
+	plans *planLog
 
-	// The pod table, owned by the Run goroutine: pods by UID, sorted by name.
-	pods   map[types.UID]*podState
-	sorted []*podState
-	// lsCPURequests and lsMemRequests are the LS pods' requests (cores, bytes).
-	lsCPURequests, lsMemRequests float64
-	// batchCPURequests and batchMemRequests are what the node's pods request of
-	// understory.io/batch-cpu (cores) and batch-memory (bytes): the floor of the
-	// published values (qos.ResourceUsage.BatchRequest).
-	batchCPURequests, batchMemRequests float64
+	// The pod table, owned by the Run goroutine: pods by UID, sorted by name, and what
+	// they request (the batch resources' formula).
+	pods     map[types.UID]*podState
+	sorted   []*podState
+	requests qos.Requests
 	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
 	nodeWrites, nodeFailures int64
 
-	// gpu is the GPU loop (its own goroutine); nil with GPU features off. gpuPods is the
-	// pod snapshot the control loop hands it, rebuilt on the next slow period once
-	// gpuPodsStale says the pod table or a pod's cgroup changed.
-	gpu          *gpu.Manager
-	gpuPods      atomic.Pointer[gpu.PodMap]
-	gpuPodsStale bool
-	gpuMetrics   *metrics.GPU
-	gpuAlloc     gpuAllocReader
-	// mps is the agent's MPS room (koordlet/mps.go): the node's control daemon and the
-	// MPS clients' planner; nil with GPU features off.
-	mps *gpuMPS
-	// tsg is the time-slice shim's planner (koordlet/timeslice.go); nil with
-	// gpu.timeslice off or GPU features off.
-	tsg *gpu.Timeslices
+	// gpu is the agent's side of the GPU loop (gpuloop.go; the loop is off without
+	// Deps.GPU).
+	gpu *gpuBridge
 
 	// live takes a reloaded configuration (configreload_agent.go): ApplyConfig offers
 	// it from the Reloader's goroutine, Run applies it at the start of a period.
@@ -175,27 +167,33 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, err
 	}
 	nodeCPU := deps.NodeCPU
+	var closeNodeCPU func() error
 	if nodeCPU == nil {
 		ps, err := collect.NewProcStat(cfg.ProcRoot)
 		if err != nil {
 			return nil, fmt.Errorf("opening %s/stat: %w", cfg.ProcRoot, err)
 		}
-		nodeCPU = ps
+		nodeCPU, closeNodeCPU = ps, ps.Close
 	}
 	events := deps.Events
 	if events == nil {
 		events = logEvents{log: log}
 	}
+	ev := evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
+		Events: events, Metrics: em, Logger: log})
 	a := &Agent{
-		cfg: cfg, log: log, source: deps.Pods, events: events, batchEv: newBatchEvents(events).withConditions(deps.PodConditions), metrics: m, escMetrics: em, hier: hier, layout: lay,
-		batchSink: deps.BatchResources,
-		evictor: evict.New(deps.Evictions, evict.Options{Escalation: cfg.Escalation, DryRun: deps.Evictions == nil,
-			Events: events, Metrics: em, Logger: log}),
-		sampler:    newSampler(cfg, hier, lay, deps.Pods, nodeCPU, m, log),
-		act:        newActuator(cfg, hier, lay.tier, m, log),
-		pods:       map[types.UID]*podState{},
-		gpuMetrics: gm,
-		gpuAlloc:   deps.GPUAlloc,
+		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, escMetrics: em, hier: hier, layout: lay,
+		closeNodeCPU: closeNodeCPU, batchSink: deps.BatchResources,
+		evictor:   ev,
+		sampler:   newSampler(cfg, hier, lay, deps.Pods, nodeCPU, m, log),
+		act:       newActuator(cfg, hier, lay.tier, ev, m, log),
+		out: &handoff{metrics: m, log: log, batchSink: deps.BatchResources, events: newBatchEvents(events),
+			conditions: deps.PodConditions},
+		restore: &restorer{hier: hier, metrics: m, log: log},
+		plans:   newPlanLog(planLogSize),
+		pods:    map[types.UID]*podState{},
+		gpu: &gpuBridge{cfg: cfg.GPU, procRoot: cfg.ProcRoot, log: log, hier: hier, layout: lay, metrics: gm,
+			alloc: deps.GPUAlloc, batchSink: deps.BatchResources},
 	}
 	if deps.Publisher != nil {
 		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, cfg.NodeMetricsReport,
@@ -204,6 +202,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	found, err := a.act.setUpTier(cfg.Policy.MinBatchCPU)
 	if err != nil {
+		a.closeFiles()
 		return nil, err
 	}
 	// A crashed run may have left batch frozen: thaw first, then decide again, unless
@@ -211,21 +210,23 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	// thawed again by the next period that does not freeze.
 	if !deps.ThawedAtStart {
 		if _, err := thawLeftFrozen(context.Background(), hier, cfg.KubeletCgroupRoot, log); err != nil {
-			a.act.tierFrozen = true
+			a.act.assumeTierFrozen()
 		}
 	}
 	a.rediscover()
-	if err := a.newGPU(context.Background(), deps.GPU); err != nil {
+	if err := a.gpu.open(context.Background(), deps.GPU, events, a.evictor, a.sorted); err != nil {
+		a.closeFiles()
 		return nil, err
 	}
-	if a.publish != nil && a.gpu != nil {
-		a.publish.gpu = a.gpuNodeMetrics
+	if a.publish != nil && a.gpu.on() {
+		a.publish.gpu = a.gpu.nodeMetrics
 	}
 	watch, guard, err := openHarmWatch(cfg, hier, deps.Signals, reg, m, log)
 	if err != nil {
+		a.closeFiles()
 		return nil, err
 	}
-	a.watch, a.ctl = watch, newController(cfg, guard, m)
+	a.watch, a.ctl = watch, newController(cfg, guard, m, deps.PodConditions != nil)
 	if guard != nil {
 		// Continue from what a previous run left in force, not from the utilisation
 		// target: this run has not seen LS's harm yet.
@@ -255,24 +256,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// froze, resuming what it suspended) before the control loop's shutdown, and the
 	// evictor after it.
 	defer a.shutdown()
-	// The MPS daemon's watch stops after the GPU loop (deferred calls run last first).
-	if a.mps != nil {
-		if stop := a.mps.run(ctx); stop != nil {
-			defer stop()
-		}
-	}
-	if a.gpu != nil {
-		gpuCtx, stopGPU := context.WithCancel(ctx)
-		gpuDone := make(chan struct{})
-		go func() {
-			defer close(gpuDone)
-			_ = a.gpu.Run(gpuCtx)
-		}()
-		defer func() {
-			stopGPU()
-			<-gpuDone
-		}()
-	}
+	// The GPU loop stops first, then the MPS daemon's watch.
+	defer a.gpu.start(ctx)()
 	// The signal source's goroutine (map reads, PSI triggers) stops before the shutdown,
 	// which closes the source.
 	sigCtx, stopSig := context.WithCancel(ctx)
@@ -318,12 +303,13 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // tick is one control period: sample (every read), plan (qos: attribution, budget,
-// guard, every write and why), apply (the writes, in the plan's order), record
-// (reclaim, escalation, metrics, node metrics, /status).
+// guard, every write and why, the graded action, the batch resources, what the batch
+// pods are told), apply (the writes and the freezer in the plan's order, the evictions,
+// the API writers' part), record (metrics, node metrics, /status, /debug/plans).
 func (a *Agent) tick(ctx context.Context, now time.Time) {
 	start := time.Now()
-	a.act.retryRestores()
-	s, err := a.sampler.sample(now, a.sorted, a.lsMemRequests)
+	a.restore.retry()
+	s, err := a.sampler.sample(now, a.sorted, a.requests)
 	if err != nil {
 		a.log.Error("keeping the last budget", "err", err)
 		return
@@ -337,66 +323,52 @@ func (a *Agent) tick(ctx context.Context, now time.Time) {
 	if a.ctl.signalled() {
 		s.harm, s.Harm = a.watch.take()
 	}
-	p := a.ctl.plan(s, a.act.limits(a.sorted, a.sampler.tierDemand))
-	a.act.apply(p, now)
-	a.record(ctx, s, p, start, time.Now())
+	p := a.ctl.plan(s, a.act.limits(a.sorted, s.tierDemand))
+	written := a.act.apply(p, now)
+	a.out.send(p, len(a.sorted), now)
+	a.record(ctx, s, p, start, written)
 }
 
 // housekeep follows what the sample found: a tier removed under the agent is recreated
-// (bounded); on slow periods the LS pods are handed to the signal source and the GPU
-// loop gets a new pod snapshot if a pod or its cgroup changed.
+// (bounded), limits another writer changed are forgotten (the plan writes them again);
+// on slow periods the LS pods are handed to the signal source and the GPU loop gets a new
+// pod snapshot if a pod or its cgroup changed.
 func (a *Agent) housekeep(s sample) {
-	if a.sampler.tierGone {
-		a.sampler.tierGone = false
+	if s.tierGone {
 		if _, err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
 			a.log.Error("recreating the batch tier", "err", err)
 		}
-	} else if a.act.reconcileTier(a.sampler.tierHeld) {
+	} else if a.act.reconcileTier(s.tierHeld) {
 		a.log.Warn("the batch tier lost SCHED_IDLE to another writer (systemd re-applying the slice's defaults?); setting it up again")
 		if _, err := a.act.setUpTier(a.cfg.Policy.MinBatchCPU); err != nil {
 			a.log.Error("setting the batch tier up again", "err", err)
 		}
 	}
-	a.act.reconcilePods(a.sampler.podsHeld)
-	a.gpuPodsStale = a.gpuPodsStale || a.sampler.cgroupChanged
-	a.sampler.cgroupChanged = false
+	a.act.reopened(s.reopened)
+	a.act.reconcilePods(s.podsHeld)
 	if s.slow {
 		a.watch.sync(s.Now, a.pods, a.sorted)
-		if a.gpuPodsStale {
-			a.publishGPUPods()
-			a.gpuPodsStale = false
-		}
 	}
+	a.gpu.follow(s.cgroupChanged, s.slow, a.sorted)
 }
 
-// record does what follows the period's writes: the batch resources (qos.Reclaimer) for
-// the Node, the graded actions (escalate), the cut's reaction, metrics, node metrics
-// and /status. written is when the writes were done. A utilisation cut's reaction is
-// from the start of the window in which the rise became visible (the previous sample;
-// the load may have begun right after it, so this bounds LS's wait from above) to the
-// write: s.Now is the sample's time (a fake clock in tests); start, this period's work,
-// began just after it. A harm cut's is from when the signal was seen to written.
+// record keeps what follows the period's writes: the cut's reaction, metrics, node
+// metrics, /status and /debug/plans. It decides nothing and writes nothing else. written
+// is when the limits were written. A utilisation cut's reaction is from the start of the
+// window in which the rise became visible (the previous sample; the load may have begun
+// right after it, so this bounds LS's wait from above) to the write: s.Now is the
+// sample's time (a fake clock in tests); start, this period's work, began just after it.
+// A harm cut's is from when the signal was seen to written.
 func (a *Agent) record(ctx context.Context, s sample, p qos.Plan, start, written time.Time) {
-	now, at, mu := s.Now, p.Attribution, s.memory
-	if s.reclaim {
-		a.ctl.lastReclaim = a.ctl.reclaim.Next(qos.ReclaimInput{Now: now,
-			CPU: qos.ResourceUsage{Capacity: s.CPU.CPUs, LSUsage: at.LSEstimate, LSRequest: a.lsCPURequests, BEUsage: at.BE,
-				SystemUsage: at.System, BatchRequest: a.batchCPURequests},
-			Memory: qos.ResourceUsage{Capacity: mu.Capacity, LSUsage: mu.LS, LSRequest: a.lsMemRequests, BEUsage: mu.BE,
-				SystemUsage: mu.System, BatchRequest: a.batchMemRequests}})
-		publishBatchResources(a.batchSink, a.metrics, a.log, a.ctl.lastReclaim, s.slow)
-	}
-	a.escalate(p.Util, at.HasBatch, now)
-	a.ctl.recordBudget(p.Budget, p.Cause, s.harm, now, written, now.Sub(s.windowStart)+written.Sub(start),
-		a.sampler.ticks > 2)
-	u := Usage{Node: s.CPU.NodeCores, LS: at.LS, UnknownPods: at.UnknownPods, BE: at.BE, Batch: at.Batch,
-		System: at.System, CPUs: s.CPU.CPUs}
-	a.ctl.lastUsage = u
-	a.observe(u, s.counts, s.newMemory, now)
+	now := s.Now
+	a.ctl.recordBudget(p.Budget, p.Cause, s.harm, now, written, now.Sub(s.windowStart)+written.Sub(start), s.ticks > 2)
+	u := a.ctl.lastUsage
+	a.observe(u, s, p)
 	if a.publish != nil {
 		a.publish.add(ctx, now, u, p.Budget, a.log, a.metrics)
 	}
 	a.storeStatus(now, u, p.Budget, s.slow)
+	a.plans.add(now, planKindPeriod, p, a.act)
 	a.metrics.LoopDuration.Observe(time.Since(start).Seconds())
 	a.metrics.LastTick.Set(float64(now.UnixNano()) / 1e9)
 	a.healthy.Store(now.UnixNano())
@@ -410,13 +382,14 @@ func (a *Agent) react(now time.Time) {
 	if !ok {
 		return // a hold: the budget in force stays; the next period's status shows it
 	}
-	a.act.apply(p, now)
-	a.ctl.recordBudget(p.Budget, p.Cause, h, now, time.Now(), 0, a.sampler.ticks > 2)
+	written := a.act.apply(p, now)
+	a.ctl.recordBudget(p.Budget, p.Cause, h, now, written, 0, a.sampler.ticks > 2)
 	a.storeStatus(now, a.ctl.lastUsage, p.Budget, false)
+	a.plans.add(now, planKindHarm, p, a.act)
 }
 
 // observe exports the period's figures.
-func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time) {
+func (a *Agent) observe(u Usage, s sample, p qos.Plan) {
 	m := a.metrics
 	m.NodeCPU.Set(u.Node)
 	m.NodeCPUs.Set(u.CPUs)
@@ -425,11 +398,11 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	m.SystemCPU.Set(u.System)
 	m.BatchCPU.Set(u.Batch)
 	m.BatchBudget.Set(a.ctl.last.Applied)
-	m.Pods.WithLabelValues(string(qos.ClassLS)).Set(float64(counts.ls))
-	m.Pods.WithLabelValues(string(qos.ClassBE)).Set(float64(counts.be))
-	m.Pods.WithLabelValues(string(qos.ClassBatch)).Set(float64(counts.batch))
-	if mem := &a.sampler.mem; newMemory && mem.ok {
-		mu := mem.last
+	m.Pods.WithLabelValues(string(qos.ClassLS)).Set(float64(s.counts.ls))
+	m.Pods.WithLabelValues(string(qos.ClassBE)).Set(float64(s.counts.be))
+	m.Pods.WithLabelValues(string(qos.ClassBatch)).Set(float64(s.counts.batch))
+	if s.newMemory && s.Memory.OK {
+		mu := s.memory
 		for _, kv := range []struct {
 			class string
 			v     float64
@@ -441,22 +414,22 @@ func (a *Agent) observe(u Usage, counts podCounts, newMemory bool, now time.Time
 	if v := a.act.tierMem.Bytes; !math.IsNaN(v) {
 		m.TierMemoryLimit.Set(v)
 	}
-	// Throttling and pressure change slowly and are only exported (Prometheus scrapes
-	// every 15-30 s): read them every statsInterval, not every period. Reading cpu.stat
-	// of every in-place batch pod every second was a third of the agent's work.
-	if !a.sampler.statsDue(now) {
+	if p.Reclaim && s.slow { // every second: Prometheus scrapes every 15-30 s
+		exportReclaim(m, "cpu", p.Reclaimed.CPU)
+		exportReclaim(m, "memory", p.Reclaimed.Memory)
+	}
+	a.escMetrics.Level.Set(float64(p.Escalation.Level))
+	if p.Escalation.Froze {
+		a.escMetrics.Freezes.WithLabelValues(qos.EscalationReasonCPUContention).Inc()
+	}
+	if !s.Stats.Due {
 		return
 	}
-	ts := a.sampler.readThrottling(a.act.tier, a.sorted)
-	a.batchEv.throttled(a.sorted, ts, a.act.tierCPU.Cores, a.ctl.last.Applied, statsInterval, now)
-	a.batchEv.conditions(a.sorted, ts, a.act.tierFrozen, a.act.tierCPU.Cores, a.ctl.last.Applied, statsInterval, now)
-	if a.act.tier != nil {
-		if psi, err := a.act.tier.Pressure(); err == nil {
-			m.CPUPressure.WithLabelValues("batch_tier").Set(psi.Some.Avg10 / 100)
-		}
+	if s.pressure.tierOK {
+		m.CPUPressure.WithLabelValues("batch_tier").Set(s.pressure.tier)
 	}
-	if psi, err := collect.ReadPressure(a.cfg.ProcRoot, "cpu"); err == nil {
-		m.CPUPressure.WithLabelValues("node").Set(psi.Some.Avg10 / 100)
+	if s.pressure.nodeOK {
+		m.CPUPressure.WithLabelValues("node").Set(s.pressure.node)
 	}
 	if a.batchSink != nil {
 		ns := a.batchSink.Status()
@@ -484,27 +457,35 @@ func (a *Agent) shutdown() {
 		}
 		// A batch pod whose cgroup was closed after a failed read still holds its last
 		// quota: reach it too.
-		for _, st := range a.sorted {
-			if st.class == qos.ClassBatch && st.group == nil && st.cgroup != "" {
-				if g, err := a.hier.Load(st.cgroup); err == nil {
-					st.group = g
-				}
-			}
-		}
+		a.sampler.reopenBatch(a.sorted)
 		now := time.Now()
-		a.act.apply(a.ctl.final(target, now, a.act.limits(a.sorted, a.sampler.tierDemand)), now)
+		p := a.ctl.final(target, now, a.act.limits(a.sorted, a.sampler.tierDemand))
+		a.act.apply(p, now)
+		a.plans.add(now, planKindShutdown, p, a.act)
 		// Freeze never outlives the agent: batch stays bounded by its quota instead.
 		a.act.thawAll(a.sorted)
 		a.log.Info("agent stopped; batch left bounded", "budget_cores", target)
 		a.watch.close()
-		for _, st := range a.pods {
-			st.close()
-		}
-		a.sampler.close()
+		a.closeFiles()
 		if a.publish != nil {
 			a.publish.wait()
 		}
 	})
+}
+
+// closeFiles closes the files the agent holds open between periods: each pod's
+// readers, the sampler's and the node's /proc/stat.
+func (a *Agent) closeFiles() {
+	for _, st := range a.pods {
+		a.sampler.drop(st)
+	}
+	a.sampler.close()
+	if a.closeNodeCPU != nil {
+		if err := a.closeNodeCPU(); err != nil {
+			a.log.Warn("closing /proc/stat", "err", err)
+		}
+		a.closeNodeCPU = nil
+	}
 }
 
 // Healthy reports whether a control period completed within the last few periods.

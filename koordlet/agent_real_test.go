@@ -316,8 +316,8 @@ func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 	} else if c < 0 || c > pod+1e-6 {
 		t.Fatalf("in-place pod %.3f, its container %.3f CPUs; want the container lowered to the pod's share", pod, c)
 	}
-	if st.quota.Clamped != 0 || st.lastErr != nil {
-		t.Fatalf("pod quota %+v, error %v; want the cut in force, not clamped", st.quota.CPULimit, st.lastErr)
+	if st.act.quota.Clamped != 0 || st.lastErr != nil {
+		t.Fatalf("pod quota %+v, error %v; want the cut in force, not clamped", st.act.quota.CPULimit, st.lastErr)
 	}
 	// The kernel holds the container's busy loop to the pod's share.
 	burner(t, h, container)
@@ -345,12 +345,12 @@ func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 	if used > 1.2*pod+0.05 {
 		t.Fatalf("a busy loop in the container used %.3f CPUs under a pod cut to %.3f", used, pod)
 	}
-	written := st.quota.Written
+	written := st.act.quota.Written
 	for range 20 {
 		tick()
 	}
-	if st.quota.Written != written {
-		t.Fatalf("pod quota rewritten at %v (first %v) although its share did not change", st.quota.Written, written)
+	if st.act.quota.Written != written {
+		t.Fatalf("pod quota rewritten at %v (first %v) although its share did not change", st.act.quota.Written, written)
 	}
 	// The pod leaves batch: kubelet's values come back, the container's 2 CPUs included.
 	pods.pods[0].Annotations = nil

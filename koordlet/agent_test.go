@@ -164,6 +164,8 @@ type rigOptions struct {
 	// the agent starts.
 	gpu  gpu.Source
 	pods func(pods []*corev1.Pod)
+	// conditions receives the batch pod condition (nil: none).
+	conditions podConditionSink
 }
 
 func newRigOpts(t *testing.T, kind cgroupstest.Kind, o rigOptions) *rig {
@@ -201,6 +203,9 @@ func newRigOpts(t *testing.T, kind cgroupstest.Kind, o rigOptions) *rig {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Signals: o.open}
 	if o.gpu != nil {
 		deps.GPU = o.gpu
+	}
+	if o.conditions != nil {
+		deps.PodConditions = o.conditions
 	}
 	a, err := New(cfg, deps)
 	if err != nil {

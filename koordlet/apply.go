@@ -1,6 +1,7 @@
 package koordlet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,13 +9,16 @@ import (
 	"time"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
 // This file is the apply step of the control period: it hands qos the limits in force
 // and the batch pods' demand, and writes what the plan says, in its order, recording
-// what is in force after each write.
+// what is in force after each write: the limits here, the freezer in freeze.go, then the
+// evictions. What goes to the API server's writers (the batch resources, the pods'
+// events and condition) is handoff.go's.
 
 // cpuState is a CFS limit the agent writes on one group: the limit in force as qos
 // plans with it, the descendants' limits lowered to make room for a v1 cut (put back
@@ -35,13 +39,15 @@ type memState struct {
 
 func unknownMemory() memState { return memState{MemoryLimit: qos.UnknownMemoryLimit()} }
 
-// actuator writes the plan's limits: the tier's and the batch pods' CFS quotas and
-// memory limits. It keeps what is in force on the tier; a pod's is in its podState.
+// actuator writes the plan: the tier's and the batch pods' CFS quotas and memory
+// limits, their freezer, and the evictions (to the evictor). It keeps what is in force on
+// the tier; a pod's is in its podState's act row.
 type actuator struct {
 	hier    *cgroups.Hierarchy
 	policy  qos.WritePolicy
 	metrics *metrics.Agent
 	log     *slog.Logger
+	evictor evictor
 	tierRel string
 	tier    *cgroups.Group
 	tierCPU cpuState
@@ -51,40 +57,59 @@ type actuator struct {
 	tierPods, inPlace, memPods []*podState
 	tierDemands, demands       []qos.CPUConsumer
 	podMem                     []qos.PodMemoryLimit
-	// tierFrozen: the tier is frozen; frozenPods counts the in-place batch pods frozen.
+	// batch are every batch pod (the plan's freezer entries index them) and held what
+	// the agent holds on each.
+	batch []*podState
+	held  []qos.PodInForce
+	// tierFrozen: the tier is frozen.
 	tierFrozen bool
-	frozenPods int
-	// restores are pods that left batch whose kubelet values could not be written yet.
-	restores []restore
 }
 
-func newActuator(cfg Config, hier *cgroups.Hierarchy, tierRel string, m *metrics.Agent, log *slog.Logger) *actuator {
-	return &actuator{hier: hier, policy: qos.WritePolicy{CFSPeriod: cfg.CFSPeriod.Duration, MinPodCPU: cfg.MinPodCPU},
-		metrics: m, log: log, tierRel: tierRel, tierCPU: unknownCPU(), tierMem: unknownMemory()}
+func newActuator(cfg Config, hier *cgroups.Hierarchy, tierRel string, ev evictor, m *metrics.Agent,
+	log *slog.Logger) *actuator {
+	return &actuator{hier: hier, policy: writePolicy(cfg), metrics: m, log: log, evictor: ev, tierRel: tierRel,
+		tierCPU: unknownCPU(), tierMem: unknownMemory()}
 }
+
+// writePolicy is how cfg has limits written.
+func writePolicy(cfg Config) qos.WritePolicy {
+	return qos.WritePolicy{CFSPeriod: cfg.CFSPeriod.Duration, MinPodCPU: cfg.MinPodCPU}
+}
+
+// setPolicy takes a reloaded write policy.
+func (x *actuator) setPolicy(w qos.WritePolicy) { x.policy = w }
 
 // limits are the batch groups with the limits in force on them and their demand, for
 // the plan: the tier (tierDemand), the pods below it with a batch-cpu limit, the
-// in-place batch pods, and the batch pods with a batch-memory limit. It keeps the pods
-// in the plan's order, for apply.
+// in-place batch pods, the batch pods with a batch-memory limit, and every batch pod's
+// freezer (in the order pods lists them, as the sampler's qos.Sample.Batch). It keeps the
+// pods in the plan's order, for apply.
 func (x *actuator) limits(pods []*podState, tierDemand demand) qos.BatchLimits {
 	in := qos.BatchLimits{Tier: qos.CPUConsumer{ID: "tier", Demand: tierDemand.v, DemandOK: tierDemand.ok,
-		InForce: x.tierCPU.CPULimit}, TierMemory: x.tierMem.MemoryLimit}
+		InForce: x.tierCPU.CPULimit}, TierMemory: x.tierMem.MemoryLimit, HasTier: x.tier != nil, TierFrozen: x.tierFrozen}
 	x.tierPods, x.inPlace, x.memPods = x.tierPods[:0], x.inPlace[:0], x.memPods[:0]
 	x.tierDemands, x.demands, x.podMem = x.tierDemands[:0], x.demands[:0], x.podMem[:0]
+	x.batch, x.held = x.batch[:0], x.held[:0]
 	for _, st := range pods {
-		if st.class != qos.ClassBatch || st.group == nil {
+		if st.class != qos.ClassBatch {
+			continue
+		}
+		x.batch = append(x.batch, st)
+		x.held = append(x.held, qos.PodInForce{UID: st.uid, Freezable: st.read.group != nil && !st.read.inTier,
+			Frozen: st.act.frozen, Quota: st.act.quota.Cores})
+		if st.read.group == nil {
 			continue
 		}
 		if st.spec.batchMemory > 0 {
 			x.memPods = append(x.memPods, st)
-			x.podMem = append(x.podMem, qos.PodMemoryLimit{InForce: st.memory.MemoryLimit, Want: float64(st.spec.batchMemory)})
+			x.podMem = append(x.podMem, qos.PodMemoryLimit{ID: string(st.uid), InForce: st.act.memory.MemoryLimit,
+				Want: float64(st.spec.batchMemory)})
 		}
-		if st.inTier {
+		if st.read.inTier {
 			if st.spec.batchCPU > 0 {
 				x.tierPods = append(x.tierPods, st)
 				x.tierDemands = append(x.tierDemands, qos.CPUConsumer{ID: string(st.uid), Limit: st.spec.batchCPU,
-					InForce: st.quota.CPULimit})
+					InForce: st.act.quota.CPULimit})
 			} else {
 				in.TierUnlimited = true
 			}
@@ -93,28 +118,38 @@ func (x *actuator) limits(pods []*podState, tierDemand demand) qos.BatchLimits {
 		x.inPlace = append(x.inPlace, st)
 		// A terminating pod keeps its share: lifting its quota for the whole grace
 		// period would let it run unbounded next to LS.
-		x.demands = append(x.demands, qos.CPUConsumer{ID: string(st.uid), Demand: st.demand.v, DemandOK: st.demand.ok,
-			Limit: st.spec.batchCPU, InForce: st.quota.CPULimit})
+		x.demands = append(x.demands, qos.CPUConsumer{ID: string(st.uid), Demand: st.read.demand.v, DemandOK: st.read.demand.ok,
+			Limit: st.spec.batchCPU, InForce: st.act.quota.CPULimit})
 	}
-	in.TierPods, in.InPlace, in.PodMemory = x.tierDemands, x.demands, x.podMem
+	in.TierPods, in.InPlace, in.PodMemory, in.Pods = x.tierDemands, x.demands, x.podMem, x.held
 	return in
 }
 
 // apply makes the plan's writes, in its order, on the groups limits listed: the batch
-// pods' memory limits, the in-place pods' static settings (once), the CPU limits, and
-// the tier's memory limit. A failed write leaves the limit marked unknown; the next
-// plan writes it again.
-func (x *actuator) apply(p qos.Plan, now time.Time) {
+// pods' memory limits, the in-place pods' static settings (once), the CPU limits, the
+// tier's memory limit, then the freezer (freeze.go) and the evictions. A failed write
+// leaves the limit marked unknown; the next plan writes it again. It returns when the
+// limits were written (before the freezer, which may wait for the kernel).
+func (x *actuator) apply(p qos.Plan, now time.Time) (written time.Time) {
+	x.applyLimits(p, now)
+	written = time.Now()
+	x.applyFreezes(p)
+	x.submitEvictions(p)
+	return written
+}
+
+// applyLimits writes the plan's memory and CPU limits.
+func (x *actuator) applyLimits(p qos.Plan, now time.Time) {
 	for i, e := range p.PodMemory {
 		if i >= len(x.memPods) {
 			break
 		}
 		st := x.memPods[i]
-		x.writeMemory(st.group, &st.memory, e, now)
-		st.wroteMemory = st.wroteMemory || !math.IsNaN(st.memory.Bytes)
+		x.writeMemory(st.read.group, &st.act.memory, e, now)
+		st.act.wroteMemory = st.act.wroteMemory || !math.IsNaN(st.act.memory.Bytes)
 	}
 	for _, st := range x.inPlace {
-		if !st.setUp {
+		if !st.act.setUp {
 			x.setUpPod(st)
 		}
 	}
@@ -150,10 +185,10 @@ func (x *actuator) applyCPU(plan []qos.CPUEntry, now time.Time) {
 
 // writePodCPU writes one pod's quota.
 func (x *actuator) writePodCPU(st *podState, e qos.CPUEntry, now time.Time) {
-	err := x.writeCPU(st.group, &st.quota, e, now)
+	err := x.writeCPU(st.read.group, &st.act.quota, e, now)
 	if err == nil {
 		switch {
-		case st.quota.Clamped > 0:
+		case st.act.quota.Clamped > 0:
 			st.lastErr = errClampedCut
 		case errors.Is(st.lastErr, errClampedCut):
 			st.lastErr = nil
@@ -162,8 +197,7 @@ func (x *actuator) writePodCPU(st *podState, e qos.CPUEntry, now time.Time) {
 	}
 	st.lastErr = err
 	if errors.Is(err, cgroups.ErrNotExist) {
-		st.close()
-		st.nextOpen = now.Add(reopenBackoff)
+		st.read.lose(now)
 		return
 	}
 	x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
@@ -230,17 +264,17 @@ next:
 // setUpPod gives an in-place batch pod the tier's static settings: the minimum weight
 // and SCHED_IDLE. These are pod-level cgroups, never kubelet's QoS-level ones.
 func (x *actuator) setUpPod(st *podState) {
-	if err := st.group.SetCPUShares(minShares); err != nil && !errors.Is(err, cgroups.ErrIdle) {
+	if err := st.read.group.SetCPUShares(minShares); err != nil && !errors.Is(err, cgroups.ErrIdle) {
 		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		st.lastErr = err
 		return
 	}
-	if err := st.group.SetIdle(true); err != nil && !errors.Is(err, cgroups.ErrUnsupported) {
+	if err := st.read.group.SetIdle(true); err != nil && !errors.Is(err, cgroups.ErrUnsupported) {
 		x.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupWrite).Inc()
 		st.lastErr = err
 		return
 	}
-	st.setUp = true
+	st.act.setUp = true
 	x.metrics.Actions.WithLabelValues(metrics.ActionPodSet).Inc()
 }
 
@@ -251,10 +285,39 @@ func (x *actuator) boundTier(cores float64, now time.Time) error {
 	return x.writeCPU(x.tier, &x.tierCPU, e, now)
 }
 
-// boundPod writes a pod's quota at cores at once (a rediscovered in-place pod).
-func (x *actuator) boundPod(g *cgroups.Group, s *cpuState, cores float64, now time.Time) error {
+// boundPod writes a pod's quota at cores on g at once (a rediscovered in-place pod).
+func (x *actuator) boundPod(st *podState, g *cgroups.Group, cores float64, now time.Time) error {
 	e := qos.CPUEntry{Kind: qos.TargetInPlacePod, Cores: cores, Quota: x.policy.Quota(cores), Write: true}
-	return x.writeCPU(g, s, e, now)
+	return x.writeCPU(g, &st.act.quota, e, now)
+}
+
+// reopened forgets what was written on the pods whose cgroup the sampler opened anew:
+// none of it holds on the new cgroup.
+func (x *actuator) reopened(pods []*podState) {
+	for _, st := range pods {
+		st.act.setUp, st.act.quota, st.act.memory = false, unknownCPU(), unknownMemory()
+	}
+}
+
+// evictor performs the evictions the plan decides, off the control loop
+// (evict.Evictor; a dry-run one in static mode).
+type evictor interface {
+	Submit(req qos.EvictionRequest, candidates []qos.EvictionCandidate) error
+	Run(ctx context.Context) error
+	Status() evict.Status
+}
+
+var _ evictor = (*evict.Evictor)(nil)
+
+// submitEvictions hands the plan's eviction, with its candidates in order, to the
+// evictor (which keeps PodDisruptionBudgets and its own rate limit).
+func (x *actuator) submitEvictions(p qos.Plan) {
+	if p.Escalation.Evict == nil || len(p.EvictCandidates) == 0 {
+		return
+	}
+	if err := x.evictor.Submit(*p.Escalation.Evict, p.EvictCandidates); err != nil {
+		x.log.Error("submitting an eviction", "err", err)
+	}
 }
 
 // writeMemory writes g's memory limit as e says. A cut the kernel refuses because the
@@ -284,23 +347,44 @@ func (x *actuator) writeMemory(g *cgroups.Group, s *memState, e qos.MemoryEntry,
 }
 
 // planStatus is the last CPU plan as /status shows it: every group's share, and whether
-// it was written and why (or why not).
+// it was written and why (or why not), pods named namespace/name.
 func (x *actuator) planStatus() []qos.CPUEntry {
 	out := make([]qos.CPUEntry, len(x.plan))
 	copy(out, x.plan)
 	for i := range out {
-		switch out[i].Kind {
-		case qos.TargetTierPod:
-			if j := out[i].Index; j < len(x.tierPods) {
-				out[i].ID = x.tierPods[j].key()
-			}
-		case qos.TargetInPlacePod:
-			if j := out[i].Index; j < len(x.inPlace) {
-				out[i].ID = x.inPlace[j].key()
-			}
+		if name := x.podName(out[i].Kind, out[i].Index); name != "" {
+			out[i].ID = name
 		}
 	}
 	return out
+}
+
+// Kinds of plan entries podName names besides the CPU entries' own: a pod's memory limit
+// (qos.Plan.PodMemory) and a batch pod (qos.Plan.Freezes, qos.Sample.Batch).
+const (
+	memoryTarget qos.CPUTargetKind = "podMemory"
+	batchTarget  qos.CPUTargetKind = "batchPod"
+)
+
+// podName is the namespace/name of the pod entry i of this period's plan is for: a CPU
+// entry (qos.TargetTierPod, qos.TargetInPlacePod), a pod's memory limit (memoryTarget)
+// or a freezer entry (batchTarget); "" for the tier or an index out of range.
+func (x *actuator) podName(kind qos.CPUTargetKind, i int) string {
+	var pods []*podState
+	switch kind {
+	case qos.TargetTierPod:
+		pods = x.tierPods
+	case qos.TargetInPlacePod:
+		pods = x.inPlace
+	case memoryTarget:
+		pods = x.memPods
+	case batchTarget:
+		pods = x.batch
+	}
+	if i < 0 || i >= len(pods) {
+		return ""
+	}
+	return pods[i].key()
 }
 
 // setUpTier creates the agent-owned tier with minimum weight and SCHED_IDLE, and bounds

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,16 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/understory/understory/qos"
 )
 
 // This file sets the pod condition qos.ConditionBatchSlowed on batch pods: True with the
 // reason Throttled or Frozen (and the numbers) while the agent holds the pod back, False
-// with Running once it runs free again. The control loop decides (batchConditions, over
+// with Running once it runs free again. The plan decides (qos.BatchConditions, over
 // qos.NextBatchCondition: on a state change, number updates at most once every
-// qos.BatchConditionRefresh); PodConditionWriter patches pods/status from its own
-// goroutine, so the loop never waits for the API server.
+// qos.BatchConditionRefresh); the handoff hands it to PodConditionWriter, which patches
+// pods/status from its own goroutine, so the loop never waits for the API server.
 
 // podConditionSink takes the condition to write on a pod, without blocking.
 type podConditionSink interface {
@@ -37,140 +34,6 @@ var _ podConditionSink = (*PodConditionWriter)(nil)
 // an adapter over client-go's typed client in tests.
 type PodStatusPatcher interface {
 	PatchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) error
-}
-
-// batchConditions is the control loop's side: what it last handed the sink per pod. Not
-// safe for concurrent use (the control loop's).
-type batchConditions struct {
-	sink    podConditionSink
-	written map[types.UID]qos.WrittenBatchCondition
-}
-
-func newBatchConditions(sink podConditionSink) *batchConditions {
-	return &batchConditions{sink: sink, written: map[types.UID]qos.WrittenBatchCondition{}}
-}
-
-// set hands the sink the pod's condition if qos.NextBatchCondition says so.
-func (c *batchConditions) set(st *podState, next qos.BatchCondition, now time.Time) {
-	var prev *qos.WrittenBatchCondition
-	if w, ok := c.written[st.uid]; ok {
-		prev = &w
-	}
-	w, ok := qos.NextBatchCondition(prev, next, now)
-	if !ok {
-		return
-	}
-	c.written[st.uid] = w
-	c.sink.Set(podRef(st), w.PodCondition())
-}
-
-// seed takes the condition a pod already carries (written by an earlier run of the agent)
-// as the last written, once it is new to the agent, so that a restarted agent still sets
-// a stale True back to Running. Its write time counts as long ago.
-func (c *batchConditions) seed(pod *corev1.Pod) {
-	if _, ok := c.written[pod.UID]; ok {
-		return
-	}
-	for _, pc := range pod.Status.Conditions {
-		if pc.Type == qos.ConditionBatchSlowed {
-			c.written[pod.UID] = qos.WrittenBatchCondition{BatchCondition: qos.BatchCondition{
-				Reason: qos.BatchSlowReason(pc.Reason), Message: pc.Message}, Since: pc.LastTransitionTime.Time}
-			return
-		}
-	}
-}
-
-// prune forgets the pods that are gone, or no longer get the agent's batch events.
-func (c *batchConditions) prune(pods []*podState) {
-	if len(c.written) == 0 {
-		return
-	}
-	keep := make(map[types.UID]bool, len(pods))
-	for _, st := range pods {
-		if eventful(st) {
-			keep[st.uid] = true
-		}
-	}
-	for uid := range c.written {
-		if !keep[uid] {
-			delete(c.written, uid)
-			c.sink.Forget(uid)
-		}
-	}
-}
-
-// withConditions makes e also set the batch pod condition through sink (nil: none).
-func (e *batchEvents) withConditions(sink podConditionSink) *batchEvents {
-	if sink != nil {
-		e.cond = newBatchConditions(sink)
-	}
-	return e
-}
-
-// seenPod tells the conditions of a pod new to the agent (syncPods), with the condition it
-// carries from an earlier run of the agent.
-func (e *batchEvents) seenPod(pod *corev1.Pod) {
-	if e.cond != nil && pod != nil && pod.UID != "" {
-		e.cond.seed(pod)
-	}
-}
-
-// conditions sets every batch pod's condition from the last statistics interval (ts, as
-// throttled has them) and the freeze in force: Frozen for a pod frozen in place or below
-// a frozen tier (tierFrozen), else Throttled for a pod whose group was throttled hard,
-// else Running. A pod whose group had no statistics this interval keeps its condition.
-func (e *batchEvents) conditions(pods []*podState, ts []throttling, tierFrozen bool, tierQuota, budget float64,
-	interval time.Duration, now time.Time) {
-	if e.cond == nil {
-		return
-	}
-	e.cond.prune(pods)
-	own := map[*podState]throttling{}
-	var tier *throttling
-	for i, t := range ts {
-		if t.st == nil {
-			tier = &ts[i]
-			continue
-		}
-		own[t.st] = t
-	}
-	for _, st := range pods {
-		if !eventful(st) {
-			continue
-		}
-		if st.frozen || st.inTier && tierFrozen {
-			msg := e.freezeMsg
-			if msg == "" {
-				msg = "frozen by the node agent: LS leaves batch less than its floor; it is thawed once LS leaves room again"
-			}
-			e.cond.set(st, qos.BatchCondition{Reason: qos.BatchFrozen, Message: msg}, now)
-			continue
-		}
-		t, ok := own[st]
-		whose, quota := "its", st.quota.Cores
-		if st.inTier {
-			if tier == nil {
-				continue
-			}
-			t, ok, whose, quota = *tier, true, "the batch tier's", tierQuota
-		}
-		if !ok {
-			continue
-		}
-		if share, hard := qos.HardThrottled(t.periods, t.throttled); hard {
-			e.cond.set(st, qos.BatchCondition{Reason: qos.BatchThrottled,
-				Message: throttledMessage(whose, share, t, quota, budget, interval)}, now)
-			continue
-		}
-		e.cond.set(st, qos.BatchCondition{Reason: qos.BatchRunning, Message: runningMessage()}, now)
-	}
-}
-
-// runningMessage is the Running condition's message: the same every time, so a pod that
-// runs free costs no further write.
-func runningMessage() string {
-	return fmt.Sprintf("runs free: throttled in fewer than %d%% of its CFS periods, not frozen",
-		int(math.Round(100*qos.HardThrottledShare)))
 }
 
 // PodConditionWriter patches the batch pod condition into pods/status (a strategic merge

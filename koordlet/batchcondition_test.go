@@ -18,6 +18,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/qos"
 )
@@ -52,63 +53,6 @@ func (p clientGoPods) PatchPodStatus(ctx context.Context, ns, name string, pt ty
 }
 
 var _ PodStatusPatcher = clientGoPods{}
-
-// Every statistics interval sets each batch pod's condition: Frozen before Throttled,
-// Throttled for a group throttled hard, Running once free again (after the settle time);
-// nothing for a pod that always ran free, nor for LS or terminating pods; a gone pod is
-// forgotten.
-func TestBatchConditions(t *testing.T) {
-	t.Parallel()
-	f := &fakeConditions{}
-	e := newBatchEvents(&fakeEvents{}).withConditions(f)
-	inPlace := batchPodState("inplace", false, 0.4)
-	tier1, tier2 := batchPodState("tier1", true, 0), batchPodState("tier2", true, 0)
-	free := batchPodState("free", false, 1)
-	ls := batchPodState("ls", false, 0)
-	ls.class = qos.ClassLS
-	pods := []*podState{inPlace, tier1, tier2, free, ls}
-	t0 := time.Unix(1000, 0)
-	step := func(now time.Time, ts []throttling, tierFrozen bool) []string {
-		f.mu.Lock()
-		f.set = nil
-		f.mu.Unlock()
-		e.conditions(pods, ts, tierFrozen, 0.9, 1.2, 10*time.Second, now)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.set
-	}
-	hard := []throttling{{st: inPlace, periods: 10, throttled: 8}, {st: free, periods: 10, throttled: 1},
-		{periods: 10, throttled: 1}}
-	got := step(t0, hard, false)
-	if len(got) != 1 || !strings.HasPrefix(got[0], "inplace: Throttled: throttled by the node agent in 80%") {
-		t.Fatalf("first interval: %q, want only inplace Throttled", got)
-	}
-	if got := step(t0.Add(10*time.Second), hard, false); len(got) != 0 {
-		t.Fatalf("same state again: %q, want no write", got)
-	}
-	e.frozen(pods, qos.EscalationDecision{Froze: true, StarvedFor: metav1.Duration{Duration: 5 * time.Second}},
-		qos.Budget{NodeCPUs: 2, LSUsage: 1.8, Min: 0.1}, t0.Add(15*time.Second))
-	got = step(t0.Add(20*time.Second), nil, true)
-	if len(got) != 2 || !strings.HasPrefix(got[0], "tier1: Frozen: frozen by the node agent: LS (1.80 cores)") ||
-		!strings.HasPrefix(got[1], "tier2: Frozen") {
-		t.Fatalf("tier frozen: %q, want tier1 and tier2 Frozen", got)
-	}
-	calm := []throttling{{st: inPlace, periods: 10, throttled: 0}, {periods: 10, throttled: 0}}
-	if got := step(t0.Add(30*time.Second), calm, false); len(got) != 0 {
-		t.Fatalf("free again within the settle time: %q, want nothing yet", got)
-	}
-	got = step(t0.Add(20*time.Second+qos.BatchConditionSettle), calm, false)
-	if len(got) != 3 || !strings.Contains(strings.Join(got, "\n"), "inplace: Running: runs free") {
-		t.Fatalf("after the settle time: %q, want the three held pods Running", got)
-	}
-	pods = []*podState{tier1, ls}
-	step(t0.Add(time.Hour), nil, false)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.forgot) != 2 {
-		t.Fatalf("forgot %q, want inplace and tier2", f.forgot)
-	}
-}
 
 // The writer patches one condition into pods/status by strategic merge, with the pod's
 // UID; a pod that is gone is dropped, a failing API server retried.
@@ -178,28 +122,40 @@ func TestPodConditionWriter(t *testing.T) {
 	}
 }
 
-// A restarted agent takes the condition a pod carries from the earlier run: a stale True
-// goes back to Running at once, a pod already Running is not written again.
-func TestBatchConditionsSeeded(t *testing.T) {
+// The control loop sets the condition end to end: a freeze shows as Frozen, with the
+// numbers, on both batch pods at the next statistics interval, and the plan log says so.
+func TestAgentSetsBatchConditions(t *testing.T) {
 	t.Parallel()
 	f := &fakeConditions{}
-	e := newBatchEvents(&fakeEvents{}).withConditions(f)
-	t0 := time.Unix(1000, 0)
-	carrying := func(name string, reason qos.BatchSlowReason, msg string) (*corev1.Pod, *podState) {
-		st := batchPodState(name, false, 0.4)
-		w := qos.WrittenBatchCondition{BatchCondition: qos.BatchCondition{Reason: reason, Message: msg}, At: t0, Since: t0}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: st.uid, Namespace: st.namespace, Name: st.name},
-			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{w.PodCondition()}}}
-		return pod, st
+	r := newRigOpts(t, cgroupstest.V1Separate, rigOptions{conditions: f})
+	crowded := map[string]float64{r.lsCg: 1.95, r.inPlace: 0.02, r.inTier: 0.02}
+	r.step(0, nil)
+	frozen := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, s := range f.set {
+			if strings.Contains(s, ": Frozen: frozen by the node agent: LS (") {
+				n++
+			}
+		}
+		return n
 	}
-	stalePod, stale := carrying("stale", qos.BatchFrozen, "frozen")
-	freePod, free := carrying("free", qos.BatchRunning, runningMessage())
-	e.seenPod(stalePod)
-	e.seenPod(freePod)
-	e.seenPod(&corev1.Pod{}) // no UID: ignored
-	calm := []throttling{{st: stale, periods: 10}, {st: free, periods: 10}}
-	e.conditions([]*podState{stale, free}, calm, false, 0, 1, 10*time.Second, t0.Add(time.Second))
-	if len(f.set) != 1 || !strings.HasPrefix(f.set[0], "stale: Running") {
-		t.Fatalf("after a restart: %q, want only the stale pod set Running", f.set)
+	for i := 0; frozen() < 2; i++ {
+		if i == 2*int(statsInterval/r.period) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			t.Fatalf("conditions %q after %d periods of contention: want both batch pods Frozen", f.set, i)
+		}
+		r.step(2, crowded)
+	}
+	var said bool
+	for _, rec := range r.agent.plans.snapshot().Plans {
+		for _, c := range rec.Conditions {
+			said = said || c.Reason == string(qos.BatchFrozen)
+		}
+	}
+	if !said {
+		t.Fatalf("/debug/plans does not show the Frozen condition: %+v", r.agent.plans.snapshot())
 	}
 }

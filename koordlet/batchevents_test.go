@@ -1,109 +1,111 @@
 package koordlet
 
 import (
-	"strings"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/koordlet/nodestatus"
+	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
-func batchPodState(name string, inTier bool, quota float64) *podState {
-	st := &podState{uid: types.UID("uid-" + name), namespace: "jobs", name: name, class: qos.ClassBatch, inTier: inTier,
-		quota: unknownCPU()}
-	st.quota.Cores = quota
-	return st
+func notice(name string, kind qos.NoticeKind, msg string) qos.Notice {
+	return qos.Notice{UID: types.UID("uid-" + name), Namespace: "jobs", Name: name, Pod: "jobs/" + name, Kind: kind,
+		Message: msg}
 }
 
-// A freeze tells every batch pod the agent knows by name, with the numbers behind it,
-// once per batchEventEvery; LS pods, terminating pods and nameless (static) pods get
-// nothing.
-func TestBatchEventsFrozen(t *testing.T) {
+// A pod hears each kind of notice at most once per batchEventEvery, whatever the message;
+// another pod or another kind is not held back.
+func TestBatchEventsRateLimit(t *testing.T) {
 	t.Parallel()
-	rec := &fakeEvents{}
-	e := newBatchEvents(rec)
-	ls := batchPodState("ls", false, 0)
-	ls.class = qos.ClassLS
-	gone := batchPodState("gone", true, 0)
-	gone.terminating = true
-	nameless := batchPodState("", true, 0)
-	pods := []*podState{batchPodState("a", true, 0), batchPodState("b", false, 0.5), ls, gone, nameless}
-	d := qos.EscalationDecision{Froze: true, Freeze: true, StarvedFor: metav1.Duration{Duration: 12 * time.Second}}
-	b := qos.Budget{NodeCPUs: 2, LSUsage: 1.7, SystemUsage: 0.2, Raw: -0.1, Min: 0.1}
 	now := time.Unix(1000, 0)
-	e.frozen(pods, d, b, now)
-	if len(rec.msgs) != 2 {
-		t.Fatalf("events %q: want one on each of the two batch pods", rec.msgs)
-	}
-	for i, name := range []string{"a", "b"} {
-		m := rec.msgs[i]
-		for _, want := range []string{name + ": " + EventBatchFrozen, "LS (1.70 cores)", "leave batch 0.00 of 2 CPUs",
-			"floor of 0.10", "for 12s"} {
-			if !strings.Contains(m, want) {
-				t.Errorf("event %q lacks %q", m, want)
-			}
-		}
-	}
-	e.frozen(pods, d, b, now.Add(batchEventEvery-time.Second))
-	if len(rec.msgs) != 2 {
-		t.Fatalf("a second freeze within %v recorded again: %q", batchEventEvery, rec.msgs)
-	}
-	e.frozen(pods, d, b, now.Add(batchEventEvery))
-	if len(rec.msgs) != 4 {
-		t.Fatalf("a freeze %v later: %d events, want 4", batchEventEvery, len(rec.msgs))
-	}
-}
-
-// Throttled in most CFS periods: an in-place pod hears of its own throttling, the pods
-// below the tier of the tier's; lightly throttled groups and too short intervals say
-// nothing.
-func TestBatchEventsThrottled(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
-		name string
-		ts   func(inPlace *podState) []throttling
-		want []string // "pod: reason" prefixes, in order
-		text []string
+		name  string
+		after time.Duration
+		n     qos.Notice
+		want  int // events recorded in all
 	}{
-		{"in-place pod throttled hard", func(p *podState) []throttling {
-			return []throttling{{st: p, periods: 10, throttled: 8}}
-		}, []string{"inplace: " + EventBatchThrottled}, []string{"80% of its CFS periods", "(8 of 10)", "quota of 0.40 cores",
-			"its share of the batch budget, 1.20 cores"}},
-		{"the tier throttled hard", func(*podState) []throttling {
-			return []throttling{{periods: 10, throttled: 6}}
-		}, []string{"tier1: " + EventBatchThrottled, "tier2: " + EventBatchThrottled},
-			[]string{"60% of its CFS periods", "quota of 0.90 cores", "the batch tier's share"}},
-		{"throttled lightly", func(p *podState) []throttling {
-			return []throttling{{st: p, periods: 10, throttled: 4}, {periods: 10, throttled: 1}}
-		}, nil, nil},
-		{"too few periods", func(p *podState) []throttling {
-			return []throttling{{st: p, periods: 3, throttled: 3}}
-		}, nil, nil},
+		{"a new message within the interval is held back", batchEventEvery - time.Second,
+			notice("a", qos.NoticeFrozen, "other numbers"), 1},
+		{"after the interval it is recorded again", batchEventEvery, notice("a", qos.NoticeFrozen, "again"), 2},
+		{"another kind is recorded at once", time.Second, notice("a", qos.NoticeThrottled, "throttled"), 2},
+		{"another pod is recorded at once", time.Second, notice("b", qos.NoticeFrozen, "frozen"), 2},
+		{"a clock gone back counts as time passed", -time.Second, notice("a", qos.NoticeFrozen, "back"), 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &fakeEvents{}
 			e := newBatchEvents(rec)
-			inPlace := batchPodState("inplace", false, 0.4)
-			pods := []*podState{batchPodState("tier1", true, 0), batchPodState("tier2", true, 0), inPlace}
-			e.throttled(pods, tc.ts(inPlace), 0.9, 1.2, 10*time.Second, time.Unix(1000, 0))
-			if len(rec.msgs) != len(tc.want) {
-				t.Fatalf("events %q, want %d", rec.msgs, len(tc.want))
-			}
-			for i, w := range tc.want {
-				if !strings.HasPrefix(rec.msgs[i], w) {
-					t.Errorf("event %q, want it to start %q", rec.msgs[i], w)
-				}
-				for _, s := range tc.text {
-					if !strings.Contains(rec.msgs[i], s) {
-						t.Errorf("event %q lacks %q", rec.msgs[i], s)
-					}
-				}
+			e.warn(notice("a", qos.NoticeFrozen, "frozen"), now, 4)
+			e.warn(tc.n, now.Add(tc.after), 4)
+			if got := rec.all(); len(got) != tc.want || got[0] != "a: "+EventBatchFrozen+": frozen" {
+				t.Fatalf("events %q, want %d, the first a's", got, tc.want)
 			}
 		})
+	}
+}
+
+// The rate limiter's memory stays bounded by the pods it serves: expired entries go once
+// it has grown past them.
+func TestBatchEventsForgetsExpired(t *testing.T) {
+	t.Parallel()
+	e := newBatchEvents(&fakeEvents{})
+	now := time.Unix(1000, 0)
+	for i := range 40 {
+		e.warn(notice(fmt.Sprint(i), qos.NoticeThrottled, "m"), now, 2)
+	}
+	e.warn(notice("late", qos.NoticeThrottled, "m"), now.Add(batchEventEvery), 2)
+	if len(e.last) != 1 {
+		t.Fatalf("%d entries kept, want only the new one", len(e.last))
+	}
+}
+
+// fakeBatchSink records what the Node writer is handed.
+type fakeBatchSink struct{ set []nodestatus.Resources }
+
+func (f *fakeBatchSink) Set(r nodestatus.Resources) bool { f.set = append(f.set, r); return false }
+func (f *fakeBatchSink) Status() nodestatus.Status       { return nodestatus.Status{} }
+
+var _ batchResourceSink = (*fakeBatchSink)(nil)
+
+// The handoff hands each writer its part of the plan: the batch resources when a write is
+// due, the events, and the conditions (forgotten pods first).
+func TestHandoffSend(t *testing.T) {
+	t.Parallel()
+	m, err := metrics.NewAgent(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := qos.WrittenBatchCondition{BatchCondition: qos.BatchCondition{Reason: qos.BatchThrottled, Message: "80%"}}
+	p := qos.Plan{Reclaim: true,
+		Reclaimed: qos.Reclaimed{CPU: qos.ReclaimTerms{Published: 1.5, Write: true}, Memory: qos.ReclaimTerms{Published: 1 << 30}},
+		Notices:   []qos.Notice{notice("a", qos.NoticeThrottled, "throttled")},
+		Conditions: []qos.ConditionWrite{{UID: "uid-a", Namespace: "jobs", Name: "a", Pod: "jobs/a",
+			Condition: cond}},
+		Forget: []types.UID{"uid-gone"}}
+	rec, sink, conds := &fakeEvents{}, &fakeBatchSink{}, &fakeConditions{}
+	h := &handoff{metrics: m, log: slog.New(slog.NewTextHandler(io.Discard, nil)), batchSink: sink, events: newBatchEvents(rec), conditions: conds}
+	h.send(p, 2, time.Unix(1000, 0))
+	if want := (nodestatus.Resources{CPUMilli: 1500, MemoryBytes: 1 << 30}); len(sink.set) != 1 || sink.set[0] != want {
+		t.Errorf("Node writer got %+v, want %+v", sink.set, want)
+	}
+	if got := rec.all(); len(got) != 1 || got[0] != "a: BatchThrottled: throttled" {
+		t.Errorf("events %q", got)
+	}
+	if len(conds.forgot) != 1 || conds.forgot[0] != "uid-gone" || len(conds.set) != 1 || conds.set[0] != "a: Throttled: 80%" {
+		t.Errorf("conditions forgot %q set %q", conds.forgot, conds.set)
+	}
+	// Nothing due: the Node writer is not called.
+	p.Reclaimed.CPU.Write = false
+	h.send(qos.Plan{Reclaim: true, Reclaimed: p.Reclaimed}, 2, time.Unix(1001, 0))
+	if len(sink.set) != 1 {
+		t.Errorf("Node writer called without a write due: %+v", sink.set)
 	}
 }

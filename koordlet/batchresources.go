@@ -1,8 +1,6 @@
 package koordlet
 
 import (
-	"log/slog"
-
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/metrics"
@@ -17,34 +15,6 @@ type batchResourceSink interface {
 }
 
 var _ batchResourceSink = (*nodestatus.Publisher)(nil)
-
-// publishBatchResources exports every term of the period's batch resources (when export
-// is set) and hands
-// the published values to the Node writer when the reclaimer decided a write is due
-// (a drop, a rise past the deadband, a refresh). Values the reclaimer had to clamp or
-// sanitise are logged and counted.
-func publishBatchResources(sink batchResourceSink, m *metrics.Agent, log *slog.Logger, r qos.Reclaimed, export bool) {
-	if export { // every second: Prometheus scrapes every 15-30 s
-		exportReclaim(m, "cpu", r.CPU)
-		exportReclaim(m, "memory", r.Memory)
-	}
-	for _, t := range []struct {
-		name  string
-		terms qos.ReclaimTerms
-	}{{"cpu", r.CPU}, {"memory", r.Memory}} {
-		if t.terms.Sanitized != "" && t.terms.Write {
-			m.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
-			log.Warn("batch resource computed from unusable inputs; clamped", "resource", t.name,
-				"note", t.terms.Sanitized, "published", t.terms.Published)
-		}
-	}
-	if sink == nil || !(r.CPU.Write || r.Memory.Write) {
-		return
-	}
-	if sink.Set(nodestatus.Resources{CPUMilli: r.BatchCPUMilli(), MemoryBytes: r.BatchMemoryBytes()}) {
-		m.Errors.WithLabelValues(metrics.ErrKindBatchResource).Inc()
-	}
-}
 
 // exportReclaim sets understory_batch_resource{resource,term} for one resource.
 func exportReclaim(m *metrics.Agent, resource string, t qos.ReclaimTerms) {

@@ -3,8 +3,6 @@ package koordlet
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/understory/understory/qos"
 )
 
 // liveConfig is how a reloaded configuration reaches the control loop: the Reloader's
@@ -42,14 +40,8 @@ func (l *liveConfig) apply(a *Agent, now time.Time) {
 	old := a.cfg
 	// Field by field: Healthy reads the period from other goroutines.
 	copyLive(&a.cfg, u.cfg)
-	if a.cfg.Policy != old.Policy {
-		a.ctl.q.Budgeter = continueBudgeter(a.cfg.Policy, a.ctl.lastUtil)
-	}
-	if a.cfg.Signals.GuardConfig != old.Signals.GuardConfig && a.ctl.q.Guard != nil {
-		a.ctl.q.Guard = continueGuard(a.cfg.Signals.GuardConfig, a.ctl.q.Guard, now)
-	}
-	w := qos.WritePolicy{CFSPeriod: a.cfg.CFSPeriod.Duration, MinPodCPU: a.cfg.MinPodCPU}
-	a.ctl.q.Writes, a.act.policy = w, w
+	a.ctl.reconfigure(old, a.cfg, now)
+	a.act.setPolicy(writePolicy(a.cfg))
 	st := u.status
 	st.InForce = a.cfg
 	l.status.Store(&st)

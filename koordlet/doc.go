@@ -1,31 +1,46 @@
 // Package koordlet is Understory's node agent: it wires the pod sources
 // (podsource), the node collectors (collect), the policy (qos) and the cgroup
-// layer (cgroups) into one control loop, and serves /metrics, /healthz and
-// /status.
+// layer (cgroups) into one control loop, and serves /metrics, /healthz, /status
+// and /debug/plans.
 //
-// Every period (100 ms by default) is three steps, then a record (tick):
+// Every period (100 ms by default) is three steps, then a record (tick); every decision
+// of the period is in the one qos.Plan the decide step returns:
 //
 //   - measure (sample.go, the sampler): the node's CPU time, the usage of kubepods,
 //     kubelet's BestEffort cgroup, the tier and the pods that need it, memory every
-//     memoryEvery periods, and the harm the signal source queued, into one sample
-//     (a qos.Sample plus what only the agent records);
-//   - decide (the controller, over qos.Controller.Plan in qos/plan.go, pure): the CPU
-//     attributed to LS, BE, batch and system, the budget (qos.Budgeter, qos.Guard),
-//     and every write with its reason: the budget split between the tier and the
-//     in-place pods by max-min fairness on smoothed demand (never more than the
-//     budget, cuts written before raises), the write deadband and raise pacing, the
-//     batch pods' batch-memory limits and the tier's memory limit;
-//   - apply (apply.go, the actuator): the writes in the plan's order, and what is in
-//     force after each: one CFS quota on the tier for the batch pods below it (placed
-//     there by the agent's NRI plugin), per-pod quotas, SCHED_IDLE and the minimum
-//     weight for batch pods left in kubelet's cgroups ("in-place"); a batch pod's own
-//     understory.io/batch-cpu limit caps its share. What is in force is read back, not
-//     remembered (readback.go): the tier's limits, SCHED_IDLE and freezer every period,
-//     each batch pod's on slow periods; what another writer changed (systemd re-applies
-//     a slice's own properties on daemon-reload) is written again.
+//     memoryEvery periods, the batch pods (for evictions, events and conditions), what
+//     the kernel holds on the tier and the batch pods (readback.go), every statistics
+//     interval the throttling and CPU pressure, and the harm the signal source queued,
+//     into one sample (a qos.Sample plus what only the agent records);
+//   - decide (control.go, the controller, over qos.Controller.Plan in qos/plan.go and
+//     qos/period.go, pure): the CPU attributed to LS, BE, batch and system, the budget
+//     (qos.Budgeter, qos.Guard), and every write with its reason: the budget split
+//     between the tier and the in-place pods by max-min fairness on smoothed demand
+//     (never more than the budget, cuts written before raises), the write deadband and
+//     raise pacing, the batch pods' batch-memory limits and the tier's memory limit;
+//     then the batch resources (qos.Reclaimer), the graded action (qos.Escalator) with
+//     its freezer writes and eviction candidates, and what the batch pods are told
+//     (Warning events, the pod condition: qos.BatchConditions);
+//   - apply (apply.go and freeze.go, the actuator): the writes in the plan's order, and
+//     what is in force after each: one CFS quota on the tier for the batch pods below it
+//     (placed there by the agent's NRI plugin), per-pod quotas, SCHED_IDLE and the
+//     minimum weight for batch pods left in kubelet's cgroups ("in-place"); a batch
+//     pod's own understory.io/batch-cpu limit caps its share; then the freezer writes
+//     and the eviction (to the evictor). The handoff (handoff.go) gives the batch
+//     resources, the events and the conditions to their writers. What is in force is
+//     read back, not remembered: the tier's limits, SCHED_IDLE and freezer every
+//     period, each batch pod's on slow periods; what another writer changed (systemd
+//     re-applies a slice's own properties on daemon-reload) is written again.
+//   - record (agent.go): metrics, node metrics, /status and /debug/plans; it decides
+//     and writes nothing else.
+//
+// The pod table (pods.go) keeps a row per pod: who it is (syncPods), the sampler's row
+// (podRead: where its cgroup is, what was read) and the actuator's (podAct: what the
+// agent wrote and holds); each row is written by its owner only.
 //
 // /status shows the last plan (plan): every group's share and why it was written or
-// held.
+// held. /debug/plans (debugplans.go) keeps the last 256 plans that did something, each
+// write with its reason, and how many quiet periods came between.
 //
 // With an LS harm signal (koordlet/signals: eBPF run-queue delay, else PSI triggers,
 // picked from signals.mode) the budget is qos.Guard's: only harm cuts batch, at once,
@@ -36,22 +51,22 @@
 //
 // It also samples memory every memoryEvery periods and gives the tier a memory
 // limit (capacity × memory threshold − LS) and each batch pod its
-// understory.io/batch-memory limit; computes the batch resources (qos.Reclaimer)
-// and hands them to the Node writer (koordlet/nodestatus, its own goroutine);
-// and runs the graded actions (qos.Escalator): freeze batch when LS leaves it
-// nothing, evict through the evictor (koordlet/evict, its own goroutine, so
-// PodDisruptionBudgets hold and the loop never waits for the API server). A batch
-// pod hears of a freeze, and of being throttled in most CFS periods
-// (qos.HardThrottled), as a Warning event (batchevents.go), at most once a reason
-// every 5 minutes. The same states set the pod condition understory.io/BatchSlowed
-// (batchcondition.go): True with the reason Throttled or Frozen and the numbers, False
-// with Running once the pod runs free. The control loop decides every statistics
-// interval (qos.NextBatchCondition: a harder reason at once, a milder one after a
-// minute, new numbers after 5 minutes, nothing for a pod that never was held back);
+// understory.io/batch-memory limit; plans the batch resources (qos.Reclaimer) and
+// hands them to the Node writer (koordlet/nodestatus, its own goroutine); and plans
+// the graded actions (qos.Escalator): freeze batch when LS leaves it nothing, evict
+// through the evictor (koordlet/evict, its own goroutine, so PodDisruptionBudgets hold
+// and the loop never waits for the API server). A batch pod hears of a freeze, and of
+// being throttled in most CFS periods (qos.HardThrottled), as a Warning event
+// (batchevents.go), at most once a reason every 5 minutes. The same states set the pod
+// condition understory.io/BatchSlowed (batchcondition.go): True with the reason
+// Throttled or Frozen and the numbers, False with Running once the pod runs free. The
+// plan decides every statistics interval (qos.NextBatchCondition: a harder reason at
+// once, a milder one after a minute, new numbers after 5 minutes, nothing for a pod
+// that never was held back), from the freezer and limits the plan leaves in force;
 // PodConditionWriter patches pods/status from its own goroutine (a strategic merge of
 // that one condition, with the pod's UID), latest-wins per pod, retried with backoff. A
-// restarted agent takes the condition a pod carries as the last written (seenPod), so a
-// True left by the previous run goes back to Running.
+// restarted agent takes the condition a pod carries as the last written
+// (controller.seenPod), so a True left by the previous run goes back to Running.
 // A ValidatingAdmissionPolicy (manifests/koordlet/node-policy.yaml) lets the agent
 // write only that condition, only on its own node's pods.
 //
@@ -100,10 +115,14 @@
 //     source syncs; a pod that leaves batch gets kubelet's values back.
 //   - The reclaimer is fed only after the first second: the first samples were
 //     seen to count batch as system, and its averages would carry that.
-//   - The GPU loop's files (gpuloop.go, mps.go, timeslice.go: gpu.timeslice, the
-//     shim's installation and planner, the self-set Events) read the Agent's pod table and
-//     collaborators directly (a.sorted, a.pods, a.hier, a.layout, ...): those stay
-//     Agent fields.
+//   - The GPU glue (gpuloop.go, mps.go, timeslice.go: gpu.timeslice, the shim's
+//     installation and planner, the self-set Events) is one part, gpuBridge, as the
+//     harm signals are harmWatch: it builds the GPU loop and sees the pod table only
+//     through what the control loop passes it (the pods at start, the snapshot it
+//     publishes on slow periods after a change).
+//   - The plan's conditions and events say the freezer and quota the plan leaves in
+//     force; a freeze or limit write the kernel refuses shows in them until the next
+//     plan writes it again.
 //   - A reloaded configuration is handed over, never shared: ApplyConfig stores it,
 //     Run's goroutine takes it between two periods and copies the live fields into
 //     a.cfg one by one (Healthy reads a.cfg.Period from other goroutines). A new

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +20,7 @@ import (
 	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/koordlet/podsource"
+	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
 
@@ -116,42 +119,71 @@ func (c GPUConfig) Validate() error {
 	return nil
 }
 
-// newGPU builds the GPU loop on src (nil: GPU features off).
-func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
+// gpuBridge is the agent's side of the GPU loop (koordlet/gpu, its own goroutine): it
+// builds the loop and its MPS and time-slice parts, hands the loop the pod snapshot the
+// control loop publishes, and serves what the loop knows (the inventory, node metrics,
+// status, the MPS and time-slice planners) to the NRI plugin, the node annotator and
+// /status. It sees the pod table only through what the control loop passes it.
+type gpuBridge struct {
+	cfg      GPUConfig
+	procRoot string
+	log      *slog.Logger
+	hier     *cgroups.Hierarchy
+	layout   layout
+	metrics  *metrics.GPU
+	alloc    gpuAllocReader
+	// batchSink takes understory.io/gpu-milli (nodestatus.Publisher); nil in static mode.
+	batchSink batchResourceSink
+	// mgr is the GPU loop; nil with GPU features off. pods is the pod snapshot the
+	// control loop hands it, rebuilt on the next slow period once stale says the pod
+	// table or a pod's cgroup changed.
+	mgr   *gpu.Manager
+	pods  atomic.Pointer[gpu.PodMap]
+	stale bool
+	// mps is the node's MPS control daemon and the MPS clients' planner (mps.go); tsg the
+	// time-slice shim's planner (timeslice.go); nil when off.
+	mps *gpuMPS
+	tsg *gpu.Timeslices
+}
+
+// open builds the GPU loop on src (nil: GPU features off). pods are the pods the agent
+// knows at start (the rediscovered in-place batch pods), whose cgroups a previous run's
+// duty cycle may have left frozen; ev takes the loop's evictions.
+func (b *gpuBridge) open(ctx context.Context, src gpu.Source, events eventRecorder, ev evictor, pods []*podState) error {
 	if src == nil {
 		return nil
 	}
-	c, err := duty.New(a.cfg.GPU.Throttle.Period.Duration, a.log.With("component", "gpu-duty"))
+	c, err := duty.New(b.cfg.Throttle.Period.Duration, b.log.With("component", "gpu-duty"))
 	if err != nil {
 		return fmt.Errorf("gpu duty cycle: %w", err)
 	}
-	a.pinFreezer(c)
-	o := gpu.Options{Source: src, Pods: a.gpuPodView, Groups: a.hier, Cycler: c, Policy: a.cfg.GPU.Throttle,
-		Period: a.cfg.GPU.LoopPeriod.Duration, FullScrapePeriod: a.cfg.GPU.FullScrapePeriod.Duration,
-		Metrics: a.gpuMetrics, Log: a.log.With("component", "gpu"),
-		ProcRoot: a.cfg.ProcRoot, Evict: a.evictor}
-	m, err := newGPUMPS(a.cfg.GPU, a.events, a.log)
+	b.pinFreezer(c)
+	o := gpu.Options{Source: src, Pods: b.podView, Groups: b.hier, Cycler: c, Policy: b.cfg.Throttle,
+		Period: b.cfg.LoopPeriod.Duration, FullScrapePeriod: b.cfg.FullScrapePeriod.Duration,
+		Metrics: b.metrics, Log: b.log.With("component", "gpu"),
+		ProcRoot: b.procRoot, Evict: ev}
+	m, err := newGPUMPS(b.cfg, events, b.log)
 	if err != nil {
 		return err
 	}
-	a.mps = m
+	b.mps = m
 	m.wire(&o)
 	var mpsOn func(uuid string) bool
 	if o.Partitions != nil {
 		mpsOn = o.Partitions.MPSOn
 	}
-	ts, err := newTimeslices(a.cfg.GPU.Timeslice, a.log, mpsOn)
+	ts, err := newTimeslices(b.cfg.Timeslice, b.log, mpsOn)
 	if err != nil {
 		return err
 	}
 	if ts != nil {
-		a.tsg, o.Timeslices, o.OnSelfSet = ts, ts, m.selfSetEvent
+		b.tsg, o.Timeslices, o.OnSelfSet = ts, ts, m.selfSetEvent
 	}
-	if a.cfg.GPU.Suspend.Enabled {
-		cp, err := duty.NewCheckpointer(ctx, a.cfg.GPU.Suspend)
+	if b.cfg.Suspend.Enabled {
+		cp, err := duty.NewCheckpointer(ctx, b.cfg.Suspend)
 		if err != nil {
 			// The gate is on but the tool is missing or unusable: run without suspend.
-			a.log.Warn("GPU suspend (cuda-checkpoint) unavailable; starved batch goes to eviction", "err", err)
+			b.log.Warn("GPU suspend (cuda-checkpoint) unavailable; starved batch goes to eviction", "err", err)
 		} else {
 			o.Suspend = cp
 		}
@@ -160,23 +192,60 @@ func (a *Agent) newGPU(ctx context.Context, src gpu.Source) error {
 	if err != nil {
 		return err
 	}
-	a.gpu = mgr
+	b.mgr = mgr
 	// A crashed run may have left batch pods frozen by the duty cycle: thaw every batch
 	// pod cgroup the agent can find now (the tier's children and the rediscovered
 	// in-place pods), then decide again.
-	a.thawStaleGPU(ctx)
+	b.thawStale(ctx, pods)
 	return nil
+}
+
+// on reports whether GPU features are on (the loop was built).
+func (b *gpuBridge) on() bool { return b != nil && b.mgr != nil }
+
+// start runs the MPS daemon's watch and the GPU loop in their goroutines; stop stops the
+// GPU loop (thawing what its duty cycle froze, resuming what it suspended), then the
+// watch, and waits for both.
+func (b *gpuBridge) start(ctx context.Context) (stop func()) {
+	var stops []func()
+	if b.mps != nil {
+		if s := b.mps.run(ctx); s != nil {
+			stops = append(stops, s)
+		}
+	}
+	if b.mgr != nil {
+		gpuCtx, stopGPU := context.WithCancel(ctx)
+		gpuDone := make(chan struct{})
+		go func() {
+			defer close(gpuDone)
+			_ = b.mgr.Run(gpuCtx)
+		}()
+		stops = append(stops, func() {
+			stopGPU()
+			<-gpuDone
+		})
+	}
+	return func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+}
+
+// mpsPlanner is the NRI plugin's MPS client planner (the GPU loop's partitions); nil when
+// the agent's MPS is off (gpu.mps.mode disabled, or GPU features off).
+func (b *gpuBridge) mpsPlanner() devices.MPSPlanner {
+	if b == nil || b.mps == nil {
+		return nil
+	}
+	return b.mps.planner()
 }
 
 // MPSOptions are the NRI plugin's MPS client planner (the GPU loop's partitions; nil
 // when the agent's MPS is off: gpu.mps.mode disabled, or GPU features off) and the
 // clients' setup (gpu.mps).
 func (a *Agent) MPSOptions() (devices.MPSPlanner, devices.MPSSetup) {
-	setup := mpsSetup(a.cfg.GPU.MPS)
-	if a.mps == nil {
-		return nil, setup
-	}
-	return a.mps.planner(), setup
+	return a.gpu.mpsPlanner(), mpsSetup(a.cfg.GPU.MPS)
 }
 
 // freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods
@@ -187,86 +256,111 @@ const freezerPin = "understory-freezer-pin"
 // pinFreezer gives the duty cycle its pin on v1 and hybrid nodes (a v1 freezer turns a
 // kernel static key on and off at the first freeze and the last thaw; cgroup v2 does
 // not). Without it the duty cycle works, at more CPU.
-func (a *Agent) pinFreezer(c *duty.Cycler) {
-	if a.hier.Layout() == cgroups.LayoutV2 {
+func (b *gpuBridge) pinFreezer(c *duty.Cycler) {
+	if b.hier.Layout() == cgroups.LayoutV2 {
 		return
 	}
-	rel := a.layout.freezerPin()
-	g, err := a.hier.Create(rel)
+	rel := b.layout.freezerPin()
+	g, err := b.hier.Create(rel)
 	if err != nil {
-		a.log.Warn("no freezer pin; the GPU duty cycle costs more CPU", "cgroup", rel, "err", err)
+		b.log.Warn("no freezer pin; the GPU duty cycle costs more CPU", "cgroup", rel, "err", err)
 		return
 	}
 	c.SetPin(g)
 }
 
-// thawStaleGPU thaws the batch pods' cgroups a previous run's duty cycle may have left
-// frozen.
-func (a *Agent) thawStaleGPU(ctx context.Context) {
+// thawStale thaws the batch pods' cgroups a previous run's duty cycle may have left
+// frozen: the tier's children and the batch pods among pods.
+func (b *gpuBridge) thawStale(ctx context.Context, pods []*podState) {
 	paths := map[string]bool{}
-	if kids, err := a.hier.ListChildren(a.layout.tier); err == nil {
+	if kids, err := b.hier.ListChildren(b.layout.tier); err == nil {
 		for _, k := range kids {
-			paths[a.layout.tier+"/"+k] = true
+			paths[b.layout.tier+"/"+k] = true
 		}
 	}
-	for _, st := range a.pods {
-		if st.class == qos.ClassBatch && st.cgroup != "" {
-			paths[st.cgroup] = true
+	for _, st := range pods {
+		if st.class == qos.ClassBatch && st.read.cgroup != "" {
+			paths[st.read.cgroup] = true
 		}
 	}
-	paths[a.layout.freezerPin()] = true // empty, but it keeps the kernel's key on
+	paths[b.layout.freezerPin()] = true // empty, but it keeps the kernel's key on
 	var groups []*cgroups.Group
 	for p := range paths {
-		if g, err := a.hier.Load(p); err == nil {
+		if g, err := b.hier.Load(p); err == nil {
 			groups = append(groups, g)
 		}
 	}
 	stale, err := duty.ThawStale(ctx, groups)
 	if len(stale) > 0 {
-		a.log.Warn("thawed batch cgroups a previous run left frozen", "cgroups", stale)
+		b.log.Warn("thawed batch cgroups a previous run left frozen", "cgroups", stale)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		a.log.Error("cannot thaw batch cgroups left frozen", "err", err)
+		b.log.Error("cannot thaw batch cgroups left frozen", "err", err)
 	}
 }
 
-// gpuPodView is the GPU loop's view of the pods: the snapshot the control loop last
+// podView is the GPU loop's view of the pods: the snapshot the control loop last
 // published.
-func (a *Agent) gpuPodView() gpu.PodView {
-	if m := a.gpuPods.Load(); m != nil {
+func (b *gpuBridge) podView() gpu.PodView {
+	if m := b.pods.Load(); m != nil {
 		return *m
 	}
 	return gpu.PodMap(nil)
 }
 
-// publishGPUPods replaces the GPU loop's pod snapshot. The control loop calls it on a
-// slow period after the pod table or a pod's cgroup changed (gpuPodsStale); most periods
-// change nothing, and the GPU loop keeps the snapshot it has.
-func (a *Agent) publishGPUPods() {
-	if a.gpu == nil {
-		return
+// follow takes what the control loop saw change this period (a pod's cgroup, cgroup),
+// and on a slow period hands the GPU loop a new snapshot of pods if anything changed
+// since the last one; most periods change nothing, and the GPU loop keeps the snapshot it
+// has.
+func (b *gpuBridge) follow(cgroup, slow bool, pods []*podState) {
+	b.stale = b.stale || cgroup
+	if slow && b.stale {
+		b.publish(pods)
+		b.stale = false
 	}
-	m := make(gpu.PodMap, len(a.sorted))
-	for _, st := range a.sorted {
-		m[st.uid] = gpu.PodInfo{UID: st.uid, Namespace: st.namespace, Name: st.name, Class: st.class,
-			Cgroup: st.cgroup, Containers: st.spec.containers, Priority: st.spec.priority,
-			StartTime: st.spec.started, Terminating: st.terminating}
-	}
-	a.gpuPods.Store(&m)
 }
 
-// GPUs is the node's GPU inventory for the NRI plugin (empty with GPU features off or
-// before the first scrape).
-func (a *Agent) GPUs() []devices.GPU {
-	if a.gpu == nil {
+// podsChanged marks the snapshot stale: the pod table changed.
+func (b *gpuBridge) podsChanged() { b.stale = true }
+
+// publish replaces the GPU loop's pod snapshot with pods (none with GPU features off).
+func (b *gpuBridge) publish(pods []*podState) {
+	if b.mgr == nil {
+		return
+	}
+	m := make(gpu.PodMap, len(pods))
+	for _, st := range pods {
+		m[st.uid] = gpu.PodInfo{UID: st.uid, Namespace: st.namespace, Name: st.name, Class: st.class,
+			Cgroup: st.read.cgroup, Containers: st.spec.containers, Priority: st.spec.priority,
+			StartTime: st.spec.started, Terminating: st.terminating}
+	}
+	b.pods.Store(&m)
+}
+
+// inventory is the node's GPUs for the NRI plugin (empty with GPU features off or before
+// the first scrape).
+func (b *gpuBridge) inventory() []devices.GPU {
+	if !b.on() {
 		return nil
 	}
-	inv := a.gpu.Inventory()
+	inv := b.mgr.Inventory()
 	out := make([]devices.GPU, len(inv))
 	for i, d := range inv {
 		out[i] = devices.GPU{Index: d.Index, UUID: d.UUID}
 	}
 	return out
+}
+
+// GPUs is the node's GPU inventory for the NRI plugin (empty with GPU features off or
+// before the first scrape).
+func (a *Agent) GPUs() []devices.GPU { return a.gpu.inventory() }
+
+// status is the GPU loop's part of /status; ok false with GPU features off.
+func (b *gpuBridge) status() (gpu.Status, bool) {
+	if !b.on() {
+		return gpu.Status{}, false
+	}
+	return b.mgr.Status(), true
 }
 
 // milliPerGPU is one GPU in understory.io/gpu-milli.
@@ -286,12 +380,12 @@ type gpuMilliSink interface {
 
 var _ gpuMilliSink = (*nodestatus.Publisher)(nil)
 
-// gpuNodeMetrics is the GPU section of node-metrics version 2 (publisher goroutine):
-// the GPU loop's window means plus kubelet's whole-GPU allocation. It also hands the
-// Node writer understory.io/gpu-milli: 1000 per healthy GPU.
-func (a *Agent) gpuNodeMetrics(ctx context.Context) *contract.GPUMetrics {
-	g := a.gpu.NodeGPUs()
-	if s, ok := a.batchSink.(gpuMilliSink); ok {
+// nodeMetrics is the GPU section of node-metrics version 2 (publisher goroutine): the
+// GPU loop's window means plus kubelet's whole-GPU allocation. It also hands the Node
+// writer understory.io/gpu-milli: 1000 per healthy GPU.
+func (b *gpuBridge) nodeMetrics(ctx context.Context) *contract.GPUMetrics {
+	g := b.mgr.NodeGPUs()
+	if s, ok := b.batchSink.(gpuMilliSink); ok {
 		healthy := int64(0)
 		for _, d := range g.Devices {
 			if d.Healthy {
@@ -300,15 +394,15 @@ func (a *Agent) gpuNodeMetrics(ctx context.Context) *contract.GPUMetrics {
 		}
 		s.SetGPUMilli(healthy * milliPerGPU)
 	}
-	if a.gpuAlloc == nil {
+	if b.alloc == nil {
 		return g
 	}
-	alloc, err := a.gpuAlloc.Devices(ctx, string(devices.ResourceGPU))
+	alloc, err := b.alloc.Devices(ctx, string(devices.ResourceGPU))
 	if err != nil {
-		a.log.Warn("kubelet's GPU allocation unknown in this window's node metrics", "err", err)
+		b.log.Warn("kubelet's GPU allocation unknown in this window's node metrics", "err", err)
 		return g
 	}
-	g.Alloc = allocation(alloc, a.GPUs(), a.gpuPodView())
+	g.Alloc = allocation(alloc, b.inventory(), b.podView())
 	return g
 }
 

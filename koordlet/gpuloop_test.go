@@ -99,21 +99,21 @@ func TestGPUConfigValidate(t *testing.T) {
 func TestPublishGPUPods(t *testing.T) {
 	t.Parallel()
 	if n := reflect.TypeFor[gpu.PodInfo]().NumField(); n != 9 {
-		t.Fatalf("gpu.PodInfo has %d fields: fill the new ones in publishGPUPods, then fix this count", n)
+		t.Fatalf("gpu.PodInfo has %d fields: fill the new ones in gpuBridge.publish, then fix this count", n)
 	}
 	started := time.Unix(1_700_000_000, 0)
-	a := &Agent{gpu: &gpu.Manager{}, sorted: []*podState{
-		{uid: "u1", namespace: "ml", name: "train", class: qos.ClassBatch, cgroup: "kubepods/pod-u1",
+	b := &gpuBridge{mgr: &gpu.Manager{}}
+	b.publish([]*podState{
+		{uid: "u1", namespace: "ml", name: "train", class: qos.ClassBatch, read: podRead{cgroup: "kubepods/pod-u1"},
 			terminating: true, spec: podSpec{priority: 5, started: started, containers: map[string]string{"c1": "trainer"}}},
 		{uid: "u2", namespace: "web", name: "infer", class: qos.ClassLS},
-	}}
-	a.publishGPUPods()
+	})
 	want := gpu.PodMap{
 		"u1": {UID: "u1", Namespace: "ml", Name: "train", Class: qos.ClassBatch, Cgroup: "kubepods/pod-u1",
 			Containers: map[string]string{"c1": "trainer"}, Priority: 5, StartTime: started, Terminating: true},
 		"u2": {UID: "u2", Namespace: "web", Name: "infer", Class: qos.ClassLS},
 	}
-	if diff := cmp.Diff(want, a.gpuPodView()); diff != "" {
+	if diff := cmp.Diff(want, b.podView()); diff != "" {
 		t.Fatalf("snapshot (-want +got):\n%s", diff)
 	}
 }
@@ -124,18 +124,18 @@ func TestPublishGPUPods(t *testing.T) {
 func TestAgentRepublishesGPUPods(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, cgroupstest.V2, nil)
-	r.agent.gpu = &gpu.Manager{} // the snapshot is kept only with GPU features on
+	r.agent.gpu.mgr = &gpu.Manager{} // the snapshot is kept only with GPU features on
 	for i := 0; i < 2*slowEvery; i++ {
 		r.step(0.5, nil)
 	}
-	first := r.agent.gpuPods.Load()
+	first := r.agent.gpu.pods.Load()
 	if first == nil || len(*first) != 4 {
 		t.Fatalf("snapshot %v, want the rig's 4 pods", first)
 	}
 	for i := 0; i < slowEvery; i++ {
 		r.step(0.5, nil)
 	}
-	if r.agent.gpuPods.Load() != first {
+	if r.agent.gpu.pods.Load() != first {
 		t.Fatal("snapshot replaced although no pod changed")
 	}
 	r.changePods(func(i int, p *corev1.Pod) {
@@ -146,7 +146,7 @@ func TestAgentRepublishesGPUPods(t *testing.T) {
 	for i := 0; i < slowEvery; i++ {
 		r.step(0.5, nil)
 	}
-	if p, ok := r.agent.gpuPodView().Pod(batchUID1); !ok || !p.Terminating {
+	if p, ok := r.agent.gpu.podView().Pod(batchUID1); !ok || !p.Terminating {
 		t.Fatalf("pod after the change %+v (found %t), want terminating", p, ok)
 	}
 }

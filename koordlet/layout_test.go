@@ -123,7 +123,7 @@ func TestAgentSystemdKubeletRoot(t *testing.T) {
 // cgroupOf is where the agent found the pod's cgroup ("" if nowhere or unknown).
 func cgroupOf(a *Agent, uid types.UID) string {
 	if st := a.pods[uid]; st != nil {
-		return st.cgroup
+		return st.read.cgroup
 	}
 	return ""
 }

@@ -150,36 +150,36 @@ func (s *sampler) podMemory(pods []*podState) {
 	r.lsInBE, r.otherOutBE, r.inPlaceInBE, r.inPlace = 0, 0, 0, 0
 	for _, st := range pods {
 		mismatched := st.mismatched()
-		if st.group == nil || (st.class != qos.ClassBatch && !mismatched) {
+		if st.read.group == nil || (st.class != qos.ClassBatch && !mismatched) {
 			continue
 		}
-		if st.memReader == nil {
-			r, err := st.group.MemoryReader()
+		if st.read.memReader == nil {
+			r, err := st.read.group.MemoryReader()
 			if err != nil {
 				continue // no memory controller, or the pod just went
 			}
-			st.memReader = r
+			st.read.memReader = r
 		}
-		v, err := st.memReader.Read()
+		v, err := st.read.memReader.Read()
 		if err != nil {
-			_ = st.memReader.Close() // opened again next time, if the pod is still there
-			st.memReader = nil
+			_ = st.read.memReader.Close() // opened again next time, if the pod is still there
+			st.read.memReader = nil
 			continue
 		}
-		st.memUsage = float64(v)
+		st.read.memUsage = float64(v)
 		switch {
-		case st.class == qos.ClassBatch && st.inTier:
+		case st.class == qos.ClassBatch && st.read.inTier:
 		case st.class == qos.ClassBatch:
-			r.inPlace += st.memUsage
+			r.inPlace += st.read.memUsage
 			if st.kubeQOS == cgroups.QOSBestEffort {
-				r.inPlaceInBE += st.memUsage
+				r.inPlaceInBE += st.read.memUsage
 			} else {
-				r.otherOutBE += st.memUsage
+				r.otherOutBE += st.read.memUsage
 			}
 		case st.class == qos.ClassLS:
-			r.lsInBE += st.memUsage
+			r.lsInBE += st.read.memUsage
 		default:
-			r.otherOutBE += st.memUsage
+			r.otherOutBE += st.read.memUsage
 		}
 	}
 }

@@ -62,7 +62,7 @@ func TestAgentMPSWiring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: cfg, log: log, mps: m}
+	a := &Agent{cfg: cfg, log: log, gpu: &gpuBridge{mps: m}}
 	var o gpu.Options
 	m.wire(&o)
 	planner, setup := a.MPSOptions()
@@ -85,7 +85,7 @@ func TestAgentMPSWiring(t *testing.T) {
 	}
 	var oo gpu.Options
 	offM.wire(&oo)
-	offPlanner, _ := (&Agent{cfg: DefaultConfig(), mps: offM}).MPSOptions()
+	offPlanner, _ := (&Agent{cfg: DefaultConfig(), gpu: &gpuBridge{mps: offM}}).MPSOptions()
 	if oo.MPS != nil || oo.Partitions != nil || oo.OnLever == nil || offPlanner != nil || offM.run(context.Background()) != nil {
 		t.Fatalf("mode disabled wired MPS: %+v", oo)
 	}

@@ -16,7 +16,11 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// podState is what the agent tracks for one pod between periods.
+// podState is one pod of the agent's table: who it is and what its spec says (the
+// table's part, syncPods), what the sampler found and read of its cgroup (read) and what
+// the actuator wrote and holds on it (act). Each row is written by its owner only; the
+// actuator drops a cgroup it found gone (podRead.lose), and a cgroup the sampler opened
+// anew holds none of the old one's limits (sample.reopened, actuator.reopened).
 type podState struct {
 	uid       types.UID
 	namespace string
@@ -25,26 +29,31 @@ type podState struct {
 	kubeQOS   cgroups.KubeQOS
 	// candidates are where the pod's cgroup may be, in order of preference.
 	candidates []string
-	cgroup     string // the candidate found, relative to the hierarchy root
-	inTier     bool   // the pod runs below the agent's tier
 	// classErr is the annotation error, if the pod's QoS annotation is invalid.
 	classErr error
 	// terminating: the pod's deletion was requested. It keeps its share of the budget
 	// but is never frozen (it must handle SIGTERM) nor an eviction candidate.
 	terminating bool
-	// frozen: the agent froze the pod's cgroup (in-place batch).
-	frozen bool
 	// spec is what the agent reads from the pod's spec (requests, batch limits).
 	spec podSpec
+	// lastErr is why the pod's cgroup could not be found, read or written last; shown in
+	// /status. The sampler and the actuator each set it when they fail.
+	lastErr error
 
+	read podRead
+	act  podAct
+}
+
+// podRead is the sampler's row of a pod: where its cgroup is and what was read of it.
+type podRead struct {
+	cgroup string // the candidate found, relative to the hierarchy root
+	inTier bool   // the pod runs below the agent's tier
 	group  *cgroups.Group
 	reader *cgroups.UsageReader
 	// memReader reads memUsage from files kept open (opened on the first slow period
 	// that needs the pod's memory).
 	memReader *cgroups.MemoryReader
 	rate      collect.Rate
-	// lastErr is why the pod's cgroup could not be read or written; shown in /status.
-	lastErr error
 	// nextOpen is when to look for a missing cgroup again, or, for a batch pod held in
 	// place, whether it has moved below the tier since.
 	nextOpen time.Time
@@ -55,12 +64,19 @@ type podState struct {
 	// sampledAt is when usage was last read (pods other than LS are read every
 	// slowEvery periods).
 	sampledAt time.Time
-
-	// set up: in-place batch pods get SCHED_IDLE and minimum weight once.
-	setUp bool
 	// memUsage is the pod's memory working set at the last slow period (batch pods and
 	// pods outside the cgroup their class implies), bytes.
 	memUsage float64
+	// stats are the pod's CPU statistics at the last read (throttling).
+	stats cpuStats
+}
+
+// podAct is the actuator's row of a pod: what the agent wrote and holds on its cgroup.
+type podAct struct {
+	// frozen: the agent froze the pod's cgroup (in-place batch).
+	frozen bool
+	// set up: in-place batch pods get SCHED_IDLE and minimum weight once.
+	setUp bool
 	// memory is the pod's own memory limit (its understory.io/batch-memory limit) in
 	// force; wroteMemory is set once the agent has written one (kubelet's limit then
 	// goes back when the pod leaves batch).
@@ -70,9 +86,11 @@ type podState struct {
 	// unknown: never written or the last write failed, rewritten next period) and the
 	// descendants' limits lowered for a v1 cut.
 	quota cpuState
-	// stats are the pod's CPU statistics at the last read (throttling metrics).
-	stats cpuStats
 }
+
+// newPodAct is the actuator's row of a pod whose limits are unknown (a new pod, or a
+// cgroup opened anew).
+func newPodAct() podAct { return podAct{quota: unknownCPU(), memory: unknownMemory()} }
 
 func (p *podState) key() string { return p.namespace + "/" + p.name }
 
@@ -80,20 +98,27 @@ func (p *podState) key() string { return p.namespace + "/" + p.name }
 // would put it (an LS pod in BestEffort, a batch or BE pod outside it), below the tier
 // aside.
 func (p *podState) mismatched() bool {
-	return !p.inTier && (p.class == qos.ClassLS) == (p.kubeQOS == cgroups.QOSBestEffort)
+	return !p.read.inTier && (p.class == qos.ClassLS) == (p.kubeQOS == cgroups.QOSBestEffort)
 }
 
 // close releases the pod's open files.
-func (p *podState) close() {
-	if p.reader != nil {
-		_ = p.reader.Close()
-		p.reader = nil
+func (r *podRead) close() {
+	if r.reader != nil {
+		_ = r.reader.Close()
+		r.reader = nil
 	}
-	if p.memReader != nil {
-		_ = p.memReader.Close()
-		p.memReader = nil
+	if r.memReader != nil {
+		_ = r.memReader.Close()
+		r.memReader = nil
 	}
-	p.group = nil
+	r.group = nil
+}
+
+// lose drops a cgroup found gone (by a read or a write) and looks for it again after
+// reopenBackoff.
+func (r *podRead) lose(now time.Time) {
+	r.close()
+	r.nextOpen = now.Add(reopenBackoff)
 }
 
 // kubeQOSOf maps the Kubernetes QoS class to kubelet's cgroup level.
@@ -194,20 +219,20 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 		}
 		if st != nil {
 			if st.class == qos.ClassBatch && class != qos.ClassBatch {
-				a.act.leaveBatch(st, spec)
+				a.restore.leaveBatch(st, spec)
 			}
 			a.act.forget(st)
+			a.sampler.drop(st)
 		}
 		st = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, class: class, kubeQOS: kq,
-			classErr: classErr, quota: unknownCPU(), memory: unknownMemory(), spec: spec,
-			terminating: pod.DeletionTimestamp != nil}
+			classErr: classErr, spec: spec, terminating: pod.DeletionTimestamp != nil, act: newPodAct()}
 		cgs, err := a.layout.podCgroups(class, kq, pod.UID)
 		if err != nil {
 			st.lastErr = err
 		}
 		st.candidates = cgs
 		a.pods[pod.UID] = st
-		a.batchEv.seenPod(pod)
+		a.ctl.seenPod(pod)
 		if classErr != nil {
 			a.metrics.Errors.WithLabelValues(metrics.ErrKindAnnotation).Inc()
 			a.log.Warn("invalid QoS annotation; pod keeps its default class", "pod", st.key(), "class", class, "err", classErr)
@@ -217,6 +242,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 	for uid, st := range a.pods {
 		if !seen[uid] {
 			a.act.forget(st)
+			a.sampler.drop(st)
 			delete(a.pods, uid)
 			a.act.removeTierPod(st)
 		}
@@ -224,23 +250,23 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 	a.resort()
 }
 
-// resort rebuilds the sorted pod list and the LS pods' requests after the pod table
+// resort rebuilds the sorted pod list and the pods' requests after the pod table
 // changed.
 func (a *Agent) resort() {
-	a.sampler.podsChanged, a.gpuPodsStale = true, true
+	a.sampler.readAll()
+	a.gpu.podsChanged()
 	a.sorted = a.sorted[:0]
-	a.lsCPURequests, a.lsMemRequests = 0, 0
-	a.batchCPURequests, a.batchMemRequests = 0, 0
+	a.requests = qos.Requests{}
 	for _, st := range a.pods {
 		a.sorted = append(a.sorted, st)
 		if st.class == qos.ClassLS {
-			a.lsCPURequests += st.spec.cpuRequest
-			a.lsMemRequests += st.spec.memRequest
+			a.requests.LSCPU += st.spec.cpuRequest
+			a.requests.LSMemory += st.spec.memRequest
 		}
 		// Whatever the class: kubelet counts the batch resources of every pod
 		// against allocatable.
-		a.batchCPURequests += st.spec.batchCPU
-		a.batchMemRequests += float64(st.spec.batchMemory)
+		a.requests.BatchCPU += st.spec.batchCPU
+		a.requests.BatchMemory += float64(st.spec.batchMemory)
 	}
 	sort.Slice(a.sorted, func(i, j int) bool {
 		if ki, kj := a.sorted[i].key(), a.sorted[j].key(); ki != kj {
@@ -272,5 +298,5 @@ func (x *actuator) removeTierPod(st *podState) {
 const reopenBackoff = time.Second
 
 func logAttrsPod(st *podState) slog.Attr {
-	return slog.Group("pod", "name", st.key(), "uid", string(st.uid), "cgroup", st.cgroup)
+	return slog.Group("pod", "name", st.key(), "uid", string(st.uid), "cgroup", st.read.cgroup)
 }

@@ -82,10 +82,10 @@ func (s *sampler) readTierHeld(slow bool) {
 func (s *sampler) readPodsHeld(pods []*podState) {
 	s.podsHeld = s.podsHeld[:0]
 	for _, st := range pods {
-		if st.group == nil || st.class != qos.ClassBatch {
+		if st.read.group == nil || st.class != qos.ClassBatch {
 			continue
 		}
-		s.podsHeld = append(s.podsHeld, podHeld{st: st, held: readHeld(st.group, st.spec.batchMemory > 0, false)})
+		s.podsHeld = append(s.podsHeld, podHeld{st: st, held: readHeld(st.read.group, st.spec.batchMemory > 0, false)})
 	}
 }
 
@@ -155,14 +155,14 @@ func (x *actuator) reconcilePods(held []podHeld) {
 	for _, p := range held {
 		st, h := p.st, p.held
 		changed := false
-		if cpuDiffers(h, &st.quota, x.policy.Quota, x.policy.CFSPeriod) {
-			st.quota.Cores, changed = math.NaN(), true
+		if cpuDiffers(h, &st.act.quota, x.policy.Quota, x.policy.CFSPeriod) {
+			st.act.quota.Cores, changed = math.NaN(), true
 		}
-		if st.wroteMemory && memDiffers(h, &st.memory) {
-			st.memory.Bytes, changed = math.NaN(), true
+		if st.act.wroteMemory && memDiffers(h, &st.act.memory) {
+			st.act.memory.Bytes, changed = math.NaN(), true
 		}
-		if !st.inTier && st.setUp && h.idleOK && !h.idle {
-			st.setUp, changed = false, true
+		if !st.read.inTier && st.act.setUp && h.idleOK && !h.idle {
+			st.act.setUp, changed = false, true
 		}
 		if changed {
 			x.log.Warn("a batch pod's limits were changed by another writer; writing them again", logAttrsPod(st))

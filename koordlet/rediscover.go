@@ -52,10 +52,9 @@ func (a *Agent) rediscover() int {
 			// no longer batch gets kubelet's values back (leaveBatch), and a GPU duty
 			// cycle's stale freeze on it is thawed at start.
 			st := &podState{uid: types.UID(uid), name: "(rediscovered " + name + ")",
-				class: qos.ClassBatch, kubeQOS: q, candidates: cands, cgroup: cg, quota: unknownCPU(),
-				memory: unknownMemory()}
+				class: qos.ClassBatch, kubeQOS: q, candidates: cands, read: podRead{cgroup: cg}, act: newPodAct()}
 			// Bound it at once, like the tier: the first budget needs two samples.
-			if err := a.act.boundPod(g, &st.quota, a.cfg.MinPodCPU, time.Now()); err != nil {
+			if err := a.act.boundPod(st, g, a.cfg.MinPodCPU, time.Now()); err != nil {
 				a.log.Warn("bounding a rediscovered in-place batch pod", "cgroup", cg, "err", err)
 			}
 			a.pods[types.UID(uid)] = st

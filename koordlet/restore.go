@@ -27,35 +27,45 @@ type restore struct {
 	lowered []cgroups.LoweredLimit
 }
 
+// restorer gives pods that left batch kubelet's values back, and retries those it could
+// not yet (apply step; the control loop's).
+type restorer struct {
+	hier    *cgroups.Hierarchy
+	metrics *metrics.Agent
+	log     *slog.Logger
+	// pending are pods that left batch whose kubelet values could not be written yet.
+	pending []restore
+}
+
 // leaveBatch queues a running batch pod whose class changed for restoring kubelet's
 // values, and applies them at once. A pod below the tier cannot leave it (its containers
 // were created there); it stays bounded by the tier and is reported.
-func (x *actuator) leaveBatch(st *podState, spec podSpec) {
-	if st.cgroup == "" {
+func (x *restorer) leaveBatch(st *podState, spec podSpec) {
+	if st.read.cgroup == "" {
 		return // never found: the agent wrote nothing
 	}
-	if st.inTier {
+	if st.read.inTier {
 		x.log.Warn("pod is no longer batch but runs below the batch tier; it stays there until it is recreated",
 			logAttrsPod(st))
 		return
 	}
-	r := restore{pod: st.key(), cgroup: st.cgroup, to: spec.kubelet, memory: st.wroteMemory, lowered: st.quota.lowered}
+	r := restore{pod: st.key(), cgroup: st.read.cgroup, to: spec.kubelet, memory: st.act.wroteMemory, lowered: st.act.quota.lowered}
 	if err := x.applyRestore(r); err != nil {
 		x.log.Error("restoring kubelet's cgroup values of a pod that left batch; retrying", logAttrsPod(st), "err", err)
-		x.restores = append(x.restores, r)
+		x.pending = append(x.pending, r)
 		return
 	}
 	x.metrics.Actions.WithLabelValues(metrics.ActionRestoreKubelet).Inc()
 	x.log.Info("pod left batch; kubelet's cgroup values restored", logAttrsPod(st))
 }
 
-// retryRestores retries the restores that failed, dropping those whose cgroup is gone.
-func (x *actuator) retryRestores() {
-	if len(x.restores) == 0 {
+// retry retries the restores that failed, dropping those whose cgroup is gone.
+func (x *restorer) retry() {
+	if len(x.pending) == 0 {
 		return
 	}
-	kept := x.restores[:0]
-	for _, r := range x.restores {
+	kept := x.pending[:0]
+	for _, r := range x.pending {
 		err := x.applyRestore(r)
 		switch {
 		case err == nil:
@@ -65,13 +75,13 @@ func (x *actuator) retryRestores() {
 			kept = append(kept, r)
 		}
 	}
-	clear(x.restores[len(kept):])
-	x.restores = kept
+	clear(x.pending[len(kept):])
+	x.pending = kept
 }
 
 // applyRestore writes kubelet's values: SCHED_IDLE off first (an idle group refuses
 // weight writes), then the weight, the quota over kubelet's period, and the memory limit.
-func (x *actuator) applyRestore(r restore) error {
+func (x *restorer) applyRestore(r restore) error {
 	g, err := x.hier.Load(r.cgroup)
 	if err != nil {
 		return err

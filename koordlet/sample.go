@@ -17,25 +17,47 @@ import (
 )
 
 // This file is the measure step of the control period: every read of the period, into
-// one sample. Nothing here writes a cgroup.
+// one sample: CPU, memory, the batch pods, what the kernel holds (readback.go), and on
+// statistics intervals throttling and pressure. Nothing here writes a cgroup.
 
 // sample is what one control period read: the qos.Sample the plan decides from, and what
-// the agent records besides.
+// the agent records and follows besides.
 type sample struct {
 	qos.Sample
 	// nodeOK: the node's CPU has a rate (false on the agent's first sample).
 	nodeOK bool
 	// slow: every pod was read this period; newMemory: memory was sampled.
 	slow, newMemory bool
-	// reclaim: the reclaimer may be fed this period (see sampler.sample).
-	reclaim bool
-	counts  podCounts
-	// memory is the last memory sample (as old as the sampler's mem.at).
+	counts          podCounts
+	// memory is the last memory sample (as old as Sample.Memory.At).
 	memory MemoryUsage
 	// windowStart is the previous node CPU sample's time: the window's start.
 	windowStart time.Time
 	// harm is the harm behind Sample.Harm (signal modes).
 	harm signals.Harm
+	// ticks counts the sampler's periods, this one included.
+	ticks uint64
+	// tierDemand is the tier's smoothed usage, which the budget is split by.
+	tierDemand demand
+	// tierGone: the tier was removed under the agent (recreate it). tierHeld is what the
+	// kernel holds on the tier, podsHeld on the batch pods (slow periods; readback.go).
+	tierGone bool
+	tierHeld heldSettings
+	podsHeld []podHeld
+	// cgroupChanged: a pod's cgroup changed (the GPU loop's snapshot is stale); reopened
+	// are the pods whose cgroup was opened anew this period (none of the limits written
+	// on the old one hold there).
+	cgroupChanged bool
+	reopened      []*podState
+	// pressure is the CPU pressure of the tier and the node (statistics intervals).
+	pressure pressure
+}
+
+// pressure is the CPU pressure stall (PSI "some" avg10, a share of time) of the tier and
+// of the node; ok false when unread.
+type pressure struct {
+	tier, node     float64
+	tierOK, nodeOK bool
 }
 
 // errNodeCPU: the node's CPU could not be read; the period keeps the last budget.
@@ -63,25 +85,31 @@ type sampler struct {
 	tierCores  float64
 	tierOK     bool
 	tierDemand demand
-	// tierGone: the tier was removed under the agent (recreate it).
+	// tierGone: the tier was removed under the agent this period.
 	tierGone bool
-	// tierGroup is the tier, loaded for the read-back; tierHeld what it holds this
-	// period and podsHeld what the batch pods hold (slow periods; readback.go).
+	// tierGroup is the tier, loaded for the read-back and the statistics; tierHeld what
+	// it holds this period and podsHeld what the batch pods hold (slow periods;
+	// readback.go).
 	tierGroup  *cgroups.Group
 	tierHeld   heldSettings
 	podsHeld   []podHeld
 	lastSample time.Time
 	ticks      uint64
 	// podsChanged: the pod set changed, read every pod next period; cgroupChanged: a
-	// pod's cgroup changed (the GPU loop's snapshot is stale).
+	// pod's cgroup changed this period, and reopened the pods whose cgroup was opened
+	// anew.
 	podsChanged, cgroupChanged bool
+	reopened                   []*podState
 	podBuf                     []qos.PodSample
-	mem                        memoryReader
+	// batchBuf and batchPods are the sample's batch pods and their table entries,
+	// reused.
+	batchBuf  []qos.BatchPodSample
+	batchPods []*podState
+	mem       memoryReader
 	// lastStats is when throttling and pressure were last read; tierStats the tier's
-	// last CPU statistics; throttleBuf is readThrottling's, reused.
-	lastStats   time.Time
-	tierStats   cpuStats
-	throttleBuf []throttling
+	// last CPU statistics.
+	lastStats time.Time
+	tierStats cpuStats
 	// sourceErrors is the pod source's error count at the last period.
 	sourceErrors uint64
 }
@@ -106,8 +134,10 @@ func newSampler(cfg Config, hier *cgroups.Hierarchy, lay layout, source podListe
 // budget is split by (an average over a second anyway). With 110 pods, a pread per pod
 // per period was most of the agent's cost. Without the aggregates (first period, a read
 // error), LS pods are read one by one. Memory is read every memoryEvery periods, from
-// the second sample on. It fails (errNodeCPU) only when the node's CPU cannot be read.
-func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64) (sample, error) {
+// the second sample on; throttling and pressure every statsInterval. req are the pods'
+// requests (the pod table's). It fails (errNodeCPU) only when the node's CPU cannot be
+// read.
+func (s *sampler) sample(now time.Time, pods []*podState, req qos.Requests) (sample, error) {
 	s.ticks++
 	s.countSourceErrors()
 	times, err := s.nodeCPU.Read()
@@ -115,8 +145,9 @@ func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64)
 		s.metrics.Errors.WithLabelValues(metrics.ErrKindProcRead).Inc()
 		return sample{}, fmt.Errorf("%w: %w", errNodeCPU, err)
 	}
-	out := sample{windowStart: s.lastSample}
-	out.Now = now
+	s.tierGone, s.cgroupChanged, s.reopened = false, false, s.reopened[:0]
+	out := sample{windowStart: s.lastSample, ticks: s.ticks}
+	out.Now, out.Requests = now, req
 	s.lastSample = now
 	nodeCores, nodeOK := s.nodeRate.Update(now, times.Busy)
 	kubepodsCores, kpOK, kpErr := s.kubepods.read(s.hier, now)
@@ -140,11 +171,13 @@ func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64)
 		if out.slow || (fastLS && mismatched) || (!fastLS && st.class == qos.ClassLS) {
 			s.readPod(st, now)
 		}
-		cpu.Pods = append(cpu.Pods, qos.PodSample{Class: st.class, InTier: st.inTier, Mismatched: mismatched,
-			Fresh: st.fresh, Open: st.reader != nil, Usage: st.usage})
+		cpu.Pods = append(cpu.Pods, qos.PodSample{Class: st.class, InTier: st.read.inTier, Mismatched: mismatched,
+			Fresh: st.read.fresh, Open: st.read.reader != nil, Usage: st.read.usage})
 	}
 	s.podBuf = cpu.Pods
 	out.CPU, out.nodeOK = cpu, nodeOK
+	out.tierDemand, out.tierGone, out.tierHeld, out.podsHeld = s.tierDemand, s.tierGone, s.tierHeld, s.podsHeld
+	out.cgroupChanged, out.reopened = s.cgroupChanged, s.reopened
 	if !nodeOK {
 		return out, nil // first sample: rates need two
 	}
@@ -152,17 +185,27 @@ func (s *sampler) sample(now time.Time, pods []*podState, lsMemRequests float64)
 	// memoryEvery): only a slow memory sample reads the per-pod memory and kubepods' limit.
 	out.newMemory = s.ticks%memoryEvery == 1 || !s.mem.ok
 	if out.newMemory {
-		s.readMemory(pods, lsMemRequests, out.slow, now)
+		s.readMemory(pods, req.LSMemory, out.slow, now)
 	}
-	out.memory = s.mem.last
-	out.Memory = qos.MemorySample{OK: s.mem.ok, Capacity: s.mem.last.Capacity, LS: s.mem.last.LS}
+	m := s.mem.last
+	out.memory = m
+	out.Memory = qos.MemorySample{OK: s.mem.ok, At: s.mem.at, Capacity: m.Capacity, Used: m.Used, LS: m.LS, BE: m.BE,
+		System: m.System}
+	out.Batch = s.batchRows(pods)
+	// Throttling and pressure change slowly and are only exported and told to the pods
+	// (Prometheus scrapes every 15-30 s): read every statsInterval, not every period.
+	// Reading cpu.stat of every in-place batch pod every second was a third of the
+	// agent's work.
+	if s.statsDue(now) {
+		s.readStats(&out)
+	}
 	// The first period after kubepods' usage file was (re)opened has no rate yet: system
 	// usage would then be the node's minus only the pods read this period, batch
 	// included. The budget recovers the next period, but the reclaimer's averages would
 	// carry it for tens of seconds, so it skips such a period (not a persistent error:
 	// then the fallback is all there is), and the agent's first second, whose samples
 	// were seen to count batch as system (`make demo`, in-place phase).
-	out.reclaim = (kpOK || kpErr != nil) && s.ticks > reclaimAfter
+	out.Reclaim = (kpOK || kpErr != nil) && s.ticks > reclaimAfter
 	return out, nil
 }
 
@@ -204,52 +247,52 @@ func (s *sampler) readTier(now time.Time) {
 // readPod samples one pod's CPU usage, opening its cgroup when needed. A missing
 // cgroup (pod not started yet, or removed under us) is skipped and looked up again later.
 func (s *sampler) readPod(st *podState, now time.Time) {
-	st.fresh = false
+	st.read.fresh = false
 	if len(st.candidates) == 0 {
 		return
 	}
-	if st.reader == nil {
-		if now.Before(st.nextOpen) {
+	if st.read.reader == nil {
+		if now.Before(st.read.nextOpen) {
 			return
 		}
 		err := s.openPod(st)
 		if err != nil {
 			st.lastErr = err
-			st.nextOpen = now.Add(reopenBackoff)
+			st.read.nextOpen = now.Add(reopenBackoff)
 			if !errors.Is(err, cgroups.ErrNotExist) {
 				s.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
 			}
 			return
 		}
 	}
-	if st.class == qos.ClassBatch && !st.inTier && !now.Before(st.nextOpen) {
+	if st.class == qos.ClassBatch && !st.read.inTier && !now.Before(st.read.nextOpen) {
 		// The NRI plugin puts a batch pod's containers below the tier as they are created,
 		// possibly after the agent found the pod's sandbox in kubelet's cgroup: switch.
-		st.nextOpen = now.Add(reopenBackoff)
+		st.read.nextOpen = now.Add(reopenBackoff)
 		if s.hier.Exists(st.candidates[0]) {
-			st.close()
+			st.read.close()
 			if err := s.openPod(st); err != nil {
 				st.lastErr = err
 				return
 			}
 		}
 	}
-	v, err := st.reader.Read()
+	v, err := st.read.reader.Read()
 	if err != nil {
 		st.lastErr = err
 		if !errors.Is(err, cgroups.ErrNotExist) {
 			s.metrics.Errors.WithLabelValues(metrics.ErrKindCgroupRead).Inc()
 		}
-		s.log.Debug("pod cgroup unreadable; skipping it", "pod", st.key(), "cgroup", st.cgroup, "err", err)
-		st.close()
-		st.nextOpen = now.Add(reopenBackoff)
+		s.log.Debug("pod cgroup unreadable; skipping it", "pod", st.key(), "cgroup", st.read.cgroup, "err", err)
+		st.read.close()
+		st.read.nextOpen = now.Add(reopenBackoff)
 		return
 	}
-	if cores, ok := st.rate.Update(now, v); ok {
-		st.usage, st.fresh = cores, true
-		st.demand.add(cores, now.Sub(st.sampledAt))
+	if cores, ok := st.read.rate.Update(now, v); ok {
+		st.read.usage, st.read.fresh = cores, true
+		st.read.demand.add(cores, now.Sub(st.read.sampledAt))
 	}
-	st.sampledAt = now
+	st.read.sampledAt = now
 }
 
 // openPod finds the first of the pod's candidate cgroups that exists and opens it.
@@ -264,18 +307,16 @@ func (s *sampler) openPod(st *podState) error {
 		if err != nil {
 			return err
 		}
-		if st.memReader != nil { // of the group this one replaces
-			_ = st.memReader.Close()
-			st.memReader = nil
+		if st.read.memReader != nil { // of the group this one replaces
+			_ = st.read.memReader.Close()
+			st.read.memReader = nil
 		}
-		st.group, st.reader, st.lastErr = g, r, nil
-		s.cgroupChanged = s.cgroupChanged || st.cgroup != cg
-		st.cgroup, st.inTier = cg, st.class == qos.ClassBatch && i == 0
-		st.nextOpen = time.Time{}
-		st.rate, st.demand = collect.Rate{}, demand{}
-		st.setUp = false
-		st.quota = unknownCPU()
-		st.memory = unknownMemory()
+		st.read.group, st.read.reader, st.lastErr = g, r, nil
+		s.cgroupChanged = s.cgroupChanged || st.read.cgroup != cg
+		st.read.cgroup, st.read.inTier = cg, st.class == qos.ClassBatch && i == 0
+		st.read.nextOpen = time.Time{}
+		st.read.rate, st.read.demand = collect.Rate{}, demand{}
+		s.reopened = append(s.reopened, st)
 		return nil
 	}
 	return err
@@ -290,10 +331,10 @@ func (s *sampler) memory(pods []*podState) (contract.MemoryMetrics, error) {
 	}
 	m := contract.MemoryMetrics{Capacity: int64(info.Total), Used: int64(info.Total - min(info.Available, info.Total))}
 	for _, st := range pods {
-		if st.group == nil || (st.class != qos.ClassLS && st.class != qos.ClassBatch) {
+		if st.read.group == nil || (st.class != qos.ClassLS && st.class != qos.ClassBatch) {
 			continue
 		}
-		v, err := st.group.MemoryUsage()
+		v, err := st.read.group.MemoryUsage()
 		if err != nil {
 			continue // no memory controller, or the pod just went: its share stays unknown
 		}
@@ -316,50 +357,60 @@ func (s *sampler) statsDue(now time.Time) bool {
 	return true
 }
 
-// readThrottling adds the batch cgroups' throttling since the last read to the counters
-// and returns it per group: the tier's first (st nil), then each in-place batch pod's.
-func (s *sampler) readThrottling(tier *cgroups.Group, pods []*podState) []throttling {
-	out := s.throttleBuf[:0]
-	if t, ok := s.addThrottling(&s.tierStats, tier); ok {
-		out = append(out, t)
-	}
+// batchRows are the batch pods as the plan needs them (qos.BatchPodSample), in the
+// table's order; batchPods keeps their entries, index-aligned, for readStats.
+func (s *sampler) batchRows(pods []*podState) []qos.BatchPodSample {
+	rows, entries := s.batchBuf[:0], s.batchPods[:0]
 	for _, st := range pods {
-		if st.class == qos.ClassBatch && st.group != nil && !st.inTier {
-			if t, ok := s.addThrottling(&st.stats, st.group); ok {
-				t.st = st
-				out = append(out, t)
-			}
+		if st.class != qos.ClassBatch {
+			continue
 		}
+		rows = append(rows, qos.BatchPodSample{UID: st.uid, Namespace: st.namespace, Name: st.name,
+			InTier: st.read.inTier, Terminating: st.terminating, Priority: st.spec.priority,
+			StartTime: st.spec.started, MemoryBytes: int64(st.read.memUsage)})
+		entries = append(entries, st)
 	}
-	s.throttleBuf = out
-	return out
+	s.batchBuf, s.batchPods = rows, entries
+	return rows
 }
 
-// throttling is what one batch group was throttled in between two reads: CFS periods
-// with runnable tasks and those it was throttled in. st is the in-place pod, nil for the
-// tier.
-type throttling struct {
-	st                 *podState
-	periods, throttled uint64
+// readStats reads the statistics interval's throttling (the tier's, then each in-place
+// batch pod's, into out.Batch) and the CPU pressure of the tier and the node.
+func (s *sampler) readStats(out *sample) {
+	out.Stats = qos.StatsSample{Due: true, Interval: statsInterval}
+	out.Stats.Tier, out.Stats.TierOK = s.addThrottling(&s.tierStats, s.tierGroup)
+	for i, st := range s.batchPods {
+		if st.read.group != nil && !st.read.inTier {
+			out.Batch[i].Throttle, out.Batch[i].ThrottleOK = s.addThrottling(&st.read.stats, st.read.group)
+		}
+	}
+	if s.tierGroup != nil {
+		if psi, err := s.tierGroup.Pressure(); err == nil {
+			out.pressure.tier, out.pressure.tierOK = psi.Some.Avg10/100, true
+		}
+	}
+	if psi, err := collect.ReadPressure(s.procRoot, "cpu"); err == nil {
+		out.pressure.node, out.pressure.nodeOK = psi.Some.Avg10/100, true
+	}
 }
 
 // addThrottling counts what g was throttled since prev, the first read being the
 // baseline; ok is false for that first read (or a failed one).
-func (s *sampler) addThrottling(prev *cpuStats, g *cgroups.Group) (throttling, bool) {
+func (s *sampler) addThrottling(prev *cpuStats, g *cgroups.Group) (qos.Throttling, bool) {
 	if g == nil {
-		return throttling{}, false
+		return qos.Throttling{}, false
 	}
 	st, err := g.Stats()
 	if err != nil {
-		return throttling{}, false
+		return qos.Throttling{}, false
 	}
-	var t throttling
+	var t qos.Throttling
 	ok := prev.valid && st.Throttled >= prev.Throttled && st.NrThrottled >= prev.NrThrottled &&
 		st.NrPeriods >= prev.NrPeriods
 	if ok {
 		s.metrics.BatchThrottled.Add((st.Throttled - prev.Throttled).Seconds())
 		s.metrics.BatchPeriods.Add(float64(st.NrThrottled - prev.NrThrottled))
-		t = throttling{periods: st.NrPeriods - prev.NrPeriods, throttled: st.NrThrottled - prev.NrThrottled}
+		t = qos.Throttling{Periods: st.NrPeriods - prev.NrPeriods, Throttled: st.NrThrottled - prev.NrThrottled}
 	}
 	*prev = cpuStats{CPUStats: st, valid: true}
 	return t, ok
@@ -370,6 +421,27 @@ type cpuStats struct {
 	cgroups.CPUStats
 	valid bool
 }
+
+// readAll makes the next period read every pod (the pod set changed).
+func (s *sampler) readAll() { s.podsChanged = true }
+
+// drop releases the files of a pod the table drops or replaces.
+func (s *sampler) drop(st *podState) { st.read.close() }
+
+// reopenBatch loads the cgroup of each batch pod closed after a failed read, so that the
+// shutdown reaches the quota it still holds.
+func (s *sampler) reopenBatch(pods []*podState) {
+	for _, st := range pods {
+		if st.class == qos.ClassBatch && st.read.group == nil && st.read.cgroup != "" {
+			if g, err := s.hier.Load(st.read.cgroup); err == nil {
+				st.read.group = g
+			}
+		}
+	}
+}
+
+// lastMemory is the last memory sample (for /status).
+func (s *sampler) lastMemory() MemoryUsage { return s.mem.last }
 
 // close releases the sampler's open files.
 func (s *sampler) close() {

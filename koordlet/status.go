@@ -197,7 +197,7 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 		Tier: TierStatus{Cgroup: a.layout.tier, QuotaCores: optional(a.act.tierCPU.Cores),
 			MemoryLimitBytes: optional(a.act.tierMem.Bytes), MemoryLimitError: errString(a.act.tierMem.err)},
 		Plan:           a.act.planStatus(),
-		Memory:         a.sampler.mem.last,
+		Memory:         a.sampler.lastMemory(),
 		BatchResources: BatchResourcesStatus{Formula: reclaimFormula, Reclaimed: a.ctl.lastReclaim},
 		PodSource:      PodSourceStatus{Synced: a.source.HasSynced(), Errors: a.sampler.sourceErrors},
 		Escalation:     a.ctl.lastEscalation,
@@ -222,19 +222,19 @@ func (a *Agent) storeStatus(now time.Time, u Usage, b qos.Budget, withPods bool)
 	}
 	s.Pods = map[string][]PodEntry{}
 	for _, st := range a.sorted {
-		e := PodEntry{Namespace: st.namespace, Name: st.name, UID: string(st.uid), Cgroup: st.cgroup, UsageCores: st.usage}
+		e := PodEntry{Namespace: st.namespace, Name: st.name, UID: string(st.uid), Cgroup: st.read.cgroup, UsageCores: st.read.usage}
 		if st.class == qos.ClassBatch {
 			e.Placement = "in-place"
-			if st.inTier {
+			if st.read.inTier {
 				e.Placement = "tier"
 			}
-			e.QuotaCores = optional(st.quota.Cores)
-			if st.memory.Bytes > 0 {
-				e.MemoryLimitBytes = optional(st.memory.Bytes)
+			e.QuotaCores = optional(st.act.quota.Cores)
+			if st.act.memory.Bytes > 0 {
+				e.MemoryLimitBytes = optional(st.act.memory.Bytes)
 			}
-			e.MemoryLimitError = errString(st.memory.err)
+			e.MemoryLimitError = errString(st.act.memory.err)
 		}
-		if st.cgroup == "" {
+		if st.read.cgroup == "" {
 			e.Cgroup = "not found: " + strings.Join(st.candidates, " or ")
 		}
 		if st.lastErr != nil {
@@ -266,15 +266,15 @@ func optional(v float64) *float64 {
 func (a *Agent) Status() Status {
 	s := *a.status.Load()
 	s.Healthy = a.Healthy(time.Now()) == nil
-	if a.gpu != nil {
-		g := a.gpu.Status()
+	if g, ok := a.gpu.status(); ok {
 		s.GPU = &g
 	}
 	s.Config = a.live.configStatus()
 	return s
 }
 
-// Handler serves /metrics (from gatherer), /healthz and /status.
+// Handler serves /metrics (from gatherer), /healthz, /status and /debug/plans (the last
+// plans that did something, debugplans.go).
 func (a *Agent) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -285,6 +285,7 @@ func (a *Agent) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.Handle("GET /debug/plans", a.plans)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		b, err := json.MarshalIndent(a.Status(), "", "  ")
 		if err != nil { // a non-finite number: say so rather than answer an empty body

@@ -87,10 +87,10 @@ func newTimeslices(c TimesliceConfig, log *slog.Logger, mpsOn func(uuid string) 
 // TimesliceOptions is the NRI plugin's time-slice planner: the GPU loop's Timeslices,
 // or nil with gpu.timeslice off or GPU features off.
 func (a *Agent) TimesliceOptions() devices.TimeslicePlanner {
-	if a.tsg == nil {
+	if a.gpu == nil || a.gpu.tsg == nil {
 		return nil
 	}
-	return a.tsg
+	return a.gpu.tsg
 }
 
 // selfSetEvent records a context that set itself a longer slice as a Warning Event on

@@ -69,8 +69,8 @@ func TestTimesliceTenantPath(t *testing.T) {
 			}
 		}})
 	a := r.agent
-	if a.gpu == nil || a.tsg == nil || a.tsg.Library() == "" {
-		t.Fatalf("GPU loop %v, time slices %v: want both, with the shim installed", a.gpu, a.tsg)
+	if a.gpu.mgr == nil || a.gpu.tsg == nil || a.gpu.tsg.Library() == "" {
+		t.Fatalf("GPU loop %v, time slices %v: want both, with the shim installed", a.gpu.mgr, a.gpu.tsg)
 	}
 	for i := 0; i < 2*slowEvery; i++ { // the GPU loop's pod snapshot
 		r.step(0.5, nil)
@@ -91,7 +91,7 @@ func TestTimesliceTenantPath(t *testing.T) {
 	lsProc := gpumock.Proc{PID: lsPID, SMUtil: 40, MemUsed: 1 << 30}
 	node.Set(0, lsProc)
 	now := time.Now()
-	a.gpu.Step(context.Background(), now)
+	a.gpu.mgr.Step(context.Background(), now)
 
 	// The runtime creates the batch pod's container: the NRI plugin gives it the shim.
 	plugin, err := NewNRIPluginWithOptions(a.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NRIOptions{
@@ -131,7 +131,7 @@ func TestTimesliceTenantPath(t *testing.T) {
 		HasAsked: true, Set: timeslice.Result{Done: true}, Readback: timeslice.Result{Done: true, ValueUS: 140}}
 	writeReport(t, reportDir, batchNSPID, alloc)
 	now = now.Add(1100 * time.Millisecond) // the reports are read every full-scrape period
-	a.gpu.Step(context.Background(), now)
+	a.gpu.mgr.Step(context.Background(), now)
 
 	st := getStatus(t, a, r)
 	g := st.GPU.GPUs[0]
@@ -167,7 +167,7 @@ func TestTimesliceTenantPath(t *testing.T) {
 	app.Kind, app.AppUS, app.HasApp, app.UnixNano = timeslice.KindAppSet, 10000, true, alloc.UnixNano+1
 	writeReport(t, reportDir, batchNSPID, alloc, app)
 	now = now.Add(1100 * time.Millisecond)
-	a.gpu.Step(context.Background(), now)
+	a.gpu.mgr.Step(context.Background(), now)
 	ts = getStatus(t, a, r).GPU.GPUs[0].Timeslice
 	if ts.Reason != qos.GPUTimesliceReasonSelfSet || ts.Lever != qos.GPULeverFreeze {
 		t.Fatalf("after the application's own slice: %+v", ts)

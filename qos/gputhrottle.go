@@ -87,8 +87,9 @@ const (
 	gpuThrottleSanitizedUnkn = "unknown GPU: freeze state held, starvation timer restarted"
 )
 
-// ErrGPUThrottleKeyRemoved is wrapped (with ErrInvalidConfig) by Validate for a
-// configuration key of the former fractional duty cycle.
+// ErrGPUThrottleKeyRemoved is wrapped (with ErrInvalidConfig) by Validate for a key
+// of a fractional duty cycle (activeDuty, maxDuty, restorePerSecond): the throttle has
+// none, and a file that sets one must say so rather than be taken as tuning.
 var ErrGPUThrottleKeyRemoved = errors.New("key removed with the fractional duty cycle")
 
 // GPUThrottlePolicy is the YAML-configurable part of GPU-aware batch throttling. Plain
@@ -121,9 +122,9 @@ type GPUThrottlePolicy struct {
 	// partition.
 	MPS GPUMPSPolicy `json:"mps"`
 
-	// Keys of the former fractional duty cycle (on a real GPU a duty cycle lost to
-	// both levers). Set, they fail Validate with an error naming what replaces
-	// them; never set them.
+	// Keys of a fractional duty cycle, which the throttle does not have (on a real
+	// GPU a duty cycle lost to both levers, the freeze and MPS). Set, they fail
+	// Validate with an error naming what replaces them; never set them.
 	RemovedActiveDuty       *float64 `json:"activeDuty,omitempty"`
 	RemovedMaxDuty          *float64 `json:"maxDuty,omitempty"`
 	RemovedRestorePerSecond *float64 `json:"restorePerSecond,omitempty"`
@@ -339,10 +340,11 @@ type GPUThrottleDecision struct {
 //
 // Batch is frozen at once at a step where LS needs the GPU and thawed once LS has not
 // needed it for `hold`; on the timeslice lever (GPUThrottleInput.Timeslice, without MPS)
-// it is never frozen, while LS's need is tracked as on the freeze lever. The fractional duty cycle this replaces lost on a real GPU: in
-// each thaw window batch queued a burst that the next LS requests waited behind (issue
-// 20). Batch counts as starved while frozen; past starveAfter without a thaw the
-// decision says Escalate, and the agent goes on to suspend (cuda-checkpoint) or eviction.
+// it is never frozen, while LS's need is tracked as on the freeze lever. Why on/off and
+// not a fractional duty cycle: on a real GPU, in each thaw window of a duty cycle batch
+// queued a burst that the next LS requests waited behind (docs/gpu.md, "Levers").
+// Batch counts as starved while frozen; past starveAfter without a thaw the decision
+// says Escalate, and the agent goes on to suspend (cuda-checkpoint) or eviction.
 //
 // Defaults (the arithmetic, docs/gpu.md "Levers"): an LS process that only holds its
 // CUDA context sends no kernels and reads 0 %, so it freezes batch only for `hold` (1 s)

@@ -3,6 +3,8 @@ package qos
 import (
 	"math"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // This file is the decide step of the agent's control period: from one sample (values
@@ -260,6 +262,8 @@ func TierMemoryLimit(capacity, ls, threshold float64) float64 {
 
 // MemoryEntry is the plan for one memory limit.
 type MemoryEntry struct {
+	// ID names a pod's limit for the caller (PodMemoryLimit.ID); empty for the tier.
+	ID string
 	// Max is memory.max (bytes) and High memory.high (v2) when written.
 	Max, High int64
 	Write     bool
@@ -410,11 +414,16 @@ type HarmSample struct {
 	Blind bool
 }
 
-// MemorySample is the node's memory as the tier's memory rule needs it (bytes).
+// MemorySample is the node's memory (bytes), the last sample: the tier's memory rule, the
+// graded actions and the batch resources decide from it.
 type MemorySample struct {
-	// OK: memory has been sampled (the last sample stands between two samples).
-	OK           bool
-	Capacity, LS float64
+	// OK: memory has been sampled (the last sample stands between two samples); At is
+	// when (zero: never).
+	OK bool
+	At time.Time
+	// Capacity is what pods may use and Used what counts against it; LS, BE and System
+	// the working sets by class.
+	Capacity, Used, LS, BE, System float64
 }
 
 // Sample is everything one control period measured: a plain value.
@@ -423,11 +432,22 @@ type Sample struct {
 	CPU    CPUSample
 	Harm   HarmSample
 	Memory MemorySample
+	// Batch are the node's batch pods, in the pod table's order.
+	Batch []BatchPodSample
+	// Stats is the statistics interval's throttling (Stats.Due on such a period).
+	Stats StatsSample
+	// Requests are the pods' requests (the batch resources' formula).
+	Requests Requests
+	// Reclaim: the reclaimer may be fed this period (not in the agent's first second,
+	// nor in a period whose kubepods usage has no rate: its averages would carry that).
+	Reclaim bool
 }
 
 // PodMemoryLimit is a batch pod's own memory limit: what is in force and what its
 // understory.io/batch-memory asks.
 type PodMemoryLimit struct {
+	// ID names the pod for the caller (a pod UID).
+	ID      string
 	InForce MemoryLimit
 	Want    float64
 }
@@ -443,11 +463,19 @@ type BatchLimits struct {
 	TierMemory    MemoryLimit
 	// PodMemory are the batch pods with a batch-memory limit.
 	PodMemory []PodMemoryLimit
+	// HasTier: the agent holds the tier's group (it can freeze it); TierFrozen: the tier
+	// is frozen.
+	HasTier, TierFrozen bool
+	// Pods are every batch pod's freezer and CPU limit, index-aligned with Sample.Batch
+	// (a pod whose UID differs there counts as nothing held).
+	Pods []PodInForce
 }
 
 // Plan is one control period's decision: the CPU attributed by class, the budget and
-// why, and every write with its reason, in the order to make them (the pods' memory
-// limits, the CPU limits, the tier's memory limit).
+// why, every write with its reason, in the order to make them (the pods' memory limits,
+// the CPU limits, the tier's memory limit, the freezer), the graded action and its
+// evictions, the batch resources for the Node, and what the batch pods are told (events,
+// the pod condition). String renders it.
 type Plan struct {
 	Attribution Attribution
 	// Util is the utilisation budget (the Budgeter's); Budget the one in force: with a
@@ -459,11 +487,32 @@ type Plan struct {
 	PodMemory  []MemoryEntry // index-aligned with BatchLimits.PodMemory
 	CPU        []CPUEntry
 	TierMemory MemoryEntry // Write false without a memory sample
+	// Escalation is the graded action (throttle, freeze, evict) and why; zero without
+	// an Escalator. Freezes are its freezer writes, the tier first, then the in-place
+	// pods in their order.
+	Escalation EscalationDecision
+	Freezes    []FreezeEntry
+	// EvictCandidates are the pods Escalation.Evict may evict, in the order to evict
+	// them; empty when there is nothing to evict (or no pod to evict).
+	EvictCandidates []EvictionCandidate
+	// Reclaim: the reclaimer was fed this period; Reclaimed is its result (each
+	// resource's Write says whether the Node is written).
+	Reclaim   bool
+	Reclaimed Reclaimed
+	// Notices are the Warning events on batch pods: a freeze, and on a statistics
+	// interval hard throttling.
+	Notices []Notice
+	// Conditions are the pod conditions to write (a statistics interval); Forget the pods
+	// whose condition is no longer tended (gone, or no longer told).
+	Conditions []ConditionWrite
+	Forget     []types.UID
 }
 
 // Controller decides the control period: the Budgeter's utilisation budget, the Guard's
-// answer to harm (nil Guard: sampling mode, utilisation decides), and the write policy.
-// Its Budgeter and Guard keep state between periods; Plan is otherwise pure.
+// answer to harm (nil Guard: sampling mode, utilisation decides), the write policy, the
+// graded actions (nil Escalator: none), the batch resources (nil Reclaimer: none) and the
+// pod condition (nil Conditions: none). Its Budgeter, Guard, Escalator, Reclaimer and
+// Conditions keep state between periods; Plan is otherwise pure.
 type Controller struct {
 	Budgeter *Budgeter
 	Guard    *Guard
@@ -471,6 +520,9 @@ type Controller struct {
 	// MemoryThreshold is the share of the node's memory capacity LS and batch may use
 	// together (batchResources.memory.threshold).
 	MemoryThreshold float64
+	Escalator       *Escalator
+	Reclaimer       *Reclaimer
+	Conditions      *BatchConditions
 }
 
 // Plan decides one period from its sample and the limits in force. The sample's node
@@ -485,6 +537,9 @@ func (c Controller) Plan(s Sample, in BatchLimits) Plan {
 		p.Budget, p.Cause = c.Guarded(p.Util, s.Harm, s.Now)
 	}
 	c.PlanWrites(&p, s, in, false)
+	c.planReclaim(&p, s)
+	c.planEscalation(&p, s, in)
+	c.planStats(&p, s, in)
 	return p
 }
 
@@ -507,6 +562,7 @@ func (c Controller) PlanWrites(p *Plan, s Sample, in BatchLimits, final bool) {
 	p.PodMemory = make([]MemoryEntry, len(in.PodMemory))
 	for i, m := range in.PodMemory {
 		p.PodMemory[i] = PlanMemory(m.InForce, m.Want, s.Now)
+		p.PodMemory[i].ID = m.ID
 	}
 	p.CPU = c.Writes.PlanCPU(CPUPlanInput{Now: s.Now, Budget: p.Budget.Applied, Tier: in.Tier, TierPods: in.TierPods,
 		TierUnlimited: in.TierUnlimited, InPlace: in.InPlace, Final: final})

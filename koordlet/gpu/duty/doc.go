@@ -35,7 +35,7 @@
 //     or a whole CUDA graph) still run. The LS share of the device is lower than d, and a
 //     deep queue can eat a short frozen window; measure with NVML, not with the duty.
 //   - The same freezer files are written by the agent's CPU escalation (koordlet
-//     escalate.go freezes the tier and in-place batch pods). While that freeze is meant
+//     freeze.go freezes the tier and in-place batch pods). While that freeze is meant
 //     to hold, give the cycler duty 1 for those groups or Release them: the cycler's thaw
 //     at the end of a window would undo it. Release thaws whatever froze the group.
 //   - A frozen task cannot handle SIGTERM (v1: it does not even die from SIGKILL until
