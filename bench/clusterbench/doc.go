@@ -1,4 +1,4 @@
-// Package clusterbench is the cluster benchmark of issue 23 (`make bench-cluster`,
+// Package clusterbench is the cluster benchmark (`make bench-cluster`,
 // bench/out/cluster.json, docs/img/cluster-bench.png, docs/cluster-bench.md): what
 // co-location adds to a cluster's utilisation and what it costs the control plane,
 // at hundreds to thousands of nodes on one machine. It is benchmark code: no

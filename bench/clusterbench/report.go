@@ -227,7 +227,8 @@ type Slope struct {
 	Linear bool `json:"linear_or_better"`
 }
 
-// Target is one of issue 23's targets and whether this run met it.
+// Target is one of the benchmark's targets (docs/cluster-bench.md) and whether this run
+// met it.
 type Target struct {
 	Name  string  `json:"name"`
 	Nodes int     `json:"nodes"`
@@ -309,7 +310,7 @@ func Slopes(sizes []SizeResult) []Slope {
 	return out
 }
 
-// Targets checks issue 23's targets on the sizes they name (when run).
+// Targets checks the benchmark's targets on the sizes they name (when run).
 func Targets(sizes []SizeResult) []Target {
 	var out []Target
 	for _, r := range sizes {

@@ -72,7 +72,7 @@ type benchResult struct {
 	*memoryResult
 
 	// The scenario variants under each signal path, the per-path reaction and
-	// overhead, and the issue's target checks (runvariants.go, report.go).
+	// overhead, and the target checks (runvariants.go, report.go).
 	Variants *variantsResult `json:"variants,omitempty"`
 }
 

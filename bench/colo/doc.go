@@ -14,7 +14,7 @@
 //   - rounds.go: the rounds summed up per phase (median p99/solo and its band) and
 //     printed.
 //   - variants.go, runvariants.go, signals.go, report.go: the scenario variants, run under
-//     each of the agent's signal paths (ebpf, psi, sampling), and the issue's targets.
+//     each of the agent's signal paths (ebpf, psi, sampling), and their targets.
 //   - memory.go, memalloc.go, memcg.go: the memory-pressure scenario.
 //   - stability.go: `colo stability` replays a day of LS CPU usage
 //     (bench/traces/ls-cpu-trace.csv) through qos.Reclaimer.

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Targets of issue 14 for the variant section.
+// Targets of the variant section (docs/bench-colo.md lists them).
 const (
 	targetReactionP99Ms = 50.0 // reaction_p99_ms with eBPF or PSI
 	targetRatioSolo     = 1.05 // LS p99 with the agent / solo, every variant
@@ -158,7 +158,7 @@ type signalPathInfo struct {
 	AgentPods    int           `json:"agent_pods"`
 }
 
-// targetCheck is one target of the issue against one measurement.
+// targetCheck is one target against one measurement.
 type targetCheck struct {
 	Target  string `json:"target"`
 	Variant string `json:"variant,omitempty"`
@@ -306,7 +306,7 @@ func newAgentRound(path string, sig agentSignals, r phaseResult, solo, vanilla f
 	return a
 }
 
-// targetChecks lists every target of the issue against the variant and path results.
+// targetChecks lists every target against the variant and path results.
 func targetChecks(vs []variantResult, sps []signalPathInfo) []targetCheck {
 	var out []targetCheck
 	for _, sp := range sps {

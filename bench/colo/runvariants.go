@@ -24,7 +24,7 @@ func (vc variantConfig) enabled() bool {
 }
 
 // runVariants runs every variant's rounds, then per signal path the reaction steps and
-// the overhead run, and checks the targets.
+// the overhead run, and checks the targets (report.go).
 func runVariants(ctx context.Context, sc scenarioConfig, dc demoConfig, vc variantConfig,
 	printf, logf func(string, ...any)) (variantsResult, error) {
 	res := variantsResult{Rounds: vc.rounds, PhaseS: vc.phase.Seconds(), Paths: vc.paths,

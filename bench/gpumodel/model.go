@@ -93,7 +93,7 @@ type FitRow struct {
 	ErrorPct float64 `json:"errorPct"`
 }
 
-// Within10 says whether the row is within the issue's 10 %.
+// Within10 says whether the model's row is within 10 % of the measured one.
 func (r FitRow) Within10() bool { return math.Abs(r.ErrorPct) <= 10 }
 
 // FitRows are the model's figures beside every measured row it can reproduce.

@@ -9,7 +9,7 @@ import (
 // so a request that has the GPU keeps it to its end.
 const LongSlice = 10 * time.Millisecond
 
-// The issue's targets for a lever on the standard pair.
+// The targets a lever must meet on the standard pair.
 const (
 	TargetP99X            = 1.10
 	TargetFirstSecondP99X = 1.25
@@ -48,7 +48,7 @@ type Prediction struct {
 	LSFallsBehind bool `json:"lsFallsBehind,omitempty"`
 }
 
-// Predictions are the model's rows for the levers the issue designs.
+// Predictions are the model's rows for the levers not yet measured on a GPU.
 type Predictions struct {
 	// Timeslice: batch's slice 100, 500, 2048 µs, LS's default and long, batch syncing
 	// every 8 and 64.

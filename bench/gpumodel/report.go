@@ -80,7 +80,7 @@ type Report struct {
 	Spread []SpreadRow `json:"spread,omitempty"`
 }
 
-// gated is the worst |error| of the rows the issue's 10 % applies to: the fitted
+// gated is the worst |error| of the rows the model must fit within 10 %: the fitted
 // time-sliced rows and the freeze's.
 func gated(f FitRows) float64 {
 	worst := f.MaxAbsErrorPct(RoleFitted)

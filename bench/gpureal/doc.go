@@ -1,11 +1,12 @@
-// Command gpureal-bench is the real-GPU benchmark of issue 20 (make bench-gpu-real): an
+// Command gpureal-bench is the real-GPU benchmark (make bench-gpu-real): an
 // LS inference stand-in and a batch training stand-in (bench/gpureal/workloads, PyTorch)
 // on one NVIDIA GPU, measured alone, with nothing done, and with the agent (bin/koordlet
 // in its no-cluster mode: the freeze lever, then MPS). The driver is the node's
 // container runtime: it hosts NRI's runtime side (the agent's plugin connects to it),
 // creates kubelet-style pod and container cgroups, and starts each stand-in inside its
 // container cgroup with the environment NRI gave it. It prints the table and the
-// issue's targets, and writes bench/out/gpu-real.json. docs/benchmarks.md, "Real GPU".
+// targets it is held to, and writes bench/out/gpu-real.json. docs/benchmarks.md, "Real GPU",
+// has the runs and the targets.
 //
 // The binary also runs as the launcher of the stand-ins (launch) and as GPU-free fake
 // stand-ins (fake-ls, fake-batch) for a dry run (-fake) and the tests.

@@ -65,7 +65,7 @@ type phaseSpec struct {
 
 // planConfig sizes the phases.
 type planConfig struct {
-	Phase time.Duration // the main phases (≥ 20 s for the issue's table)
+	Phase time.Duration // the main phases (≥ 20 s for the recorded table)
 	Short time.Duration // the auxiliary windows (deep alone, idle, wake, arrival)
 	Lead  time.Duration // lead-ins
 	MPS   bool          // the MPS section
@@ -205,7 +205,7 @@ func estimate(phases []phaseSpec) time.Duration {
 	return d
 }
 
-// validatePlan checks the sizes the issue asks for.
+// validatePlan checks the sizes a recorded run needs (phases long enough for stable p99s).
 func validatePlan(c planConfig) error {
 	switch {
 	case c.Phase <= 0 || c.Short <= 0 || c.Lead < 0:

@@ -157,7 +157,7 @@ func fmtRatio(r *float64) string {
 	return fmt.Sprintf("%.2f×", *r)
 }
 
-// printTable writes the table, then the targets.
+// printTable writes the phase table (the one docs/benchmarks.md records), then the targets.
 func printTable(w io.Writer, res *result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tLS p50 ms\tLS p99 ms\tLS p99 1st s\tbatch matmuls/s\tLS p99 / alone\tbatch / alone\t"+

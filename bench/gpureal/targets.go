@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The issue's targets (issue 20, "Targets").
+// The targets the run is judged by (docs/benchmarks.md, "Real GPU", lists them).
 const (
 	targetP99VsAlone       = 1.25 // LS p99 / alone
 	targetBatchKeep        = 0.50 // batch / time-sliced (nothing done)

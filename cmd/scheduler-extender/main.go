@@ -33,8 +33,8 @@ import (
 
 // Client-side rate limit of the main API client. One bind is one API write, so
 // defaultQPS sustains about that many binds per second (kube-scheduler's own
-// 50/100 defaults would cap the extender at 50, the old two writes per bind at
-// 25); defaultBurst lets a large gang's Bindings go out without waiting.
+// 50/100 defaults would cap the extender at 50 binds a second); defaultBurst lets a
+// large gang's Bindings go out without waiting.
 const (
 	defaultQPS   = 500
 	defaultBurst = 1000

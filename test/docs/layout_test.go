@@ -1,9 +1,6 @@
 package docs_test
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,29 +12,9 @@ import (
 // moduleRoot is the repository root, from this package's folder.
 const moduleRoot = "../.."
 
-// layoutSection returns the text of README's "## Layout" section.
-func layoutSection(readme []byte) (string, error) {
-	var b strings.Builder
-	in := false
-	sc := bufio.NewScanner(bytes.NewReader(readme))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "## "):
-			in = strings.TrimSpace(strings.TrimPrefix(line, "## ")) == "Layout"
-		case in:
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	if b.Len() == 0 {
-		return "", errors.New(`README.md has no "## Layout" section`)
-	}
-	return b.String(), nil
-}
+// layoutFile is the page that maps the tree, from the module root; the map is its
+// "# Layout" heading, the whole page.
+const layoutFile = "docs/layout.md"
 
 // packageDirs returns the folders under root (slash-separated, relative) that hold a Go
 // file, and every folder, skipping testdata, bin, bench/out and hidden folders (and what
@@ -83,18 +60,18 @@ func namedFolders(layout string) []string {
 	return out
 }
 
-// TestReadmeLayoutNamesEveryPackageFolder: README's Layout section names every folder
+// TestLayoutNamesEveryPackageFolder: docs/layout.md names every folder
 // that holds a Go package, each as its last path element with a slash ("gpu/" for
 // koordlet/gpu), and a folder named there that no longer exists fails too.
-func TestReadmeLayoutNamesEveryPackageFolder(t *testing.T) {
+func TestLayoutNamesEveryPackageFolder(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	page, err := os.ReadFile(filepath.Join(moduleRoot, layoutFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, err := layoutSection(readme)
+	layout, err := section(page, "Layout")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", layoutFile, err)
 	}
 	dirs, all, err := packageDirs(moduleRoot)
 	if err != nil {
@@ -105,36 +82,13 @@ func TestReadmeLayoutNamesEveryPackageFolder(t *testing.T) {
 	}
 	for _, dir := range dirs {
 		if !strings.Contains(layout, "`"+dir+"/`") && !strings.Contains(layout, "`"+filepath.Base(dir)+"/`") {
-			t.Errorf("README.md's Layout section does not name %s/ (write it as `%s/`, or `%s/` inside its parent's entry)",
-				dir, dir, filepath.Base(dir))
+			t.Errorf("%s does not name %s/ (write it as `%s/`, or `%s/` inside its parent's entry)",
+				layoutFile, dir, dir, filepath.Base(dir))
 		}
 	}
 	for _, named := range namedFolders(layout) {
 		if !slices.ContainsFunc(all, func(d string) bool { return d == named || strings.HasSuffix(d, "/"+named) }) {
-			t.Errorf("README.md's Layout section names `%s/`, which is no folder of the tree", named)
+			t.Errorf("%s names `%s/`, which is no folder of the tree", layoutFile, named)
 		}
-	}
-}
-
-func TestLayoutSection(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		readme string
-		want   string
-		ok     bool
-	}{
-		{name: "between headings", readme: "# T\n## A\na\n## Layout\n`x/` y\n## B\nb\n", want: "`x/` y\n", ok: true},
-		{name: "last section", readme: "## Layout\nl\n", want: "l\n", ok: true},
-		{name: "missing", readme: "## Other\n"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := layoutSection([]byte(tc.readme))
-			if (err == nil) != tc.ok || got != tc.want {
-				t.Fatalf("layoutSection = %q, %v; want %q, ok %t", got, err, tc.want, tc.ok)
-			}
-		})
 	}
 }
