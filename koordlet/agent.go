@@ -184,9 +184,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, log: log, source: deps.Pods, events: events, metrics: m, escMetrics: em, hier: hier, layout: lay,
 		closeNodeCPU: closeNodeCPU, batchSink: deps.BatchResources,
-		evictor:   ev,
-		sampler:   newSampler(cfg, hier, lay, deps.Pods, nodeCPU, m, log),
-		act:       newActuator(cfg, hier, lay.tier, ev, m, log),
+		evictor: ev,
+		sampler: newSampler(cfg, hier, lay, deps.Pods, nodeCPU, m, log),
+		act:     newActuator(cfg, hier, lay.tier, ev, m, log),
 		out: &handoff{metrics: m, log: log, batchSink: deps.BatchResources, events: newBatchEvents(events),
 			conditions: deps.PodConditions},
 		restore: &restorer{hier: hier, metrics: m, log: log},

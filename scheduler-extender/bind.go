@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/understory/understory/contract"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/gang"
+	"github.com/understory/understory/scheduler-extender/wire"
 )
 
 // ErrNoClient means the extender runs without an API client (tests, benchmarks) and cannot bind.
@@ -108,11 +110,9 @@ type bindMember struct {
 // bindJob is what beginBind decided.
 type bindJob struct {
 	member bindMember
-	done   bool // already bound there: nothing to do
-	g      *gang
-	plan   *gangPlan
-	commit bool         // this call binds the whole gang
-	all    []bindMember // the gang's members when commit
+	done   bool         // already bound there: nothing to do
+	gang   *gang.Bind   // a planned gang member's bind (nil: a pod alone)
+	all    []bindMember // the gang's members when gang.Commit: this call binds them all
 }
 
 func memberOf(p *podEntry) bindMember {
@@ -123,19 +123,19 @@ func memberOf(p *podEntry) bindMember {
 // maxParallelAPI bounds concurrent API calls of one gang commit.
 const maxParallelAPI = 8
 
-// binder binds pods: it asks the reservations (and through them gangBinds)
+// binder binds pods: it asks the reservations (and through them gang.Binds)
 // to move a pod to binding, creates the Bindings (apply), reads a pod back
 // when a Binding's answer may have been lost (confirmBinding) and records the
 // outcome. It refuses binds while the node or pod informer is stale, and
 // starts no Binding once this replica's leadership has ended (lead). It takes
-// no lock of its own: the reservations and gangBinds take the index's.
+// no lock of its own: the reservations and gang.Binds take the index's.
 type binder struct {
 	cfg     Config
 	api     podAPI
 	contact *apiContact
 	ix      *State // a pod unknown to the index is fetched and recorded (UpsertPod)
 	res     *reservations
-	binds   *gangBinds
+	binds   *gang.Binds
 	out     *outbox
 	met     *metrics.Extender
 	log     *slog.Logger
@@ -172,26 +172,26 @@ func (b *binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if job.done {
 		return nil
 	}
-	if job.plan == nil {
+	if job.gang == nil {
 		err := b.apply(ctx, []bindMember{job.member})[job.member.uid]
 		b.res.finishBind(job.member, err)
 		return err
 	}
-	if job.commit {
-		b.binds.finishBind(job.g, job.plan, b.apply(ctx, job.all))
+	if job.gang.Commit {
+		b.binds.FinishBind(job.gang, b.apply(ctx, job.all))
 	}
 	timer := time.NewTimer(b.cfg.GangBindTimeout)
 	defer timer.Stop()
 	select {
-	case <-job.plan.done:
+	case <-job.gang.Done():
 	case <-timer.C:
-		b.binds.bindTimeout(job.g, job.plan)
-		<-job.plan.done
+		b.binds.BindTimeout(job.gang)
+		<-job.gang.Done()
 	case <-ctx.Done():
-		b.binds.bindTimeout(job.g, job.plan)
-		<-job.plan.done
+		b.binds.BindTimeout(job.gang)
+		<-job.gang.Done()
 	}
-	return b.binds.planResult(job.plan, job.member.uid)
+	return b.binds.Result(job.gang, job.member.uid)
 }
 
 // bindAnnotations is what a member's Binding writes onto the pod.
@@ -292,4 +292,132 @@ func (b *binder) confirmBinding(ctx context.Context, m bindMember, bindErr error
 func (b *binder) countBinds(ok, failed int) {
 	b.met.Binds.WithLabelValues("bound").Add(float64(ok))
 	b.met.Binds.WithLabelValues("error").Add(float64(failed))
+}
+
+func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
+	reply := func(code int, err error) { writeJSON(w, code, wire.BindingResult(err.Error())) }
+	buf, code, err := s.readBody(w, r)
+	if err != nil {
+		reply(code, err)
+		return
+	}
+	args, err := wire.BindingArgs(buf.Bytes())
+	s.release(buf)
+	if err != nil {
+		reply(http.StatusBadRequest, err)
+		return
+	}
+	if err := s.Bind(r.Context(), args); err != nil {
+		code := http.StatusOK // the protocol reports bind failures in the result
+		if errors.Is(err, ErrCacheStale) {
+			code = http.StatusServiceUnavailable
+		}
+		reply(code, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.BindingResult(""))
+}
+
+// beginBind moves a pod to phaseBinding on args.Node: from its reservation, from
+// its gang plan (gang.Binds.BeginBind), or by placing it now if it has neither
+// (e.g. after a restart).
+func (r *reservations) beginBind(args *extenderv1.ExtenderBindingArgs) (bindJob, error) {
+	ix := r.ix
+	ix.lock()
+	defer ix.unlock()
+	var job bindJob
+	p := ix.pod(args.PodUID)
+	if p == nil {
+		return job, fmt.Errorf("pod %s/%s (uid %s): %w", args.PodNamespace, args.PodName, args.PodUID, ErrUnknownPod)
+	}
+	if p.namespace != args.PodNamespace || p.name != args.PodName {
+		return job, fmt.Errorf("uid %s belongs to %s, not %s/%s: %w", args.PodUID, p.key(), args.PodNamespace, args.PodName, ErrUnknownPod)
+	}
+	if p.reqErr != nil {
+		return job, fmt.Errorf("pod %s: %w", p.key(), p.reqErr)
+	}
+	switch p.phase {
+	case phaseAssumed, phaseBound:
+		if p.node == args.Node {
+			job.done = true
+			return job, nil
+		}
+		return job, fmt.Errorf("pod %s is already bound to %s", p.key(), p.node)
+	case phaseBinding:
+		if p.inGang() {
+			break
+		}
+		return job, fmt.Errorf("pod %s: a bind is already in progress", p.key())
+	}
+	if p.inGang() {
+		if b, err, isGang := r.binds.BeginBind(p, args.Node); isGang {
+			if err != nil {
+				return job, err
+			}
+			p.phase = phaseBinding
+			job.member, job.gang = memberOf(p), b
+			for _, m := range b.All {
+				job.all = append(job.all, memberOf(m.(*podEntry)))
+			}
+			return job, nil
+		}
+	}
+	// A reservation on a GPU that has since gone unhealthy (or off the agent's
+	// list) is placed again: the bind must not book a share on a broken GPU.
+	if !(p.charged && p.node == args.Node && p.phase == phaseReserved) || r.led.onUnavailableGPU(p) {
+		e := r.led.node(args.Node)
+		if e == nil {
+			return job, fmt.Errorf("node %s unknown to the extender", args.Node)
+		}
+		r.led.release(p)
+		if err := e.n.Fit(p.req); err != nil {
+			return job, fmt.Errorf("pod %s does not fit now: %w", p.key(), err)
+		}
+		_, devs, ok := r.sc.servingPolicy().Score(e.n, p.req)
+		if !ok {
+			return job, fmt.Errorf("pod %s: no device placement on node %s", p.key(), args.Node)
+		}
+		if err := r.led.place(p, e, devs, phaseBinding); err != nil {
+			return job, fmt.Errorf("pod %s: %w", p.key(), err)
+		}
+	}
+	p.phase, p.unconfirmed = phaseBinding, false
+	job.member = memberOf(p)
+	return job, nil
+}
+
+// finishBind records the outcome of a single pod's bind.
+func (r *reservations) finishBind(m bindMember, err error) {
+	r.ix.lock()
+	defer r.ix.unlock()
+	p := r.ix.pod(m.uid)
+	if p == nil || p.phase != phaseBinding {
+		return // deleted, or the informer already showed it bound
+	}
+	r.settle(p, err)
+}
+
+// settle records the outcome err of p's Binding (p in phaseBinding): assumed,
+// released, or held unconfirmed. Call with the index lock held for writing.
+// A gang commit settles each member so too (gangPort.Settle).
+func (r *reservations) settle(p *podEntry, err error) {
+	switch {
+	case errors.Is(err, ErrBindUnconfirmed):
+		holdUnconfirmed(p, r.now().Add(r.cfg.AssumedTTL))
+	case err != nil:
+		r.led.release(p)
+	default:
+		p.phase = phaseAssumed
+	}
+}
+
+// holdUnconfirmed keeps p's capacity after a Binding whose outcome is unknown:
+// as a reservation until expires (now + AssumedTTL), so it ends when the
+// informer shows the pod bound (then it is bound) or not (then it expires).
+// A filter of the pod meanwhile (kube-scheduler retries a failed bind) keeps
+// the hold and passes its node only: releasing it could hand devices the
+// API server has already given the pod to another pod. Call with the index
+// lock held.
+func holdUnconfirmed(p *podEntry, expires time.Time) {
+	p.phase, p.expires, p.unconfirmed = phaseReserved, expires, true
 }

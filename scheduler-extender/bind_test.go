@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/understory/understory/contract"
 )
 
 func batchCPU(millicores int64) podOpt {

@@ -7,12 +7,11 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/understory/understory/contract"
-
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/contract"
 )
 
 // schedulerConfig is the part of kubescheduler.config.k8s.io/v1

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/scheduler-extender/gang"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -37,74 +37,10 @@ func tolerate(key, value string, effect corev1.TaintEffect) podOpt {
 	}
 }
 
-func metaNode(name string, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
-}
-
 var (
 	taintDedicated = corev1.Taint{Key: "dedicated", Value: "train", Effect: corev1.TaintEffectNoSchedule}
 	taintCordoned  = corev1.Taint{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule}
-	taintPrefer    = corev1.Taint{Key: "dedicated", Value: "train", Effect: corev1.TaintEffectPreferNoSchedule}
-	taintEvict     = corev1.Taint{Key: "gpu-broken", Effect: corev1.TaintEffectNoExecute}
 )
-
-func TestPodConstraintsAllows(t *testing.T) {
-	t.Parallel()
-	big := map[string]string{"pool": "big"}
-	in := func(k string, v ...string) corev1.NodeSelectorRequirement {
-		return corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: v}
-	}
-	tests := []struct {
-		name       string
-		pod        *corev1.Pod
-		node       *corev1.Node
-		conditions bool
-		want       bool
-	}{
-		{"no constraints, plain node", testPod("ns", "p"), metaNode("n", big), true, true},
-		{"selector matches", testPod("ns", "p", nodeSelector("pool", "big")), metaNode("n", big), true, true},
-		{"selector misses", testPod("ns", "p", nodeSelector("pool", "small")), metaNode("n", big), true, false},
-		{"selector on unlabelled node", testPod("ns", "p", nodeSelector("pool", "big")), metaNode("n", nil), true, false},
-		{"affinity In matches", testPod("ns", "p", requiredAffinity(in("pool", "small", "big"), false)), metaNode("n", big), true, true},
-		{"affinity NotIn excludes", testPod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
-			Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"big"}}, false)), metaNode("n", big), true, false},
-		{"affinity by node name", testPod("ns", "p", requiredAffinity(in("metadata.name", "n"), true)), metaNode("n", nil), true, true},
-		{"affinity by other node name", testPod("ns", "p", requiredAffinity(in("metadata.name", "m"), true)), metaNode("n", nil), true, false},
-		{"malformed affinity matches nothing", testPod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
-			Key: "pool", Operator: "Near", Values: []string{"big"}}, false)), metaNode("n", big), true, false},
-		{"untolerated NoSchedule taint", testPod("ns", "p"), metaNode("n", nil, taintDedicated), true, false},
-		{"tolerated NoSchedule taint", testPod("ns", "p", tolerate("dedicated", "train", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, true},
-		{"toleration of another value", testPod("ns", "p", tolerate("dedicated", "serve", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, false},
-		{"untolerated NoExecute taint", testPod("ns", "p"), metaNode("n", nil, taintEvict), true, false},
-		{"PreferNoSchedule never excludes", testPod("ns", "p"), metaNode("n", nil, taintPrefer), true, true},
-		{"cordoned node, now", testPod("ns", "p"), metaNode("n", nil, taintCordoned), true, false},
-		{"cordoned node, ever", testPod("ns", "p"), metaNode("n", nil, taintCordoned), false, true},
-		{"real taint counts for ever", testPod("ns", "p"), metaNode("n", nil, taintDedicated), false, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c := constraintsOf(tc.pod)
-			if got := c.allows(tc.node, tc.conditions); got != tc.want {
-				t.Fatalf("allows = %v, want %v (constraints %+v)", got, tc.want, c)
-			}
-		})
-	}
-}
-
-func TestConstraintsKey(t *testing.T) {
-	t.Parallel()
-	a := testPod("ns", "a", nodeSelector("pool", "big"), nodeSelector("zone", "z1"))
-	b := testPod("ns", "b", nodeSelector("zone", "z1"), nodeSelector("pool", "big"))
-	c := testPod("ns", "c", nodeSelector("pool", "small"), nodeSelector("zone", "z1"))
-	if constraintsOf(testPod("ns", "plain")) != nil {
-		t.Fatal("a pod without selector, affinity or tolerations has constraints")
-	}
-	ka, kb, kc := constraintsOf(a).cacheKey(), constraintsOf(b).cacheKey(), constraintsOf(c).cacheKey()
-	if ka != kb || ka == kc || ka == "" {
-		t.Fatalf("keys %q %q %q: equal constraints must share a key, different ones not", ka, kb, kc)
-	}
-}
 
 // pools is a cluster of two 4-GPU nodes labelled pool=big and two 1-GPU nodes
 // labelled pool=small; the big ones carry bigTaints.
@@ -171,7 +107,7 @@ func TestGangNeverFitsHonoursNodeConstraints(t *testing.T) {
 			}
 			wantState := GangWaiting
 			if tc.want == never {
-				wantState = GangUnschedulable
+				wantState = gang.GangUnschedulable
 			}
 			if st := s.Status(); st.Gangs[0].State != wantState {
 				t.Fatalf("gang state %q, want %q", st.Gangs[0].State, wantState)

@@ -7,52 +7,37 @@
 // /syncz, /metrics and /status, and runs leader election among replicas
 // (leader.go).
 //
-// Types and their one job (docs/extender.md has the map with files and
-// method counts):
-//   - Server (server*.go) serves HTTP: decodes (a hand-written scanner with
-//     the decoded-pod and node-list caches, server_decode.go: docs/extender.md
-//     says why it is not a JSON library),
-//     calls the type below whose job it is, encodes; it wires them (NewServer)
-//     and runs informers and housekeeping (Run, Housekeep).
-//   - State (state.go, state_score.go, state_status.go) is the cluster index:
-//     nodes and pods as the informers (or request bodies) show them; it takes
-//     the informers' upserts and deletes, follows node metrics and kubelet's
-//     GPU allocation, answers Prioritize and /status, and holds the one lock.
-//   - ledger (ledger.go, gpualloc.go, gpuslots.go) is the capacity the index
-//     accounts: the node entries and their device ledgers (placement.Node),
-//     its only charger: hold, place, release, chargeBound, reconcileGPUs,
-//     orphans, and the copies planning reads (candidates, emptyNodes).
-//   - scoring (scoring.go) scores requests with the serving policy, its
-//     verdicts cached per node (judge, evaluate, recheck).
-//   - reservations (reserve.go) holds a pod's capacity from its filter to its
-//     binding: reserve on filter, binding and assumed on bind, unconfirmed
-//     holds after a lost Binding answer, expiry.
-//   - Gangs (gangs.go, gang_plan.go, gang_resume.go) admits gangs: gangBook
-//     (gangbook.go, podgroup.go) registers members, PodGroups and plan ids; a
-//     member's filter plans the gang outside the lock (gangJob, placeAll in
-//     gang.go), commits, fails, expires and resumes plans. It reaches the index
-//     only through gangIndex, gangLedger and policySource, which it owns; the
-//     index tells it what happens to pods through podObserver, which the index
-//     owns.
-//   - gangBinds (gang_bind.go) binds a plan's members together: each waits at
-//     bind until the last arrives, which commits them all.
-//   - binder (bind.go) binds: Bindings, the read back of a lost answer, and
-//     the refusal while informers are stale (apiContact, contact.go).
-//   - informers (informers.go) feed the index and the gangs; outbox
-//     (outbox.go) sends the Events and nudges decided under the lock after
-//     it (muted on a standby); leadership (leader.go) runs leader election
-//     among replicas (Deps.Leader) and gates serving on it; shapeTable and resolvedLists (verdicts.go) key and resolve what
-//     filters score; placement (its own package) decides.
+// It is cut along its three jobs: package wire turns bodies into arguments
+// and results into bodies (pure and fuzzed: the ExtenderArgs decoder with its
+// pod and candidate-list caches, the encoders, PodRequest, /status's types);
+// package gang admits gangs against a small interface of the index it owns
+// (gang.Index, gang.Ledger, gang.Outbox: gangport.go implements them); this
+// package keeps the cluster index and all that talks to the API. One type per
+// job (docs/extender.md has the map with files and method counts):
+//   - Server (server.go) serves HTTP, wires the types below (NewServer) and runs
+//     informers and housekeeping (Run, Housekeep); status.go answers /status.
+//   - reservations (filter.go) answers filter and prioritize side by side:
+//     Filter reserves the best node (gang members go to the gangs first);
+//     its bind half (beginBind, finishBind, settle) is in bind.go.
+//   - State (state.go) is the cluster index and holds the one lock; a pod's
+//     record is made once, outside the lock, by podRecordOf (transform.go).
+//   - ledger (ledger.go, gpus.go) is the capacity the index accounts and its
+//     only charger; scoring (scoring.go) scores with the serving policy, its
+//     verdicts cached per node.
+//   - binder (bind.go) binds; informers (informers.go) feed the index and the
+//     gangs and report their contact with the API (apiContact); outbox
+//     (outbox.go) sends after the lock what was decided under it; leadership
+//     (leader.go) runs leader election and gates serving on it.
 //
 // One lock: State's sync.RWMutex guards the index, the ledger, scoring, the
-// reservations' phases and the gangs; reservations, Gangs and gangBinds take
-// it through the index (lock, rlock) and call each other's lower-case methods
-// with it held, each keeping its own fields. Scoring runs under the read lock,
-// every change under the write lock, and a filter that scored optimistically
+// reservations' phases and the gangs; reservations and the gangs take it
+// through the index (lock, rlock; gang.Index) and call each other with it
+// held, each keeping its own fields. Scoring runs under the read lock, every
+// change under the write lock, and a filter that scored optimistically
 // re-checks the node's generation before it commits. Gang planning runs on
-// copies without the lock (gangJob) and commits under it. Nothing does I/O
-// under the lock: Events and gang nudges are queued (outbox) and flushed
-// afterwards, and a gang member's bind waits on a channel with no lock held.
+// copies without the lock and commits under it. Nothing does I/O under the
+// lock: Events and gang nudges are queued (outbox) and flushed afterwards, and
+// a gang member's bind waits on a channel with no lock held.
 //
 // Traps:
 //   - With leader election (Deps.Leader) only the leader serves: a standby
@@ -103,25 +88,16 @@
 //     (at most Config.GangBindTimeout). That must stay below kube-scheduler's
 //     extender httpTimeout, and the HTTP write timeout above it plus the API
 //     calls of the commit (Config.Validate checks the latter).
-//   - A committed gang plan is recorded on every member (AnnotationGangState,
-//     gang_resume.go) and resumed after a restart; plan ids must stay unique
-//     across restarts (planIDBase), and a plan this process released must never
-//     be resumed from its records (gangBook.finished).
-//   - A gang plan places its members greedily, largest first, each where
-//     placement.Select would send it. placeAll keeps each node's score between
-//     members (placement.Ranking) and scores again only the node a member was
-//     placed on: valid only while a score is a function of the node and the
-//     request, so never for the random policy (rankable), and every change of
-//     a planning copy must be reported to the rankings (rankings.changed).
 //   - Verdicts are cached per node, keyed by the node's generation, the policy
 //     epoch and the request shape. Every change of a node's placement state
 //     must go through ledger.bump, and cached device slices are shared: never
 //     modify them. Gang "can never fit" verdicts are keyed by capGen, which
-//     moves with the node set and each node's capacity, labels and taints.
+//     moves with the node set and each node's capacity, labels and taints
+//     (ledger.capGen; the gangs read it through gang.Ledger.Generations).
 //   - A node-metrics annotation that is stale, missing or undecodable makes
 //     Node.Usage nil, which means unknown, never idle.
 //   - Device slots are NVML indices of the physical GPUs the agent lists in
-//     node-metrics v2 (gpuslots.go), never slots of allocatable nvidia.com/gpu
+//     node-metrics v2 (gpus.go), never slots of allocatable nvidia.com/gpu
 //     (time-slicing replicas inflate it, an unhealthy GPU's removal renumbers
 //     it): an unhealthy or unlisted GPU has capacity 0, reservations follow
 //     their GPU's UUID when the list changes (gpuTable.rekey; written
@@ -131,10 +107,10 @@
 //     data. The annotation is written and read with package contract's codec,
 //     the one the agent's NRI plugin reads it with.
 //   - Whole-GPU devices are kubelet's (the device plugin's) choice: once the
-//     agent's node-metrics v2 reports them, the ledger follows (gpualloc.go),
+//     agent's node-metrics v2 reports them, the ledger follows (gpus.go),
 //     whatever the pod's devices annotation says; shares keep the annotation.
-//   - Node names in a filter's verdicts alias the request body and per-request
-//     scratch is pooled: nothing may keep them past the request.
+//   - Node names in a filter's verdicts alias the request body (package wire)
+//     and per-request scratch is pooled: nothing may keep them past the request.
 //   - The placement core is package placement (Policy and its implementations,
 //     Workload, Select, Node and Request), shared with the openb replay
 //     (bench/openb): it stays free of State, locks, clocks and I/O (its

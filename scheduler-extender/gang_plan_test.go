@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -156,7 +156,7 @@ func TestGangMinMemberCap(t *testing.T) {
 			t.Errorf("node %s holds capacity for a gang above the cap: %v", n, free)
 		}
 	}
-	if st := s.Status(); len(st.AssumedPods) != 0 || len(st.Gangs) != 1 || st.Gangs[0].State != GangInvalid {
+	if st := s.Status(); len(st.AssumedPods) != 0 || len(st.Gangs) != 1 || st.Gangs[0].State != gang.GangInvalid {
 		t.Errorf("status %+v %+v, want nothing held and the gang invalid", st.AssumedPods, st.Gangs)
 	}
 }

@@ -1,14 +1,11 @@
 package extender
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/understory/understory/contract"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 )
 
 func volcano(group string, minMember int) []podOpt {
@@ -27,47 +27,6 @@ func volcano(group string, minMember int) []podOpt {
 func gangPod(name, group string, minMember, gpuCount, createdSec int) *corev1.Pod {
 	opts := append(volcano(group, minMember), gpus(gpuCount), created(createdSec))
 	return testPod("ns", name, opts...)
-}
-
-func TestPodGangDialects(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name        string
-		pod         *corev1.Pod
-		ok          bool
-		key, dia    string
-		min         int
-		wantErrPart string
-	}{
-		{"none", testPod("ns", "p"), false, "", "", 0, ""},
-		{"podgroup label", testPod("ns", "p", label(LabelPodGroup, "pg")), true, "ns/pg", DialectPodGroup, 0, ""},
-		{"volcano", testPod("ns", "p", volcano("vg", 3)...), true, "ns/vg", DialectVolcano, 3, ""},
-		{"volcano alt name", testPod("ns", "p", annotate(AnnotationVolcanoGroupNameAlt, "vg"),
-			annotate(AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
-		// Volcano's minMember is its PodGroup's: no annotation is no error (gangBook.minMember waits for the PodGroup).
-		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
-		{"volcano bad min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg"),
-			annotate(AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
-		{"koordinator", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
-			annotate(AnnotationKoordinatorMinAvailable, "5")), true, "ns/kg", DialectKoordinator, 5, ""},
-		{"koordinator bad min", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
-			annotate(AnnotationKoordinatorMinAvailable, "-1")), true, "ns/kg", DialectKoordinator, 0, "1..10000"},
-		{"label wins over annotations", testPod("ns", "p", label(LabelPodGroup, "pg"),
-			annotate(AnnotationKoordinatorName, "kg")), true, "ns/pg", DialectPodGroup, 0, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ref, ok := podGang(tc.pod)
-			if ok != tc.ok || ref.key != tc.key || ref.dialect != tc.dia || ref.min != tc.min {
-				t.Fatalf("got %+v %v", ref, ok)
-			}
-			if tc.wantErrPart == "" && ref.err != nil || tc.wantErrPart != "" && (ref.err == nil ||
-				!strings.Contains(ref.err.Error(), tc.wantErrPart) || !errors.Is(ref.err, ErrInvalidGang)) {
-				t.Fatalf("err %v, want %q", ref.err, tc.wantErrPart)
-			}
-		})
-	}
 }
 
 // twoNodes is a cluster of two 4-GPU nodes.
@@ -342,7 +301,7 @@ func TestGangThatCanNeverFitIsUnresolvable(t *testing.T) {
 	if res.FailedAndUnresolvableNodes["n0"] != want {
 		t.Fatalf("want unresolvable %q, got %+v", want, res)
 	}
-	if st := s.Status(); st.Gangs[0].State != GangUnschedulable || len(st.AssumedPods) != 0 {
+	if st := s.Status(); st.Gangs[0].State != gang.GangUnschedulable || len(st.AssumedPods) != 0 {
 		t.Fatalf("state %+v, held %+v: want unschedulable, nothing held", st.Gangs, st.AssumedPods)
 	}
 	for _, n := range []string{"n0", "n1"} {
@@ -454,14 +413,12 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := testServer(t, clock, Deps{Client: fc, Dynamic: dyn, Registry: reg})
 	stop := runServer(t, s)
-	waitFor(t, func() bool {
-		s.state.mu.RLock()
-		defer s.state.mu.RUnlock()
-		_, ok := s.gangs.book.podGroups["ns/pg"]
-		return ok && s.Ready()
-	})
+	waitFor(t, s.Ready)
 	url := startHTTP(t, s)
-	passedOne(t, filter(t, url, a, "n0"))
+	waitFor(t, func() bool { // until the PodGroup reaches the gangs, a waits ("PodGroup not found")
+		res := filter(t, url, a, "n0")
+		return res.NodeNames != nil && len(*res.NodeNames) == 1
+	})
 	st := s.Status()
 	if st.Gangs[0].MinMember != 2 || st.Gangs[0].State != GangPlanned || st.Gangs[0].PlanExpiry == nil ||
 		!st.Gangs[0].PlanExpiry.Equal(clock.Now().Add(90*time.Second)) {
@@ -493,49 +450,50 @@ understory_extender_cache_staleness_seconds{informer="volcano-podgroups"} 7
 	}
 }
 
-func TestParsePodGroup(t *testing.T) {
+// A restarted extender learns a gang whose members a previous one bound from the
+// informer alone (no filter call sizes it): /status shows it admitted with its
+// minMember, in each dialect, whatever order its pods and PodGroup arrive in.
+func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 	t.Parallel()
+	koord := func(name string) *corev1.Pod {
+		return testPod("ns", name, annotate(AnnotationKoordinatorName, "g"), annotate(AnnotationKoordinatorMinAvailable, "2"),
+			onNode("n0"))
+	}
+	vol := func(name string) *corev1.Pod { return testPod("ns", name, append(volcano("g", 2), onNode("n0"))...) }
+	pg := func(name string) *corev1.Pod { return testPod("ns", name, label(LabelPodGroup, "g"), onNode("n0")) }
 	tests := []struct {
-		name    string
-		spec    map[string]any
-		min     int
-		timeout time.Duration
-		bad     bool
+		name     string
+		pods     []*corev1.Pod
+		group    bool // a scheduler-plugins PodGroup of minMember 2, upserted after the pods
+		wantMin  int
+		wantSt   string
+		wantNote string
 	}{
-		{"min only", map[string]any{"minMember": int64(3)}, 3, 0, false},
-		{"float from json", map[string]any{"minMember": float64(4), "scheduleTimeoutSeconds": float64(30)}, 4, 30 * time.Second, false},
-		{"missing min", map[string]any{}, 0, 0, true},
-		{"zero min", map[string]any{"minMember": int64(0)}, 0, 0, true},
-		{"string min", map[string]any{"minMember": "3"}, 0, 0, true},
-		{"fractional", map[string]any{"minMember": 2.5}, 0, 0, true},
-		{"negative timeout", map[string]any{"minMember": int64(1), "scheduleTimeoutSeconds": int64(-5)}, 0, 0, true},
-		{"huge timeout", map[string]any{"minMember": int64(1), "scheduleTimeoutSeconds": int64(1 << 40)}, 0, 0, true},
+		{"koordinator", []*corev1.Pod{koord("a"), koord("b")}, false, 2, GangAdmitted, ""},
+		{"volcano annotation", []*corev1.Pod{vol("a"), vol("b")}, false, 2, GangAdmitted, ""},
+		{"podgroup after its pods", []*corev1.Pod{pg("a"), pg("b")}, true, 2, GangAdmitted, ""},
+		{"podgroup not seen", []*corev1.Pod{pg("a"), pg("b")}, false, 0, GangWaiting, "no PodGroup: minMember unknown"},
+		{"one of two bound", []*corev1.Pod{koord("a"), testPod("ns", "b", annotate(AnnotationKoordinatorName, "g"),
+			annotate(AnnotationKoordinatorMinAvailable, "2"))}, false, 2, GangWaiting, "one member is not bound"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := parsePodGroup(&unstructured.Unstructured{Object: map[string]any{"spec": tc.spec}})
-			if (got.err != nil) != tc.bad || (!tc.bad && (got.minMember != tc.min || got.timeout != tc.timeout)) {
-				t.Fatalf("got %+v", got)
+			s := fedServer(t, newFakeClock(), Deps{Client: newFakeCluster(t)})
+			twoNodes(t, s)
+			for _, p := range tc.pods {
+				s.State().UpsertPod(p)
 			}
-			if tc.bad && !errors.Is(got.err, ErrInvalidGang) {
-				t.Fatalf("error %v does not wrap ErrInvalidGang", got.err)
+			if tc.group {
+				s.Gangs().UpsertPodGroup(&unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+					"metadata": map[string]any{"namespace": "ns", "name": "g"},
+					"spec":     map[string]any{"minMember": int64(2)}}})
+			}
+			st := s.Status()
+			if len(st.Gangs) != 1 || st.Gangs[0].MinMember != tc.wantMin || st.Gangs[0].State != tc.wantSt {
+				t.Fatalf("gangs %+v, want one of minMember %d, %s (%s)", st.Gangs, tc.wantMin, tc.wantSt, tc.wantNote)
 			}
 		})
 	}
-}
-
-func FuzzParseMinMember(f *testing.F) {
-	for _, s := range []string{"1", "10000", "0", "-1", " 3 ", "1e3", "", "99999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		m, err := ParseMinMember(s)
-		if err == nil && (m < 1 || m > MaxGangSize) {
-			t.Fatalf("%q accepted as %d", s, m)
-		}
-		if err != nil && !errors.Is(err, ErrInvalidGang) {
-			t.Fatalf("error %v does not wrap ErrInvalidGang", err)
-		}
-	})
 }

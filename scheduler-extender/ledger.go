@@ -6,11 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
@@ -20,7 +19,7 @@ import (
 // one to charge, hold and release (hold, place, placeOn, release), to charge
 // what the informers show bound (chargeBound: the first pod to claim a device
 // keeps it) and to follow kubelet's allocation of whole GPUs (reconcileGPUs,
-// gpualloc.go); it keeps pods bound to nodes it does not know as orphans, and
+// gpus.go); it keeps pods bound to nodes it does not know as orphans, and
 // copies its ledgers for planning without the lock (candidates, emptyNodes).
 //
 // The index (State) adds, refreshes and deletes the node entries themselves
@@ -143,7 +142,7 @@ func (l *ledger) deviceConflict(p *podEntry, e *nodeEntry, claimed, devs []int) 
 		}
 	}
 	slices.Sort(holders)
-	l.out.emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
+	l.out.Emit(p, true, "GPUDeviceConflict", fmt.Sprintf("%s=%s names devices of node %s that %s already hold: "+
 		"the first holder keeps them; %s is accounted on devices %s instead", contract.AnnotationGPUDevices,
 		contract.FormatGPUDevices(claimed), e.n.Name, strings.Join(holders, ", "), p.key(), contract.FormatGPUDevices(devs)))
 	if l.met != nil {

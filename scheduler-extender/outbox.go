@@ -10,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 )
 
 // maxQueuedEvents bounds the events waiting to be emitted; more are dropped.
@@ -60,25 +63,21 @@ func (o *outbox) setSink(recorder eventRecorder, api podAPI, nudge bool, apiTime
 	o.recorder, o.api, o.nudge, o.apiTimeout, o.log = recorder, api, nudge, apiTimeout, log
 }
 
-// emit queues an Event on p.
-func (o *outbox) emit(p *podEntry, warning bool, reason, msg string) {
-	o.queueEvent(event{p.namespace, p.name, p.uid, warning, reason, msg})
-}
-
-func (o *outbox) queueEvent(e event) {
+// Emit queues an Event on p (a pod entry, or a gang member: gang.Outbox).
+func (o *outbox) Emit(p gang.Pod, warning bool, reason, msg string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.events) < maxQueuedEvents {
-		o.events = append(o.events, e)
+		o.events = append(o.events, event{p.Namespace(), p.Name(), p.UID(), warning, reason, msg})
 		o.pending.Store(true)
 	}
 }
 
-// queueNudge queues an AnnotationGangState write on a pod.
-func (o *outbox) queueNudge(n nudge) {
+// Nudge queues a write of the gang-state annotation value on gang member p.
+func (o *outbox) Nudge(p gang.Pod, value string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.nudges = append(o.nudges, n)
+	o.nudges = append(o.nudges, nudge{p.Namespace(), p.Name(), p.UID(), value})
 	o.pending.Store(true)
 }
 
@@ -122,7 +121,7 @@ func (o *outbox) flush() {
 		defer o.nudgeWG.Done()
 		for _, n := range nudges {
 			ctx, cancel := context.WithTimeout(context.Background(), o.apiTimeout)
-			if err := o.api.PatchPodAnnotation(ctx, n.namespace, n.name, n.uid, AnnotationGangState, n.value); err != nil {
+			if err := o.api.PatchPodAnnotation(ctx, n.namespace, n.name, n.uid, contract.AnnotationGangState, n.value); err != nil {
 				o.log.Warn("nudging gang member", "pod", n.namespace+"/"+n.name, "err", err)
 			}
 			cancel()

@@ -3,7 +3,6 @@ package extender
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,14 +25,12 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/metrics"
+	"github.com/understory/understory/scheduler-extender/gang"
+	"github.com/understory/understory/scheduler-extender/wire"
 )
 
 // EventComponent is the source component of the Events the extender emits.
 const EventComponent = "understory-scheduler-extender"
-
-// podCacheSize is how many decoded pods the filter/prioritize decoder keeps
-// at most (Config.PodCacheBytes bounds their bytes).
-const podCacheSize = 1024
 
 // eventRecorder is the part of record.EventRecorder the extender uses.
 type eventRecorder interface {
@@ -69,14 +66,13 @@ type Deps struct {
 }
 
 // Server is the kube-scheduler HTTP extender. It serves HTTP: it decodes a
-// request (server_decode.go, the decoded-pod cache), calls the type whose job
-// it is and encodes the answer (server_encode.go); it wires those types
-// together (NewServer) and runs the informers and housekeeping (Run).
+// request and encodes the answer (package wire) around the type whose job it
+// is; it wires those types (NewServer) and runs informers and housekeeping.
 type Server struct {
 	cfg         Config
-	state       *State        // the cluster index (Prioritize)
-	gangs       *Gangs        // gang registry and planner
-	res         *reservations // Filter
+	state       *State        // the cluster index
+	gangs       *gang.Gangs   // gang registry and planner
+	res         *reservations // Filter, Prioritize
 	binder      *binder       // Bind
 	feed        *informers    // nil without a Client
 	lead        *leadership   // nil without Deps.Leader: always serving
@@ -88,8 +84,7 @@ type Server struct {
 	met         *metrics.Extender
 	log         *slog.Logger
 	now         func() time.Time
-	pods        *podCache
-	lists       *listCache
+	dec         *wire.Decoder // ExtenderArgs, with the decoded-pod and candidate-list caches
 	bufs        sync.Pool     // *bytes.Buffer request bodies
 	outs        sync.Pool     // *[]byte responses
 	scratches   sync.Pool     // *scratch
@@ -103,7 +98,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, client: deps.Client, registry: deps.Registry, log: deps.Logger, now: deps.Now,
-		pods: newPodCache(podCacheSize, cfg.PodCacheBytes), lists: &listCache{min: defaultMinCachedList},
+		dec:   wire.NewDecoder(cfg.PodCacheBytes),
 		large: make(chan struct{}, cfg.MaxLargeRequests)}
 	if s.now == nil {
 		s.now = time.Now
@@ -129,16 +124,19 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.state, s.out, s.contact = st, st.out, newAPIContact(s.now)
 	s.out.setSink(recorder, api, s.client != nil, cfg.APITimeout, s.log)
-	s.gangs = newGangs(cfg, st, s.now)
-	binds := &gangBinds{gs: s.gangs}
-	s.res = &reservations{cfg: cfg, now: s.now, ix: st, led: st.led, sc: st.sc, gangs: s.gangs, binds: binds}
-	if s.client != nil {
-		s.feed = &informers{cfg: cfg, client: s.client, dynamic: deps.Dynamic, ix: st, gangs: s.gangs,
-			contact: s.contact, out: s.out, log: s.log}
-	}
 	s.met, err = metrics.NewExtender(s.registry, stateSource{s})
 	if err != nil {
 		return nil, err
+	}
+	st.led.met = s.met
+	s.res = &reservations{cfg: cfg, now: s.now, ix: st, led: st.led, sc: st.sc}
+	port := gangPort{s.res}
+	s.gangs = gang.New(gang.Config{MaxMembers: cfg.MaxGangMembers, PlanTTL: cfg.GangPlanTTL, BindTimeout: cfg.GangBindTimeout},
+		port, port, s.out, s.met, s.now)
+	st.obs, s.res.gangs, s.res.binds = s.gangs, s.gangs, gang.NewBinds(s.gangs)
+	if s.client != nil {
+		s.feed = &informers{cfg: cfg, client: s.client, dynamic: deps.Dynamic, ix: st, gangs: s.gangs,
+			contact: s.contact, out: s.out, log: s.log}
 	}
 	if deps.Leader != nil {
 		if s.lead, err = newLeadership(*deps.Leader, s.client, s.registry, s.log); err != nil {
@@ -153,8 +151,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		}
 		s.out.setMuted(true) // a standby writes nothing (becomeLeader unmutes)
 	}
-	st.led.met, s.gangs.met = s.met, s.met
-	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, binds: binds, out: s.out,
+	s.binder = &binder{cfg: cfg, api: api, contact: s.contact, ix: st, res: s.res, binds: s.res.binds, out: s.out,
 		met: s.met, log: s.log, lead: s.lead}
 	var holds []prometheus.Observer
 	if deps.LockHold != nil {
@@ -191,7 +188,7 @@ func (s *Server) State() *State { return s.state }
 
 // Gangs is the server's gang registry and planner, for feeding it PodGroups
 // directly (tests).
-func (s *Server) Gangs() *Gangs { return s.gangs }
+func (s *Server) Gangs() *gang.Gangs { return s.gangs }
 
 // Bind binds a pod (binder.Bind).
 func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
@@ -262,8 +259,8 @@ func (s *Server) Housekeep() {
 	now := s.now()
 	n := s.res.expire(now)
 	ix.forgetArgsOnly(now)
-	s.gangs.expirePlans(now)
-	s.gangs.resumePlans()
+	s.gangs.ExpirePlans(now)
+	s.gangs.ResumePlans()
 	ix.refreshAllUsage(now)
 	ix.unlock()
 	if n > 0 {
@@ -284,19 +281,13 @@ func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 // devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	filterRefuse := func(w http.ResponseWriter, code int, err error) {
-		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
-		writeJSON(w, code, body)
-	}
+	filterRefuse := func(w http.ResponseWriter, code int, err error) { writeJSON(w, code, wire.FilterError(err.Error())) }
 	prioRefuse := func(w http.ResponseWriter, code int, err error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(code)
 		_, _ = io.WriteString(w, err.Error()+"\n")
 	}
-	bindRefuse := func(w http.ResponseWriter, code int, err error) {
-		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
-		writeJSON(w, code, body)
-	}
+	bindRefuse := func(w http.ResponseWriter, code int, err error) { writeJSON(w, code, wire.BindingResult(err.Error())) }
 	mux.Handle("POST /filter", s.instrument("filter", s.guard(s.handleFilter, filterRefuse)))
 	mux.Handle("POST /prioritize", s.instrument("prioritize", s.guard(s.handlePrioritize, prioRefuse)))
 	mux.Handle("POST /bind", s.instrument("bind", s.guard(s.handleBind, bindRefuse)))
@@ -422,9 +413,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, http.StatusRequestEntityTooLarge,
-				fmt.Errorf("body exceeds %d bytes: %w", s.cfg.MaxBodyBytes, ErrBadRequest)
+				fmt.Errorf("body exceeds %d bytes: %w", s.cfg.MaxBodyBytes, wire.ErrBadRequest)
 		}
-		return nil, http.StatusBadRequest, fmt.Errorf("reading body: %w: %w", err, ErrBadRequest)
+		return nil, http.StatusBadRequest, fmt.Errorf("reading body: %w: %w", err, wire.ErrBadRequest)
 	}
 	return buf, http.StatusOK, nil
 }
@@ -443,179 +434,4 @@ func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
-}
-
-// readArgs reads and decodes an ExtenderArgs body, answering the error itself.
-func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, sc *scratch, fail func(code int, err error)) (extenderArgs, *bytes.Buffer, bool) {
-	buf, code, err := s.readBody(w, r)
-	if err != nil {
-		fail(code, err)
-		return extenderArgs{}, nil, false
-	}
-	args, err := decodeExtenderArgs(buf.Bytes(), s.pods, s.lists, sc.names)
-	switch {
-	case err != nil:
-	case args.pod == nil:
-		err = fmt.Errorf("ExtenderArgs.Pod is missing: %w", ErrBadRequest)
-	case args.pod.UID == "" || args.pod.Name == "":
-		err = fmt.Errorf("ExtenderArgs.Pod has no name or uid: %w", ErrBadRequest)
-	case args.names == nil && args.nodes == nil:
-		err = fmt.Errorf("ExtenderArgs has neither NodeNames nor Nodes: %w", ErrBadRequest)
-	}
-	if err != nil {
-		s.release(buf)
-		fail(http.StatusBadRequest, err)
-		return extenderArgs{}, nil, false
-	}
-	if args.names == nil {
-		args.names = make([][]byte, len(args.nodes.Items))
-		for i := range args.nodes.Items {
-			args.names[i] = []byte(args.nodes.Items[i].Name)
-		}
-	}
-	if !args.namesCached {
-		sc.names = args.names[:0] // keep the grown buffer; cached lists are not ours to clear
-	}
-	return args, buf, true
-}
-
-func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
-	fail := func(code int, err error) {
-		body, _ := json.Marshal(extenderv1.ExtenderFilterResult{Error: err.Error()})
-		writeJSON(w, code, body)
-	}
-	sc := s.scratch()
-	defer s.putScratch(sc)
-	args, buf, ok := s.readArgs(w, r, sc, fail)
-	if !ok {
-		return
-	}
-	defer s.release(buf)
-	var learned []*corev1.Node
-	if args.nodes != nil {
-		learned = make([]*corev1.Node, len(args.nodes.Items))
-		for i := range args.nodes.Items {
-			learned[i] = &args.nodes.Items[i]
-		}
-	}
-	out := s.res.Filter(args.pod, args.names, args.namesRaw, learned, sc.out)
-	sc.out = out
-	s.met.FilterNodes.WithLabelValues("passed").Add(float64(len(out.passed)))
-	s.met.FilterNodes.WithLabelValues("failed").Add(float64(len(out.failed)))
-	s.met.FilterNodes.WithLabelValues("unresolvable").Add(float64(len(out.unresolvable)))
-	if args.nodes != nil {
-		res := extenderv1.ExtenderFilterResult{Nodes: &corev1.NodeList{}}
-		res.FailedNodes, res.FailedAndUnresolvableNodes = out.maps()
-		for _, n := range learned {
-			for _, p := range out.passed {
-				if n.Name == p {
-					res.Nodes.Items = append(res.Nodes.Items, *n)
-				}
-			}
-		}
-		body, err := json.Marshal(res)
-		if err != nil {
-			fail(http.StatusInternalServerError, fmt.Errorf("encoding result: %w", err))
-			return
-		}
-		writeJSON(w, http.StatusOK, body)
-	} else {
-		bp := s.outBuf()
-		*bp = appendFilterResult((*bp)[:0], &out, "")
-		writeJSON(w, http.StatusOK, *bp)
-		s.putOut(bp)
-	}
-	s.out.flush()
-}
-
-func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
-	fail := func(code int, err error) {
-		// HostPriorityList has no error field: the reason goes in the body as text.
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(code)
-		_, _ = io.WriteString(w, err.Error()+"\n")
-	}
-	sc := s.scratch()
-	defer s.putScratch(sc)
-	args, buf, ok := s.readArgs(w, r, sc, fail)
-	if !ok {
-		return
-	}
-	defer s.release(buf)
-	sc.scores, sc.raws = s.state.Prioritize(args.pod, args.names, args.namesRaw, sc.scores, sc.raws)
-	bp := s.outBuf()
-	*bp = appendHostPriorities((*bp)[:0], args.names, sc.scores, args.namesPlain)
-	writeJSON(w, http.StatusOK, *bp)
-	s.putOut(bp)
-}
-
-// scratch is per-request working memory, pooled.
-type scratch struct {
-	names  [][]byte      // aliases a request body while in use
-	out    filterOutcome // its verdict names alias it too
-	scores []int64
-	raws   []float64
-}
-
-func (s *Server) putScratch(sc *scratch) {
-	clear(sc.names[:cap(sc.names)]) // drop references to the body
-	sc.names = sc.names[:0]
-	clear(sc.out.failed[:cap(sc.out.failed)])
-	clear(sc.out.unresolvable[:cap(sc.out.unresolvable)])
-	sc.out.reset()
-	s.scratches.Put(sc)
-}
-
-func (s *Server) scratch() *scratch {
-	if sc, ok := s.scratches.Get().(*scratch); ok {
-		return sc
-	}
-	return &scratch{}
-}
-
-func (s *Server) outBuf() *[]byte {
-	if bp, ok := s.outs.Get().(*[]byte); ok {
-		return bp
-	}
-	return new([]byte)
-}
-
-func (s *Server) putOut(bp *[]byte) {
-	if cap(*bp) <= maxPooledBuffer {
-		s.outs.Put(bp)
-	}
-}
-
-func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
-	reply := func(code int, err error) {
-		body, _ := json.Marshal(extenderv1.ExtenderBindingResult{Error: err.Error()})
-		writeJSON(w, code, body)
-	}
-	buf, code, err := s.readBody(w, r)
-	if err != nil {
-		reply(code, err)
-		return
-	}
-	var args extenderv1.ExtenderBindingArgs
-	err = json.Unmarshal(buf.Bytes(), &args)
-	s.release(buf)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("ExtenderBindingArgs: %w: %w", err, ErrBadRequest)
-	case args.PodName == "" || args.PodNamespace == "" || args.PodUID == "" || args.Node == "":
-		err = fmt.Errorf("ExtenderBindingArgs needs PodName, PodNamespace, PodUID and Node: %w", ErrBadRequest)
-	}
-	if err != nil {
-		reply(http.StatusBadRequest, err)
-		return
-	}
-	if err := s.Bind(r.Context(), args); err != nil {
-		code := http.StatusOK // the protocol reports bind failures in the result
-		if errors.Is(err, ErrCacheStale) {
-			code = http.StatusServiceUnavailable
-		}
-		reply(code, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []byte(`{"Error":""}`))
 }

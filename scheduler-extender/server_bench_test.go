@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/wire"
 )
 
 // benchState is a 5000-node index with a third of the GPUs in use.
-func benchState(b *testing.B) (*Server, []*extenderArgs) {
+func benchState(b *testing.B) (*Server, []*wire.Args) {
 	b.Helper()
 	s, err := NewServer(DefaultConfig(), Deps{})
 	if err != nil {
@@ -31,10 +32,10 @@ func benchState(b *testing.B) (*Server, []*extenderArgs) {
 			}
 		}
 	}
-	var args []*extenderArgs
+	var args []*wire.Args
 	for i, o := range []podOpt{milli(500), gpus(1), gpus(2), milli(250)} {
 		body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("ns", fmt.Sprintf("q%d", i), o), NodeNames: &names})
-		a, err := decodeExtenderArgs(body, s.pods, s.lists, nil)
+		a, err := s.dec.Args(body, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,12 +58,12 @@ func reportCPU(b *testing.B, start time.Duration) {
 
 func BenchmarkFilter5000(b *testing.B) {
 	s, args := benchState(b)
-	var out filterOutcome
+	var out wire.Outcome
 	b.ResetTimer()
 	start := cpuNow()
 	for i := 0; i < b.N; i++ {
 		a := args[i%len(args)]
-		out = s.res.Filter(a.pod, a.names, a.namesRaw, nil, out)
+		out = s.res.Filter(a.Pod, a.Names, a.List, nil, out)
 	}
 	reportCPU(b, start)
 }
@@ -75,7 +76,7 @@ func BenchmarkPrioritize5000(b *testing.B) {
 	start := cpuNow()
 	for i := 0; i < b.N; i++ {
 		a := args[i%len(args)]
-		sc, raws = s.state.Prioritize(a.pod, a.names, a.namesRaw, sc, raws)
+		sc, raws = s.res.Prioritize(a.Pod, a.Names, a.List, sc, raws)
 	}
 	reportCPU(b, start)
 }

@@ -8,18 +8,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/scheduler-extender/wire"
 )
 
-// benchDecoder turns an ExtenderArgs body into the handlers' extenderArgs.
+// benchDecoder turns an ExtenderArgs body into the handlers' wire.Args.
 type benchDecoder struct {
 	name   string
-	decode func(s *Server, body []byte, buf [][]byte) (extenderArgs, error)
+	decode func(s *Server, body []byte, buf [][]byte) (wire.Args, error)
 }
 
-// handWritten is the extender's own decoder (server_decode.go).
+// handWritten is the extender's own decoder (package wire).
 func handWritten() benchDecoder {
-	return benchDecoder{"hand-written", func(s *Server, body []byte, buf [][]byte) (extenderArgs, error) {
-		return decodeExtenderArgs(body, s.pods, s.lists, buf)
+	return benchDecoder{"hand-written", func(s *Server, body []byte, buf [][]byte) (wire.Args, error) {
+		return s.dec.Args(body, buf)
 	}}
 }
 
@@ -27,15 +29,15 @@ func handWritten() benchDecoder {
 // into extenderv1.ExtenderArgs. Node names alias the decoded strings (no copy
 // per name): the best case for the library.
 func generalDecoder(name string, unmarshal func([]byte, any) error) benchDecoder {
-	return benchDecoder{name, func(_ *Server, body []byte, buf [][]byte) (extenderArgs, error) {
+	return benchDecoder{name, func(_ *Server, body []byte, buf [][]byte) (wire.Args, error) {
 		var std extenderv1.ExtenderArgs
 		if err := unmarshal(body, &std); err != nil {
-			return extenderArgs{}, fmt.Errorf("ExtenderArgs: %w: %w", err, ErrBadRequest)
+			return wire.Args{}, fmt.Errorf("ExtenderArgs: %w: %w", err, wire.ErrBadRequest)
 		}
-		a := extenderArgs{pod: std.Pod, nodes: std.Nodes, names: buf[:0]}
+		a := wire.Args{Pod: std.Pod, Nodes: std.Nodes, Names: buf[:0]}
 		if std.NodeNames != nil {
 			for _, n := range *std.NodeNames {
-				a.names = append(a.names, unsafe.Slice(unsafe.StringData(n), len(n)))
+				a.Names = append(a.Names, unsafe.Slice(unsafe.StringData(n), len(n)))
 			}
 		}
 		return a, nil
@@ -47,34 +49,34 @@ func generalDecoder(name string, unmarshal func([]byte, any) error) benchDecoder
 // NodeNames kept raw), the pod goes through the decoded-pod cache and the name
 // list through the list cache, and only a list the cache lacks is decoded.
 func cachingDecoder(name string, unmarshal func([]byte, any) error) benchDecoder {
-	return benchDecoder{name, func(s *Server, body []byte, buf [][]byte) (extenderArgs, error) {
+	return benchDecoder{name, func(s *Server, body []byte, buf [][]byte) (wire.Args, error) {
 		var top struct {
 			Pod       json.RawMessage
 			Nodes     *corev1.NodeList
 			NodeNames json.RawMessage
 		}
 		if err := unmarshal(body, &top); err != nil {
-			return extenderArgs{}, fmt.Errorf("ExtenderArgs: %w: %w", err, ErrBadRequest)
+			return wire.Args{}, fmt.Errorf("ExtenderArgs: %w: %w", err, wire.ErrBadRequest)
 		}
-		a := extenderArgs{nodes: top.Nodes, names: buf[:0]}
+		a := wire.Args{Nodes: top.Nodes, Names: buf[:0]}
 		if len(top.Pod) > 0 && string(top.Pod) != "null" {
-			pod, err := s.pods.decode(top.Pod)
+			pod, err := s.dec.Pods().Decode(top.Pod)
 			if err != nil {
-				return extenderArgs{}, fmt.Errorf("ExtenderArgs.Pod: %w: %w", err, ErrBadRequest)
+				return wire.Args{}, fmt.Errorf("ExtenderArgs.Pod: %w: %w", err, wire.ErrBadRequest)
 			}
-			a.pod = pod
+			a.Pod = pod
 		}
 		if len(top.NodeNames) > 0 && string(top.NodeNames) != "null" {
-			if raw, names, ok := s.lists.match(top.NodeNames); ok {
-				a.names, a.namesRaw, a.namesCached = names, raw, true
+			if _, names, l := s.dec.Lists().Match(top.NodeNames); l != nil {
+				a.Names, a.List, a.Cached = names, l, true
 				return a, nil
 			}
 			var names []string
 			if err := unmarshal(top.NodeNames, &names); err != nil {
-				return extenderArgs{}, fmt.Errorf("ExtenderArgs.NodeNames: %w: %w", err, ErrBadRequest)
+				return wire.Args{}, fmt.Errorf("ExtenderArgs.NodeNames: %w: %w", err, wire.ErrBadRequest)
 			}
 			for _, n := range names {
-				a.names = append(a.names, unsafe.Slice(unsafe.StringData(n), len(n)))
+				a.Names = append(a.Names, unsafe.Slice(unsafe.StringData(n), len(n)))
 			}
 		}
 		return a, nil
@@ -91,12 +93,12 @@ func benchDecoding(b *testing.B, decoders []benchDecoder) {
 	s, args := benchState(b)
 	bodies := make([][]byte, len(args))
 	for i, a := range args {
-		names := make([]string, len(a.names))
-		for j, n := range a.names {
+		names := make([]string, len(a.Names))
+		for j, n := range a.Names {
 			names[j] = string(n)
 		}
 		var err error
-		if bodies[i], err = json.Marshal(extenderv1.ExtenderArgs{Pod: a.pod, NodeNames: &names}); err != nil {
+		if bodies[i], err = json.Marshal(extenderv1.ExtenderArgs{Pod: a.Pod, NodeNames: &names}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -105,7 +107,7 @@ func benchDecoding(b *testing.B, decoders []benchDecoder) {
 			b.Run(verb+"/"+d.name, func(b *testing.B) {
 				var (
 					buf   [][]byte
-					out   filterOutcome
+					out   wire.Outcome
 					sc    []int64
 					raws  []float64
 					bytes int
@@ -121,12 +123,12 @@ func benchDecoding(b *testing.B, decoders []benchDecoder) {
 					}
 					switch verb {
 					case "filter":
-						out = s.res.Filter(a.pod, a.names, a.namesRaw, nil, out)
+						out = s.res.Filter(a.Pod, a.Names, a.List, nil, out)
 					case "prioritize":
-						sc, raws = s.state.Prioritize(a.pod, a.names, a.namesRaw, sc, raws)
+						sc, raws = s.res.Prioritize(a.Pod, a.Names, a.List, sc, raws)
 					}
-					if !a.namesCached {
-						buf = a.names[:0]
+					if !a.Cached {
+						buf = a.Names[:0]
 					}
 				}
 				reportCPU(b, start)

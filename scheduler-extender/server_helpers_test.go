@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/contract"
 )
 
 // fakeClock is a settable clock.

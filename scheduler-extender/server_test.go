@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/understory/understory/contract"
 )
 
 func TestFilterVerdicts(t *testing.T) {
@@ -572,4 +573,33 @@ func TestLockHoldMetric(t *testing.T) {
 			t.Errorf("LockHoldMetric %v: Deps.LockHold saw %d holds, want 3", on, seen.Load())
 		}
 	}
+}
+
+// FuzzHandlers posts arbitrary bodies to every verb: the server answers 200,
+// 400 or 413 and never panics.
+func FuzzHandlers(f *testing.F) {
+	pod, _ := json.Marshal(testPod("ns", "p", gpus(1)))
+	f.Add(uint8(0), []byte(`{"Pod":`+string(pod)+`,"NodeNames":["n0","x"]}`))
+	f.Add(uint8(1), []byte(`{"Pod":`+string(pod)+`,"NodeNames":["n0"]}`))
+	f.Add(uint8(2), []byte(`{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n0"}`))
+	f.Add(uint8(0), []byte(`{"Pod":{"metadata":{"name":"p","uid":"u","annotations":{"understory.io/gpu-model":",,"}}},"NodeNames":["n0"]}`))
+	s, err := NewServer(DefaultConfig(), Deps{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s.State().UpsertNode(testNode("n0", "A100", 2, 8, 32))
+	h := s.Handler()
+	verbs := []string{"/filter", "/prioritize", "/bind"}
+	f.Fuzz(func(t *testing.T, verb uint8, body []byte) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, verbs[int(verb)%3], bytes.NewReader(body)))
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		if rec.Code == http.StatusOK && verb%3 != 1 && !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("invalid JSON answer %s", rec.Body)
+		}
+	})
 }

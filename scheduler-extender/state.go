@@ -4,20 +4,19 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/understory/understory/contract"
-
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -49,14 +48,11 @@ type podEntry struct {
 	namespace, name string
 	created         time.Time
 	req             placement.Request
-	reqErr          error // why the pod cannot be turned into a Request (user error)
-	gang            gangRef
-	hasGang         bool
-	cons            *podConstraints // gang members only: selector, required affinity, tolerations
-	persisted       *persistedPlan  // gang members only: the plan its gang-state annotation records
-	seq             uint64          // order in which the index learned of it (first claim wins a device)
-	informer        bool            // seen by the pod informer (not only in extender args)
-	seen            time.Time       // last time extender args carried it (for !informer pods)
+	reqErr          error       // why the pod cannot be turned into a Request (user error)
+	gm              gang.Member // the gangs' part: its gang, constraints, recorded plan
+	seq             uint64      // order in which the index learned of it (first claim wins a device)
+	informer        bool        // seen by the pod informer (not only in extender args)
+	seen            time.Time   // last time extender args carried it (for !informer pods)
 
 	phase   podPhase
 	node    string // node it is bound to or reserved on
@@ -72,6 +68,26 @@ type podEntry struct {
 
 func (p *podEntry) key() string { return p.namespace + "/" + p.name }
 
+// inGang reports whether p is a gang member.
+func (p *podEntry) inGang() bool {
+	_, ok := p.gm.Gang()
+	return ok
+}
+
+// A podEntry is a gang.Pod: what the gangs read of a member.
+func (p *podEntry) UID() types.UID             { return p.uid }
+func (p *podEntry) Namespace() string          { return p.namespace }
+func (p *podEntry) Name() string               { return p.name }
+func (p *podEntry) Created() time.Time         { return p.created }
+func (p *podEntry) Request() placement.Request { return p.req }
+func (p *podEntry) RequestErr() error          { return p.reqErr }
+func (p *podEntry) Node() string               { return p.node }
+func (p *podEntry) Holds() bool                { return p.phase.holds() }
+func (p *podEntry) Planned() bool              { return p.phase == phasePlanned }
+func (p *podEntry) Binding() bool              { return p.phase == phaseBinding }
+func (p *podEntry) Bound() bool                { return p.phase == phaseAssumed || p.phase == phaseBound }
+func (p *podEntry) Member() *gang.Member       { return &p.gm }
+
 // nodeEntry is one node's precomputed placement state.
 type nodeEntry struct {
 	n   *placement.Node
@@ -84,9 +100,9 @@ type nodeEntry struct {
 	usage      *placement.Usage
 	metricsErr string
 	// alloc is kubelet's allocation of whole GPUs from the last decodable
-	// metrics (version 2; nil when unreported): gpualloc.go.
+	// metrics (version 2; nil when unreported): gpus.go.
 	alloc *kubeletAlloc
-	// gpus is the node's physical GPUs by slot (gpuslots.go); gpuList the agent's
+	// gpus is the node's physical GPUs by slot (gpus.go); gpuList the agent's
 	// newest decoded GPU list, kept while later annotations lack one or do not
 	// decode (what is installed does not change with a stale or broken annotation).
 	gpus     gpuTable
@@ -101,24 +117,17 @@ type nodeEntry struct {
 // State is the cluster index: the nodes and the pods the informers (or
 // request bodies) show. It takes the informers' upserts and deletes (and what
 // only request bodies carry: podFromArgs, learnNodes, forgetArgsOnly), follows
-// node metrics (usage, kubelet's GPU allocation) and answers Prioritize and
-// /status. Two parts of it have their own types:
-//   - ledger (ledger.go) holds the node entries and their device ledgers
-//     (placement.Node): it charges, holds and releases pods on them (hold,
-//     place, release, chargeBound, reconcileGPUs), keeps pods bound to unknown
-//     nodes as orphans and copies the ledgers for planning; the index adds,
-//     refreshes and deletes the entries themselves;
-//   - scoring (scoring.go) holds the serving policy and scores requests, its
-//     verdicts cached per node (judge, evaluate, recheck).
+// node metrics (usage, kubelet's GPU allocation) and answers /status. Its
+// ledger (ledger.go) holds the node entries and charges pods on them (the
+// index adds, refreshes and deletes the entries themselves); its scoring
+// (scoring.go) scores requests with the serving policy.
 //
-// Bind coordination lives outside the index: reservations (reserve.go) moves a
-// pod from its filter's hold to its binding, and gangBinds (gang_bind.go)
-// binds a gang plan's members together. They, the gang planner (Gangs) and the
-// index share one lock, State's RWMutex (lock, rlock): it is the one lock of
-// the extender's decisions, and every lower-case method of the index, the
-// ledger and scoring is called with it held. Scoring runs under the read lock,
-// every change under the write lock. The index never calls the gangs: what it
-// does to pods it tells its podObserver (the gangs), under the lock.
+// Filter, Prioritize and binding are the reservations' (filter.go, bind.go),
+// gangs the gang package's. They and the index share one lock, State's RWMutex
+// (lock, rlock): every lower-case method of the index, the ledger and scoring
+// is called with it held; scoring runs under the read lock, every change under
+// the write lock. The index never calls the gangs: what it does to pods it
+// tells its podObserver (the gangs), under the lock.
 type State struct {
 	cfg Config
 	now func() time.Time
@@ -160,27 +169,28 @@ func (s *State) runlock() { s.mu.RUnlock() }
 
 // podObserver is told, under the index's write lock, what the index does to
 // pods: the gang registry keeps memberships and plans in line with it. Owned
-// by the index, implemented by Gangs; the index calls nothing else of theirs.
+// by the index, implemented by gang.Gangs; the index calls nothing else of theirs.
 type podObserver interface {
-	// podUpdated: p was (re)recorded from rec (fromInformer: the informer's
-	// truth, else a request body); gang membership follows rec.
-	podUpdated(p *podEntry, rec *podRecord, fromInformer bool)
-	// podBound: the informer shows p bound (phaseBound).
-	podBound(p *podEntry)
-	// podReleasing: the index is about to drop what p holds (p deleted, bound
+	// PodUpdated: p was (re)recorded from a record whose gang part is rec
+	// (fromInformer: the informer's truth, else a request body); gang
+	// membership follows rec.
+	PodUpdated(p gang.Pod, rec *gang.Record, fromInformer bool)
+	// PodBound: the informer shows p bound (phaseBound).
+	PodBound(p gang.Pod)
+	// PodReleasing: the index is about to drop what p holds (p deleted, bound
 	// elsewhere, its node deleted): a plan holding p is broken, for reason.
-	podReleasing(p *podEntry, reason string)
-	// podDeleted: p leaves the index.
-	podDeleted(p *podEntry)
+	PodReleasing(p gang.Pod, reason string)
+	// PodDeleted: p leaves the index.
+	PodDeleted(p gang.Pod)
 }
 
 // noObserver is the observer of an index without gangs (NewState alone).
 type noObserver struct{}
 
-func (noObserver) podUpdated(*podEntry, *podRecord, bool) {}
-func (noObserver) podBound(*podEntry)                     {}
-func (noObserver) podReleasing(*podEntry, string)         {}
-func (noObserver) podDeleted(*podEntry)                   {}
+func (noObserver) PodUpdated(gang.Pod, *gang.Record, bool) {}
+func (noObserver) PodBound(gang.Pod)                       {}
+func (noObserver) PodReleasing(gang.Pod, string)           {}
+func (noObserver) PodDeleted(gang.Pod)                     {}
 
 // NewState returns an empty index serving cfg.Policy, without gangs (NewServer
 // wires its Gangs as the index's observer) and with an outbox of its own.
@@ -192,29 +202,12 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	led := &ledger{nodes: map[string]*nodeEntry{}, orphans: map[string]map[types.UID]*podEntry{}, out: out}
 	s := &State{
 		cfg: cfg, now: now, pods: map[types.UID]*podEntry{}, led: led, out: out, obs: noObserver{},
-		sc: &scoring{policyName: cfg.Policy, led: led, lists: resolvedLists{seed: maphash.MakeSeed()}},
+		sc: &scoring{policyName: cfg.Policy, led: led},
 	}
 	if err := s.sc.setPolicy(nil); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// lockedPolicy serialises a policy that is not safe for concurrent use (random:
-// it draws from one rng), since filters score under the read lock.
-type lockedPolicy struct {
-	mu sync.Mutex
-	p  placement.Policy
-}
-
-var _ placement.Policy = (*lockedPolicy)(nil)
-
-func (l *lockedPolicy) Name() string { return l.p.Name() }
-
-func (l *lockedPolicy) Score(n *placement.Node, r placement.Request) (float64, []int, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.p.Score(n, r)
 }
 
 // RefreshWorkload rebuilds the target workload from every tracked pod's request.
@@ -354,6 +347,9 @@ func sameCapacity(a, b *placement.Node) bool {
 		len(a.GPUFree) == len(b.GPUFree) && a.BatchCPUMilli == b.BatchCPUMilli && a.BatchMemoryMiB == b.BatchMemoryMiB
 }
 
+// mib is a mebibyte: nodes' memory is accounted in MiB.
+const mib = 1 << 20
+
 // nodeFromAPI is the empty placement state of a node: allocatable capacity and
 // its GPU slots, model and table (nodeGPUs: from the agent's GPU list in m when
 // there is one, else from allocatable nvidia.com/gpu over the device plugin's
@@ -381,6 +377,19 @@ func nodeFromAPI(obj *corev1.Node, m *contract.NodeMetrics) (*placement.Node, gp
 	return n, t
 }
 
+// nodeMeta is the part of a node that gang members' constraints read. It
+// shares obj's label map and taint slice (informer objects are never modified).
+func nodeMeta(obj *corev1.Node) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: obj.Name, Labels: obj.Labels},
+		Spec: corev1.NodeSpec{Taints: obj.Spec.Taints}}
+}
+
+// sameMeta reports whether a and b have the same name, labels and taints.
+func sameMeta(a, b *corev1.Node) bool {
+	return a.Name == b.Name && maps.Equal(a.Labels, b.Labels) &&
+		slices.EqualFunc(a.Spec.Taints, b.Spec.Taints, func(x, y corev1.Taint) bool { return x.MatchTaint(&y) && x.Value == y.Value })
+}
+
 // DeleteNode forgets a node. Pods bound there wait as orphans for their own delete
 // events; reservations and plans on it are released.
 func (s *State) DeleteNode(name string) {
@@ -403,7 +412,7 @@ func (s *State) deleteNodeLocked(name string) {
 			s.led.addOrphan(p)
 		default:
 			p.charged = false
-			s.obs.podReleasing(p, fmt.Sprintf("node %s deleted", name))
+			s.obs.PodReleasing(p, fmt.Sprintf("node %s deleted", name))
 			s.led.release(p)
 		}
 	}
@@ -453,7 +462,7 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		p.req = req
 	}
 	p.reqErr = err
-	s.obs.podUpdated(p, pod, fromInformer)
+	s.obs.PodUpdated(p, pod.gang, fromInformer)
 
 	node := pod.nodeName
 	if !fromInformer {
@@ -488,11 +497,11 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 		}
 		if p.phase != phaseBound {
 			p.phase, p.unconfirmed = phaseBound, false
-			s.obs.podBound(p)
+			s.obs.PodBound(p)
 		}
 		return p
 	}
-	s.obs.podReleasing(p, "pod bound elsewhere")
+	s.obs.PodReleasing(p, "pod bound elsewhere")
 	s.led.release(p)
 	p.node, p.phase = node, phaseBound
 	if !known {
@@ -508,7 +517,7 @@ func (s *State) upsertPodLocked(pod *podRecord, fromInformer bool) *podEntry {
 	} else {
 		s.led.chargeBound(p, e, devs, phaseBound)
 	}
-	s.obs.podBound(p)
+	s.obs.PodBound(p)
 	return p
 }
 
@@ -524,9 +533,9 @@ func (s *State) deletePodLocked(uid types.UID) {
 	if !ok {
 		return
 	}
-	s.obs.podReleasing(p, fmt.Sprintf("member %s deleted", p.key()))
+	s.obs.PodReleasing(p, fmt.Sprintf("member %s deleted", p.key()))
 	s.led.release(p)
-	s.obs.podDeleted(p)
+	s.obs.PodDeleted(p)
 	delete(s.pods, uid)
 }
 

@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 

@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,7 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 	"github.com/understory/understory/scheduler-extender/placement"
+	"github.com/understory/understory/scheduler-extender/wire"
 )
 
 // The informers keep only what the index reads (cache.TransformFunc): at
@@ -39,7 +40,7 @@ func slimObject(obj any) (any, error) {
 	case *corev1.Node:
 		return slimNode(o), nil
 	case *unstructured.Unstructured:
-		return slimPodGroup(o), nil
+		return gang.SlimPodGroup(o), nil
 	}
 	return obj, nil
 }
@@ -68,14 +69,12 @@ func keep(m map[string]string, keys []string) map[string]string {
 // Records are never modified once made: the index shares their pointers.
 type podRecord struct {
 	metav1.ObjectMeta
-	req       placement.Request
-	reqErr    error           // why PodRequest failed (req then holds what it could read)
-	gang      *gangRef        // nil: no gang
-	cons      *podConstraints // gang members only (constraintsOf)
-	persisted *persistedPlan  // gang members only (persistedOf)
-	nodeName  string
-	phase     corev1.PodPhase
-	devices   []int // the contract.AnnotationGPUDevices annotation, parsed; nil when missing or malformed
+	req      placement.Request
+	reqErr   error        // why PodRequest failed (req then holds what it could read)
+	gang     *gang.Record // its gang, constraints and recorded plan; nil: no gang
+	nodeName string
+	phase    corev1.PodPhase
+	devices  []int // the contract.AnnotationGPUDevices annotation, parsed; nil when missing or malformed
 }
 
 var (
@@ -93,14 +92,14 @@ func (r *podRecord) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// podRecordOf computes what the index reads of pod: PodRequest, podGang, and
-// for gang members constraintsOf and persistedOf, spec.nodeName, status.phase
-// and the devices annotation (parsed here, outside the index lock). Its
-// strings are copies made now, after the informer decoded its list, so that
-// they lie together instead of pinning, a few bytes each, the memory spans the
-// decoded pods are freed from. A gang member's constraints still share the
-// strings of its selector, affinity and tolerations with the decoded pod; gang
-// members are few.
+// podRecordOf computes what the index reads of pod: PodRequest, its gang
+// (gang.RecordOf: membership, and for members their node constraints and
+// recorded plan), spec.nodeName, status.phase and the devices annotation
+// (parsed here, outside the index lock). Its strings are copies made now,
+// after the informer decoded its list, so that they lie together instead of
+// pinning, a few bytes each, the memory spans the decoded pods are freed
+// from. A gang member's constraints still share the strings of its selector,
+// affinity and tolerations with the decoded pod; gang members are few.
 func podRecordOf(pod *corev1.Pod) *podRecord {
 	r := &podRecord{
 		ObjectMeta: metav1.ObjectMeta{Name: strings.Clone(pod.Name), Namespace: strings.Clone(pod.Namespace),
@@ -108,47 +107,18 @@ func podRecordOf(pod *corev1.Pod) *podRecord {
 			CreationTimestamp: pod.CreationTimestamp},
 		nodeName: strings.Clone(pod.Spec.NodeName), phase: canonicalPhase(pod.Status.Phase),
 	}
-	r.req, r.reqErr = PodRequest(pod)
+	r.req, r.reqErr = wire.PodRequest(pod)
 	for i, m := range r.req.Models {
 		if i == 0 {
 			r.req.Models = slices.Clone(r.req.Models)
 		}
 		r.req.Models[i] = strings.Clone(m)
 	}
-	if ref, ok := podGang(pod); ok {
-		ref.namespace, ref.name = r.Namespace, strings.Clone(ref.name)
-		r.gang, r.cons, r.persisted = &ref, constraintsOf(constraintsPart(pod)), persistedOf(pod)
-		if r.persisted != nil {
-			r.persisted.node = strings.Clone(r.persisted.node)
-		}
-	}
+	r.gang = gang.RecordOf(pod)
 	if v, ok := pod.Annotations[contract.AnnotationGPUDevices]; ok {
 		r.devices, _ = contract.ParseGPUDevices(v) // malformed: nil, and the index infers devices
 	}
 	return r
-}
-
-// constraintsPart is a deep copy of what constraintsOf reads of pod.
-func constraintsPart(pod *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}}
-	spec := &pod.Spec
-	for k, v := range spec.NodeSelector {
-		if out.Spec.NodeSelector == nil {
-			out.Spec.NodeSelector = make(map[string]string, len(spec.NodeSelector))
-		}
-		out.Spec.NodeSelector[strings.Clone(k)] = strings.Clone(v)
-	}
-	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy()}}
-	}
-	if spec.Tolerations != nil {
-		out.Spec.Tolerations = make([]corev1.Toleration, len(spec.Tolerations))
-		for i := range spec.Tolerations {
-			spec.Tolerations[i].DeepCopyInto(&out.Spec.Tolerations[i])
-		}
-	}
-	return out
 }
 
 // canonicalPhase returns the package constant for a known phase, so that
@@ -174,34 +144,4 @@ func slimNode(n *corev1.Node) *corev1.Node {
 		Spec:   corev1.NodeSpec{Taints: n.Spec.Taints},
 		Status: corev1.NodeStatus{Allocatable: n.Status.Allocatable},
 	}
-}
-
-// slimPodGroup keeps apiVersion, kind, identity and spec.minMember and
-// spec.scheduleTimeoutSeconds: what parsePodGroup and parseVolcanoPodGroup read.
-func slimPodGroup(u *unstructured.Unstructured) *unstructured.Unstructured {
-	meta := map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()}
-	if v := u.GetUID(); v != "" {
-		meta["uid"] = string(v)
-	}
-	if v := u.GetResourceVersion(); v != "" {
-		meta["resourceVersion"] = v
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{"metadata": meta}}
-	for _, k := range []string{"apiVersion", "kind"} {
-		if v, ok := u.Object[k]; ok {
-			out.Object[k] = v
-		}
-	}
-	if spec, ok := u.Object["spec"].(map[string]any); ok {
-		s := map[string]any{}
-		for _, k := range []string{"minMember", "scheduleTimeoutSeconds"} {
-			if v, ok := spec[k]; ok {
-				s[k] = v
-			}
-		}
-		out.Object["spec"] = s
-	} else if spec, ok := u.Object["spec"]; ok {
-		out.Object["spec"] = spec // malformed: the decoder says so
-	}
-	return out
 }

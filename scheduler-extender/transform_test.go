@@ -8,14 +8,14 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/gang"
 )
 
 // richPod is a pod as the API server returns it: managedFields, a big
@@ -131,19 +131,9 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 			if !reflect.DeepEqual(rec.req, req) || !reflect.DeepEqual(rec.reqErr, err) {
 				t.Errorf("record request %+v (%v), PodRequest %+v (%v)", rec.req, rec.reqErr, req, err)
 			}
-			ref, inGang := podGang(pod)
-			if (rec.gang != nil) != inGang || inGang && !reflect.DeepEqual(*rec.gang, ref) {
-				t.Errorf("record gang %+v, podGang %+v %v", rec.gang, ref, inGang)
-			}
-			if inGang {
-				if a, b := constraintsOf(pod).cacheKey(), rec.cons.cacheKey(); a != b {
-					t.Errorf("constraints key %q in the record, %q of the pod", b, a)
-				}
-				if a := persistedOf(pod); !reflect.DeepEqual(rec.persisted, a) {
-					t.Errorf("persisted plan %+v in the record, %+v of the pod", rec.persisted, a)
-				}
-			} else if rec.cons != nil || rec.persisted != nil {
-				t.Errorf("a pod outside any gang keeps constraints or a plan: %+v", rec)
+			// Its gang, constraints and recorded plan, as read from the full pod.
+			if want := gang.RecordOf(pod); !reflect.DeepEqual(rec.gang, want) {
+				t.Errorf("record gang %+v, of the pod %+v", rec.gang, want)
 			}
 			// The informer's store keys the record as it keys the pod.
 			kr, err1 := cache.DeletionHandlingMetaNamespaceKeyFunc(rec)
@@ -198,36 +188,6 @@ func TestPodRecordSmall(t *testing.T) {
 	}
 	if rec.phase != corev1.PodRunning || unsafe.StringData(string(rec.phase)) != unsafe.StringData(string(corev1.PodRunning)) {
 		t.Errorf("phase %q is not the package constant", rec.phase)
-	}
-}
-
-func TestSlimPodGroup(t *testing.T) {
-	t.Parallel()
-	for _, spec := range []any{
-		map[string]any{"minMember": int64(3), "scheduleTimeoutSeconds": int64(30), "queue": "q", "minResources": map[string]any{"cpu": "1"}},
-		map[string]any{"minMember": "three"},
-		nil, []any{int64(1)},
-	} {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-			"metadata": map[string]any{"name": "g", "namespace": "ns", "uid": "u", "resourceVersion": "9",
-				"managedFields": []any{map[string]any{"manager": "x"}}},
-			"spec":   spec,
-			"status": map[string]any{"phase": "Running", "running": int64(3)},
-		}}
-		s, err := slimObject(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		su := s.(*unstructured.Unstructured)
-		if !reflect.DeepEqual(parsePodGroup(su), parsePodGroup(u)) ||
-			!reflect.DeepEqual(parseVolcanoPodGroup(su), parseVolcanoPodGroup(u)) {
-			t.Errorf("spec %v: the slim PodGroup decodes differently", spec)
-		}
-		if su.GetName() != "g" || su.GetNamespace() != "ns" || su.GetResourceVersion() != "9" || su.Object["status"] != nil ||
-			su.GetManagedFields() != nil {
-			t.Errorf("spec %v: slim PodGroup %v", spec, su.Object)
-		}
 	}
 }
 
