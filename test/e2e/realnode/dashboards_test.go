@@ -229,6 +229,31 @@ func (in *install) schedulerToken(ctx context.Context) (string, error) {
 	return path, os.WriteFile(path, []byte(tr.Status.Token), 0o600)
 }
 
+// seedSchedulerSeries has the second scheduler place one pod before the first scrape.
+// kube-scheduler creates a series of its attempt histograms at its first observation,
+// and increase() cannot count a series' first sample: a process whose only attempts
+// come after the first scrape would show none (a cluster's long-running scheduler has
+// its series already). The pod is deleted once placed.
+func (in *install) seedSchedulerSeries(t *testing.T) {
+	t.Helper()
+	ctx, n := in.ctx, in.n
+	p := n.podSpec("seed-second-scheduler", nil, corev1.ResourceRequirements{Requests: cpuMem("10m", "8Mi")})
+	p.Spec.SchedulerName = secondScheduler
+	if _, err := n.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := poll(ctx, 60*time.Second, func() (bool, error) {
+		got, err := n.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the second scheduler did not place pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	if err := n.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // schedulerPods returns the second scheduler's running pods with an IP, by name.
 func (in *install) schedulerPods(ctx context.Context) ([]*corev1.Pod, error) {
 	return in.runningPods(ctx, "app.kubernetes.io/name="+secondScheduler)
@@ -285,6 +310,7 @@ func (in *install) scrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in.seedSchedulerSeries(t)
 	if in.schedToken, err = in.schedulerToken(ctx); err != nil {
 		t.Fatalf("a token to read the second scheduler's /metrics: %v", err)
 	}
@@ -299,6 +325,12 @@ func (in *install) scrape(t *testing.T) {
 	defer cancel()
 	err = p.WaitTargetsUp(wctx, 1+len(exts)+len(scheds))
 	in.promStart = time.Now()
+	if err == nil {
+		// Every target is scraped once inside the checked window before stage 4 starts:
+		// a counter's increase over the window starts from that sample, so the
+		// scheduling stage 4 does right away counts.
+		err = p.WaitScrapedAfter(wctx, in.promStart)
+	}
 	if err != nil {
 		t.Fatalf("Prometheus scraping the agent and the extender as manifests/monitoring/prometheus-scrape.yaml "+
 			"does: %v\nits log:\n%s", err, p.LogTail(20))
