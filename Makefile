@@ -172,7 +172,7 @@ bench-gpu:
 # with MPS, in kubelet-style cgroups with NRI; prints the table and the issue's targets and
 # writes bench/out/gpu-real.json. Root, ~6 min, GPU machine only: elsewhere it stops at
 # once. That machine has no Go: bench-gpu-real-build makes bin/koordlet (cgo, stripped),
-# bin/gpureal-bench and bin/gpureal-bundle.tar.gz (the two, to carry there).
+# bin/gpureal-bench (cmd/gpu-real) and bin/gpureal-bundle.tar.gz (the two, to carry there).
 GPUREAL_FLAGS ?=
 bench-gpu-real:
 	GPUREAL_FLAGS="$(GPUREAL_FLAGS)" scripts/bench-gpu-real.sh

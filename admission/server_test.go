@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
-	extender "github.com/understory/understory/scheduler-extender"
 )
 
 func newTestServer(t *testing.T, cfg Config) (*Server, *prometheus.Registry) {
@@ -262,31 +262,23 @@ understory_admission_requests_total{operation="unknown",result="bad_request"} 1
 	}
 }
 
-// The gang keys and maximum must stay the extender's.
-func TestGangKeysMatchExtender(t *testing.T) {
+// The policy's maxGangMinMember is the contract's MaxGangSize, the bound the webhook and
+// the extender share.
+func TestPolicyMaxGangMinMember(t *testing.T) {
 	t.Parallel()
-	if AnnotationVolcanoMinMember != extender.AnnotationVolcanoMinMember ||
-		AnnotationKoordinatorMinAvailable != extender.AnnotationKoordinatorMinAvailable ||
-		DefaultMaxGangMinMember != extender.MaxGangSize {
-		t.Fatal("gang keys or maximum differ from scheduler-extender's")
-	}
 	data, err := os.ReadFile("../manifests/admission/validatingadmissionpolicy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(data), `expression: "10000"`) {
-		t.Fatal("the policy's maxGangMinMember is not the extender's MaxGangSize")
+	if want := fmt.Sprintf("expression: \"%d\"", contract.MaxGangSize); !strings.Contains(string(data), want) {
+		t.Fatalf("the policy's maxGangMinMember is not contract.MaxGangSize (no %s)", want)
 	}
 }
 
-// The devices key is the extender's, and the writer is the extender's service account
-// as manifests/scheduler names it; both policies in manifests/admission allow exactly
-// DefaultGPUDevicesWriter.
+// The devices key's writer is the extender's service account as manifests/scheduler
+// names it; both policies in manifests/admission allow exactly DefaultGPUDevicesWriter.
 func TestGPUDevicesWriterMatchesExtender(t *testing.T) {
 	t.Parallel()
-	if contract.AnnotationGPUDevices != contract.AnnotationGPUDevices {
-		t.Fatalf("devices key %q, the extender writes %q", contract.AnnotationGPUDevices, contract.AnnotationGPUDevices)
-	}
 	ns, name, ok := strings.Cut(strings.TrimPrefix(DefaultGPUDevicesWriter, "system:serviceaccount:"), ":")
 	if !ok {
 		t.Fatalf("DefaultGPUDevicesWriter %q is not a service account", DefaultGPUDevicesWriter)

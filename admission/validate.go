@@ -17,10 +17,10 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// Keys the validation rules read. The gang keys are the scheduler extender's
-// (scheduler-extender/gang.go); a test checks they stay equal. The class keys are the
-// node agent's (package qos) and the devices key is the shared contract's
-// (contract.AnnotationGPUDevices): both are imported, never re-declared.
+// Keys the validation rules read. The gang keys and their bound are the shared
+// contract's (contract.AnnotationVolcanoMinMember, contract.AnnotationKoordinatorMinAvailable,
+// contract.MaxGangSize), as is the devices key (contract.AnnotationGPUDevices); the class
+// keys are the node agent's (package qos). All are imported, never re-declared.
 const (
 	// LabelAllowLSBestEffort on a namespace (value "true") allows BestEffort pods that
 	// the node agent classifies LS through a class key (understory.io/qos-class: LS, or
@@ -28,12 +28,9 @@ const (
 	// Elsewhere such a pod is rejected: LS means "protected", and a BestEffort pod
 	// reserves nothing.
 	LabelAllowLSBestEffort = "understory.io/allow-ls-besteffort"
-	// AnnotationVolcanoMinMember is Volcano's gang minimum member count.
-	AnnotationVolcanoMinMember = "scheduling.volcano.sh/group-min-member"
-	// AnnotationKoordinatorMinAvailable is Koordinator's gang minimum member count.
-	AnnotationKoordinatorMinAvailable = "gang.scheduling.koordinator.sh/min-available"
-	// DefaultMaxGangMinMember is the largest gang minimum accepted, the extender's MaxGangSize.
-	DefaultMaxGangMinMember = 10000
+	// DefaultMaxGangMinMember is the largest gang minimum accepted, the extender's bound
+	// too (contract.MaxGangSize).
+	DefaultMaxGangMinMember = contract.MaxGangSize
 	// DefaultGPUDevicesWriter is the user name of the scheduler extender's service
 	// account (manifests/scheduler: ServiceAccount understory-scheduler-extender in
 	// understory-system), the only writer of understory.io/gpu-devices: it puts the
@@ -218,7 +215,7 @@ func ValidatePod(r PodRequest, rules Rules) error {
 			"scheduler that calls the extender, not %q (rule %s)", contract.ResourceGPUMilli, s, cur,
 			RuleGPUShareScheduler))
 	}
-	for _, key := range []string{AnnotationVolcanoMinMember, AnnotationKoordinatorMinAvailable} {
+	for _, key := range []string{contract.AnnotationVolcanoMinMember, contract.AnnotationKoordinatorMinAvailable} {
 		v, ok := pod.Annotations[key]
 		if !ok {
 			continue

@@ -147,18 +147,18 @@ func TestValidatePod(t *testing.T) {
 		{"original-resources unchanged", admissionv1.Update, burst(ann(contract.AnnotationOriginalResources, "{}")),
 			burst(ann(contract.AnnotationOriginalResources, "{}", "x", "y")), nil, tenant, "", ""},
 
-		{"gang ok", admissionv1.Create, nil, burst(ann(AnnotationVolcanoMinMember, "10000")), nil, tenant, "", ""},
-		{"gang zero", admissionv1.Create, nil, burst(ann(AnnotationVolcanoMinMember, "0")), nil, tenant, RuleGangMinMember, ""},
-		{"gang too big", admissionv1.Create, nil, burst(ann(AnnotationKoordinatorMinAvailable, "10001")), nil, tenant,
+		{"gang ok", admissionv1.Create, nil, burst(ann(contract.AnnotationVolcanoMinMember, "10000")), nil, tenant, "", ""},
+		{"gang zero", admissionv1.Create, nil, burst(ann(contract.AnnotationVolcanoMinMember, "0")), nil, tenant, RuleGangMinMember, ""},
+		{"gang too big", admissionv1.Create, nil, burst(ann(contract.AnnotationKoordinatorMinAvailable, "10001")), nil, tenant,
 			RuleGangMinMember, ""},
-		{"gang sign", admissionv1.Create, nil, burst(ann(AnnotationKoordinatorMinAvailable, "+3")), nil, tenant, RuleGangMinMember, ""},
-		{"gang spaces", admissionv1.Create, nil, burst(ann(AnnotationKoordinatorMinAvailable, " 3")), nil, tenant, RuleGangMinMember, ""},
-		{"gang overflow", admissionv1.Create, nil, burst(ann(AnnotationVolcanoMinMember, "99999999999999999999")), nil, tenant,
+		{"gang sign", admissionv1.Create, nil, burst(ann(contract.AnnotationKoordinatorMinAvailable, "+3")), nil, tenant, RuleGangMinMember, ""},
+		{"gang spaces", admissionv1.Create, nil, burst(ann(contract.AnnotationKoordinatorMinAvailable, " 3")), nil, tenant, RuleGangMinMember, ""},
+		{"gang overflow", admissionv1.Create, nil, burst(ann(contract.AnnotationVolcanoMinMember, "99999999999999999999")), nil, tenant,
 			RuleGangMinMember, ""},
-		{"bad gang unchanged on update", admissionv1.Update, burst(ann(AnnotationVolcanoMinMember, "0")),
-			burst(ann(AnnotationVolcanoMinMember, "0", "x", "y")), nil, tenant, "", ""},
-		{"bad gang changed on update", admissionv1.Update, burst(ann(AnnotationVolcanoMinMember, "2")),
-			burst(ann(AnnotationVolcanoMinMember, "0")), nil, tenant, RuleGangMinMember, ""},
+		{"bad gang unchanged on update", admissionv1.Update, burst(ann(contract.AnnotationVolcanoMinMember, "0")),
+			burst(ann(contract.AnnotationVolcanoMinMember, "0", "x", "y")), nil, tenant, "", ""},
+		{"bad gang changed on update", admissionv1.Update, burst(ann(contract.AnnotationVolcanoMinMember, "2")),
+			burst(ann(contract.AnnotationVolcanoMinMember, "0")), nil, tenant, RuleGangMinMember, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

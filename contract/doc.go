@@ -1,9 +1,13 @@
 // Package contract is the one home of what Understory's binaries say to each other
-// without importing each other: the node agent (koordlet), the scheduler extender and
-// the admission webhook.
+// without importing each other: the node agent (koordlet), the scheduler extender, the
+// admission webhook, the Kueue quota follower and the kubectl plugin. Each such name is
+// declared here once; TestNoCopies fails on a copy of one spelled as a string literal in
+// the module's other non-test Go files.
 //
-//   - names.go: the extended resources, annotations and labels that cross a binary
-//     boundary (batch-cpu, batch-memory, gpu-milli, gpu-devices, qos-class, ...);
+//   - names.go: the extended resources, annotations, labels and pod conditions that
+//     cross a binary boundary (batch-cpu, batch-memory, gpu-milli, gpu-devices,
+//     qos-class, BatchSlowed, ...), and the gang keys of Volcano, Koordinator and
+//     scheduler-plugins with their bound MaxGangSize;
 //   - gpudevices.go: the understory.io/gpu-devices codec, one parser for the extender
 //     that writes it and the agent that reads it (fuzzed);
 //   - nodemetrics.go: the versioned node-metrics document the agent writes to its Node's

@@ -35,7 +35,43 @@ const (
 	// AnnotationQOSClass is a pod's class (LS, BE or batch), written by users or the
 	// admission webhook and read by the agent (qos.Classify).
 	AnnotationQOSClass = "understory.io/qos-class"
+	// ConditionBatchSlowed is the type of the pod condition the node agent writes on a
+	// batch pod it holds back (True, reason Throttled, Frozen, Suspended or Evicted) or
+	// lets run free again (False, reason Running); package qos decides it. The kubectl
+	// plugin reads it to say why a batch pod is slow, and so do people (kubectl
+	// describe pod). A Kubernetes corev1.PodConditionType; untyped here, as the contract
+	// imports no Kubernetes package.
+	ConditionBatchSlowed = "understory.io/BatchSlowed"
 )
+
+// Gang membership keys of the three gang dialects Understory understands. Tenants (or
+// their job controllers) write them on their pods; Understory writes none of them. The
+// scheduler extender reads them to find a pod's gang and its minimum, the admission
+// webhook bounds the minimum (rule gang-min-member: 1..MaxGangSize), and the kubectl
+// plugin reads them to explain a pending gang member.
+const (
+	// LabelPodGroup names the scheduler-plugins (coscheduling) PodGroup of a pod;
+	// minMember and scheduleTimeoutSeconds come from the PodGroup object.
+	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+	// AnnotationVolcanoGroupName and AnnotationVolcanoGroupNameAlt each name a Volcano
+	// group; the extender reads the first before the second.
+	AnnotationVolcanoGroupName    = "scheduling.k8s.io/group-name"
+	AnnotationVolcanoGroupNameAlt = "scheduling.volcano.sh/group-name"
+	// AnnotationVolcanoMinMember is a Volcano group's minimum member count, a decimal
+	// integer in 1..MaxGangSize.
+	AnnotationVolcanoMinMember = "scheduling.volcano.sh/group-min-member"
+	// AnnotationKoordinatorName and AnnotationKoordinatorMinAvailable are Koordinator's
+	// lightweight gang protocol: the gang's name and its minimum member count (a decimal
+	// integer in 1..MaxGangSize).
+	AnnotationKoordinatorName         = "gang.scheduling.koordinator.sh/name"
+	AnnotationKoordinatorMinAvailable = "gang.scheduling.koordinator.sh/min-available"
+)
+
+// MaxGangSize bounds a gang's minimum member count: the admission webhook refuses a
+// larger AnnotationVolcanoMinMember or AnnotationKoordinatorMinAvailable (and its
+// ValidatingAdmissionPolicy names the same number), the extender treats a larger one,
+// or a larger PodGroup minMember, as an invalid gang.
+const MaxGangSize = 10000
 
 // BatchResourceName returns the batch resource a resource name stands for: name itself
 // for ResourceBatchCPU and ResourceBatchMemory, Understory's name for Koordinator's

@@ -11,7 +11,7 @@ package contract
 // Not listed, because no component writes them: the class keys (understory.io/qos-class
 // and Koordinator's koordinator.sh/qosClass, the tenant's own choice, bounded by the
 // rules qos-class-value and qos-class-immutable), the gang keys of Volcano, Koordinator
-// and scheduler-plugins (the tenant's, bounded by gang-min-member and the extender's
+// and scheduler-plugins (names.go: the tenant's, bounded by the rule gang-min-member and
 // MaxGangSize), and the operator's ClusterQueue keys understory.io/quota-follower and
 // understory.io/quota-weight (cluster-scoped objects tenants cannot write). Understory
 // writes no Koordinator or Volcano key.
@@ -31,7 +31,9 @@ const (
 // Trusted keys not declared elsewhere in the contract.
 const (
 	// AnnotationGangState is the extender's record of a committed gang plan on each
-	// member pod (a pod patch); it resumes the plan from it after a restart.
+	// member pod (a pod patch); it resumes the plan from it after a restart. The patch
+	// also makes kube-scheduler requeue the member (a pod update moves a pod out of the
+	// unschedulable queue), and shows people the plan (the kubectl plugin prints it).
 	AnnotationGangState = "understory.io/gang-state"
 	// AnnotationExtenderCatchUp is a new extender leader's catch-up barrier, written on
 	// its own replica's pod.

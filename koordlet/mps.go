@@ -14,9 +14,11 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// gpuMPS is the agent's MPS room: the node's MPS control daemon and the partitions the
-// NRI plugin plans clients with (gpu.mps.mode find or run; both nil when disabled), and
-// the Events the GPU loop's lever changes become.
+// gpuMPS holds what the agent needs for NVIDIA MPS: the node's MPS control daemon and
+// the partitions the NRI plugin plans clients with (gpu.mps.mode find or run; both nil
+// when disabled), and the recorder that turns the GPU loop's lever changes into Events.
+// They live together so that the agent wires them into the GPU loop and the NRI plugin
+// from one place.
 type gpuMPS struct {
 	daemon     *mps.Daemon
 	partitions *gpu.Partitions
@@ -24,8 +26,8 @@ type gpuMPS struct {
 	log        *slog.Logger
 }
 
-// newGPUMPS builds the MPS room of cfg: the daemon and partitions when gpu.mps.mode is
-// find or run, only the lever Events otherwise.
+// newGPUMPS builds the MPS part of the agent for cfg: the daemon and partitions when
+// gpu.mps.mode is find or run, only the lever Events otherwise.
 func newGPUMPS(cfg GPUConfig, events eventRecorder, log *slog.Logger) (*gpuMPS, error) {
 	m := &gpuMPS{events: events, log: log}
 	if cfg.MPS.Mode == "" || cfg.MPS.Mode == mps.ModeDisabled {

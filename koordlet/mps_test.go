@@ -89,7 +89,7 @@ func TestAgentMPSWiring(t *testing.T) {
 	if oo.MPS != nil || oo.Partitions != nil || oo.OnLever == nil || offPlanner != nil || offM.run(context.Background()) != nil {
 		t.Fatalf("mode disabled wired MPS: %+v", oo)
 	}
-	// GPU features off: no MPS room at all.
+	// GPU features off: the agent has no gpuMPS at all, so no planner.
 	if p, s := (&Agent{cfg: DefaultConfig()}).MPSOptions(); p != nil || s.ShmDir == "" {
 		t.Fatalf("GPU off: planner %v, setup %+v", p, s)
 	}

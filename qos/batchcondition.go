@@ -12,10 +12,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/contract"
 )
 
-// ConditionBatchSlowed is the type of the pod condition the node agent sets on batch pods.
-const ConditionBatchSlowed corev1.PodConditionType = "understory.io/BatchSlowed"
+// ConditionBatchSlowed is the type of the pod condition the node agent sets on batch
+// pods: the contract's name (contract.ConditionBatchSlowed, which the kubectl plugin
+// reads), typed for corev1.PodCondition.
+const ConditionBatchSlowed corev1.PodConditionType = contract.ConditionBatchSlowed
 
 // BatchSlowReason is the condition's reason: why the agent holds the pod back, or Running.
 type BatchSlowReason string

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/scheduler-extender/gang"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -142,8 +141,8 @@ func (c Config) Validate() error {
 			bad("%s %v must be > 0", d.name, d.v)
 		}
 	}
-	if c.MaxGangMembers < 1 || c.MaxGangMembers > gang.MaxGangSize {
-		bad("max gang members %d must be in 1..%d", c.MaxGangMembers, gang.MaxGangSize)
+	if c.MaxGangMembers < 1 || c.MaxGangMembers > contract.MaxGangSize {
+		bad("max gang members %d must be in 1..%d", c.MaxGangMembers, contract.MaxGangSize)
 	}
 	if c.MetricsMaxSkew < 0 {
 		bad("metrics max skew %v must be >= 0", c.MetricsMaxSkew)

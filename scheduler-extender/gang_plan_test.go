@@ -199,9 +199,9 @@ func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
 			}
 			pods := make([]*corev1.Pod, 2)
 			for i := range pods {
-				opts := []podOpt{annotate(AnnotationVolcanoGroupName, "vg"), gpus(1), created(i)}
+				opts := []podOpt{annotate(contract.AnnotationVolcanoGroupName, "vg"), gpus(1), created(i)}
 				if tc.annotated {
-					opts = append(opts, annotate(AnnotationVolcanoMinMember, "1"))
+					opts = append(opts, annotate(contract.AnnotationVolcanoMinMember, "1"))
 				}
 				pods[i] = testPod("ns", fmt.Sprintf("m%d", i), opts...)
 				s.State().UpsertPod(pods[i])
@@ -242,7 +242,7 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 	recorded := func() []*corev1.Pod {
 		var out []*corev1.Pod
 		for _, name := range []string{"m0", "m1"} {
-			if p := fc.pod(t, "ns", name); strings.HasPrefix(p.Annotations[AnnotationGangState], "planned:") {
+			if p := fc.pod(t, "ns", name); strings.HasPrefix(p.Annotations[contract.AnnotationGangState], "planned:") {
 				out = append(out, p)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/understory/understory/contract"
 )
 
 // TestResumeBoundsForgedPlan: a plan record is read from the member's own
@@ -31,7 +33,7 @@ func TestResumeBoundsForgedPlan(t *testing.T) {
 		return fmt.Sprintf("planned:%d:%s:%s:%d", id, node, devs, expires.Unix())
 	}
 	member := func(req podOpt, state string) *corev1.Pod {
-		return testPod("ns", "m0", append(volcano("g", 1), req, created(0), annotate(AnnotationGangState, state))...)
+		return testPod("ns", "m0", append(volcano("g", 1), req, created(0), annotate(contract.AnnotationGangState, state))...)
 	}
 	tests := []struct {
 		name    string

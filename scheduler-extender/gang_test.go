@@ -20,8 +20,8 @@ import (
 )
 
 func volcano(group string, minMember int) []podOpt {
-	return []podOpt{annotate(AnnotationVolcanoGroupName, group),
-		annotate(AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
+	return []podOpt{annotate(contract.AnnotationVolcanoGroupName, group),
+		annotate(contract.AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
 }
 
 func gangPod(name, group string, minMember, gpuCount, createdSec int) *corev1.Pod {
@@ -78,7 +78,7 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	waitFor(t, func() bool {
 		n := 0
 		for _, p := range members {
-			if strings.HasPrefix(fc.pod(t, "ns", p.Name).Annotations[AnnotationGangState], "planned:") {
+			if strings.HasPrefix(fc.pod(t, "ns", p.Name).Annotations[contract.AnnotationGangState], "planned:") {
 				n++
 			}
 		}
@@ -316,13 +316,13 @@ func TestGangInvalidSpecIsUnresolvable(t *testing.T) {
 	s := testServer(t, newFakeClock(), Deps{})
 	twoNodes(t, s)
 	url := startHTTP(t, s)
-	p := testPod("ns", "a", gpus(1), annotate(AnnotationKoordinatorName, "k"), annotate(AnnotationKoordinatorMinAvailable, "many"))
+	p := testPod("ns", "a", gpus(1), annotate(contract.AnnotationKoordinatorName, "k"), annotate(contract.AnnotationKoordinatorMinAvailable, "many"))
 	res := filter(t, url, p, "n0")
 	if !strings.Contains(res.FailedAndUnresolvableNodes["n0"], "min member \"many\"") {
 		t.Fatalf("got %+v", res)
 	}
 	// A PodGroup gang whose PodGroup is not known waits (retryable), it is not unresolvable.
-	q := testPod("ns", "q", gpus(1), label(LabelPodGroup, "pg"))
+	q := testPod("ns", "q", gpus(1), label(contract.LabelPodGroup, "pg"))
 	res = filter(t, url, q, "n0")
 	if !strings.Contains(res.FailedNodes["n0"], "PodGroup not found") {
 		t.Fatalf("got %+v", res)
@@ -406,8 +406,8 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList", VolcanoPodGroupGVR: "PodGroupList"}, pg)
-	a := testPod("ns", "a", gpus(1), label(LabelPodGroup, "pg"))
-	b := testPod("ns", "b", gpus(1), label(LabelPodGroup, "pg"))
+	a := testPod("ns", "a", gpus(1), label(contract.LabelPodGroup, "pg"))
+	b := testPod("ns", "b", gpus(1), label(contract.LabelPodGroup, "pg"))
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), a, b)
 	clock := newFakeClock()
 	reg := prometheus.NewRegistry()
@@ -456,11 +456,13 @@ understory_extender_cache_staleness_seconds{informer="volcano-podgroups"} 7
 func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 	t.Parallel()
 	koord := func(name string) *corev1.Pod {
-		return testPod("ns", name, annotate(AnnotationKoordinatorName, "g"), annotate(AnnotationKoordinatorMinAvailable, "2"),
+		return testPod("ns", name, annotate(contract.AnnotationKoordinatorName, "g"), annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
 			onNode("n0"))
 	}
 	vol := func(name string) *corev1.Pod { return testPod("ns", name, append(volcano("g", 2), onNode("n0"))...) }
-	pg := func(name string) *corev1.Pod { return testPod("ns", name, label(LabelPodGroup, "g"), onNode("n0")) }
+	pg := func(name string) *corev1.Pod {
+		return testPod("ns", name, label(contract.LabelPodGroup, "g"), onNode("n0"))
+	}
 	tests := []struct {
 		name     string
 		pods     []*corev1.Pod
@@ -473,8 +475,8 @@ func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 		{"volcano annotation", []*corev1.Pod{vol("a"), vol("b")}, false, 2, GangAdmitted, ""},
 		{"podgroup after its pods", []*corev1.Pod{pg("a"), pg("b")}, true, 2, GangAdmitted, ""},
 		{"podgroup not seen", []*corev1.Pod{pg("a"), pg("b")}, false, 0, GangWaiting, "no PodGroup: minMember unknown"},
-		{"one of two bound", []*corev1.Pod{koord("a"), testPod("ns", "b", annotate(AnnotationKoordinatorName, "g"),
-			annotate(AnnotationKoordinatorMinAvailable, "2"))}, false, 2, GangWaiting, "one member is not bound"},
+		{"one of two bound", []*corev1.Pod{koord("a"), testPod("ns", "b", annotate(contract.AnnotationKoordinatorName, "g"),
+			annotate(contract.AnnotationKoordinatorMinAvailable, "2"))}, false, 2, GangWaiting, "one member is not bound"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

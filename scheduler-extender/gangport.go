@@ -8,22 +8,14 @@ import (
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
-// The gangs' names (package gang), for those who embed the extender.
+// The gangs' dialects and states (package gang), for those who embed the extender.
 const (
-	LabelPodGroup                     = gang.LabelPodGroup
-	AnnotationVolcanoGroupName        = gang.AnnotationVolcanoGroupName
-	AnnotationVolcanoGroupNameAlt     = gang.AnnotationVolcanoGroupNameAlt
-	AnnotationVolcanoMinMember        = gang.AnnotationVolcanoMinMember
-	AnnotationKoordinatorName         = gang.AnnotationKoordinatorName
-	AnnotationKoordinatorMinAvailable = gang.AnnotationKoordinatorMinAvailable
-	AnnotationGangState               = gang.AnnotationGangState
-	DialectPodGroup                   = gang.DialectPodGroup
-	DialectVolcano                    = gang.DialectVolcano
-	DialectKoordinator                = gang.DialectKoordinator
-	GangWaiting                       = gang.GangWaiting
-	GangPlanned                       = gang.GangPlanned
-	GangAdmitted                      = gang.GangAdmitted
-	MaxGangSize                       = gang.MaxGangSize
+	DialectPodGroup    = gang.DialectPodGroup
+	DialectVolcano     = gang.DialectVolcano
+	DialectKoordinator = gang.DialectKoordinator
+	GangWaiting        = gang.GangWaiting
+	GangPlanned        = gang.GangPlanned
+	GangAdmitted       = gang.GangAdmitted
 )
 
 // PodGroupGVR and VolcanoPodGroupGVR are the PodGroup resources the extender

@@ -26,10 +26,10 @@ func richPod(name, node string) *corev1.Pod {
 	always := corev1.ContainerRestartPolicyAlways
 	p := testPod("ns", name, gpus(2), onNode(node), created(3),
 		annotate(contract.AnnotationGPUDevices, "0,1"), annotate(AnnotationGPUModel, "A100"),
-		annotate(AnnotationKoordinatorName, "k"), annotate(AnnotationKoordinatorMinAvailable, "2"),
-		annotate(AnnotationGangState, "planned:7:n:0,1:1700000000"),
+		annotate(contract.AnnotationKoordinatorName, "k"), annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
+		annotate(contract.AnnotationGangState, "planned:7:n:0,1:1700000000"),
 		annotate("kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 4000)),
-		label("app", "train"), label(LabelPodGroup, "pg"))
+		label("app", "train"), label(contract.LabelPodGroup, "pg"))
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
 	p.Spec.NodeSelector = map[string]string{"pool": "gpu"}
 	p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}

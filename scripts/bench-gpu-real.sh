@@ -15,7 +15,7 @@ BIN=${BIN:-bin}
 build() {
 	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
 	GOFLAGS=${GOFLAGS:--buildvcs=false} CGO_ENABLED=1 go build -trimpath -ldflags '-s -w' -o "$BIN/koordlet" ./cmd/koordlet
-	GOFLAGS=${GOFLAGS:--buildvcs=false} CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$BIN/gpureal-bench" ./bench/gpureal
+	GOFLAGS=${GOFLAGS:--buildvcs=false} CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$BIN/gpureal-bench" ./cmd/gpu-real
 	tar -czf "$BIN/gpureal-bundle.tar.gz" -C "$BIN" koordlet gpureal-bench
 	echo "bench-gpu-real: built $BIN/koordlet, $BIN/gpureal-bench and $BIN/gpureal-bundle.tar.gz"
 }

@@ -380,8 +380,8 @@ func userBatchPod(j Job, m int) *corev1.Pod {
 	ann := map[string]string{annDuration: j.Duration.String()}
 	name := j.Name
 	if j.Members > 1 {
-		ann[extender.AnnotationKoordinatorName] = j.Name
-		ann[extender.AnnotationKoordinatorMinAvailable] = strconv.Itoa(j.Members)
+		ann[contract.AnnotationKoordinatorName] = j.Name
+		ann[contract.AnnotationKoordinatorMinAvailable] = strconv.Itoa(j.Members)
 		name = fmt.Sprintf("%s-%d", j.Name, m)
 	}
 	return &corev1.Pod{

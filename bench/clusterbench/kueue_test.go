@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/contract"
 )
 
 func TestKueueJob(t *testing.T) {
@@ -57,8 +57,8 @@ func TestKueueJob(t *testing.T) {
 			if got := tmpl.Annotations[annDuration]; got != tc.job.Duration.String() {
 				t.Errorf("duration annotation %q, want %q", got, tc.job.Duration)
 			}
-			_, gang := tmpl.Annotations[extender.AnnotationKoordinatorMinAvailable]
-			if gang != tc.gang || (gang && tmpl.Annotations[extender.AnnotationKoordinatorName] != tc.job.Name) {
+			_, gang := tmpl.Annotations[contract.AnnotationKoordinatorMinAvailable]
+			if gang != tc.gang || (gang && tmpl.Annotations[contract.AnnotationKoordinatorName] != tc.job.Name) {
 				t.Errorf("gang annotations %v, want gang %v", tmpl.Annotations, tc.gang)
 			}
 			if tmpl.Name != "" || tmpl.Namespace != "" {

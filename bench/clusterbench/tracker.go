@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/understory/understory/contract"
-	extender "github.com/understory/understory/scheduler-extender"
 )
 
 // podState is what the tracker knows of one batch pod.
@@ -203,7 +202,7 @@ func (t *tracker) observe(o any) {
 		if j, ok := t.jobs[p.job]; ok && p.submitted.IsZero() {
 			p.submitted = j.submitted
 		}
-		if n, err := strconv.Atoi(pod.Annotations[extender.AnnotationKoordinatorMinAvailable]); err == nil && n > 1 {
+		if n, err := strconv.Atoi(pod.Annotations[contract.AnnotationKoordinatorMinAvailable]); err == nil && n > 1 {
 			p.gang = n
 		}
 	}

@@ -553,7 +553,7 @@ func dropCacheOf(path string) error {
 func (m *memRun) writeBatchManifests() error {
 	q := *resource.NewQuantity(m.perPod, resource.BinarySI)
 	for i := range m.cfg.BatchPods {
-		p := pod(fmt.Sprintf("batch-mem-%d", i+1), memBatchUID(i), map[string]string{"understory.io/qos-class": "batch"}, nil)
+		p := pod(fmt.Sprintf("batch-mem-%d", i+1), memBatchUID(i), map[string]string{contract.AnnotationQOSClass: "batch"}, nil)
 		res := corev1.ResourceList{contract.ResourceBatchMemory: q}
 		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: res, Limits: res}
 		if err := writeManifest(filepath.Join(m.s.dir, "manifests"), p); err != nil {

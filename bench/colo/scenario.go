@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
 )
 
@@ -185,7 +186,7 @@ func (s *scenario) setUp() error {
 	for i := range s.cfg.batchPods {
 		uid := types.UID(fmt.Sprintf("ba7c0000-0000-4000-8000-%012d", i+1))
 		name := fmt.Sprintf("batch-%d", i+1)
-		p := pod(name, uid, map[string]string{"understory.io/qos-class": "batch"}, nil)
+		p := pod(name, uid, map[string]string{contract.AnnotationQOSClass: "batch"}, nil)
 		if err := writeManifest(manifests, p); err != nil {
 			return err
 		}
@@ -206,7 +207,7 @@ func (s *scenario) setUp() error {
 		q := cgroups.QOSBestEffort
 		switch i % 3 {
 		case 0:
-			ann = map[string]string{"understory.io/qos-class": "batch"}
+			ann = map[string]string{contract.AnnotationQOSClass: "batch"}
 		case 1:
 			req, q = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}, cgroups.QOSBurstable
 		}

@@ -161,8 +161,8 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bad -runs entry %q", r)
 		}
 	}
-	if o.GangMembers < 1 || o.GangMembers > extender.MaxGangSize || o.LockHoldDuration <= 0 || o.RSSPods < 1 {
-		return fmt.Errorf("need -gang-members in 1..%d, -lock-hold-duration > 0 and -rss-pods >= 1", extender.MaxGangSize)
+	if o.GangMembers < 1 || o.GangMembers > contract.MaxGangSize || o.LockHoldDuration <= 0 || o.RSSPods < 1 {
+		return fmt.Errorf("need -gang-members in 1..%d, -lock-hold-duration > 0 and -rss-pods >= 1", contract.MaxGangSize)
 	}
 	clients := 0
 	for _, c := range o.ClientList {

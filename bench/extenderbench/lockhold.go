@@ -66,8 +66,8 @@ func gangMember(i, n int) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name, UID: types.UID("uid-" + name),
 			CreationTimestamp: metav1.NewTime(time.Unix(int64(i), 0)),
-			Annotations: map[string]string{extender.AnnotationVolcanoGroupName: "huge",
-				extender.AnnotationVolcanoMinMember: fmt.Sprint(n)}},
+			Annotations: map[string]string{contract.AnnotationVolcanoGroupName: "huge",
+				contract.AnnotationVolcanoMinMember: fmt.Sprint(n)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")},
 			Limits:   corev1.ResourceList{contract.ResourceGPU: *resource.NewQuantity(8, resource.DecimalSI)},

@@ -1,7 +1,8 @@
-// Command gpureal-bench is the real-GPU benchmark (make bench-gpu-real): an
-// LS inference stand-in and a batch training stand-in (bench/gpureal/workloads, PyTorch)
-// on one NVIDIA GPU, measured alone, with nothing done, and with the agent (bin/koordlet
-// in its no-cluster mode: the freeze lever, then MPS). The driver is the node's
+// Package gpureal is the real-GPU benchmark (make bench-gpu-real; its main is
+// cmd/gpu-real, built as bin/gpureal-bench): an LS inference stand-in and a batch
+// training stand-in (bench/gpureal/workloads, PyTorch) on one NVIDIA GPU, measured
+// alone, with nothing done, and with the agent (bin/koordlet in its no-cluster mode:
+// the freeze lever, then MPS). The driver is the node's
 // container runtime: it hosts NRI's runtime side (the agent's plugin connects to it),
 // creates kubelet-style pod and container cgroups, and starts each stand-in inside its
 // container cgroup with the environment NRI gave it. It prints the table and the
@@ -45,4 +46,4 @@
 //     the stand-ins line up without waiting on each other.
 //   - bin/koordlet without NVML (no GPU) refuses shared-GPU containers ("no GPU inventory"):
 //     a -fake dry run on such a machine needs -ls-gpu-milli 0 -batch-gpu-milli 0.
-package main
+package gpureal

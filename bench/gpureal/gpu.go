@@ -1,4 +1,4 @@
-package main
+package gpureal
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// errNoGPU: the machine has no NVIDIA GPU; the message says where to run.
-var errNoGPU = errors.New("no NVIDIA GPU: run on the GPU machine, see docs/benchmarks.md (\"Real GPU: make bench-gpu-real\")")
+// ErrNoGPU: the machine has no NVIDIA GPU; the message says where to run.
+var ErrNoGPU = errors.New("no NVIDIA GPU: run on the GPU machine, see docs/benchmarks.md (\"Real GPU: make bench-gpu-real\")")
 
 // findGPU says whether the machine has an NVIDIA GPU: a /dev/nvidia<N> device node, or
 // nvidia-smi listing one. devRoot is normally /dev.
@@ -22,7 +22,7 @@ func findGPU(ctx context.Context, devRoot string) error {
 	if out, err := runTool(ctx, 10*time.Second, "nvidia-smi", "-L"); err == nil && strings.Contains(out, "GPU ") {
 		return nil
 	}
-	return errNoGPU
+	return ErrNoGPU
 }
 
 // runTool runs a tool with a timeout and returns its trimmed output.

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package gpureal
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testAgentEnv) == "1" {
 		os.Exit(runTestAgent(os.Args[1:]))
 	}
-	if handled, err := dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); handled {
+	if handled, err := Dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -1,6 +1,6 @@
 //go:build !cgo
 
-package main
+package gpureal
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // TestMain lets the test binary run as the stand-ins' launcher and the fakes (the dry
 // run with the test agent needs cgo: go-nvml's mock).
 func TestMain(m *testing.M) {
-	if handled, err := dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); handled {
+	if handled, err := Dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

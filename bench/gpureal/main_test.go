@@ -1,4 +1,4 @@
-package main
+package gpureal
 
 import (
 	"bytes"
@@ -33,8 +33,8 @@ func TestFindGPU(t *testing.T) {
 		t.Fatalf("a /dev/nvidia0 is a GPU: %v", err)
 	}
 	noGPUHere(t)
-	if err := findGPU(context.Background(), t.TempDir()); !errors.Is(err, errNoGPU) {
-		t.Fatalf("findGPU without a GPU = %v, want errNoGPU", err)
+	if err := findGPU(context.Background(), t.TempDir()); !errors.Is(err, ErrNoGPU) {
+		t.Fatalf("findGPU without a GPU = %v, want ErrNoGPU", err)
 	}
 }
 
@@ -48,10 +48,10 @@ func TestNoGPUStopsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errw bytes.Buffer
-	err := benchMain([]string{"-agent", agent, "-workloads", "workloads", "-out", filepath.Join(t.TempDir(), "x.json")},
+	err := Main([]string{"-agent", agent, "-workloads", "workloads", "-out", filepath.Join(t.TempDir(), "x.json")},
 		&out, &errw)
-	if !errors.Is(err, errNoGPU) || !strings.Contains(err.Error(), "docs/benchmarks.md") {
-		t.Fatalf("benchMain without a GPU = %v, want errNoGPU", err)
+	if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), "docs/benchmarks.md") {
+		t.Fatalf("Main without a GPU = %v, want ErrNoGPU", err)
 	}
 	if out.Len() != 0 {
 		t.Fatalf("it ran something: %s", out.String())

@@ -1,4 +1,4 @@
-package main
+package gpureal
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/understory/understory/contract"
 )
 
 // runtime is the container runtime's side of NRI (github.com/containerd/nri's
@@ -51,7 +53,7 @@ func (r *nriRuntime) stop() { r.rt.Stop() }
 func (r *nriRuntime) waitPlugin(ctx context.Context, kubeletRoot string, timeout time.Duration) error {
 	const probeUID = "00000000-0000-4000-8000-00000000beef"
 	sb := &api.PodSandbox{Id: "probe", Name: "probe", Namespace: benchNamespace, Uid: probeUID,
-		Annotations: map[string]string{"understory.io/qos-class": "batch"},
+		Annotations: map[string]string{contract.AnnotationQOSClass: "batch"},
 		Linux:       &api.LinuxPodSandbox{CgroupParent: kubeletRoot + "/kubepods/besteffort/pod" + probeUID}}
 	// The probe's pod is in no pod source: an agent that classifies by its pod source
 	// leaves it in place but pins its image's "all" to no GPU; one without a pod

@@ -1,5 +1,5 @@
 // Command kubectl-understory is the kubectl plugin `kubectl understory` (package
-// internal/kubectlunderstory): put it on PATH and run
+// cmd/kubectl-understory/kubectlunderstory): put it on PATH and run
 //
 //	kubectl understory node NAME [-o table|json|yaml]
 //	kubectl understory why POD [-n NAMESPACE] [-o table|json|yaml]
@@ -21,7 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/understory/understory/internal/kubectlunderstory"
+	"github.com/understory/understory/cmd/kubectl-understory/kubectlunderstory"
 )
 
 const usage = `kubectl understory: day-2 answers from Understory

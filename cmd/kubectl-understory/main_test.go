@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/understory/understory/internal/kubectlunderstory"
+	"github.com/understory/understory/cmd/kubectl-understory/kubectlunderstory"
 )
 
 // The plugin takes kubectl's own connection flags (cli-runtime) anywhere on the line.

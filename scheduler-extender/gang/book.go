@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/understory/understory/contract"
 )
 
 // gangBook is the registry of gangs: which pods belong to which gang, what
@@ -138,7 +140,7 @@ func (b *gangBook) minMember(g *gang, p Pod) (minMember int, ttl time.Duration, 
 		}
 		if ref.err == nil && ref.min == 0 {
 			return 0, 0, fmt.Errorf("gang %s: Volcano PodGroup not found and no %s annotation", g.key,
-				AnnotationVolcanoMinMember), true
+				contract.AnnotationVolcanoMinMember), true
 		}
 	}
 	if ref.err != nil {

@@ -23,7 +23,7 @@
 //   - Every method but the PodGroup feed is called with the index lock held;
 //     Filter drops it while it plans, and FinishBind, BindTimeout and Result
 //     take it. Planning reads only its copies (gangJob, everJob).
-//   - A committed gang plan is recorded on every member (AnnotationGangState,
+//   - A committed gang plan is recorded on every member (contract.AnnotationGangState,
 //     resume.go) and resumed after a restart; plan ids must stay unique
 //     across restarts (planIDBase), and a plan this process released must never
 //     be resumed from its records (gangBook.finished). A record is outside

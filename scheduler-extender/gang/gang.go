@@ -15,25 +15,6 @@ import (
 	"github.com/understory/understory/scheduler-extender/wire"
 )
 
-// Gang membership keys of the three dialects the extender understands.
-const (
-	// LabelPodGroup names the scheduler-plugins (coscheduling) PodGroup of a pod;
-	// minMember and scheduleTimeoutSeconds come from the PodGroup object.
-	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
-	// AnnotationVolcanoGroupName and AnnotationVolcanoGroupNameAlt name a Volcano group.
-	AnnotationVolcanoGroupName    = "scheduling.k8s.io/group-name"
-	AnnotationVolcanoGroupNameAlt = "scheduling.volcano.sh/group-name"
-	// AnnotationVolcanoMinMember is the Volcano group's minimum member count.
-	AnnotationVolcanoMinMember = "scheduling.volcano.sh/group-min-member"
-	// AnnotationKoordinatorName and AnnotationKoordinatorMinAvailable are Koordinator's lightweight gang protocol.
-	AnnotationKoordinatorName         = "gang.scheduling.koordinator.sh/name"
-	AnnotationKoordinatorMinAvailable = "gang.scheduling.koordinator.sh/min-available"
-	// AnnotationGangState is written by the extender on planned members so that
-	// kube-scheduler requeues them (a pod update moves a pod out of the
-	// unschedulable queue) and so that people can see the plan.
-	AnnotationGangState = contract.AnnotationGangState
-)
-
 // Gang dialects.
 const (
 	DialectPodGroup    = "podgroup"
@@ -50,9 +31,6 @@ const (
 	GangUnschedulable = "unschedulable"
 	GangInvalid       = "invalid"
 )
-
-// MaxGangSize bounds minMember.
-const MaxGangSize = 10000
 
 // ErrInvalidGang means a pod's gang annotations or its PodGroup are malformed.
 var ErrInvalidGang = errors.New("invalid gang spec")
@@ -73,14 +51,14 @@ func podGang(pod *corev1.Pod) (gangRef, bool) {
 	ref := gangRef{namespace: pod.Namespace}
 	minKey := ""
 	switch {
-	case pod.Labels[LabelPodGroup] != "":
-		ref.name, ref.dialect = pod.Labels[LabelPodGroup], DialectPodGroup
-	case pod.Annotations[AnnotationVolcanoGroupName] != "":
-		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationVolcanoGroupName], DialectVolcano, AnnotationVolcanoMinMember
-	case pod.Annotations[AnnotationVolcanoGroupNameAlt] != "":
-		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationVolcanoGroupNameAlt], DialectVolcano, AnnotationVolcanoMinMember
-	case pod.Annotations[AnnotationKoordinatorName] != "":
-		ref.name, ref.dialect, minKey = pod.Annotations[AnnotationKoordinatorName], DialectKoordinator, AnnotationKoordinatorMinAvailable
+	case pod.Labels[contract.LabelPodGroup] != "":
+		ref.name, ref.dialect = pod.Labels[contract.LabelPodGroup], DialectPodGroup
+	case pod.Annotations[contract.AnnotationVolcanoGroupName] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[contract.AnnotationVolcanoGroupName], DialectVolcano, contract.AnnotationVolcanoMinMember
+	case pod.Annotations[contract.AnnotationVolcanoGroupNameAlt] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[contract.AnnotationVolcanoGroupNameAlt], DialectVolcano, contract.AnnotationVolcanoMinMember
+	case pod.Annotations[contract.AnnotationKoordinatorName] != "":
+		ref.name, ref.dialect, minKey = pod.Annotations[contract.AnnotationKoordinatorName], DialectKoordinator, contract.AnnotationKoordinatorMinAvailable
 	default:
 		return ref, false
 	}
@@ -103,8 +81,8 @@ func podGang(pod *corev1.Pod) (gangRef, bool) {
 // ParseMinMember parses a minimum member count: a decimal integer in 1..MaxGangSize.
 func ParseMinMember(s string) (int, error) {
 	m, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || m < 1 || m > MaxGangSize {
-		return 0, fmt.Errorf("min member %q must be an integer in 1..%d: %w", s, MaxGangSize, ErrInvalidGang)
+	if err != nil || m < 1 || m > contract.MaxGangSize {
+		return 0, fmt.Errorf("min member %q must be an integer in 1..%d: %w", s, contract.MaxGangSize, ErrInvalidGang)
 	}
 	return m, nil
 }

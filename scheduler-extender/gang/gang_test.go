@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/understory/understory/contract"
 )
 
 func TestPodGangDialects(t *testing.T) {
@@ -19,20 +21,20 @@ func TestPodGangDialects(t *testing.T) {
 		wantErrPart string
 	}{
 		{"none", testPod("ns", "p"), false, "", "", 0, ""},
-		{"podgroup label", testPod("ns", "p", label(LabelPodGroup, "pg")), true, "ns/pg", DialectPodGroup, 0, ""},
+		{"podgroup label", testPod("ns", "p", label(contract.LabelPodGroup, "pg")), true, "ns/pg", DialectPodGroup, 0, ""},
 		{"volcano", testPod("ns", "p", volcano("vg", 3)...), true, "ns/vg", DialectVolcano, 3, ""},
-		{"volcano alt name", testPod("ns", "p", annotate(AnnotationVolcanoGroupNameAlt, "vg"),
-			annotate(AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
+		{"volcano alt name", testPod("ns", "p", annotate(contract.AnnotationVolcanoGroupNameAlt, "vg"),
+			annotate(contract.AnnotationVolcanoMinMember, "2")), true, "ns/vg", DialectVolcano, 2, ""},
 		// Volcano's minMember is its PodGroup's: no annotation is no error (gangBook.minMember waits for the PodGroup).
-		{"volcano missing min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
-		{"volcano bad min", testPod("ns", "p", annotate(AnnotationVolcanoGroupName, "vg"),
-			annotate(AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
-		{"koordinator", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
-			annotate(AnnotationKoordinatorMinAvailable, "5")), true, "ns/kg", DialectKoordinator, 5, ""},
-		{"koordinator bad min", testPod("ns", "p", annotate(AnnotationKoordinatorName, "kg"),
-			annotate(AnnotationKoordinatorMinAvailable, "-1")), true, "ns/kg", DialectKoordinator, 0, "1..10000"},
-		{"label wins over annotations", testPod("ns", "p", label(LabelPodGroup, "pg"),
-			annotate(AnnotationKoordinatorName, "kg")), true, "ns/pg", DialectPodGroup, 0, ""},
+		{"volcano missing min", testPod("ns", "p", annotate(contract.AnnotationVolcanoGroupName, "vg")), true, "ns/vg", DialectVolcano, 0, ""},
+		{"volcano bad min", testPod("ns", "p", annotate(contract.AnnotationVolcanoGroupName, "vg"),
+			annotate(contract.AnnotationVolcanoMinMember, "x")), true, "ns/vg", DialectVolcano, 0, "1..10000"},
+		{"koordinator", testPod("ns", "p", annotate(contract.AnnotationKoordinatorName, "kg"),
+			annotate(contract.AnnotationKoordinatorMinAvailable, "5")), true, "ns/kg", DialectKoordinator, 5, ""},
+		{"koordinator bad min", testPod("ns", "p", annotate(contract.AnnotationKoordinatorName, "kg"),
+			annotate(contract.AnnotationKoordinatorMinAvailable, "-1")), true, "ns/kg", DialectKoordinator, 0, "1..10000"},
+		{"label wins over annotations", testPod("ns", "p", label(contract.LabelPodGroup, "pg"),
+			annotate(contract.AnnotationKoordinatorName, "kg")), true, "ns/pg", DialectPodGroup, 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ func created(sec int) podOpt {
 }
 
 func volcano(group string, minMember int) []podOpt {
-	return []podOpt{annotate(AnnotationVolcanoGroupName, group), annotate(AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
+	return []podOpt{annotate(contract.AnnotationVolcanoGroupName, group), annotate(contract.AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
 }
 
 // testPod is a pod asking for 100m CPU, changed by opts.

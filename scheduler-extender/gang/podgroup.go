@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/understory/understory/contract"
 )
 
 // PodGroupGVR is the scheduler-plugins PodGroup resource the extender watches.
@@ -76,8 +78,8 @@ func parseMinMember(u *unstructured.Unstructured) (int, error) {
 		return 0, fmt.Errorf("spec.minMember missing: %w", ErrInvalidGang)
 	}
 	v, ok := asInt(m)
-	if !ok || v < 1 || v > MaxGangSize {
-		return 0, fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, MaxGangSize, ErrInvalidGang)
+	if !ok || v < 1 || v > contract.MaxGangSize {
+		return 0, fmt.Errorf("spec.minMember %v must be an integer in 1..%d: %w", m, contract.MaxGangSize, ErrInvalidGang)
 	}
 	return int(v), nil
 }

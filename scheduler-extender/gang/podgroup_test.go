@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/understory/understory/contract"
 )
 
 // checkGroupSpec checks what a PodGroup decoder may return: a minMember in
@@ -20,7 +22,7 @@ func checkGroupSpec(t *testing.T, what string, spec podGroupSpec) {
 		}
 		return
 	}
-	if spec.minMember < 1 || spec.minMember > MaxGangSize {
+	if spec.minMember < 1 || spec.minMember > contract.MaxGangSize {
 		t.Fatalf("%s: minMember %d accepted", what, spec.minMember)
 	}
 	if spec.timeout < 0 || spec.timeout > maxScheduleTimeout || spec.timeout%time.Second != 0 {
@@ -93,11 +95,11 @@ func FuzzPodGangAnnotations(f *testing.F) {
 				opts = append(opts, label(k, v))
 			}
 		}
-		set(LabelPodGroup, pgLabel, false)
-		set(AnnotationVolcanoGroupName, vName, true)
-		set(AnnotationVolcanoMinMember, vMin, true)
-		set(AnnotationKoordinatorName, kName, true)
-		set(AnnotationKoordinatorMinAvailable, kMin, true)
+		set(contract.LabelPodGroup, pgLabel, false)
+		set(contract.AnnotationVolcanoGroupName, vName, true)
+		set(contract.AnnotationVolcanoMinMember, vMin, true)
+		set(contract.AnnotationKoordinatorName, kName, true)
+		set(contract.AnnotationKoordinatorMinAvailable, kMin, true)
 		ref, ok := podGang(testPod("ns", "p", opts...))
 		if ok != (pgLabel != "" || vName != "" || kName != "") {
 			t.Fatalf("gang %v for label %q, volcano %q, koordinator %q", ok, pgLabel, vName, kName)
@@ -122,9 +124,9 @@ func FuzzPodGangAnnotations(f *testing.F) {
 			if ref.dialect == DialectPodGroup {
 				t.Fatalf("a PodGroup member's minMember is its PodGroup's: error %v", ref.err)
 			}
-		case ref.dialect == DialectKoordinator && (ref.min < 1 || ref.min > MaxGangSize):
+		case ref.dialect == DialectKoordinator && (ref.min < 1 || ref.min > contract.MaxGangSize):
 			t.Fatalf("koordinator min-available %q accepted as %d", kMin, ref.min)
-		case ref.min < 0 || ref.min > MaxGangSize:
+		case ref.min < 0 || ref.min > contract.MaxGangSize:
 			t.Fatalf("minMember %d accepted", ref.min)
 		}
 	})
@@ -168,7 +170,7 @@ func FuzzParseMinMember(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := ParseMinMember(s)
-		if err == nil && (m < 1 || m > MaxGangSize) {
+		if err == nil && (m < 1 || m > contract.MaxGangSize) {
 			t.Fatalf("%q accepted as %d", s, m)
 		}
 		if err != nil && !errors.Is(err, ErrInvalidGang) {

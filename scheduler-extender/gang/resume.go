@@ -12,7 +12,7 @@ import (
 	"github.com/understory/understory/contract"
 )
 
-// A committed gang plan is written onto every member as AnnotationGangState
+// A committed gang plan is written onto every member as contract.AnnotationGangState
 // "planned:<id>:<node>:<devices>:<expiry unix seconds>" (devices
 // comma-separated, empty without GPU). The write doubles as the nudge that
 // requeues a member, and lets an extender restarted mid-plan resume the plan
@@ -43,12 +43,12 @@ type persistedPlan struct {
 	expires time.Time
 }
 
-// formatPlanState is the AnnotationGangState value of a member's slot.
+// formatPlanState is the contract.AnnotationGangState value of a member's slot.
 func formatPlanState(id uint64, sl planSlot, expires time.Time) string {
 	return fmt.Sprintf("planned:%d:%s:%s:%d", id, sl.node, contract.FormatGPUDevices(sl.devs), expires.Unix())
 }
 
-// parsePlanState reads an AnnotationGangState value; ok=false for anything but
+// parsePlanState reads a contract.AnnotationGangState value; ok=false for anything but
 // a well-formed plan (older releases wrote "planned:<id>:<node>": not resumable).
 func parsePlanState(v string) (persistedPlan, bool) {
 	parts := strings.Split(v, ":")
@@ -74,7 +74,7 @@ func parsePlanState(v string) (persistedPlan, bool) {
 
 // persistedOf is the plan pod's annotation records, if any.
 func persistedOf(pod *corev1.Pod) *persistedPlan {
-	if v, ok := pod.Annotations[AnnotationGangState]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationGangState]; ok {
 		if pp, ok := parsePlanState(v); ok {
 			return &pp
 		}

@@ -15,4 +15,12 @@
 // the go command and reads the tree from the module root, two levels up.
 // TestExtenderShape logs every number (go test -v ./test/arch) and holds the
 // extender to its targets.
+//
+// It also holds the module to its import rules (Rules, imports.go): production
+// code imports neither bench/ nor test/, nothing outside test/ imports test/,
+// koordlet and the scheduler extender import nothing of each other, admission
+// neither of them, qos neither cgroups nor metrics, contract nothing of the module,
+// and internal/ holds only leaves (IsLeaf). LoadGraph reads every package's imports
+// from all its Go files, build tags or not; TestImportRules fails on each import
+// that breaks a rule, naming both packages, unless a commented exception names it.
 package arch

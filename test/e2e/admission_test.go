@@ -344,13 +344,13 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			p.Annotations = map[string]string{contract.AnnotationGPUDevices: "0"}
 			return p
 		}(), admission.RuleGPUDevicesWriter, ""},
-		{"volcano min-member 0", gangPod("gang-0", admission.AnnotationVolcanoMinMember, "0"), admission.RuleGangMinMember, ""},
-		{"volcano min-member not an integer", gangPod("gang-x", admission.AnnotationVolcanoMinMember, "3x"), admission.RuleGangMinMember, ""},
-		{"koordinator min-available above max", gangPod("gang-big", admission.AnnotationKoordinatorMinAvailable, "10001"),
+		{"volcano min-member 0", gangPod("gang-0", contract.AnnotationVolcanoMinMember, "0"), admission.RuleGangMinMember, ""},
+		{"volcano min-member not an integer", gangPod("gang-x", contract.AnnotationVolcanoMinMember, "3x"), admission.RuleGangMinMember, ""},
+		{"koordinator min-available above max", gangPod("gang-big", contract.AnnotationKoordinatorMinAvailable, "10001"),
 			admission.RuleGangMinMember, ""},
-		{"koordinator min-available negative", gangPod("gang-neg", admission.AnnotationKoordinatorMinAvailable, "-1"),
+		{"koordinator min-available negative", gangPod("gang-neg", contract.AnnotationKoordinatorMinAvailable, "-1"),
 			admission.RuleGangMinMember, ""},
-		{"valid gang", gangPod("gang-ok", admission.AnnotationVolcanoMinMember, "3"), "", ""},
+		{"valid gang", gangPod("gang-ok", contract.AnnotationVolcanoMinMember, "3"), "", ""},
 	}
 	for _, tc := range rejections {
 		t.Run(tc.name, func(t *testing.T) {
@@ -873,7 +873,6 @@ var saUserRE = regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+
 func TestTrustedKeysFencedByPolicy(t *testing.T) {
 	t.Parallel()
 	for have, want := range map[string]string{
-		extender.AnnotationGangState:      contract.AnnotationGangState,
 		extender.AnnotationCatchUp:        contract.AnnotationExtenderCatchUp,
 		kueuequota.LabelEvicted:           contract.LabelQuotaEvicted,
 		admission.DefaultGPUDevicesWriter: contract.UserSchedulerExtender,

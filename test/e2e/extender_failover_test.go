@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -328,7 +329,7 @@ func startFailoverStream(c *cluster, ns string, live int) *failoverStream {
 				g := fmt.Sprintf("g-%03d", i)
 				for m := range 2 {
 					specs = append(specs, podSpec{name: fmt.Sprintf("%s-%d", g, m), gpus: 1, annotations: map[string]string{
-						extender.AnnotationKoordinatorName: g, extender.AnnotationKoordinatorMinAvailable: "2"}})
+						contract.AnnotationKoordinatorName: g, contract.AnnotationKoordinatorMinAvailable: "2"}})
 				}
 			} else {
 				sp := shapes[i%len(shapes)]

@@ -516,10 +516,10 @@ func testGangRestartMidBind(t *testing.T, c *cluster, ext *extenderProcess) {
 	var ids []string
 	for _, p := range bound {
 		// planned:<id>:<node>:<devices>:<expiry>, written when the plan was made.
-		parts := strings.Split(p.Annotations[extender.AnnotationGangState], ":")
+		parts := strings.Split(p.Annotations[contract.AnnotationGangState], ":")
 		if len(parts) != 5 || parts[2] != p.Spec.NodeName {
 			t.Errorf("member %s bound to %s, its recorded plan says %q", p.Name, p.Spec.NodeName,
-				p.Annotations[extender.AnnotationGangState])
+				p.Annotations[contract.AnnotationGangState])
 			continue
 		}
 		if d := p.Annotations[contract.AnnotationGPUDevices]; d != parts[3] {

@@ -411,11 +411,11 @@ func memberSpec(d string, minMember, i, gpus, milli int) podSpec {
 	s := podSpec{name: fmt.Sprintf("member-%d", i), gpus: gpus, milli: milli}
 	switch d {
 	case extender.DialectPodGroup:
-		s.labels = map[string]string{extender.LabelPodGroup: gangName}
+		s.labels = map[string]string{contract.LabelPodGroup: gangName}
 	case extender.DialectVolcano:
-		s.annotations = map[string]string{extender.AnnotationVolcanoGroupName: gangName, extender.AnnotationVolcanoMinMember: fmt.Sprint(minMember)}
+		s.annotations = map[string]string{contract.AnnotationVolcanoGroupName: gangName, contract.AnnotationVolcanoMinMember: fmt.Sprint(minMember)}
 	case extender.DialectKoordinator:
-		s.annotations = map[string]string{extender.AnnotationKoordinatorName: gangName, extender.AnnotationKoordinatorMinAvailable: fmt.Sprint(minMember)}
+		s.annotations = map[string]string{contract.AnnotationKoordinatorName: gangName, contract.AnnotationKoordinatorMinAvailable: fmt.Sprint(minMember)}
 	}
 	return s
 }
@@ -839,7 +839,7 @@ func testForgedGangPlan(t *testing.T, c *cluster, ns string) {
 	node := c.nodes(t, ns, nodeSpec{4, modelA100})[0]
 	forged := memberSpec(extender.DialectKoordinator, 1, 0, 4, 0)
 	forged.name = "forged"
-	forged.annotations[extender.AnnotationGangState] = fmt.Sprintf("planned:1:%s:0,1,2,3:%d",
+	forged.annotations[contract.AnnotationGangState] = fmt.Sprintf("planned:1:%s:0,1,2,3:%d",
 		node, time.Now().Add(10*365*24*time.Hour).Unix())
 	p := newPod(ns, forged)
 	p.Spec.NodeSelector = map[string]string{groupLabel: ns + "-nowhere"} // kube-scheduler never places it

@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/understory/understory/cmd/kubectl-understory/kubectlunderstory"
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/internal/kubectlunderstory"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/qos"
@@ -84,7 +84,7 @@ func testWhyPending(t *testing.T, ctx context.Context, cp *controlplane.ControlP
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "train-0",
-			Labels:      map[string]string{extender.LabelPodGroup: "train"},
+			Labels:      map[string]string{contract.LabelPodGroup: "train"},
 			Annotations: map[string]string{contract.AnnotationQOSClass: "batch"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
 			Resources: corev1.ResourceRequirements{

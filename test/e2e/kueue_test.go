@@ -32,7 +32,6 @@ import (
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/kueuequota"
-	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 	"github.com/understory/understory/test/e2e/kueueharness"
@@ -302,8 +301,8 @@ func kueueJob(ns, name string, parallelism int32, cpu int64, gang int) *batchv1.
 	}
 	ann := map[string]string{contract.AnnotationQOSClass: "batch"}
 	if gang > 0 {
-		ann[extender.AnnotationKoordinatorName] = name
-		ann[extender.AnnotationKoordinatorMinAvailable] = fmt.Sprint(gang)
+		ann[contract.AnnotationKoordinatorName] = name
+		ann[contract.AnnotationKoordinatorMinAvailable] = fmt.Sprint(gang)
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{kueueQueueName: kueueQueue}},
@@ -750,7 +749,7 @@ func (k *fakeKubelet) pass(ctx context.Context, ns string) error {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if min := p.Annotations[extender.AnnotationKoordinatorMinAvailable]; min != "" {
+		if min := p.Annotations[contract.AnnotationKoordinatorMinAvailable]; min != "" {
 			g := gangs[key]
 			if g == nil {
 				g = &gangCount{}

@@ -474,7 +474,7 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 
 	// What the extender does (bind.go: a merge patch with the uid; a Binding
 	// carrying the devices).
-	if err := annotate(extender.AnnotationGangState, "planned:1:extender-policy-node:0:1"); err != nil {
+	if err := annotate(contract.AnnotationGangState, "planned:1:extender-policy-node:0:1"); err != nil {
 		t.Errorf("the extender's gang-state patch: %v", err)
 	}
 	if err := bind("bound", map[string]string{contract.AnnotationGPUDevices: contract.FormatGPUDevices([]int{0})}); err != nil {
@@ -530,7 +530,7 @@ func testExtenderPodPolicy(t *testing.T, ctx context.Context, cp *controlplane.C
 		t.Fatal(err)
 	}
 	if p.Labels["app"] != "x" || p.Annotations["example.com/keep"] != "1" || p.Spec.ActiveDeadlineSeconds != nil ||
-		p.Annotations[extender.AnnotationGangState] == "" {
+		p.Annotations[contract.AnnotationGangState] == "" {
 		t.Errorf("pod changed beyond the extender's annotation: labels %v annotations %v", p.Labels, p.Annotations)
 	}
 	if f, err := admin.CoreV1().Pods(ns).Get(ctx, "foreign", metav1.GetOptions{}); err != nil || f.Spec.NodeName != "" {
@@ -704,7 +704,7 @@ func testExtenderTLS(t *testing.T, ctx context.Context, cp *controlplane.Control
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Annotations[extender.AnnotationGangState] != "" {
+			if p.Annotations[contract.AnnotationGangState] != "" {
 				nudged++
 			}
 		}
@@ -712,7 +712,7 @@ func testExtenderTLS(t *testing.T, ctx context.Context, cp *controlplane.Control
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("no gang member carries %s: the extender's pod patch did not pass", extender.AnnotationGangState)
+			t.Errorf("no gang member carries %s: the extender's pod patch did not pass", contract.AnnotationGangState)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

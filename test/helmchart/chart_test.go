@@ -134,6 +134,25 @@ func dig(m map[string]any, path ...string) any {
 // cluster's version) is the manifests'.
 const testedKubeVersion = "v1.37.2"
 
+// renderValues renders the chart with values (a values file's text) for an API
+// server at testedKubeVersion and returns its objects.
+func renderValues(t *testing.T, helm, values string) []obj {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helmTemplate(context.Background(), helm, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 // helmTemplate renders the chart with the values files, for an API server at
 // testedKubeVersion.
 func helmTemplate(ctx context.Context, helm string, valuesFiles ...string) ([]byte, error) {
@@ -404,19 +423,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 // the Kueue quota follower's and the release ConfigMap's included.
 func TestChartImages(t *testing.T) {
 	t.Parallel()
-	helm := findHelm(t)
-	f := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(f, []byte("image: {repository: registry.example/u, tag: \"1.2.3\"}\ngpu: {enabled: true}\nkueue: {enabled: true}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := helmTemplate(context.Background(), helm, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderValues(t, findHelm(t), "image: {repository: registry.example/u, tag: \"1.2.3\"}\ngpu: {enabled: true}\nkueue: {enabled: true}\n")
 	seen := map[string]bool{}
 	version := readVersion(t)
 	for _, o := range objs {
@@ -535,18 +542,7 @@ func TestChartSecondSchedulerMetricsReader(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := helmTemplate(context.Background(), helm, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := decode(out)
-			if err != nil {
-				t.Fatal(err)
-			}
+			objs := renderValues(t, helm, tc.values)
 			byKey := map[string]obj{}
 			for _, o := range objs {
 				byKey[key(o)] = o

@@ -1,11 +1,6 @@
 package helmchart_test
 
-import (
-	"context"
-	"os"
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // An upgrade needs no room beyond what the release holds and takes none from other
 // pods: every Deployment replaces a pod before it starts another (maxSurge 0), no
@@ -15,20 +10,8 @@ import (
 // there (test/e2e/realnode TestUpgrade shows the whole upgrade).
 func TestChartUpgradesTakeNoRoom(t *testing.T) {
 	t.Parallel()
-	helm := findHelm(t)
-	f := filepath.Join(t.TempDir(), "values.yaml")
-	all := "gpu: {enabled: true}\nsecondScheduler: {enabled: true}\nkueue: {enabled: true}\nkoordinator: {enabled: true}\n"
-	if err := os.WriteFile(f, []byte(all), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := helmTemplate(context.Background(), helm, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderValues(t, findHelm(t),
+		"gpu: {enabled: true}\nsecondScheduler: {enabled: true}\nkueue: {enabled: true}\nkoordinator: {enabled: true}\n")
 	classes := map[string]string{} // PriorityClass → preemptionPolicy
 	for _, o := range objs {
 		if o["kind"] == "PriorityClass" {

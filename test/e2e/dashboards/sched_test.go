@@ -139,8 +139,8 @@ func (c *cluster) createGangs(ctx context.Context, gs ...gang) error {
 	for _, g := range gs {
 		for i := range g.members {
 			pods = append(pods, newPod(fmt.Sprintf("%s-%d", g.name, i), managed(contract.ResourceGPU, g.gpus),
-				map[string]string{extender.AnnotationKoordinatorName: g.name,
-					extender.AnnotationKoordinatorMinAvailable: fmt.Sprint(g.members)}))
+				map[string]string{contract.AnnotationKoordinatorName: g.name,
+					contract.AnnotationKoordinatorMinAvailable: fmt.Sprint(g.members)}))
 		}
 	}
 	return c.cp.CreatePods(ctx, pods)

@@ -176,7 +176,7 @@ func (u *upgrade) workloads(t *testing.T) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", gangName, i), Namespace: workNS,
 				Annotations: map[string]string{contract.AnnotationQOSClass: "batch",
-					extender.AnnotationKoordinatorName: gangName, extender.AnnotationKoordinatorMinAvailable: "2"}},
+					contract.AnnotationKoordinatorName: gangName, contract.AnnotationKoordinatorMinAvailable: "2"}},
 			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(2)),
 				Containers: []corev1.Container{{Name: "c", Image: n.env["BUSYBOX_IMAGE"],
 					ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "100000"},

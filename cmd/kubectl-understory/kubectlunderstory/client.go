@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 )
 
@@ -365,7 +366,7 @@ type AgentPod struct {
 // batchCondition is the pod's understory.io/BatchSlowed condition, if any.
 func batchCondition(pod *corev1.Pod) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == qos.ConditionBatchSlowed {
+		if pod.Status.Conditions[i].Type == contract.ConditionBatchSlowed {
 			return &pod.Status.Conditions[i]
 		}
 	}

@@ -263,11 +263,11 @@ func TestWhy(t *testing.T) {
 	t.Parallel()
 	gangMember := func(name, node string) *corev1.Pod {
 		p := batchPod("jobs", name, node, 2000, 2<<30)
-		p.Labels = map[string]string{extender.LabelPodGroup: "train"}
+		p.Labels = map[string]string{contract.LabelPodGroup: "train"}
 		return p
 	}
 	pending := gangMember("train-1", "")
-	pending.Annotations[extender.AnnotationGangState] = "waiting: 2 of 3 members placed"
+	pending.Annotations[contract.AnnotationGangState] = "waiting: 2 of 3 members placed"
 	cordoned := batchNode("node-c", 8000, 32<<30)
 	cordoned.Spec.Unschedulable = true
 	tests := []struct {

@@ -257,23 +257,23 @@ func (c *Client) whyPending(ctx context.Context, pod *corev1.Pod, req map[string
 
 // whyGang adds the pod's gang, in whichever dialect it is written.
 func (c *Client) whyGang(ctx context.Context, pod *corev1.Pod, r *WhyReport) error {
-	g := &WhyGang{State: pod.Annotations[extender.AnnotationGangState]}
+	g := &WhyGang{State: pod.Annotations[contract.AnnotationGangState]}
 	var gvr *schema.GroupVersionResource
 	var member func(p *corev1.Pod) bool
 	switch {
-	case pod.Labels[extender.LabelPodGroup] != "":
-		g.Dialect, g.Name, gvr = "podgroup (scheduling.x-k8s.io)", pod.Labels[extender.LabelPodGroup], &extender.PodGroupGVR
-		member = func(p *corev1.Pod) bool { return p.Labels[extender.LabelPodGroup] == g.Name }
+	case pod.Labels[contract.LabelPodGroup] != "":
+		g.Dialect, g.Name, gvr = "podgroup (scheduling.x-k8s.io)", pod.Labels[contract.LabelPodGroup], &extender.PodGroupGVR
+		member = func(p *corev1.Pod) bool { return p.Labels[contract.LabelPodGroup] == g.Name }
 	case volcanoGroup(pod) != "":
 		g.Dialect, g.Name, gvr = "volcano", volcanoGroup(pod), &extender.VolcanoPodGroupGVR
 		member = func(p *corev1.Pod) bool { return volcanoGroup(p) == g.Name }
-		if v, err := strconv.ParseInt(pod.Annotations[extender.AnnotationVolcanoMinMember], 10, 64); err == nil {
+		if v, err := strconv.ParseInt(pod.Annotations[contract.AnnotationVolcanoMinMember], 10, 64); err == nil {
 			g.MinMember = v
 		}
-	case pod.Annotations[extender.AnnotationKoordinatorName] != "":
-		g.Dialect, g.Name = "koordinator", pod.Annotations[extender.AnnotationKoordinatorName]
-		member = func(p *corev1.Pod) bool { return p.Annotations[extender.AnnotationKoordinatorName] == g.Name }
-		if v, err := strconv.ParseInt(pod.Annotations[extender.AnnotationKoordinatorMinAvailable], 10, 64); err == nil {
+	case pod.Annotations[contract.AnnotationKoordinatorName] != "":
+		g.Dialect, g.Name = "koordinator", pod.Annotations[contract.AnnotationKoordinatorName]
+		member = func(p *corev1.Pod) bool { return p.Annotations[contract.AnnotationKoordinatorName] == g.Name }
+		if v, err := strconv.ParseInt(pod.Annotations[contract.AnnotationKoordinatorMinAvailable], 10, 64); err == nil {
 			g.MinMember = v
 		}
 	default:
@@ -315,10 +315,10 @@ func (c *Client) whyGang(ctx context.Context, pod *corev1.Pod, r *WhyReport) err
 }
 
 func volcanoGroup(p *corev1.Pod) string {
-	if v := p.Annotations[extender.AnnotationVolcanoGroupName]; v != "" {
+	if v := p.Annotations[contract.AnnotationVolcanoGroupName]; v != "" {
 		return v
 	}
-	return p.Annotations[extender.AnnotationVolcanoGroupNameAlt]
+	return p.Annotations[contract.AnnotationVolcanoGroupNameAlt]
 }
 
 // whyRunning adds the pod's condition and the agent's view of it.
@@ -420,7 +420,7 @@ func writeWhy(out io.Writer, r *WhyReport, now time.Time) error {
 		fmt.Fprintf(out, "\nCondition %s=%s, reason %s, since %s ago:\n  %s\n", c.Type, c.Status, c.Reason,
 			age(now, c.LastTransitionTime.Time), c.Message)
 	} else if r.Node != "" {
-		fmt.Fprintf(out, "\nCondition %s: not set (the agent has not held the pod back)\n", qos.ConditionBatchSlowed)
+		fmt.Fprintf(out, "\nCondition %s: not set (the agent has not held the pod back)\n", contract.ConditionBatchSlowed)
 	}
 	if a := r.Agent; a != nil {
 		quota, memLimit := "none", "none"

@@ -1,4 +1,4 @@
-package main
+package gpureal
 
 import (
 	"context"
@@ -14,25 +14,9 @@ import (
 	"time"
 )
 
-func main() {
-	if handled, err := dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); handled {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gpureal-bench:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := benchMain(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "gpureal-bench:", err)
-		if errors.Is(err, errNoGPU) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-// dispatch runs the sub-commands (launcher, fakes); handled is false for a bench run.
-func dispatch(args []string, in io.Reader, out, errw io.Writer) (handled bool, err error) {
+// Dispatch runs the sub-commands this binary is re-executed as (the launcher, the
+// fakes); handled is false for a bench run, which Main runs.
+func Dispatch(args []string, in io.Reader, out, errw io.Writer) (handled bool, err error) {
 	if len(args) == 0 {
 		return false, nil
 	}
@@ -47,8 +31,9 @@ func dispatch(args []string, in io.Reader, out, errw io.Writer) (handled bool, e
 	return false, nil
 }
 
-// benchMain parses the flags and runs the benchmark.
-func benchMain(args []string, stdout, stderr io.Writer) error {
+// Main parses the bench's command line (args without the program name) and runs the
+// benchmark; ErrNoGPU when the machine has no NVIDIA GPU.
+func Main(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
