@@ -269,12 +269,11 @@ func checkSecondSchedulerMetrics(t *testing.T, ctx context.Context, cp *controlp
 	var code int
 	var body string
 	// kube-scheduler caches each review's answer for 10 s.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if code, body = get(token); code == http.StatusOK {
-			break
-		}
-	}
-	if code != http.StatusOK {
+	served := testenv.PollEvery(30*time.Second, 500*time.Millisecond, func() bool {
+		code, body = get(token)
+		return code == http.StatusOK
+	})
+	if !served {
 		t.Fatalf("/metrics with %s/%s's token (bound to %s): %d %.200s", scraperNS, scraper, role, code, body)
 	}
 	for _, w := range want {

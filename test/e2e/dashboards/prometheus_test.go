@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/scrape-config/*.yaml from the rendered configurations")
@@ -260,14 +262,13 @@ func TestConfigTLSScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lastErr string
-	for ctx.Err() == nil {
+	testenv.PollEvery(60*time.Second, 200*time.Millisecond, func() bool {
 		ts, err := prom.API().Targets(ctx)
 		if err == nil && len(ts.Active) == 1 && ts.Active[0].LastError != "" {
 			lastErr = ts.Active[0].LastError
-			break
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return lastErr != ""
+	})
 	if !strings.Contains(lastErr, "certificate") {
 		t.Errorf("scrape without the server name: last error %q, want a certificate error", lastErr)
 	}
@@ -303,17 +304,16 @@ func TestConfigBearerTokenScrape(t *testing.T) {
 		{Name: "bad", BearerTokenFile: bad, Targets: []ScrapeTarget{{Address: addr}}},
 	}})
 	health := map[string]string{}
-	for ctx.Err() == nil && (health["good"] == "" || health["bad"] == "") {
-		ts, err := prom.API().Targets(ctx)
-		if err == nil {
+	testenv.PollEvery(60*time.Second, 200*time.Millisecond, func() bool {
+		if ts, err := prom.API().Targets(ctx); err == nil {
 			for _, tg := range ts.Active {
 				if tg.Health == "up" || tg.LastError != "" {
 					health[tg.ScrapePool] = string(tg.Health) + " " + tg.LastError
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return health["good"] != "" && health["bad"] != ""
+	})
 	if !strings.HasPrefix(health["good"], "up") {
 		t.Errorf("the job with the right token: %q, want up", health["good"])
 	}

@@ -19,6 +19,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // The second scheduler's /metrics is kube-scheduler's: it answers only a client the
@@ -129,20 +131,19 @@ func (c *cluster) schedulerScrapeJob(ctx context.Context, t *testing.T) ScrapeJo
 	}
 	// kube-scheduler caches each review's answer for 10 s: poll until the binding,
 	// made just before, is seen.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body, err := getMetrics(ctx, hc, url, tokens[scraperAccount])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code == http.StatusOK && strings.Contains(body, "scheduler_pending_pods") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-scheduler's /metrics for %s/%s (bound to %s): %d %.200s", scraperNamespace, scraperAccount,
-				metricsReaderRole, code, body)
-		}
-		time.Sleep(500 * time.Millisecond)
+	var code int
+	var body string
+	var getErr error
+	served := testenv.PollEvery(30*time.Second, 500*time.Millisecond, func() bool {
+		code, body, getErr = getMetrics(ctx, hc, url, tokens[scraperAccount])
+		return getErr != nil || (code == http.StatusOK && strings.Contains(body, "scheduler_pending_pods"))
+	})
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	if !served {
+		t.Fatalf("kube-scheduler's /metrics for %s/%s (bound to %s): %d %.200s", scraperNamespace, scraperAccount,
+			metricsReaderRole, code, body)
 	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(tokens[scraperAccount]), 0o600); err != nil {
