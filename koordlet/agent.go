@@ -17,8 +17,10 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/gpubridge"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -60,7 +62,7 @@ type Deps struct {
 	GPU gpu.Source
 	// GPUAlloc is kubelet's PodResources API (podsource.PodResources): whole-GPU
 	// allocations reported in node-metrics version 2. Optional.
-	GPUAlloc gpuAllocReader
+	GPUAlloc gpubridge.AllocReader
 	// PodConditions sets the condition understory.io/BatchSlowed on batch pods
 	// (Kubernetes mode: a PodConditionWriter, run by the caller); nil: none.
 	PodConditions podConditionSink
@@ -79,7 +81,7 @@ type Deps struct {
 // batch tier (NRI mode) or on each batch pod (in-place mode) and submits the evictions
 // (actuator), hands the rest to the API server's writers (handoff), and records.
 type Agent struct {
-	cfg        Config
+	cfg        config.Config
 	log        *slog.Logger
 	source     podLister
 	events     eventRecorder
@@ -115,11 +117,12 @@ type Agent struct {
 	// nodeWrites and nodeFailures are the Node writer's counts at the last stats read.
 	nodeWrites, nodeFailures int64
 
-	// gpu is the agent's side of the GPU loop (gpuloop.go; the loop is off without
-	// Deps.GPU).
-	gpu *gpuBridge
+	// gpu is the agent's side of the GPU loop (koordlet/gpubridge; the loop is off
+	// without Deps.GPU); gpuPods the pod snapshot the loop reads (pods.go).
+	gpu     *gpubridge.Bridge
+	gpuPods gpuPods
 
-	// live takes a reloaded configuration (configreload_agent.go): ApplyConfig offers
+	// live takes a reloaded configuration (liveconfig.go): ApplyConfig offers
 	// it from the Reloader's goroutine, Run applies it at the start of a period.
 	live liveConfig
 
@@ -131,7 +134,7 @@ type Agent struct {
 // New opens the cgroup hierarchy, creates and configures the batch tier, and returns an
 // agent ready to Run. It fails with a clear error when the agent cannot work on this
 // machine (no cgroupfs, read-only cgroupfs, bad config).
-func New(cfg Config, deps Deps) (*Agent, error) {
+func New(cfg config.Config, deps Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -192,9 +195,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		restore: &restorer{hier: hier, metrics: m, log: log},
 		plans:   newPlanLog(planLogSize),
 		pods:    map[types.UID]*podState{},
-		gpu: &gpuBridge{cfg: cfg.GPU, procRoot: cfg.ProcRoot, log: log, hier: hier, layout: lay, metrics: gm,
-			alloc: deps.GPUAlloc, batchSink: deps.BatchResources},
 	}
+	var milli gpubridge.MilliSink
+	if s, ok := deps.BatchResources.(gpubridge.MilliSink); ok {
+		milli = s
+	}
+	a.gpu = gpubridge.New(gpubridge.Options{Config: cfg.GPU, ProcRoot: cfg.ProcRoot, Log: log, Hierarchy: hier,
+		Tier: lay.tier, FreezerPin: lay.freezerPin(), Metrics: gm, Pods: a.gpuPods.view, Alloc: deps.GPUAlloc,
+		MilliSink: milli})
 	if deps.Publisher != nil {
 		a.publish = newPublisher(deps.Publisher, cfg.NodeMetricsPeriod.Duration, cfg.NodeMetricsReport,
 			func() (contract.MemoryMetrics, error) { return a.sampler.memory(a.sorted) },
@@ -214,12 +222,13 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		}
 	}
 	a.rediscover()
-	if err := a.gpu.open(context.Background(), deps.GPU, events, a.evictor, a.sorted); err != nil {
+	if err := a.gpu.Open(context.Background(), deps.GPU, events, a.evictor, batchCgroups(a.sorted)); err != nil {
 		a.closeFiles()
 		return nil, err
 	}
-	if a.publish != nil && a.gpu.on() {
-		a.publish.gpu = a.gpu.nodeMetrics
+	a.gpuPods.on = a.gpu.On()
+	if a.publish != nil && a.gpu.On() {
+		a.publish.gpu = a.gpu.NodeMetrics
 	}
 	watch, guard, err := openHarmWatch(cfg, hier, deps.Signals, reg, m, log)
 	if err != nil {
@@ -257,7 +266,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// evictor after it.
 	defer a.shutdown()
 	// The GPU loop stops first, then the MPS daemon's watch.
-	defer a.gpu.start(ctx)()
+	defer a.gpu.Start(ctx)()
 	// The signal source's goroutine (map reads, PSI triggers) stops before the shutdown,
 	// which closes the source.
 	sigCtx, stopSig := context.WithCancel(ctx)
@@ -349,7 +358,7 @@ func (a *Agent) housekeep(s sample) {
 	if s.slow {
 		a.watch.sync(s.Now, a.pods, a.sorted)
 	}
-	a.gpu.follow(s.cgroupChanged, s.slow, a.sorted)
+	a.gpuPods.follow(s.cgroupChanged, s.slow, a.sorted)
 }
 
 // record keeps what follows the period's writes: the cut's reaction, metrics, node

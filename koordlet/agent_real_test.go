@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/internal/testenv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/signals"
 )
 
@@ -34,9 +34,9 @@ func realHierarchy(t *testing.T) *cgroups.Hierarchy {
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFailInCI(t, "real-cgroup test needs root (creates cgroups and moves processes)")
 	}
-	h, err := cgroups.Open(DefaultCgroupRoot)
+	h, err := cgroups.Open(config.DefaultCgroupRoot)
 	if err != nil {
-		testenv.SkipOrFailInCI(t, "real-cgroup test needs a writable cgroupfs at %s: %v", DefaultCgroupRoot, err)
+		testenv.SkipOrFailInCI(t, "real-cgroup test needs a writable cgroupfs at %s: %v", config.DefaultCgroupRoot, err)
 	}
 	cgroupstest.LockCPU(t)
 	return h
@@ -91,7 +91,7 @@ func TestAgentRealCgroups(t *testing.T) {
 	}
 	lsCg := path.Join(base, "kubepods/burstable/pod"+string(lsUID))
 	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
-	tier := path.Join(base, "kubepods", DefaultTierName)
+	tier := path.Join(base, "kubepods", config.DefaultTierName)
 	inTier := path.Join(tier, "pod"+string(batchUID2))
 	for _, rel := range []string{base, path.Join(base, "kubepods"), path.Join(base, "kubepods/burstable"),
 		path.Join(base, "kubepods/besteffort"), lsCg, inPlace} {
@@ -104,7 +104,7 @@ func TestAgentRealCgroups(t *testing.T) {
 		t.Fatalf("weighting %s: %v", base, err)
 	}
 
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.KubeletCgroupRoot = "/" + base
 	cfg.Period.Duration = 50 * time.Millisecond
 	// Every quota write refills a CFS period's runtime; with the 1 s default a 2 s
@@ -210,7 +210,7 @@ func TestAgentRealCgroups(t *testing.T) {
 	if used > 1.2*budget+0.05 {
 		t.Errorf("batch used %.2f CPU over a budget of %.2f", used, budget)
 	}
-	if idle, err := os.ReadFile(path.Join(DefaultCgroupRoot, "cpu", inPlace, "cpu.idle")); err == nil && strings.TrimSpace(string(idle)) != "1" {
+	if idle, err := os.ReadFile(path.Join(config.DefaultCgroupRoot, "cpu", inPlace, "cpu.idle")); err == nil && strings.TrimSpace(string(idle)) != "1" {
 		t.Errorf("in-place batch pod cpu.idle = %q, want 1", idle)
 	}
 	t.Logf("LS %.2f, system %.2f → budget %.2f; tier quota %.2f + in-place %.2f; batch used %.2f",
@@ -239,7 +239,7 @@ func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 	base := fmt.Sprintf("understory-test-%d-%d", os.Getpid(), rand.Uint32())
 	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
 	container := path.Join(inPlace, "ctr")
-	tier := path.Join(base, "kubepods", DefaultTierName)
+	tier := path.Join(base, "kubepods", config.DefaultTierName)
 	created := []string{base, path.Join(base, "kubepods"), path.Join(base, "kubepods/besteffort"), inPlace, container}
 	t.Cleanup(func() {
 		for i := len(created); i >= 0; i-- {
@@ -266,7 +266,7 @@ func TestAgentRealCutBelowContainerLimit(t *testing.T) {
 	if err := ctr.SetCPULimit(200*time.Millisecond, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.KubeletCgroupRoot = "/" + base
 	cfg.CFSPeriod.Duration = 100 * time.Millisecond
 	cfg.Policy.MinBatchCPU, cfg.Policy.MaxBatchCPU = 0.1, 0.1

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/internal/testenv"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +26,9 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/qos"
@@ -140,12 +140,12 @@ const (
 	invalidUID = types.UID("44444444-4444-4444-8444-444444444444")
 )
 
-func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) *rig {
+func newRig(t *testing.T, kind cgroupstest.Kind, mutate func(*config.Config)) *rig {
 	t.Helper()
 	return newRigWith(t, kind, mutate, nil)
 }
 
-func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub nodeMetricsPublisher,
+func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*config.Config), pub nodeMetricsPublisher,
 	open ...SignalOpener) *rig {
 	t.Helper()
 	o := rigOptions{mutate: mutate, pub: pub}
@@ -157,7 +157,7 @@ func newRigWith(t *testing.T, kind cgroupstest.Kind, mutate func(*Config), pub n
 
 // rigOptions are newRigOpts' optional parts.
 type rigOptions struct {
-	mutate func(*Config)
+	mutate func(*config.Config)
 	pub    nodeMetricsPublisher
 	open   SignalOpener
 	// gpu is the GPU source (nil: GPU features off); pods changes the rig's pods before
@@ -179,7 +179,7 @@ func newRigOpts(t *testing.T, kind cgroupstest.Kind, o rigOptions) *rig {
 	for _, cg := range []string{r.tier, r.lsCg, r.inPlace, r.inTier, "kubepods/burstable/pod" + string(invalidUID)} {
 		cgroupstest.AddGroup(t, r.root, kind, cg)
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.CgroupRoot = r.root
 	cfg.ProcRoot = t.TempDir()
 	// Utilisation only, the agent's behaviour these tests pin down; harm_test.go drives
@@ -479,7 +479,7 @@ func TestAgentWriteErrorsCountedAndRetried(t *testing.T) {
 
 func TestAgentShutdownLeavesTierBounded(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, cgroupstest.V2, func(c *Config) { c.Period.Duration = 10 * time.Millisecond })
+	r := newRig(t, cgroupstest.V2, func(c *config.Config) { c.Period.Duration = 10 * time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	launched := time.Now()
@@ -519,7 +519,7 @@ func TestAgentShutdownLeavesBatchWithinFloor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, tc.kind, func(c *Config) { c.ShutdownBudgetCPU = &tc.floor })
+			r := newRig(t, tc.kind, func(c *config.Config) { c.ShutdownBudgetCPU = &tc.floor })
 			r.warmUp()
 			for range 5 {
 				r.step(tc.ls+0.3, map[string]float64{r.lsCg: tc.ls, r.inPlace: 0.1, r.inTier: 0.1})
@@ -645,7 +645,7 @@ func TestAgentRejectsEscapingUID(t *testing.T) {
 
 func TestNewFailsClearlyWithoutCgroupfs(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.CgroupRoot = t.TempDir() // empty: no controllers
 	_, err := New(cfg, Deps{Pods: newFakePods(), Registry: prometheus.NewRegistry()})
 	if !errors.Is(err, cgroups.ErrNoCgroupFS) || !strings.Contains(err.Error(), cfg.CgroupRoot) {

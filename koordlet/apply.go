@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -65,14 +66,14 @@ type actuator struct {
 	tierFrozen bool
 }
 
-func newActuator(cfg Config, hier *cgroups.Hierarchy, tierRel string, ev evictor, m *metrics.Agent,
+func newActuator(cfg config.Config, hier *cgroups.Hierarchy, tierRel string, ev evictor, m *metrics.Agent,
 	log *slog.Logger) *actuator {
 	return &actuator{hier: hier, policy: writePolicy(cfg), metrics: m, log: log, evictor: ev, tierRel: tierRel,
 		tierCPU: unknownCPU(), tierMem: unknownMemory()}
 }
 
 // writePolicy is how cfg has limits written.
-func writePolicy(cfg Config) qos.WritePolicy {
+func writePolicy(cfg config.Config) qos.WritePolicy {
 	return qos.WritePolicy{CFSPeriod: cfg.CFSPeriod.Duration, MinPodCPU: cfg.MinPodCPU}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // BenchmarkTick110Pods is one control period over 110 pods (a third each LS, BE and
@@ -36,7 +37,7 @@ func BenchmarkTick110Pods(b *testing.B) {
 		pods = append(pods, testPod(fmt.Sprintf("p%d", i), uid, ann, req))
 		cgroupstest.AddGroup(b, root, cgroupstest.Hybrid, "kubepods/"+qosDir+"/pod"+string(uid))
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.CgroupRoot, cfg.ProcRoot = root, b.TempDir()
 	cpu := &fakeCPU{times: collect.CPUTimes{CPUs: 2}}
 	src := newFakePods(pods...)

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
@@ -33,7 +34,7 @@ type controller struct {
 
 // newController builds the decision state; conditions says whether the pods' condition
 // is written (Kubernetes mode).
-func newController(cfg Config, guard *qos.Guard, m *metrics.Agent, conditions bool) *controller {
+func newController(cfg config.Config, guard *qos.Guard, m *metrics.Agent, conditions bool) *controller {
 	c := &controller{
 		q: qos.Controller{Budgeter: qos.NewBudgeter(cfg.Policy), Guard: guard, Writes: writePolicy(cfg),
 			MemoryThreshold: cfg.BatchResources.Memory.Threshold,
@@ -109,7 +110,7 @@ func (c *controller) seenPod(pod *corev1.Pod) {
 
 // reconfigure takes the live fields of a reloaded configuration (old: the one in force
 // until now). A new policy or guard setting continues from the budget in force.
-func (c *controller) reconfigure(old, cfg Config, now time.Time) {
+func (c *controller) reconfigure(old, cfg config.Config, now time.Time) {
 	if cfg.Policy != old.Policy {
 		c.q.Budgeter = continueBudgeter(cfg.Policy, c.lastUtil)
 	}

@@ -1,7 +1,11 @@
-// Package koordlet is Understory's node agent: it wires the pod sources
+// Package koordlet is Understory's node agent's control loop: it wires the pod sources
 // (podsource), the node collectors (collect), the policy (qos) and the cgroup
-// layer (cgroups) into one control loop, and serves /metrics, /healthz, /status
-// and /debug/plans.
+// layer (cgroups) into one loop, and serves /metrics, /healthz, /status
+// and /debug/plans. What is not the loop lives beside it: the configuration and its
+// reload (koordlet/config), the NRI plugin (koordlet/nri), the API writers (the Node's
+// resources, annotations and events, the pod condition: koordlet/nodestatus), the
+// evictor (koordlet/evict), the GPU loop (koordlet/gpu, built and served by
+// koordlet/gpubridge) and the harm signals (koordlet/signals).
 //
 // Every period (100 ms by default) is three steps, then a record (tick); every decision
 // of the period is in the one qos.Plan the decide step returns:
@@ -57,22 +61,23 @@
 // through the evictor (koordlet/evict, its own goroutine, so PodDisruptionBudgets hold
 // and the loop never waits for the API server). A batch pod hears of a freeze, and of
 // being throttled in most CFS periods (qos.HardThrottled), as a Warning event
-// (batchevents.go), at most once a reason every 5 minutes. The same states set the pod
-// condition understory.io/BatchSlowed (batchcondition.go): True with the reason
+// (handoff.go), at most once a reason every 5 minutes. The same states set the pod
+// condition understory.io/BatchSlowed: True with the reason
 // Throttled or Frozen and the numbers, False with Running once the pod runs free. The
 // plan decides every statistics interval (qos.NextBatchCondition: a harder reason at
 // once, a milder one after a minute, new numbers after 5 minutes, nothing for a pod
 // that never was held back), from the freezer and limits the plan leaves in force;
-// PodConditionWriter patches pods/status from its own goroutine (a strategic merge of
+// nodestatus.PodConditionWriter patches pods/status from its own goroutine (a strategic merge of
 // that one condition, with the pod's UID), latest-wins per pod, retried with backoff. A
 // restarted agent takes the condition a pod carries as the last written
 // (controller.seenPod), so a True left by the previous run goes back to Running.
 // A ValidatingAdmissionPolicy (manifests/koordlet/node-policy.yaml) lets the agent
 // write only that condition, only on its own node's pods.
 //
-// The configuration file is reloaded while the agent runs (configreload.go): the
+// The configuration file is reloaded while the agent runs (koordlet/config): the
 // Reloader reads it every 5 s and acts on a changed sha256 once two reads agree; a
-// valid change goes to Agent.ApplyConfig, and Run applies its live fields (liveFields:
+// valid change goes to Agent.ApplyConfig (liveconfig.go), and Run applies its live
+// fields (config.LiveFields:
 // the budget policy, the guard's cut and restore, minPodCPU, shutdownBudgetCPU) at the
 // start of the next period; the other fields keep their start value and are reported
 // (/status config.needsRestart). An invalid one is refused: the configuration in force
@@ -115,11 +120,11 @@
 //     source syncs; a pod that leaves batch gets kubelet's values back.
 //   - The reclaimer is fed only after the first second: the first samples were
 //     seen to count batch as system, and its averages would carry that.
-//   - The GPU glue (gpuloop.go, mps.go, timeslice.go: gpu.timeslice, the shim's
-//     installation and planner, the self-set Events) is one part, gpuBridge, as the
-//     harm signals are harmWatch: it builds the GPU loop and sees the pod table only
-//     through what the control loop passes it (the pods at start, the snapshot it
-//     publishes on slow periods after a change).
+//   - The GPU glue (koordlet/gpubridge: the GPU loop, MPS, gpu.timeslice, the shim's
+//     installation and planner, the self-set Events) is its own package: it builds the
+//     GPU loop and sees the pod table only through what the control loop passes it (the
+//     batch pods' cgroups at start, the snapshot gpuPods publishes on slow periods after
+//     a change).
 //   - The plan's conditions and events say the freezer and quota the plan leaves in
 //     force; a freeze or limit write the kernel refuses shows in them until the next
 //     plan writes it again.

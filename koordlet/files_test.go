@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/signals"
 )
 
@@ -60,7 +61,7 @@ func TestAgentClosesProcStat(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(procRoot, "stat"), stat, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cfg := DefaultConfig()
+			cfg := config.Default()
 			cfg.CgroupRoot, cfg.ProcRoot, cfg.Signals.Mode = root, procRoot, string(signals.ModeSampling)
 			a, err := New(cfg, Deps{Pods: newFakePods(), Registry: prometheus.NewRegistry()})
 			if (err != nil) != tc.newErr {

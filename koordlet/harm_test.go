@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/internal/testenv"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/signals"
 	"github.com/understory/understory/qos"
 )
@@ -103,9 +103,9 @@ func (f *fakeSignals) watchedCgroup(uid string) (string, bool) {
 }
 
 // newSignalRig is a rig whose agent has the fake source src in mode src.Mode().
-func newSignalRig(t *testing.T, src *fakeSignals, mutate func(*Config)) *rig {
+func newSignalRig(t *testing.T, src *fakeSignals, mutate func(*config.Config)) *rig {
 	t.Helper()
-	return newRigWith(t, cgroupstest.V2, func(c *Config) {
+	return newRigWith(t, cgroupstest.V2, func(c *config.Config) {
 		c.Signals.Mode = string(src.mode)
 		if mutate != nil {
 			mutate(c)
@@ -180,7 +180,7 @@ func TestAgentHarmCutsUtilisationDoesNot(t *testing.T) {
 func TestAgentHarmWakesTheLoop(t *testing.T) {
 	t.Parallel()
 	src := newFakeSignals(signals.ModePSI)
-	r := newSignalRig(t, src, func(c *Config) { c.Period = metav1.Duration{Duration: 10 * time.Second} })
+	r := newSignalRig(t, src, func(c *config.Config) { c.Period = metav1.Duration{Duration: 10 * time.Second} })
 	r.now = time.Now().Add(-time.Minute) // the loop's own ticks use the real clock
 	busy := r.warmUp()
 	for range 30 { // past the CFS period, so that the raises are written
@@ -313,7 +313,7 @@ func TestAgentSignalFallback(t *testing.T) {
 					return psiSrc, nil
 				}},
 			}
-			r := newRigWith(t, cgroupstest.Hybrid, func(c *Config) { c.Signals.Mode = string(tc.mode) }, nil,
+			r := newRigWith(t, cgroupstest.Hybrid, func(c *config.Config) { c.Signals.Mode = string(tc.mode) }, nil,
 				func(o signals.Options) (signals.Source, signals.State, error) {
 					if !strings.HasSuffix(o.Cgroup2Root, "/unified") || !strings.HasSuffix(o.CPUCgroupRoot, "/cpu") {
 						t.Errorf("hybrid roots %q, %q: want unified/ and cpu/", o.Cgroup2Root, o.CPUCgroupRoot)
@@ -352,7 +352,7 @@ var errPermissionFake = errors.New("operation not permitted")
 func TestAgentStartsFromTheTierLimitInForce(t *testing.T) {
 	t.Parallel()
 	src := newFakeSignals(signals.ModeEBPF)
-	r := newSignalRig(t, src, func(c *Config) {
+	r := newSignalRig(t, src, func(c *config.Config) {
 		h, err := cgroups.Open(c.CgroupRoot)
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
+	"github.com/understory/understory/koordlet/nri"
 	"github.com/understory/understory/koordlet/signals"
 )
 
@@ -41,8 +43,8 @@ func TestAgentSystemdKubeletRoot(t *testing.T) {
 	for _, tc := range []struct {
 		parent, tier string
 	}{
-		{TierParentKubepods, kubepods + "/kubelet-kubepods-understory_batch.slice"},
-		{TierParentBestEffort, besteffort + "/kubelet-kubepods-besteffort-understory_batch.slice"},
+		{config.TierParentKubepods, kubepods + "/kubelet-kubepods-understory_batch.slice"},
+		{config.TierParentBestEffort, besteffort + "/kubelet-kubepods-besteffort-understory_batch.slice"},
 	} {
 		for _, kind := range []cgroupstest.Kind{cgroupstest.V2, cgroupstest.V1Separate} {
 			t.Run(tc.parent+"/"+kind.String(), func(t *testing.T) {
@@ -58,7 +60,7 @@ func TestAgentSystemdKubeletRoot(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(cgroupstest.Dir(root, kind, inPlace), "cpu.idle"), []byte("1\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				cfg := DefaultConfig()
+				cfg := config.Default()
 				cfg.CgroupRoot, cfg.ProcRoot = root, t.TempDir()
 				cfg.CgroupDriver, cfg.KubeletCgroupRoot, cfg.TierParent = "systemd", "/kubelet", tc.parent
 				cfg.Signals.Mode = string(signals.ModeSampling)
@@ -88,7 +90,7 @@ func TestAgentSystemdKubeletRoot(t *testing.T) {
 				}
 
 				// The NRI plugin moves the batch pod's container to the slice on the tier's chain.
-				p, err := NewNRIPlugin(cfg, log)
+				p, err := nri.New(cfg, log, nri.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 )
 
@@ -21,10 +22,10 @@ type memRig struct {
 	*rig
 }
 
-func newMemRig(t *testing.T, kind cgroupstest.Kind, mutate func(*Config)) memRig {
+func newMemRig(t *testing.T, kind cgroupstest.Kind, mutate func(*config.Config)) memRig {
 	t.Helper()
 	procRoot := t.TempDir()
-	r := newRig(t, kind, func(c *Config) {
+	r := newRig(t, kind, func(c *config.Config) {
 		c.ProcRoot = procRoot
 		if mutate != nil {
 			mutate(c)

@@ -5,13 +5,21 @@ import (
 	"log/slog"
 	"path"
 	"sort"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
+	"github.com/understory/understory/koordlet/gpu"
+	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -139,32 +147,12 @@ type layout struct {
 	tier   string         // the batch tier
 }
 
-func newLayout(cfg Config) (layout, error) {
-	d, err := cgroups.ParseDriver(cfg.CgroupDriver)
-	if err != nil {
-		return layout{}, err
-	}
-	n := cgroups.Naming{Driver: d, Root: cfg.KubeletCgroupRoot}
-	tier, err := tierCgroup(n, cfg.TierParent, cfg.TierName)
+func newLayout(cfg config.Config) (layout, error) {
+	n, tier, err := cfg.Cgroups()
 	if err != nil {
 		return layout{}, err
 	}
 	return layout{naming: n, tier: tier}, nil
-}
-
-// TierCgroup is the batch tier's cgroup for kubelet's --cgroup-root and driver, in
-// parent (TierParentKubepods or TierParentBestEffort), named as kubelet names a child
-// of that cgroup (cgroups.Naming.TierPathIn).
-func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, error) {
-	return tierCgroup(cgroups.Naming{Driver: d, Root: kubeletRoot}, parent, name)
-}
-
-func tierCgroup(n cgroups.Naming, parent, name string) (string, error) {
-	q, ok := tierParentQOS(parent)
-	if !ok {
-		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalidConfig)
-	}
-	return n.TierPathIn(q, name)
 }
 
 // qos is kubelet's QoS-level cgroup of q.
@@ -172,6 +160,11 @@ func (l layout) qos(q cgroups.KubeQOS) string { return l.naming.QOSPath(q) }
 
 // kubepods is the cgroup holding every pod.
 func (l layout) kubepods() string { return l.qos(cgroups.QOSGuaranteed) }
+
+// freezerPin is the empty cgroup the duty cycle keeps frozen while it cycles batch pods
+// (duty.Cycler.SetPin), in kubelet's root cgroup. It is left in place, empty and
+// thawed, when the agent stops.
+const freezerPin = "understory-freezer-pin"
 
 // freezerPin is where the GPU duty cycle's freezer pin lives: in kubelet's root cgroup,
 // next to kubepods.
@@ -254,7 +247,7 @@ func (a *Agent) syncPods(pods []*corev1.Pod) {
 // changed.
 func (a *Agent) resort() {
 	a.sampler.readAll()
-	a.gpu.podsChanged()
+	a.gpuPods.changed()
 	a.sorted = a.sorted[:0]
 	a.requests = qos.Requests{}
 	for _, st := range a.pods {
@@ -300,3 +293,208 @@ const reopenBackoff = time.Second
 func logAttrsPod(st *podState) slog.Attr {
 	return slog.Group("pod", "name", st.key(), "uid", string(st.uid), "cgroup", st.read.cgroup)
 }
+
+// podSpec is what the agent takes from a pod's spec: its requests (LS requests enter the
+// maxUsageRequest formula), a batch pod's own limits of the batch resources (enforced
+// inside the batch budget), what orders eviction candidates, and the values kubelet
+// wrote to the pod cgroup (restored when a batch pod stops being batch).
+type podSpec struct {
+	cpuRequest float64 // cores
+	memRequest float64 // bytes
+	// batchCPU is the pod's understory.io/batch-cpu limit in cores, 0 when none.
+	batchCPU float64
+	// batchMemory is the pod's understory.io/batch-memory limit in bytes, 0 when none.
+	batchMemory int64
+	priority    int32
+	started     time.Time
+	kubelet     kubeletCgroup
+	// containers maps the runtime's container IDs (no runtime prefix) to container
+	// names, for the GPU loop's per-container metrics.
+	containers map[string]string
+}
+
+// kubeletCgroup is what kubelet writes to a pod's cgroup (pkg/kubelet/cm,
+// ResourceConfigForPod): the weight from the CPU requests, a CFS quota only when every
+// container declares a CPU limit, a memory limit only when every container declares one;
+// a BestEffort pod gets the minimum weight and neither limit.
+type kubeletCgroup struct {
+	shares      uint64
+	quota       time.Duration // cgroups.Unlimited when none
+	memoryLimit int64         // -1 when none
+}
+
+// kubeletCFSPeriod is kubelet's default --cpu-cfs-quota-period.
+const kubeletCFSPeriod = 100 * time.Millisecond
+
+// The kernel's and kubelet's bounds of cpu.shares and of a CFS quota.
+const (
+	maxShares = 262144
+	minQuota  = time.Millisecond
+)
+
+func specOf(pod *corev1.Pod, kq cgroups.KubeQOS) podSpec {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	s := podSpec{
+		cpuRequest: float64(reqs.Cpu().MilliValue()) / 1000,
+		memRequest: float64(reqs.Memory().Value()),
+		kubelet:    kubeletCgroup{shares: minShares, quota: cgroups.Unlimited, memoryLimit: -1},
+	}
+	if q, ok := batchQuantity(limits, reqs, contract.ResourceBatchCPU); ok {
+		s.batchCPU = float64(q.Value()) / 1000 // the resource counts millicores
+	}
+	if q, ok := batchQuantity(limits, reqs, contract.ResourceBatchMemory); ok {
+		s.batchMemory = q.Value()
+	}
+	if pod.Spec.Priority != nil {
+		s.priority = *pod.Spec.Priority
+	}
+	s.containers = containerIDs(pod)
+	if pod.Status.StartTime != nil {
+		s.started = pod.Status.StartTime.Time
+	} else {
+		s.started = pod.CreationTimestamp.Time
+	}
+	if kq == cgroups.QOSBestEffort {
+		return s
+	}
+	s.kubelet.shares = milliCPUToShares(reqs.Cpu().MilliValue())
+	cpuDeclared, memDeclared := true, true
+	for _, c := range pod.Spec.Containers {
+		if c.Resources.Limits.Cpu().IsZero() {
+			cpuDeclared = false
+		}
+		if c.Resources.Limits.Memory().IsZero() {
+			memDeclared = false
+		}
+	}
+	if cpuDeclared {
+		s.kubelet.quota = milliCPUToQuota(limits.Cpu().MilliValue())
+	}
+	if memDeclared {
+		s.kubelet.memoryLimit = limits.Memory().Value()
+	}
+	return s
+}
+
+// milliCPUToShares is kubelet's MilliCPUToShares.
+func milliCPUToShares(milli int64) uint64 {
+	if milli <= 0 {
+		return minShares
+	}
+	return uint64(min(max(milli*1024/1000, minShares), maxShares))
+}
+
+// milliCPUToQuota is kubelet's MilliCPUToQuota over its default period.
+func milliCPUToQuota(milli int64) time.Duration {
+	if milli <= 0 {
+		return cgroups.Unlimited
+	}
+	return max(time.Duration(milli)*kubeletCFSPeriod/1000, minQuota)
+}
+
+// containerIDs maps the IDs of the pod's started containers ("containerd://<id>" in the
+// status) to their names; nil when none has started.
+func containerIDs(pod *corev1.Pod) map[string]string {
+	var out map[string]string
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			_, id, ok := strings.Cut(cs.ContainerID, "://")
+			if !ok || id == "" {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[id] = cs.Name
+		}
+	}
+	return out
+}
+
+// batchQuantity is a pod's limit of a batch resource, else its request; Understory's
+// name first, then Koordinator's alias (a pod the admission webhook did not rename).
+func batchQuantity(limits, reqs corev1.ResourceList, name string) (resource.Quantity, bool) {
+	for _, n := range []corev1.ResourceName{corev1.ResourceName(name), corev1.ResourceName(contract.KoordinatorAlias(name))} {
+		if q, ok := limits[n]; ok {
+			return q, true
+		}
+		if q, ok := reqs[n]; ok {
+			return q, true
+		}
+	}
+	return resource.Quantity{}, false
+}
+
+// gpuPods is the pod snapshot the control loop hands the GPU loop (koordlet/gpubridge):
+// rebuilt on the next slow period once stale says the pod table or a pod's cgroup
+// changed, kept only while GPU features are on (on).
+type gpuPods struct {
+	on    bool
+	pods  atomic.Pointer[gpu.PodMap]
+	stale bool
+}
+
+// view is the GPU loop's view of the pods: the snapshot the control loop last
+// published. Safe for concurrent use.
+func (g *gpuPods) view() gpu.PodView {
+	if m := g.pods.Load(); m != nil {
+		return *m
+	}
+	return gpu.PodMap(nil)
+}
+
+// follow takes what the control loop saw change this period (a pod's cgroup, cgroup),
+// and on a slow period hands the GPU loop a new snapshot of pods if anything changed
+// since the last one; most periods change nothing, and the GPU loop keeps the snapshot it
+// has.
+func (g *gpuPods) follow(cgroup, slow bool, pods []*podState) {
+	g.stale = g.stale || cgroup
+	if slow && g.stale {
+		g.publish(pods)
+		g.stale = false
+	}
+}
+
+// changed marks the snapshot stale: the pod table changed.
+func (g *gpuPods) changed() { g.stale = true }
+
+// publish replaces the GPU loop's pod snapshot with pods (none with GPU features off).
+func (g *gpuPods) publish(pods []*podState) {
+	if !g.on {
+		return
+	}
+	m := make(gpu.PodMap, len(pods))
+	for _, st := range pods {
+		m[st.uid] = gpu.PodInfo{UID: st.uid, Namespace: st.namespace, Name: st.name, Class: st.class,
+			Cgroup: st.read.cgroup, Containers: st.spec.containers, Priority: st.spec.priority,
+			StartTime: st.spec.started, Terminating: st.terminating}
+	}
+	g.pods.Store(&m)
+}
+
+// batchCgroups are the cgroups of the batch pods among pods that the agent found.
+func batchCgroups(pods []*podState) []string {
+	var out []string
+	for _, st := range pods {
+		if st.class == qos.ClassBatch && st.read.cgroup != "" {
+			out = append(out, st.read.cgroup)
+		}
+	}
+	return out
+}
+
+// MPSOptions are the NRI plugin's MPS client planner (the GPU loop's partitions; nil
+// when the agent's MPS is off: gpu.mps.mode disabled, or GPU features off) and the
+// clients' setup (gpu.mps).
+func (a *Agent) MPSOptions() (devices.MPSPlanner, devices.MPSSetup) {
+	return a.gpu.MPSPlanner(), a.cfg.GPU.MPSSetup()
+}
+
+// GPUs is the node's GPU inventory for the NRI plugin (empty with GPU features off or
+// before the first scrape).
+func (a *Agent) GPUs() []devices.GPU { return a.gpu.Inventory() }
+
+// TimesliceOptions is the NRI plugin's time-slice planner: the GPU loop's Timeslices,
+// or nil with gpu.timeslice off or GPU features off.
+func (a *Agent) TimesliceOptions() devices.TimeslicePlanner { return a.gpu.TimeslicePlanner() }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/metrics"
 	"github.com/understory/understory/qos"
 )
@@ -17,6 +18,8 @@ import (
 type nodeMetricsPublisher interface {
 	Publish(ctx context.Context, m contract.NodeMetrics) error
 }
+
+var _ nodeMetricsPublisher = (*nodestatus.NodeAnnotator)(nil)
 
 // publisher averages the per-period figures over the publishing window and, at the end
 // of each window, hands the result to the sink when the report policy says it is due (a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // killLoopIterations is how many times TestKill9LoopLeavesNothingFrozen kills the agent
@@ -38,7 +39,7 @@ func TestKill9LoopLeavesNothingFrozen(t *testing.T) {
 	h := realHierarchy(t)
 	bin := buildAgent(t)
 	base := fmt.Sprintf("understory-test-%d-%d", os.Getpid(), rand.Uint32())
-	tier := path.Join(base, "kubepods", DefaultTierName)
+	tier := path.Join(base, "kubepods", config.DefaultTierName)
 	tierPod := path.Join(tier, "pod"+string(batchUID2))
 	inPlace := path.Join(base, "kubepods/besteffort/pod"+string(batchUID1))
 	inPlaceCtr := path.Join(inPlace, "ctr")
@@ -104,7 +105,7 @@ func TestKill9LoopLeavesNothingFrozen(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, "-config", cfgPath, "-pod-manifests", manifests, "-listen", "127.0.0.1:0",
-			"-cgroup-root", DefaultCgroupRoot)
+			"-cgroup-root", config.DefaultCgroupRoot)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {

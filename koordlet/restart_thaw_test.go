@@ -22,6 +22,7 @@ import (
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/collect"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/signals"
 )
 
@@ -55,8 +56,8 @@ func newFrozenNode(t *testing.T, kind cgroupstest.Kind, d cgroups.Driver, kubele
 			cgroupstest.AddGroup(t, n.root, kind, naming.QOSPath(q))
 		}
 	}
-	tier := must(TierCgroup(d, kubeletRoot, TierParentKubepods, DefaultTierName))
-	tierPod := must(nriPodCgroup(d, tier, string(batchUID2)))
+	tier := must(config.TierCgroup(d, kubeletRoot, config.TierParentKubepods, config.DefaultTierName))
+	tierPod := must(cgroups.TierPodPath(d, tier, string(batchUID2)))
 	inPlace := must(naming.PodPath(cgroups.QOSBestEffort, string(batchUID1)))
 	inPlaceCtr := path.Join(inPlace, "cri-containerd-0123abcd.scope")
 	noIdle := must(naming.PodPath(cgroups.QOSBurstable, string(invalidUID)))
@@ -212,15 +213,15 @@ func TestRestartThawsInPlacePods(t *testing.T) {
 	t.Parallel()
 	starts := []struct {
 		name  string
-		start func(t *testing.T, cfg Config)
+		start func(t *testing.T, cfg config.Config)
 	}{
-		{"New", func(t *testing.T, cfg Config) {
+		{"New", func(t *testing.T, cfg config.Config) {
 			if _, err := New(cfg, Deps{Pods: newFakePods(), NodeCPU: &fakeCPU{times: collect.CPUTimes{CPUs: 2}},
 				Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"ThawAtStart", func(t *testing.T, cfg Config) {
+		{"ThawAtStart", func(t *testing.T, cfg config.Config) {
 			thawed, err := ThawAtStart(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
@@ -239,7 +240,7 @@ func TestRestartThawsInPlacePods(t *testing.T) {
 					if got := n.stillFrozen(t); len(got) < len(n.frozen) {
 						t.Fatalf("the fake node is not frozen as set up: %q", got)
 					}
-					cfg := DefaultConfig()
+					cfg := config.Default()
 					cfg.CgroupRoot, cfg.ProcRoot, cfg.CgroupDriver = n.root, t.TempDir(), string(d)
 					cfg.Signals.Mode = string(signals.ModeSampling)
 					s.start(t, cfg)

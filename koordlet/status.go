@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/evict"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/nodestatus"
@@ -64,9 +65,9 @@ type Status struct {
 	// duty and why; nil with GPU features off.
 	GPU *gpu.Status `json:"gpu,omitempty"`
 	// Config is the configuration in force, the sha256 of its file and what the last
-	// reload of the file did (configreload.go); nil until the Reloader published it.
-	Config  *ConfigStatus `json:"config,omitempty"`
-	Healthy bool          `json:"healthy"`
+	// reload of the file did (koordlet/config); nil until the Reloader published it.
+	Config  *config.Status `json:"config,omitempty"`
+	Healthy bool           `json:"healthy"`
 }
 
 // SignalsStatus is the state of the harm signal source.
@@ -266,7 +267,7 @@ func optional(v float64) *float64 {
 func (a *Agent) Status() Status {
 	s := *a.status.Load()
 	s.Healthy = a.Healthy(time.Now()) == nil
-	if g, ok := a.gpu.status(); ok {
+	if g, ok := a.gpu.Status(); ok {
 		s.GPU = &g
 	}
 	s.Config = a.live.configStatus()

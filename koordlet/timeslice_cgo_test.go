@@ -20,10 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/gpumock"
 	"github.com/understory/understory/koordlet/gpu/timeslice"
+	"github.com/understory/understory/koordlet/gpubridge"
+	"github.com/understory/understory/koordlet/nri"
 	"github.com/understory/understory/qos"
 )
 
@@ -47,12 +50,16 @@ func TestTimesliceTenantPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	tsgDir := t.TempDir()
+	shim := filepath.Join(t.TempDir(), timeslice.LibraryName) // a stand-in for the image's shim
+	if err := os.WriteFile(shim, []byte("\x7fELF stand-in"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r := newRigOpts(t, cgroupstest.V2, rigOptions{gpu: src,
-		mutate: func(c *Config) {
+		mutate: func(c *config.Config) {
 			c.ProcRoot = procRoot
 			c.GPU.Timeslice.Enabled = true
 			c.GPU.Timeslice.Directory = tsgDir
-			c.GPU.Timeslice.Library = writeShim(t)
+			c.GPU.Timeslice.Library = shim
 		},
 		pods: func(pods []*corev1.Pod) {
 			for _, p := range pods {
@@ -69,8 +76,8 @@ func TestTimesliceTenantPath(t *testing.T) {
 			}
 		}})
 	a := r.agent
-	if a.gpu.mgr == nil || a.gpu.tsg == nil || a.gpu.tsg.Library() == "" {
-		t.Fatalf("GPU loop %v, time slices %v: want both, with the shim installed", a.gpu.mgr, a.gpu.tsg)
+	if ts, ok := a.TimesliceOptions().(*gpu.Timeslices); !a.gpu.On() || !ok || ts.Library() == "" {
+		t.Fatalf("GPU loop on %t, time slices %v: want both, with the shim installed", a.gpu.On(), a.TimesliceOptions())
 	}
 	for i := 0; i < 2*slowEvery; i++ { // the GPU loop's pod snapshot
 		r.step(0.5, nil)
@@ -91,10 +98,12 @@ func TestTimesliceTenantPath(t *testing.T) {
 	lsProc := gpumock.Proc{PID: lsPID, SMUtil: 40, MemUsed: 1 << 30}
 	node.Set(0, lsProc)
 	now := time.Now()
-	a.gpu.mgr.Step(context.Background(), now)
+	if !a.gpu.StepForTest(t, context.Background(), now) {
+		t.Fatal("GPU features off")
+	}
 
 	// The runtime creates the batch pod's container: the NRI plugin gives it the shim.
-	plugin, err := NewNRIPluginWithOptions(a.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NRIOptions{
+	plugin, err := nri.New(a.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nri.Options{
 		Pods: r.pods, GPUs: a, Events: r.events, Timeslice: a.TimesliceOptions(), PodWait: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +117,13 @@ func TestTimesliceTenantPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, mounts := envOf(adj), mountsOf(adj)
+	env, mounts := map[string]string{}, map[string]string{}
+	for _, kv := range adj.GetEnv() {
+		env[kv.Key] = kv.Value
+	}
+	for _, m := range adj.GetMounts() {
+		mounts[m.Destination] = m.Source + " " + strings.Join(m.Options, ",")
+	}
 	lib := filepath.Join(tsgDir, gpu.TimesliceLibDir, timeslice.LibraryName)
 	reportDir := filepath.Join(tsgDir, gpu.TimesliceReportsDir, string(batchUID2), "c")
 	// LS at 40 % leaves batch 600 milli; its request 300: 100 + 145 × 0.3 = 143 → 140 µs.
@@ -131,7 +146,9 @@ func TestTimesliceTenantPath(t *testing.T) {
 		HasAsked: true, Set: timeslice.Result{Done: true}, Readback: timeslice.Result{Done: true, ValueUS: 140}}
 	writeReport(t, reportDir, batchNSPID, alloc)
 	now = now.Add(1100 * time.Millisecond) // the reports are read every full-scrape period
-	a.gpu.mgr.Step(context.Background(), now)
+	if !a.gpu.StepForTest(t, context.Background(), now) {
+		t.Fatal("GPU features off")
+	}
 
 	st := getStatus(t, a, r)
 	g := st.GPU.GPUs[0]
@@ -158,7 +175,7 @@ func TestTimesliceTenantPath(t *testing.T) {
 		!n.DriverSupported || len(n.Clients) != 1 {
 		t.Fatalf("node time slices %+v", n)
 	}
-	if r.events.has("batch-tier: " + EventGPUSliceSelfSet) {
+	if r.events.has("batch-tier: " + gpubridge.EventGPUSliceSelfSet) {
 		t.Fatal("a self-set event before any self-set")
 	}
 
@@ -167,13 +184,15 @@ func TestTimesliceTenantPath(t *testing.T) {
 	app.Kind, app.AppUS, app.HasApp, app.UnixNano = timeslice.KindAppSet, 10000, true, alloc.UnixNano+1
 	writeReport(t, reportDir, batchNSPID, alloc, app)
 	now = now.Add(1100 * time.Millisecond)
-	a.gpu.mgr.Step(context.Background(), now)
+	if !a.gpu.StepForTest(t, context.Background(), now) {
+		t.Fatal("GPU features off")
+	}
 	ts = getStatus(t, a, r).GPU.GPUs[0].Timeslice
 	if ts.Reason != qos.GPUTimesliceReasonSelfSet || ts.Lever != qos.GPULeverFreeze {
 		t.Fatalf("after the application's own slice: %+v", ts)
 	}
-	if !r.events.has("batch-tier: " + EventGPUSliceSelfSet + ": GPU 0: container c") {
-		t.Fatalf("events %v; want %s on the batch pod", r.events.all(), EventGPUSliceSelfSet)
+	if !r.events.has("batch-tier: " + gpubridge.EventGPUSliceSelfSet + ": GPU 0: container c") {
+		t.Fatalf("events %v; want %s on the batch pod", r.events.all(), gpubridge.EventGPUSliceSelfSet)
 	}
 }
 

@@ -15,7 +15,7 @@ const (
 )
 
 // ConfigReload is the node agent's metric set for reloading its configuration file
-// while it runs (koordlet.Reloader).
+// while it runs (config.Reloader in koordlet/config).
 type ConfigReload struct {
 	// Reloads counts changed configuration files by result (applied, rejected).
 	Reloads *prometheus.CounterVec

@@ -5,7 +5,7 @@ package qos
 // ConditionBatchSlowed: status True with the reason Throttled, Frozen, Suspended or
 // Evicted while the agent holds the pod back, False with the reason Running once it
 // runs free again. NextBatchCondition decides when the agent writes it; the agent
-// (koordlet/batchcondition.go) writes.
+// (koordlet/nodestatus.PodConditionWriter) writes.
 
 import (
 	"time"

@@ -16,7 +16,7 @@
 //   - Budgeter computes the batch CPU budget
 //     clamp(nodeCPUs*threshold - LS usage - system usage, min, max), cutting at
 //     once and growing back by at most restoreStepPercent of the node per
-//     period. Policy is its YAML-configurable part (LoadPolicy).
+//     period. Policy is its YAML-configurable part.
 //   - SplitBudget divides that budget into per-pod CFS shares (max-min fair
 //     on demand) for the in-place mode, where batch pods stay in kubelet's pod
 //     cgroups.

@@ -26,7 +26,7 @@ func TestChooseGPUMPSCaps(t *testing.T) {
 		reasonIn  string
 	}{
 		// The hand-measured best on the H200: LS ≈ 33 % busy, LS 75 % / batch 25 %.
-		{"issue 20's scenario", def, qos.GPUMPSCapInput{LSDemandPercent: 33}, 75, 25, "batch at its most (25 %)"},
+		{"LS 33 % busy, the H200's hand-measured best", def, qos.GPUMPSCapInput{LSDemandPercent: 33}, 75, 25, "batch at its most (25 %)"},
 		{"no LS yet", def, qos.GPUMPSCapInput{}, 75, 25, "batch at its most"},
 		{"lsCapPercent 100: LS may use every SM", lsFull, qos.GPUMPSCapInput{LSDemandPercent: 33}, 100, 25,
 			"LS cap 100 % (lsCapPercent) overlaps"},

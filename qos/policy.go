@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-
-	yamlv2 "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
 )
 
 // Defaults of [Policy].
@@ -23,13 +20,14 @@ const (
 	DefaultRestoreStepPercent = 10.0
 )
 
-// ErrInvalidConfig is wrapped by every Policy validation or parse error.
+// ErrInvalidConfig is wrapped by every Policy validation error.
 var ErrInvalidConfig = errors.New("invalid QoS policy")
 
 // Policy is the CPU budget policy of the batch tier. It is plain data with
 // JSON/YAML tags (sigs.k8s.io/yaml) so a larger config can hold it under a
-// named key (a field Policy with tag json:"policy"); see LoadPolicy for how
-// defaults work then.
+// named key (a field Policy with tag json:"policy", as the agent's does): fill
+// the field with DefaultPolicy() before unmarshalling (absent fields then keep
+// their defaults), use yaml.UnmarshalStrict, then call Validate.
 type Policy struct {
 	// Threshold is the fraction of node CPU that LS + system + batch may use
 	// together, in (0, 1].
@@ -77,43 +75,4 @@ func (p Policy) Validate() error {
 		bad("restoreStepPercent", p.RestoreStepPercent, "must be in (0, 100]")
 	}
 	return errors.Join(errs...)
-}
-
-// LoadPolicy parses a YAML (or JSON) document whose top level is the policy
-// itself (threshold, minBatchCPU, ...). Fields that are absent or null keep
-// their DefaultPolicy value; unknown fields, duplicate keys and wrong types are
-// errors naming the field. The result is validated. Every error wraps
-// ErrInvalidConfig.
-//
-// When Policy is a field of a larger config, do the same there: fill the field
-// with DefaultPolicy() before unmarshalling (absent fields then keep their
-// defaults), use yaml.UnmarshalStrict, then call Validate.
-func LoadPolicy(data []byte) (Policy, error) {
-	p := DefaultPolicy()
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
-		if key := nonFiniteKey(data); key != "" {
-			// The YAML-to-JSON step fails on .nan/.inf without naming the key.
-			return Policy{}, fmt.Errorf("parsing QoS policy: %s: not a finite number: %w", key, ErrInvalidConfig)
-		}
-		return Policy{}, fmt.Errorf("parsing QoS policy: %w: %w", err, ErrInvalidConfig)
-	}
-	if err := p.Validate(); err != nil {
-		return Policy{}, err
-	}
-	return p, nil
-}
-
-// nonFiniteKey returns the first top-level key (in document order) whose value
-// is a YAML .nan or .inf, or "" if there is none or data is not a mapping.
-func nonFiniteKey(data []byte) string {
-	var m yamlv2.MapSlice
-	if yamlv2.Unmarshal(data, &m) != nil {
-		return ""
-	}
-	for _, kv := range m {
-		if f, ok := kv.Value.(float64); ok && !isFinite(f) {
-			return fmt.Sprint(kv.Key)
-		}
-	}
-	return ""
 }

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
-func batchCPU(millicores int64) podOpt {
+func batchCPU(millicores int64) podtest.Opt {
 	return func(p *corev1.Pod) {
 		p.Spec.Containers[0].Resources.Limits[contract.ResourceBatchCPU] = *resource.NewQuantity(millicores, resource.DecimalSI)
 	}
@@ -39,9 +40,9 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 		numGPUs []int         // devices each pod must get (0: no annotation)
 	}
 	cases := []bindCase{
-		{[]*corev1.Pod{testPod("ns", "whole", gpus(2))}, []int{2}},
-		{[]*corev1.Pod{testPod("ns", "share", milli(300))}, []int{1}},
-		{[]*corev1.Pod{testPod("ns", "batch", batchCPU(500))}, []int{0}},
+		{[]*corev1.Pod{podtest.Pod("ns", "whole", podtest.GPUs(2))}, []int{2}},
+		{[]*corev1.Pod{podtest.Pod("ns", "share", podtest.Milli(300))}, []int{1}},
+		{[]*corev1.Pod{podtest.Pod("ns", "batch", batchCPU(500))}, []int{0}},
 		{[]*corev1.Pod{gangPod("g0", "g", 3, 1, 0), gangPod("g1", "g", 3, 1, 1), gangPod("g2", "g", 3, 2, 2)}, []int{1, 1, 2}},
 	}
 	var objs []runtime.Object
@@ -57,10 +58,10 @@ func TestBoundPodNeverSeenWithoutDevices(t *testing.T) {
 	for _, name := range []string{"n0", "n1"} {
 		n := testNode(name, "A100", 4, 64, 256)
 		n.Status.Allocatable[contract.ResourceBatchCPU] = *resource.NewQuantity(8000, resource.DecimalSI)
-		s.State().UpsertNode(n)
+		s.state.UpsertNode(n)
 	}
 	for _, o := range objs {
-		s.State().UpsertPod(o.(*corev1.Pod))
+		s.state.UpsertPod(o.(*corev1.Pod))
 	}
 	url := startHTTP(t, s)
 
@@ -176,12 +177,12 @@ func TestLostBindingAnswerIsConfirmed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a, b := testPod("ns", "a", gpus(1)), testPod("ns", "b", gpus(1))
+			a, b := podtest.Pod("ns", "a", podtest.GPUs(1)), podtest.Pod("ns", "b", podtest.GPUs(1))
 			fc := newFakeCluster(t, a, b)
 			fc.lostAnswer["a"] = true
 			clock := newFakeClock()
 			s := fedServer(t, clock, Deps{Client: fc})
-			s.State().UpsertNode(testNode("n1", "A100", 1, 8, 32))
+			s.state.UpsertNode(testNode("n1", "A100", 1, 8, 32))
 			url := startHTTP(t, s)
 			if got := passedOne(t, filter(t, url, a, "n1")); got != "n1" {
 				t.Fatalf("filter passed %s", got)
@@ -213,7 +214,7 @@ func TestLostBindingAnswerIsConfirmed(t *testing.T) {
 			// kube-scheduler retries a pod whose bind failed: its filter
 			// keeps the unconfirmed hold (passing only its node), and the
 			// next bind learns from the read back that the pod is bound.
-			s.State().UpsertNode(testNode("n2", "A100", 1, 8, 32))
+			s.state.UpsertNode(testNode("n2", "A100", 1, 8, 32))
 			if got := passedOne(t, filter(t, url, a, "n2", "n1")); got != "n1" {
 				t.Fatalf("re-filter of the unconfirmed pod passed %s, want n1 where it is bound", got)
 			}

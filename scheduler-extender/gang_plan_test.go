@@ -18,6 +18,7 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/gang"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -42,7 +43,7 @@ func (h *hookPolicy) Score(n *placement.Node, r placement.Request) (float64, []i
 
 func withHook(t *testing.T, s *Server) *hookPolicy {
 	t.Helper()
-	st := s.State()
+	st := s.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	h := &hookPolicy{Policy: st.sc.policy, entered: make(chan struct{}), release: make(chan struct{})}
@@ -62,7 +63,7 @@ func TestGangPlanningRunsWithoutTheLock(t *testing.T) {
 	h := withHook(t, s)
 	members := []string{"g0", "g1"}
 	for i, name := range members {
-		s.State().UpsertPod(gangPod(name, "g", 2, 1, i))
+		s.state.UpsertPod(gangPod(name, "g", 2, 1, i))
 	}
 	h.armed.Store(true)
 	planned := make(chan string, 1)
@@ -80,8 +81,8 @@ func TestGangPlanningRunsWithoutTheLock(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.State().UpsertNode(testNode("n2", "A100", 4, 64, 256))
-		passedOne(t, filter(t, url, testPod("ns", "plain", gpus(1)), "n2"))
+		s.state.UpsertNode(testNode("n2", "A100", 4, 64, 256))
+		passedOne(t, filter(t, url, podtest.Pod("ns", "plain", podtest.GPUs(1)), "n2"))
 	}()
 	select {
 	case <-done:
@@ -105,9 +106,9 @@ func TestGangPlanCachedWhileNothingChanges(t *testing.T) {
 	h := withHook(t, s)
 	// Two members of 3 GPUs on two 4-GPU nodes, one of which has 2 GPUs held
 	// by a bound pod: one member fits now, both would fit the empty cluster.
-	s.State().UpsertPod(testPod("ns", "busy", gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "0,1")))
+	s.state.UpsertPod(podtest.Pod("ns", "busy", podtest.GPUs(2), podtest.OnNode("n0"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1")))
 	for i, name := range []string{"g0", "g1"} {
-		s.State().UpsertPod(gangPod(name, "g", 2, 3, i))
+		s.state.UpsertPod(gangPod(name, "g", 2, 3, i))
 	}
 	res := filter(t, url, gangPod("g0", "g", 2, 3, 0), "n0", "n1")
 	if res.NodeNames != nil && len(*res.NodeNames) > 0 || !strings.Contains(fmt.Sprint(res.FailedNodes), "1/2 members fit") {
@@ -125,7 +126,7 @@ func TestGangPlanCachedWhileNothingChanges(t *testing.T) {
 		t.Fatalf("the second filter planned again: %d Score calls, want %d", got, first)
 	}
 	// A change of the cluster plans again, and now the gang fits.
-	s.State().DeletePod("uid-ns-busy")
+	s.state.DeletePod("uid-ns-busy")
 	if passedOne(t, filter(t, url, gangPod("g0", "g", 2, 3, 0), "n0", "n1")) == "" {
 		t.Fatal("no node after the cluster changed")
 	}
@@ -140,7 +141,7 @@ func TestGangMinMemberCap(t *testing.T) {
 	url := startHTTP(t, s)
 	h := withHook(t, s)
 	for i := range 5 {
-		s.State().UpsertPod(gangPod(fmt.Sprintf("g%d", i), "big", 5, 1, i))
+		s.state.UpsertPod(gangPod(fmt.Sprintf("g%d", i), "big", 5, 1, i))
 	}
 	res := filter(t, url, gangPod("g0", "big", 5, 1, 0), "n0", "n1")
 	reason := res.FailedAndUnresolvableNodes["n0"]
@@ -195,16 +196,16 @@ func TestVolcanoGangReadsItsPodGroup(t *testing.T) {
 			twoNodes(t, s)
 			url := startHTTP(t, s)
 			if tc.group != nil {
-				s.Gangs().UpsertVolcanoPodGroup(tc.group)
+				s.gangs.UpsertVolcanoPodGroup(tc.group)
 			}
 			pods := make([]*corev1.Pod, 2)
 			for i := range pods {
-				opts := []podOpt{annotate(contract.AnnotationVolcanoGroupName, "vg"), gpus(1), created(i)}
+				opts := []podtest.Opt{podtest.Annotate(contract.AnnotationVolcanoGroupName, "vg"), podtest.GPUs(1), podtest.Created(i)}
 				if tc.annotated {
-					opts = append(opts, annotate(contract.AnnotationVolcanoMinMember, "1"))
+					opts = append(opts, podtest.Annotate(contract.AnnotationVolcanoMinMember, "1"))
 				}
-				pods[i] = testPod("ns", fmt.Sprintf("m%d", i), opts...)
-				s.State().UpsertPod(pods[i])
+				pods[i] = podtest.Pod("ns", fmt.Sprintf("m%d", i), opts...)
+				s.state.UpsertPod(pods[i])
 			}
 			res := filter(t, url, pods[0], "n0", "n1")
 			if tc.passes {
@@ -234,8 +235,8 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 	clock := newFakeClock()
 	a := fedServer(t, clock, Deps{Client: fc})
 	twoNodes(t, a)
-	a.State().UpsertPod(m0)
-	a.State().UpsertPod(m1)
+	a.state.UpsertPod(m0)
+	a.state.UpsertPod(m1)
 	urlA := startHTTP(t, a)
 	passedOne(t, filter(t, urlA, m0, "n0", "n1"))
 	a.Housekeep() // flushes the recording patches
@@ -255,7 +256,7 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 		t.Fatalf("before the informer saw the records: gang %+v, want plan of 2, recorded 0", g)
 	}
 	for _, p := range recorded() {
-		a.State().UpsertPod(p)
+		a.state.UpsertPod(p)
 	}
 	if g := a.Status().Gangs[0]; g.Recorded != 2 {
 		t.Fatalf("after the informer saw the records: gang %+v, want recorded 2", g)
@@ -265,7 +266,7 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 		b := testServer(t, clock, Deps{})
 		twoNodes(t, b)
 		for _, p := range recorded() {
-			b.State().UpsertPod(p)
+			b.state.UpsertPod(p)
 		}
 		b.Housekeep()
 		return b
@@ -285,10 +286,10 @@ func TestGangPlanSurvivesRestart(t *testing.T) {
 	}
 
 	// Released by this process: never resumed, though its record has not expired.
-	a.State().DeleteNode(node)
-	a.State().UpsertNode(testNode(node, "A100", 4, 64, 256))
+	a.state.DeleteNode(node)
+	a.state.UpsertNode(testNode(node, "A100", 4, 64, 256))
 	for _, p := range recorded() {
-		a.State().UpsertPod(p)
+		a.state.UpsertPod(p)
 	}
 	a.Housekeep()
 	if got := phaseOf(a, m1.UID); got != "pending@" {
@@ -322,19 +323,19 @@ func TestHugeGangDoesNotHoldUpPlainFilters(t *testing.T) {
 	url := startHTTP(t, s)
 	names := nodeNames("n", nodes)
 	for i, n := range names {
-		s.State().UpsertNode(testNode(n, "A100", gpusPerNode, 256, 1024))
+		s.state.UpsertNode(testNode(n, "A100", gpusPerNode, 256, 1024))
 		// Every third node is taken whole: 1 200 GPUs, 800 free.
 		if i%3 == 0 {
-			s.State().UpsertPod(testPod("busy", n, gpus(gpusPerNode), onNode(n)))
+			s.state.UpsertPod(podtest.Pod("busy", n, podtest.GPUs(gpusPerNode), podtest.OnNode(n)))
 		}
 	}
 	// 1 000 members of 1 GPU: they fit the empty cluster (never "can never
 	// fit") but only 800 fit now, so the gang waits.
 	member := func(i int) *corev1.Pod {
-		return testPod("ns", fmt.Sprintf("m%04d", i), append(volcano("huge", members), gpus(1), created(i))...)
+		return podtest.Pod("ns", fmt.Sprintf("m%04d", i), append(podtest.Volcano("huge", members), podtest.GPUs(1), podtest.Created(i))...)
 	}
 	for i := range members {
-		s.State().UpsertPod(member(i))
+		s.state.UpsertPod(member(i))
 	}
 	post := func(pod *corev1.Pod) (extenderv1.ExtenderFilterResult, error) {
 		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
@@ -374,7 +375,7 @@ func TestHugeGangDoesNotHoldUpPlainFilters(t *testing.T) {
 	placed := make(chan string, plain)
 	for i := range plain {
 		wg.Go(func() {
-			res, err := post(testPod("plain", fmt.Sprintf("p%d", i), gpus(1)))
+			res, err := post(podtest.Pod("plain", fmt.Sprintf("p%d", i), podtest.GPUs(1)))
 			switch {
 			case err != nil:
 				errs <- err
@@ -397,9 +398,9 @@ func TestHugeGangDoesNotHoldUpPlainFilters(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		s.State().UpsertNode(testNode("late", "A100", gpusPerNode, 256, 1024))
-		s.State().UpsertPod(testPod("busy", "late", gpus(1), onNode("late")))
-		s.State().DeletePod("uid-busy-late")
+		s.state.UpsertNode(testNode("late", "A100", gpusPerNode, 256, 1024))
+		s.state.UpsertPod(podtest.Pod("busy", "late", podtest.GPUs(1), podtest.OnNode("late")))
+		s.state.DeletePod("uid-busy-late")
 	})
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()

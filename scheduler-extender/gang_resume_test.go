@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 // TestResumeBoundsForgedPlan: a plan record is read from the member's own
@@ -32,8 +33,8 @@ func TestResumeBoundsForgedPlan(t *testing.T) {
 	record := func(id uint64, node, devs string, expires time.Time) string {
 		return fmt.Sprintf("planned:%d:%s:%s:%d", id, node, devs, expires.Unix())
 	}
-	member := func(req podOpt, state string) *corev1.Pod {
-		return testPod("ns", "m0", append(volcano("g", 1), req, created(0), annotate(contract.AnnotationGangState, state))...)
+	member := func(req podtest.Opt, state string) *corev1.Pod {
+		return podtest.Pod("ns", "m0", append(podtest.Volcano("g", 1), req, podtest.Created(0), podtest.Annotate(contract.AnnotationGangState, state))...)
 	}
 	tests := []struct {
 		name    string
@@ -41,29 +42,29 @@ func TestResumeBoundsForgedPlan(t *testing.T) {
 		resumed bool
 	}{
 		{"ten-year expiry on all 4 GPUs",
-			member(gpus(4), record(ownID, "n0", "0,1,2,3", start.Add(10*365*24*time.Hour))), false},
+			member(podtest.GPUs(4), record(ownID, "n0", "0,1,2,3", start.Add(10*365*24*time.Hour))), false},
 		{"expiry a clock skew beyond the TTL: clamped to the TTL",
-			member(gpus(4), record(ownID, "n0", "0,1,2,3", start.Add(ttl+planClockSkew-time.Second))), true},
+			member(podtest.GPUs(4), record(ownID, "n0", "0,1,2,3", start.Add(ttl+planClockSkew-time.Second))), true},
 		{"more devices than the member requests",
-			member(gpus(1), record(ownID, "n0", "0,1,2,3", start.Add(ttl/2))), false},
+			member(podtest.GPUs(1), record(ownID, "n0", "0,1,2,3", start.Add(ttl/2))), false},
 		{"two devices for a GPU share",
-			member(milli(500), record(ownID, "n0", "0,1", start.Add(ttl/2))), false},
+			member(podtest.Milli(500), record(ownID, "n0", "0,1", start.Add(ttl/2))), false},
 		{"no device for a GPU pod",
-			member(gpus(1), record(ownID, "n0", "", start.Add(ttl/2))), false},
+			member(podtest.GPUs(1), record(ownID, "n0", "", start.Add(ttl/2))), false},
 		{"unknown node",
-			member(gpus(1), record(ownID, "n9", "0", start.Add(ttl/2))), false},
+			member(podtest.GPUs(1), record(ownID, "n9", "0", start.Add(ttl/2))), false},
 		{"an id no extender issued yet",
-			member(gpus(1), record(planIDBase(start.Add(time.Hour)), "n0", "0", start.Add(ttl/2))), false},
-		{"own record", member(gpus(4), record(ownID, "n0", "0,1,2,3", start.Add(ttl))), true},
-		{"own record of a GPU share", member(milli(500), record(ownID, "n0", "2", start.Add(ttl))), true},
+			member(podtest.GPUs(1), record(planIDBase(start.Add(time.Hour)), "n0", "0", start.Add(ttl/2))), false},
+		{"own record", member(podtest.GPUs(4), record(ownID, "n0", "0,1,2,3", start.Add(ttl))), true},
+		{"own record of a GPU share", member(podtest.Milli(500), record(ownID, "n0", "2", start.Add(ttl))), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			s := testServer(t, clock, Deps{})
-			s.State().UpsertNode(testNode("n0", "A100", 4, 64, 256))
-			s.State().UpsertPod(tc.pod)
+			s.state.UpsertNode(testNode("n0", "A100", 4, 64, 256))
+			s.state.UpsertPod(tc.pod)
 			s.Housekeep()
 			got := phaseOf(s, tc.pod.UID)
 			if resumed := got == "planned@n0"; resumed != tc.resumed {
@@ -77,8 +78,8 @@ func TestResumeBoundsForgedPlan(t *testing.T) {
 			if free := gpuFree(s, "n0"); !slices.Equal(free, []int{1000, 1000, 1000, 1000}) {
 				t.Fatalf("plan TTL after the resume n0 has %v milli free, want every GPU free", free)
 			}
-			probe := testPod("ns", "probe", gpus(1))
-			s.State().UpsertPod(probe)
+			probe := podtest.Pod("ns", "probe", podtest.GPUs(1))
+			s.state.UpsertPod(probe)
 			if node := passedOne(t, filter(t, startHTTP(t, s), probe, "n0")); node != "n0" {
 				t.Fatalf("a 1-GPU pod passed %s, want n0", node)
 			}

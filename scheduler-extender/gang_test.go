@@ -17,23 +17,19 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/gang"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
-func volcano(group string, minMember int) []podOpt {
-	return []podOpt{annotate(contract.AnnotationVolcanoGroupName, group),
-		annotate(contract.AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
-}
-
 func gangPod(name, group string, minMember, gpuCount, createdSec int) *corev1.Pod {
-	opts := append(volcano(group, minMember), gpus(gpuCount), created(createdSec))
-	return testPod("ns", name, opts...)
+	opts := append(podtest.Volcano(group, minMember), podtest.GPUs(gpuCount), podtest.Created(createdSec))
+	return podtest.Pod("ns", name, opts...)
 }
 
 // twoNodes is a cluster of two 4-GPU nodes.
 func twoNodes(t *testing.T, s *Server) {
 	t.Helper()
-	s.State().UpsertNode(testNode("n0", "A100", 4, 64, 256))
-	s.State().UpsertNode(testNode("n1", "A100", 4, 64, 256))
+	s.state.UpsertNode(testNode("n0", "A100", 4, 64, 256))
+	s.state.UpsertNode(testNode("n1", "A100", 4, 64, 256))
 }
 
 func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
@@ -51,14 +47,14 @@ func TestGangWaitsUntilAllMembersFitThenBindsTogether(t *testing.T) {
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	for _, p := range members[:3] {
-		s.State().UpsertPod(p)
+		s.state.UpsertPod(p)
 	}
 	res := filter(t, url, members[0], "n0", "n1")
 	want := "gang ns/g: 3/4 members fit (3 of 4 members exist)"
 	if res.FailedNodes["n0"] != want || res.FailedNodes["n1"] != want || len(res.FailedAndUnresolvableNodes) != 0 {
 		t.Fatalf("want FailedNodes %q, got %+v", want, res)
 	}
-	s.State().UpsertPod(members[3])
+	s.state.UpsertPod(members[3])
 	planned := map[string]string{}
 	for _, i := range []int{3, 0, 1, 2} {
 		planned[members[i].Name] = passedOne(t, filter(t, url, members[i], "n0", "n1"))
@@ -174,7 +170,7 @@ func TestCompetingGangsOneWinsWhole(t *testing.T) {
 		for i := range 2 {
 			p := gangPod(fmt.Sprintf("%s%d", g, i), g, 2, 4, i)
 			pods = append(pods, p)
-			s.State().UpsertPod(p)
+			s.state.UpsertPod(p)
 		}
 	}
 	// Every member filters concurrently, several times: exactly one gang may win.
@@ -223,7 +219,7 @@ func TestCompetingGangsOneWinsWhole(t *testing.T) {
 	// The winner finishes and leaves: the loser is admitted whole.
 	for _, p := range pods {
 		if p.Name[0] == winner {
-			s.State().DeletePod(p.UID)
+			s.state.DeletePod(p.UID)
 		}
 	}
 	passedOne(t, filter(t, url, loserPod, "n0", "n1"))
@@ -243,8 +239,8 @@ func TestGangPlanExpiryReleasesCapacity(t *testing.T) {
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	a, b := gangPod("a", "g", 2, 4, 0), gangPod("b", "g", 2, 4, 1)
-	s.State().UpsertPod(a)
-	s.State().UpsertPod(b)
+	s.state.UpsertPod(a)
+	s.state.UpsertPod(b)
 	node := passedOne(t, filter(t, url, a, "n0", "n1"))
 	done := make(chan string)
 	go func() { done <- bind(t, url, a, node) }()
@@ -278,8 +274,8 @@ func TestGangBindTimeoutReleasesPlan(t *testing.T) {
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	a, b := gangPod("a", "g", 2, 1, 0), gangPod("b", "g", 2, 1, 1)
-	s.State().UpsertPod(a)
-	s.State().UpsertPod(b)
+	s.state.UpsertPod(a)
+	s.state.UpsertPod(b)
 	node := passedOne(t, filter(t, url, a, "n0", "n1"))
 	if e := bind(t, url, a, node); !strings.Contains(e, "bind timeout with 1/2 members at bind") {
 		t.Fatalf("got %q", e)
@@ -295,7 +291,7 @@ func TestGangThatCanNeverFitIsUnresolvable(t *testing.T) {
 	twoNodes(t, s)
 	url := startHTTP(t, s)
 	p := gangPod("a", "big", 3, 4, 0) // 3 × 4 GPUs on 2 × 4 GPUs
-	s.State().UpsertPod(p)
+	s.state.UpsertPod(p)
 	res := filter(t, url, p, "n0", "n1")
 	want := "gang ns/big: minMember 3 can never fit the cluster (at most 2 fit on empty nodes)"
 	if res.FailedAndUnresolvableNodes["n0"] != want {
@@ -316,13 +312,13 @@ func TestGangInvalidSpecIsUnresolvable(t *testing.T) {
 	s := testServer(t, newFakeClock(), Deps{})
 	twoNodes(t, s)
 	url := startHTTP(t, s)
-	p := testPod("ns", "a", gpus(1), annotate(contract.AnnotationKoordinatorName, "k"), annotate(contract.AnnotationKoordinatorMinAvailable, "many"))
+	p := podtest.Pod("ns", "a", podtest.GPUs(1), podtest.Annotate(contract.AnnotationKoordinatorName, "k"), podtest.Annotate(contract.AnnotationKoordinatorMinAvailable, "many"))
 	res := filter(t, url, p, "n0")
 	if !strings.Contains(res.FailedAndUnresolvableNodes["n0"], "min member \"many\"") {
 		t.Fatalf("got %+v", res)
 	}
 	// A PodGroup gang whose PodGroup is not known waits (retryable), it is not unresolvable.
-	q := testPod("ns", "q", gpus(1), label(contract.LabelPodGroup, "pg"))
+	q := podtest.Pod("ns", "q", podtest.GPUs(1), podtest.Label(contract.LabelPodGroup, "pg"))
 	res = filter(t, url, q, "n0")
 	if !strings.Contains(res.FailedNodes["n0"], "PodGroup not found") {
 		t.Fatalf("got %+v", res)
@@ -332,8 +328,8 @@ func TestGangInvalidSpecIsUnresolvable(t *testing.T) {
 func TestGangRestartMidGangRebuildsFromAnnotations(t *testing.T) {
 	t.Parallel()
 	// m0, m1 were bound by a previous extender; m2, m3 still pending.
-	m0 := testPod("ns", "m0", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "0,1"))...)
-	m1 := testPod("ns", "m1", append(volcano("g", 4), gpus(2), onNode("n0"), annotate(contract.AnnotationGPUDevices, "2,3"))...)
+	m0 := podtest.Pod("ns", "m0", append(podtest.Volcano("g", 4), podtest.GPUs(2), podtest.OnNode("n0"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1"))...)
+	m1 := podtest.Pod("ns", "m1", append(podtest.Volcano("g", 4), podtest.GPUs(2), podtest.OnNode("n0"), podtest.Annotate(contract.AnnotationGPUDevices, "2,3"))...)
 	m2, m3 := gangPod("m2", "g", 4, 2, 2), gangPod("m3", "g", 4, 2, 3)
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), testNode("n1", "A100", 4, 64, 256), m0, m1, m2, m3)
 	s := testServer(t, newFakeClock(), Deps{Client: fc})
@@ -373,8 +369,8 @@ func TestGangPartialBindFailureIsReported(t *testing.T) {
 	fc.failBind["b"] = true
 	s := fedServer(t, newFakeClock(), Deps{Client: fc})
 	twoNodes(t, s)
-	s.State().UpsertPod(a)
-	s.State().UpsertPod(b)
+	s.state.UpsertPod(a)
+	s.state.UpsertPod(b)
 	url := startHTTP(t, s)
 	na := passedOne(t, filter(t, url, a, "n0", "n1"))
 	nb := passedOne(t, filter(t, url, b, "n0", "n1"))
@@ -406,8 +402,8 @@ func TestPodGroupFromDynamicInformer(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{PodGroupGVR: "PodGroupList", VolcanoPodGroupGVR: "PodGroupList"}, pg)
-	a := testPod("ns", "a", gpus(1), label(contract.LabelPodGroup, "pg"))
-	b := testPod("ns", "b", gpus(1), label(contract.LabelPodGroup, "pg"))
+	a := podtest.Pod("ns", "a", podtest.GPUs(1), podtest.Label(contract.LabelPodGroup, "pg"))
+	b := podtest.Pod("ns", "b", podtest.GPUs(1), podtest.Label(contract.LabelPodGroup, "pg"))
 	fc := newFakeCluster(t, testNode("n0", "A100", 4, 64, 256), a, b)
 	clock := newFakeClock()
 	reg := prometheus.NewRegistry()
@@ -456,12 +452,14 @@ understory_extender_cache_staleness_seconds{informer="volcano-podgroups"} 7
 func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 	t.Parallel()
 	koord := func(name string) *corev1.Pod {
-		return testPod("ns", name, annotate(contract.AnnotationKoordinatorName, "g"), annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
-			onNode("n0"))
+		return podtest.Pod("ns", name, podtest.Annotate(contract.AnnotationKoordinatorName, "g"), podtest.Annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
+			podtest.OnNode("n0"))
 	}
-	vol := func(name string) *corev1.Pod { return testPod("ns", name, append(volcano("g", 2), onNode("n0"))...) }
+	vol := func(name string) *corev1.Pod {
+		return podtest.Pod("ns", name, append(podtest.Volcano("g", 2), podtest.OnNode("n0"))...)
+	}
 	pg := func(name string) *corev1.Pod {
-		return testPod("ns", name, label(contract.LabelPodGroup, "g"), onNode("n0"))
+		return podtest.Pod("ns", name, podtest.Label(contract.LabelPodGroup, "g"), podtest.OnNode("n0"))
 	}
 	tests := []struct {
 		name     string
@@ -475,8 +473,8 @@ func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 		{"volcano annotation", []*corev1.Pod{vol("a"), vol("b")}, false, 2, GangAdmitted, ""},
 		{"podgroup after its pods", []*corev1.Pod{pg("a"), pg("b")}, true, 2, GangAdmitted, ""},
 		{"podgroup not seen", []*corev1.Pod{pg("a"), pg("b")}, false, 0, GangWaiting, "no PodGroup: minMember unknown"},
-		{"one of two bound", []*corev1.Pod{koord("a"), testPod("ns", "b", annotate(contract.AnnotationKoordinatorName, "g"),
-			annotate(contract.AnnotationKoordinatorMinAvailable, "2"))}, false, 2, GangWaiting, "one member is not bound"},
+		{"one of two bound", []*corev1.Pod{koord("a"), podtest.Pod("ns", "b", podtest.Annotate(contract.AnnotationKoordinatorName, "g"),
+			podtest.Annotate(contract.AnnotationKoordinatorMinAvailable, "2"))}, false, 2, GangWaiting, "one member is not bound"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -484,10 +482,10 @@ func TestGangBoundBeforeRestartIsAdmitted(t *testing.T) {
 			s := fedServer(t, newFakeClock(), Deps{Client: newFakeCluster(t)})
 			twoNodes(t, s)
 			for _, p := range tc.pods {
-				s.State().UpsertPod(p)
+				s.state.UpsertPod(p)
 			}
 			if tc.group {
-				s.Gangs().UpsertPodGroup(&unstructured.Unstructured{Object: map[string]any{
+				s.gangs.UpsertPodGroup(&unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
 					"metadata": map[string]any{"namespace": "ns", "name": "g"},
 					"spec":     map[string]any{"minMember": int64(2)}}})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
@@ -99,25 +100,25 @@ func TestNodeGPUsPhysical(t *testing.T) {
 	}
 }
 
-// TestSharesAvoidUnhealthyGPU is the issue's case: the device plugin dropped
-// unhealthy GPU 1, so allocatable says 3 and the old count numbered the healthy
-// GPUs 0..2, booking shares on index 1, the broken GPU. With the agent's list, no
-// share lands there; a pod already running there stays charged there.
+// TestSharesAvoidUnhealthyGPU: the device plugin dropped unhealthy GPU 1, so
+// allocatable says 3, and numbering the GPUs from that count (0..2) would book
+// shares on index 1, the broken GPU. With the agent's list, no share lands
+// there; a pod already running there stays charged there.
 func TestSharesAvoidUnhealthyGPU(t *testing.T) {
 	t.Parallel()
 	rec := record.NewFakeRecorder(10)
 	clock := newFakeClock()
 	srv := testServer(t, clock, Deps{Recorder: rec, Registry: prometheus.NewRegistry()})
-	s := srv.State()
+	s := srv.state
 	s.UpsertNode(withAgentGPUs(t, testNode("n", h100, 3, 64, 256), clock.Now(), gpuDev(0, "GPU-a", true),
 		gpuDev(1, "GPU-b", false), gpuDev(2, "GPU-c", true), gpuDev(3, "GPU-d", true)))
 	// A share that ran on GPU 1 before it broke.
-	s.UpsertPod(testPod("ns", "old", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
+	s.UpsertPod(podtest.Pod("ns", "old", podtest.Milli(300), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1")))
 	s.lock()
 	defer s.unlock()
 	e := s.led.node("n")
 	for i := range 4 {
-		p := s.podFromArgs(testPod("ns", fmt.Sprint("share-", i), milli(600)))
+		p := s.podFromArgs(podtest.Pod("ns", fmt.Sprint("share-", i), podtest.Milli(600)))
 		_, devs, ok := s.sc.servingPolicy().Score(e.n, p.req)
 		if i == 3 {
 			if ok {
@@ -135,7 +136,7 @@ func TestSharesAvoidUnhealthyGPU(t *testing.T) {
 	if got := fmt.Sprint(e.n.GPUFree); got != "[400 -300 400 400]" {
 		t.Fatalf("GPUFree %s: the old share stays on GPU 1, the new ones on 0, 2, 3", got)
 	}
-	if p := s.pods[testPod("ns", "old").UID]; !slices.Equal(p.devices, []int{1}) || p.inferred {
+	if p := s.pods[podtest.Pod("ns", "old").UID]; !slices.Equal(p.devices, []int{1}) || p.inferred {
 		t.Fatalf("the share on the broken GPU moved: %v (inferred %v)", p.devices, p.inferred)
 	}
 	if n := len(rec.Events); n != 0 {
@@ -158,9 +159,9 @@ func TestBookingsFollowUUID(t *testing.T) {
 		return withAgentGPUs(t, testNode("n", h100, 3, 64, 256), clock.Now(), devs...)
 	}
 	s.UpsertNode(node(gpuDev(0, "GPU-a", true), gpuDev(1, "GPU-b", true), gpuDev(2, "GPU-c", true)))
-	s.UpsertPod(testPod("ns", "bound", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+	s.UpsertPod(podtest.Pod("ns", "bound", podtest.Milli(300), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
 	s.lock()
-	reserved := s.podFromArgs(testPod("ns", "reserved", milli(500)))
+	reserved := s.podFromArgs(podtest.Pod("ns", "reserved", podtest.Milli(500)))
 	if err := s.led.place(reserved, s.led.node("n"), []int{1}, phaseReserved); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestBookingsFollowUUID(t *testing.T) {
 		s.UpsertNode(step.node)
 		s.mu.RLock()
 		free := fmt.Sprint(s.led.nodes["n"].n.GPUFree)
-		held, got := s.pods[reserved.uid].devices, s.pods[testPod("ns", "bound").UID].devices
+		held, got := s.pods[reserved.uid].devices, s.pods[podtest.Pod("ns", "bound").UID].devices
 		s.mu.RUnlock()
 		if free != step.free || !slices.Equal(held, step.held) || !slices.Equal(got, step.got) {
 			t.Fatalf("%s: GPUFree %s, reserved on %v, bound on %v; want %s %v %v", step.name, free, held, got,
@@ -225,17 +226,17 @@ func TestSharedModelMatches(t *testing.T) {
 // TestBindReplacesShareOnGPUGoneUnhealthy: a share reserved on a GPU that the agent
 // reports unhealthy before the bind is placed again at bind time: the Binding's
 // devices annotation never names the broken GPU. The reservation itself lands on the
-// GPU whose LS-free share holds the share (issue 20 part 4).
+// GPU whose LS-free share holds the share.
 func TestBindReplacesShareOnGPUGoneUnhealthy(t *testing.T) {
 	t.Parallel()
-	pod := testPod("ns", "share", milli(400))
+	pod := podtest.Pod("ns", "share", podtest.Milli(400))
 	fc := newFakeCluster(t, pod)
 	clock := newFakeClock()
 	s := fedServer(t, clock, Deps{Client: fc})
 	lsBusy, lsIdle := gpuDev(0, "GPU-a", true), gpuDev(1, "GPU-b", true)
 	lsBusy.LSFreeMilli, lsIdle.LSFreeMilli = ptrTo(100), ptrTo(1000)
-	s.State().UpsertNode(withAgentGPUs(t, testNode("n", h100, 2, 64, 256), clock.Now(), lsBusy, lsIdle))
-	s.State().UpsertPod(pod)
+	s.state.UpsertNode(withAgentGPUs(t, testNode("n", h100, 2, 64, 256), clock.Now(), lsBusy, lsIdle))
+	s.state.UpsertPod(pod)
 	url := startHTTP(t, s)
 	if node := passedOne(t, filter(t, url, pod, "n")); node != "n" {
 		t.Fatalf("filter passed %s", node)
@@ -244,7 +245,7 @@ func TestBindReplacesShareOnGPUGoneUnhealthy(t *testing.T) {
 		t.Fatalf("reserved: GPUFree %s, want the share on GPU 1, whose LS leaves room", got)
 	}
 	broken := gpuDev(1, "GPU-b", false)
-	s.State().UpsertNode(withAgentGPUs(t, testNode("n", h100, 1, 64, 256), clock.Now(), lsBusy, broken))
+	s.state.UpsertNode(withAgentGPUs(t, testNode("n", h100, 1, 64, 256), clock.Now(), lsBusy, broken))
 	if msg := bind(t, url, pod, "n"); msg != "" {
 		t.Fatalf("bind: %s", msg)
 	}
@@ -306,47 +307,47 @@ func TestReconcileWithKubeletAllocation(t *testing.T) {
 		event      string
 	}{
 		{"node report moves a bound pod", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "a", "uid-ns-a", 3)}))
 		}, "[1000 1000 1000 0]", map[string]string{"a": "[3]"}, 1, ""},
 		{"pod after the report takes kubelet's devices, not its annotation", func(t *testing.T, s *State, now time.Time) {
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "a", "uid-ns-a", 1, 2)}))
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1")))
 			// An informer update with the stale annotation changes nothing.
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1")))
 		}, "[1000 0 0 1000]", map[string]string{"a": "[1 2]"}, 0, ""},
 		{"an unreported pod moves out of kubelet's way", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
-			s.UpsertPod(testPod("ns", "b", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "b", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1")))
 			// kubelet gave b device 0; a is not reported yet: it moves, nothing over-commits.
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "b", "uid-ns-b", 0)}))
 		}, "[0 0 1000 1000]", map[string]string{"a": "[1]", "b": "[0]"}, 1, ""},
 		{"a share on a device kubelet gave away is reported", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "share", milli(500), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "whole", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "share", podtest.Milli(500), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "whole", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4),
 				[]contract.PodGPUs{allocated("ns", "whole", "uid-ns-whole", 2)}))
 		}, "[1000 1000 -500 1000]", map[string]string{"share": "[2]", "whole": "[2]"}, 1,
 			"Warning GPUDeviceConflict kubelet allocated devices 2 of node n to ns/whole, but ns/share also hold them"},
 		{"an entry without a UID matches by name while fresh", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "a", "", 3)}))
 		}, "[1000 1000 1000 0]", map[string]string{"a": "[3]"}, 1, ""},
 		{"a stale entry without a UID is not trusted", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now.Add(-time.Hour), idleGPUs(4),
 				[]contract.PodGPUs{allocated("ns", "a", "", 3)}))
 		}, "[0 1000 1000 1000]", map[string]string{"a": "[0]"}, 0, ""},
 		{"kubelet's devices out of range are ignored", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "a", "uid-ns-a", 7)}))
 		}, "[0 1000 1000 1000]", map[string]string{"a": "[0]"}, 0, ""},
 		{"shares are the extender's: an entry for one is ignored", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "s", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
+			s.UpsertPod(podtest.Pod("ns", "s", podtest.Milli(300), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1")))
 			s.UpsertNode(gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "s", "uid-ns-s", 2)}))
 		}, "[1000 700 1000 1000]", map[string]string{"s": "[1]"}, 0, ""},
 		{"a version-1 node changes nothing", func(t *testing.T, s *State, now time.Time) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			n := gpuMetricsNode(t, "n", now, idleGPUs(4), []contract.PodGPUs{allocated("ns", "a", "uid-ns-a", 3)})
 			delete(n.Annotations, contract.AnnotationNodeMetricsV2)
 			s.UpsertNode(n)
@@ -358,7 +359,7 @@ func TestReconcileWithKubeletAllocation(t *testing.T) {
 			rec := record.NewFakeRecorder(10)
 			clock := newFakeClock()
 			srv := testServer(t, clock, Deps{Recorder: rec, Registry: prometheus.NewRegistry()})
-			s := srv.State()
+			s := srv.state
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 			tc.setup(t, s, clock.Now())
 			srv.Housekeep() // flushes the events

@@ -32,6 +32,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 // TestRunSyncedMeansIndexed: once the server reports synced, its index holds
@@ -105,12 +106,12 @@ func TestRunSyncedMeansIndexed(t *testing.T) {
 func TestNotReadyRefuses(t *testing.T) {
 	t.Parallel()
 	node := testNode("n1", "A100", 1, 8, 32)
-	holder := testPod("ns", "holder", gpus(1))
+	holder := podtest.Pod("ns", "holder", podtest.GPUs(1))
 	holder.Spec.NodeName = "n1"
 	holder.Annotations[contract.AnnotationGPUDevices] = "0"
 	srv := testServer(t, nil, Deps{Client: fake.NewClientset(node, holder)})
 	url := startHTTP(t, srv)
-	pod := testPod("ns", "new", gpus(1))
+	pod := podtest.Pod("ns", "new", podtest.GPUs(1))
 	nodes := []string{"n1"}
 	get := func(path string) int {
 		resp, err := http.Get(url + path)
@@ -165,12 +166,12 @@ func TestNotReadyRefuses(t *testing.T) {
 // cache. Contact restored, binds go through again.
 func TestStaleCacheRefusesBinds(t *testing.T) {
 	t.Parallel()
-	pod := testPod("ns", "a", gpus(1))
+	pod := podtest.Pod("ns", "a", podtest.GPUs(1))
 	fc := newFakeCluster(t, pod)
 	clock := newFakeClock()
 	reg := prometheus.NewRegistry()
 	s := fedServer(t, clock, Deps{Client: fc, Registry: reg})
-	s.State().UpsertNode(testNode("n1", "A100", 2, 8, 32))
+	s.state.UpsertNode(testNode("n1", "A100", 2, 8, 32))
 	url := startHTTP(t, s)
 	ctx := context.Background()
 

@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 func TestLeaderConfigValidate(t *testing.T) {
@@ -260,7 +261,7 @@ func TestLostLeaseRefusesAndRunReturns(t *testing.T) {
 // a pod deleted meanwhile does not.
 func TestCatchUp(t *testing.T) {
 	t.Parallel()
-	bound := func(name string) *corev1.Pod { return testPod("ns", name, gpus(1), onNode("n1")) }
+	bound := func(name string) *corev1.Pod { return podtest.Pod("ns", name, podtest.GPUs(1), podtest.OnNode("n1")) }
 	tests := []struct {
 		name     string
 		api      []runtime.Object // what the API holds
@@ -270,7 +271,7 @@ func TestCatchUp(t *testing.T) {
 		wantErr  bool
 	}{
 		{name: "index up to date", api: []runtime.Object{bound("a")}, index: []*corev1.Pod{bound("a")}},
-		{name: "pending pods do not count", api: []runtime.Object{testPod("ns", "pending", gpus(1))}},
+		{name: "pending pods do not count", api: []runtime.Object{podtest.Pod("ns", "pending", podtest.GPUs(1))}},
 		{name: "terminated pods do not count", api: []runtime.Object{func() *corev1.Pod {
 			p := bound("done")
 			p.Status.Phase = corev1.PodSucceeded

@@ -40,13 +40,16 @@ type eventRecorder interface {
 // Deps are the extender's collaborators; every field is optional.
 type Deps struct {
 	// Client lists and watches nodes and pods, patches and binds pods, records
-	// events. Nil: no informers (feed the index with UpsertNode/UpsertPod) and bind fails.
+	// events. Nil: no informers (the caller feeds State) and bind fails.
 	Client kubernetes.Interface
 	// Dynamic watches scheduling.x-k8s.io PodGroups and (Config.VolcanoPodGroups)
-	// Volcano's. Nil: PodGroup gangs wait with "PodGroup not found" unless fed
-	// through Gangs().UpsertPodGroup, and Volcano gangs use their members'
-	// annotation unless fed through Gangs().UpsertVolcanoPodGroup.
+	// Volcano's. Nil: PodGroup gangs wait with "PodGroup not found", and Volcano
+	// gangs use their members' annotation.
 	Dynamic dynamic.Interface
+	// State is the index to serve, for a caller that feeds it itself: empty, from
+	// NewState with the same Config and clock, for one Server, fed once NewServer
+	// returned (the gangs then see its pods). Nil: a new one.
+	State *State
 	// Recorder receives Events. Nil: built on Client (or none without a Client).
 	Recorder eventRecorder
 	// Registry receives the metrics and serves /metrics. Nil: a new registry.
@@ -118,7 +121,13 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 			recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent})
 		}
 	}
-	st, err := NewState(cfg, s.now)
+	st, err := deps.State, error(nil)
+	switch {
+	case st == nil:
+		st, err = NewState(cfg, s.now)
+	case !st.servable(cfg):
+		err = fmt.Errorf("Deps.State is not an empty index of this config, free to serve: %w", ErrInvalidConfig)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -181,14 +190,6 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 type stateSource struct{ s *Server }
 
 func (w stateSource) ExtenderSnapshot() metrics.ExtenderSnapshot { return snapshotMetrics(w.s) }
-
-// State is the server's cluster index, for feeding it nodes and pods directly
-// (tests, benchmarks).
-func (s *Server) State() *State { return s.state }
-
-// Gangs is the server's gang registry and planner, for feeding it PodGroups
-// directly (tests).
-func (s *Server) Gangs() *gang.Gangs { return s.gangs }
 
 // Bind binds a pod (binder.Bind).
 func (s *Server) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {

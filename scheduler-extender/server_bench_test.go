@@ -11,6 +11,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
 
@@ -25,16 +26,16 @@ func benchState(b *testing.B) (*Server, []*wire.Args) {
 	names := nodeNames("node-", 5000)
 	for i, n := range names {
 		g := []int{0, 8, 8, 2, 4, 1}[rng.Intn(6)]
-		s.State().UpsertNode(testNode(n, "A100", g, 96, 512))
+		s.state.UpsertNode(testNode(n, "A100", g, 96, 512))
 		for d := 0; d < g; d++ {
 			if rng.Intn(3) == 0 {
-				s.State().UpsertPod(testPod("b", fmt.Sprintf("p-%d-%d", i, d), gpus(1), onNode(n), annotate(contract.AnnotationGPUDevices, fmt.Sprint(d))))
+				s.state.UpsertPod(podtest.Pod("b", fmt.Sprintf("p-%d-%d", i, d), podtest.GPUs(1), podtest.OnNode(n), podtest.Annotate(contract.AnnotationGPUDevices, fmt.Sprint(d))))
 			}
 		}
 	}
 	var args []*wire.Args
-	for i, o := range []podOpt{milli(500), gpus(1), gpus(2), milli(250)} {
-		body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("ns", fmt.Sprintf("q%d", i), o), NodeNames: &names})
+	for i, o := range []podtest.Opt{podtest.Milli(500), podtest.GPUs(1), podtest.GPUs(2), podtest.Milli(250)} {
+		body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: podtest.Pod("ns", fmt.Sprintf("q%d", i), o), NodeNames: &names})
 		a, err := s.dec.Args(body, nil)
 		if err != nil {
 			b.Fatal(err)

@@ -58,60 +58,6 @@ func testNode(name, model string, gpus, cpu, memGi int) *corev1.Node {
 	return n
 }
 
-// podOpt changes a test pod.
-type podOpt func(*corev1.Pod)
-
-func gpus(n int) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
-	}
-}
-
-func milli(m int) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPUMilli] = *resource.NewQuantity(int64(m), resource.DecimalSI)
-	}
-}
-
-func cpu(millicores int64) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(millicores, resource.DecimalSI)
-	}
-}
-
-func annotate(k, v string) podOpt {
-	return func(p *corev1.Pod) { p.Annotations[k] = v }
-}
-
-func label(k, v string) podOpt {
-	return func(p *corev1.Pod) { p.Labels[k] = v }
-}
-
-func onNode(n string) podOpt {
-	return func(p *corev1.Pod) { p.Spec.NodeName = n }
-}
-
-func created(sec int) podOpt {
-	return func(p *corev1.Pod) {
-		p.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC))
-	}
-}
-
-func testPod(ns, name string, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name),
-			Labels: map[string]string{}, Annotations: map[string]string{}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
-			Limits:   corev1.ResourceList{},
-		}}}},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
-
 // testServer is a server without a client; cfg mutators adjust DefaultConfig.
 func testServer(t *testing.T, clock *fakeClock, deps Deps, mut ...func(*Config)) *Server {
 	t.Helper()

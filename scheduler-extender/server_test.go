@@ -3,8 +3,10 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 func TestFilterVerdicts(t *testing.T) {
@@ -32,30 +35,30 @@ func TestFilterVerdicts(t *testing.T) {
 	}{
 		{
 			name:             "whole gpus: too few devices ever is unresolvable, cpu node has none",
-			pod:              testPod("ns", "p", gpus(4)),
+			pod:              podtest.Pod("ns", "p", podtest.GPUs(4)),
 			wantPass:         []string{"a8"},
 			wantUnresolvable: []string{"a2", "cpu", "t4"},
 		},
 		{
 			name:             "model not accepted is unresolvable",
-			pod:              testPod("ns", "p", gpus(1), annotate(AnnotationGPUModel, "Tesla-T4")),
+			pod:              podtest.Pod("ns", "p", podtest.GPUs(1), podtest.Annotate(AnnotationGPUModel, "Tesla-T4")),
 			wantPass:         []string{"t4"},
 			wantUnresolvable: []string{"a2", "a8", "cpu"},
 		},
 		{
 			name:       "busy node fails but may pass later",
-			pod:        testPod("ns", "p", gpus(2)),
+			pod:        podtest.Pod("ns", "p", podtest.GPUs(2)),
 			wantPass:   []string{"a8"},
 			wantFailed: []string{"a2"},
 		},
 		{
 			name:     "cpu only pod passes anywhere",
-			pod:      testPod("ns", "p", cpu(500)),
+			pod:      podtest.Pod("ns", "p", podtest.CPU(500)),
 			wantPass: []string{"a2", "a8", "cpu", "t4"},
 		},
 		{
 			name:             "invalid request is unresolvable everywhere",
-			pod:              testPod("ns", "p", gpus(1), milli(500)),
+			pod:              podtest.Pod("ns", "p", podtest.GPUs(1), podtest.Milli(500)),
 			wantUnresolvable: []string{"a2", "a8", "cpu", "t4"},
 		},
 	}
@@ -65,10 +68,10 @@ func TestFilterVerdicts(t *testing.T) {
 			s := testServer(t, newFakeClock(), Deps{})
 			for _, n := range []*corev1.Node{testNode("a2", "A100", 2, 32, 128), testNode("a8", "A100", 8, 64, 512),
 				testNode("t4", "Tesla-T4", 1, 16, 64), testNode("cpu", "", 0, 16, 64)} {
-				s.State().UpsertNode(n)
+				s.state.UpsertNode(n)
 			}
 			// a2 is half busy: one GPU taken by a bound pod.
-			s.State().UpsertPod(testPod("ns", "busy", gpus(1), onNode("a2"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.state.UpsertPod(podtest.Pod("ns", "busy", podtest.GPUs(1), podtest.OnNode("a2"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 			url := startHTTP(t, s)
 			res := filter(t, url, tc.pod, "a2", "a8", "t4", "cpu")
 			if len(tc.wantPass) > 0 {
@@ -114,7 +117,7 @@ func TestFilterNodesModeLearnsNodes(t *testing.T) {
 			clock := newFakeClock()
 			s := testServer(t, clock, Deps{}, func(c *Config) { c.NodeCacheCapable = nodeCacheCapable })
 			url := startHTTP(t, s)
-			args := extenderv1.ExtenderArgs{Pod: testPod("ns", "p", gpus(1)), Nodes: &corev1.NodeList{Items: []corev1.Node{
+			args := extenderv1.ExtenderArgs{Pod: podtest.Pod("ns", "p", podtest.GPUs(1)), Nodes: &corev1.NodeList{Items: []corev1.Node{
 				*testNode("g1", "A100", 1, 8, 32), *testNode("c1", "", 0, 8, 32)}}}
 			code, body := postJSON(t, http.DefaultClient, url+"/filter", args)
 			if code != http.StatusOK {
@@ -155,9 +158,9 @@ func TestArgsPodClaimingANodeHoldsNothing(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	s := testServer(t, clock, Deps{})
-	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	s.state.UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
-	pod := testPod("ns", "ghost", gpus(1), onNode("n"))
+	pod := podtest.Pod("ns", "ghost", podtest.GPUs(1), podtest.OnNode("n"))
 	filter(t, url, pod, "n")
 	ttl := DefaultConfig().AssumedTTL
 	clock.Advance(ttl + time.Second)
@@ -180,11 +183,11 @@ func TestPrioritizeScoresInRange(t *testing.T) {
 	s := testServer(t, newFakeClock(), Deps{})
 	for _, n := range []*corev1.Node{testNode("n0", "A100", 8, 64, 256), testNode("n1", "A100", 8, 64, 256),
 		testNode("n2", "A100", 2, 64, 256), testNode("cpu", "", 0, 8, 32)} {
-		s.State().UpsertNode(n)
+		s.state.UpsertNode(n)
 	}
-	s.State().UpsertPod(testPod("ns", "busy", gpus(6), onNode("n1"), annotate(contract.AnnotationGPUDevices, "0,1,2,3,4,5")))
+	s.state.UpsertPod(podtest.Pod("ns", "busy", podtest.GPUs(6), podtest.OnNode("n1"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1,2,3,4,5")))
 	url := startHTTP(t, s)
-	pod := testPod("ns", "p", milli(500))
+	pod := podtest.Pod("ns", "p", podtest.Milli(500))
 	all := []string{"n0", "n1", "n2", "cpu", "ghost"}
 	score := func() map[string]int64 {
 		code, body := postJSON(t, http.DefaultClient, url+"/prioritize", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all})
@@ -226,11 +229,11 @@ func TestPrioritizeScoresInRange(t *testing.T) {
 
 func TestBindWritesDevicesInTheBinding(t *testing.T) {
 	t.Parallel()
-	pod := testPod("ns", "p", gpus(2))
+	pod := podtest.Pod("ns", "p", podtest.GPUs(2))
 	fc := newFakeCluster(t, pod)
 	s := fedServer(t, newFakeClock(), Deps{Client: fc})
-	s.State().UpsertNode(testNode("n", "A100", 4, 32, 128))
-	s.State().UpsertPod(pod)
+	s.state.UpsertNode(testNode("n", "A100", 4, 32, 128))
+	s.state.UpsertPod(pod)
 	url := startHTTP(t, s)
 	node := passedOne(t, filter(t, url, pod, "n"))
 	if e := bind(t, url, pod, node); e != "" {
@@ -253,7 +256,7 @@ func TestBindWritesDevicesInTheBinding(t *testing.T) {
 		t.Fatalf("phase %s, want assumed@n", ph)
 	}
 	// The informer shows the bound pod: the assumption is confirmed, nothing double counted.
-	s.State().UpsertPod(got)
+	s.state.UpsertPod(got)
 	if ph := phaseOf(s, pod.UID); ph != "bound@n" {
 		t.Fatalf("phase %s, want bound@n", ph)
 	}
@@ -272,11 +275,11 @@ func TestBindWritesDevicesInTheBinding(t *testing.T) {
 
 func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	t.Parallel()
-	pod := testPod("ns", "p", gpus(1))
+	pod := podtest.Pod("ns", "p", podtest.GPUs(1))
 	fc := newFakeCluster(t, pod)
 	fc.failBind["p"] = true
 	s := fedServer(t, newFakeClock(), Deps{Client: fc})
-	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	s.state.UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
 	if e := bind(t, url, pod, "n"); !strings.Contains(e, "injected binding failure") {
 		t.Fatalf("want the binding error, got %q", e)
@@ -284,7 +287,7 @@ func TestBindFetchesUnknownPodAndReportsFailures(t *testing.T) {
 	if got := gpuFree(s, "n"); got[0] != contract.MilliPerGPU {
 		t.Fatalf("failed bind must release the device: %v", got)
 	}
-	ghost := testPod("ns", "ghost", gpus(1))
+	ghost := podtest.Pod("ns", "ghost", podtest.GPUs(1))
 	if e := bind(t, url, ghost, "n"); !strings.Contains(e, "unknown") {
 		t.Fatalf("want unknown pod error, got %q", e)
 	}
@@ -336,7 +339,7 @@ func TestConcurrentFiltersNeverDoubleBook(t *testing.T) {
 	s := testServer(t, newFakeClock(), Deps{})
 	const nodes = 4 // 4 nodes × 2 GPUs = 8 devices
 	for i := range nodes {
-		s.State().UpsertNode(testNode(fmt.Sprintf("n%d", i), "A100", 2, 64, 256))
+		s.state.UpsertNode(testNode(fmt.Sprintf("n%d", i), "A100", 2, 64, 256))
 	}
 	url := startHTTP(t, s)
 	all := nodeNames("n", nodes)
@@ -347,7 +350,7 @@ func TestConcurrentFiltersNeverDoubleBook(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pod := testPod("ns", fmt.Sprintf("p%d", i), milli(600))
+			pod := podtest.Pod("ns", fmt.Sprintf("p%d", i), podtest.Milli(600))
 			code, body := postJSON(t, http.DefaultClient, url+"/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all})
 			if code != http.StatusOK {
 				t.Errorf("%d %s", code, body)
@@ -388,9 +391,9 @@ func TestReservationExpires(t *testing.T) {
 	clock := newFakeClock()
 	reg := prometheus.NewRegistry()
 	s := testServer(t, clock, Deps{Registry: reg})
-	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	s.state.UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
-	a, b := testPod("ns", "a", gpus(1)), testPod("ns", "b", gpus(1))
+	a, b := podtest.Pod("ns", "a", podtest.GPUs(1)), podtest.Pod("ns", "b", podtest.GPUs(1))
 	passedOne(t, filter(t, url, a, "n"))
 	if res := filter(t, url, b, "n"); res.FailedNodes["n"] == "" {
 		t.Fatalf("b must wait while a holds the GPU: %+v", res)
@@ -411,9 +414,9 @@ func TestHealthzStatusMetrics(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	s := testServer(t, clock, Deps{})
-	s.State().UpsertNode(testNode("n", "A100", 2, 8, 32))
+	s.state.UpsertNode(testNode("n", "A100", 2, 8, 32))
 	url := startHTTP(t, s)
-	pod := testPod("ns", "p", milli(250))
+	pod := podtest.Pod("ns", "p", podtest.Milli(250))
 	passedOne(t, filter(t, url, pod, "n", "missing"))
 
 	get := func(path string) (int, []byte) {
@@ -464,9 +467,9 @@ func TestArgsOnlyPodsAreForgotten(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	s := testServer(t, clock, Deps{})
-	s.State().UpsertNode(testNode("n", "A100", 1, 8, 32))
+	s.state.UpsertNode(testNode("n", "A100", 1, 8, 32))
 	url := startHTTP(t, s)
-	pod := testPod("ns", "gone", gpus(1))
+	pod := podtest.Pod("ns", "gone", podtest.GPUs(1))
 	passedOne(t, filter(t, url, pod, "n"))
 	ttl := DefaultConfig().AssumedTTL
 	clock.Advance(ttl + time.Second)
@@ -488,11 +491,11 @@ func TestArgsOnlyPodsAreForgotten(t *testing.T) {
 func TestLargeRequestsLimited(t *testing.T) {
 	t.Parallel()
 	s := testServer(t, newFakeClock(), Deps{}, func(c *Config) { c.LargeBodyBytes, c.MaxLargeRequests = 2048, 1 })
-	s.State().UpsertNode(testNode("n1", "A100", 4, 8, 32))
+	s.state.UpsertNode(testNode("n1", "A100", 4, 8, 32))
 	url := startHTTP(t, s)
 	// A large filter body: valid ExtenderArgs padded with spaces past the limit.
 	large := func(name string) []byte {
-		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("ns", name, gpus(1)), NodeNames: names("n1")})
+		b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: podtest.Pod("ns", name, podtest.GPUs(1)), NodeNames: names("n1")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,7 +538,7 @@ func TestLargeRequestsLimited(t *testing.T) {
 	if code != http.StatusTooManyRequests || !strings.Contains(string(out), ErrTooManyLarge.Error()) {
 		t.Fatalf("second large request: %d %s, want 429", code, out)
 	}
-	passedOne(t, filter(t, url, testPod("ns", "small", gpus(1)), "n1")) // small ones pass
+	passedOne(t, filter(t, url, podtest.Pod("ns", "small", podtest.GPUs(1)), "n1")) // small ones pass
 
 	if _, err := pw.Write(body[100:]); err != nil {
 		t.Fatal(err)
@@ -559,9 +562,9 @@ func TestLockHoldMetric(t *testing.T) {
 		var seen atomic.Int64
 		s := testServer(t, newFakeClock(), Deps{Registry: reg,
 			LockHold: prometheus.ObserverFunc(func(float64) { seen.Add(1) })}, func(c *Config) { c.LockHoldMetric = on })
-		s.State().UpsertNode(testNode("n1", "A100", 4, 8, 32))
-		s.State().UpsertPod(testPod("ns", "a", gpus(1), onNode("n1")))
-		s.State().DeletePod("uid-ns-a")
+		s.state.UpsertNode(testNode("n1", "A100", 4, 8, 32))
+		s.state.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n1")))
+		s.state.DeletePod("uid-ns-a")
 		n, err := testutil.GatherAndCount(reg, "understory_extender_index_lock_hold_seconds")
 		if err != nil {
 			t.Fatal(err)
@@ -578,7 +581,7 @@ func TestLockHoldMetric(t *testing.T) {
 // FuzzHandlers posts arbitrary bodies to every verb: the server answers 200,
 // 400 or 413 and never panics.
 func FuzzHandlers(f *testing.F) {
-	pod, _ := json.Marshal(testPod("ns", "p", gpus(1)))
+	pod, _ := json.Marshal(podtest.Pod("ns", "p", podtest.GPUs(1)))
 	f.Add(uint8(0), []byte(`{"Pod":`+string(pod)+`,"NodeNames":["n0","x"]}`))
 	f.Add(uint8(1), []byte(`{"Pod":`+string(pod)+`,"NodeNames":["n0"]}`))
 	f.Add(uint8(2), []byte(`{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n0"}`))
@@ -587,7 +590,7 @@ func FuzzHandlers(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s.State().UpsertNode(testNode("n0", "A100", 2, 8, 32))
+	s.state.UpsertNode(testNode("n0", "A100", 2, 8, 32))
 	h := s.Handler()
 	verbs := []string{"/filter", "/prioritize", "/bind"}
 	f.Fuzz(func(t *testing.T, verb uint8, body []byte) {
@@ -602,4 +605,66 @@ func FuzzHandlers(f *testing.F) {
 			t.Fatalf("invalid JSON answer %s", rec.Body)
 		}
 	})
+}
+
+// TestNewServerServesGivenState: a Server given Deps.State serves that index (a node
+// fed to it after NewServer takes a pod's filter); an index that holds a node already,
+// was made with another Config or serves another Server is refused.
+func TestNewServerServesGivenState(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// state returns the State to give NewServer with cfg.
+		state   func(t *testing.T, cfg Config, clock *fakeClock) *State
+		wantErr error
+	}{
+		{"an empty index of the config", func(t *testing.T, cfg Config, clock *fakeClock) *State {
+			return newTestState(t, cfg, clock)
+		}, nil},
+		{"an index fed before", func(t *testing.T, cfg Config, clock *fakeClock) *State {
+			st := newTestState(t, cfg, clock)
+			st.UpsertNode(testNode("early", "A100", 1, 8, 32))
+			return st
+		}, ErrInvalidConfig},
+		{"an index of another config", func(t *testing.T, cfg Config, clock *fakeClock) *State {
+			cfg.Seed++
+			return newTestState(t, cfg, clock)
+		}, ErrInvalidConfig},
+		{"an index another Server serves", func(t *testing.T, cfg Config, clock *fakeClock) *State {
+			st := newTestState(t, cfg, clock)
+			if _, err := NewServer(cfg, Deps{State: st, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+				t.Fatalf("the first NewServer: %v", err)
+			}
+			return st
+		}, ErrInvalidConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock, cfg := newFakeClock(), DefaultConfig()
+			st := tc.state(t, cfg, clock)
+			s, err := NewServer(cfg, Deps{State: st, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("NewServer = %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			st.UpsertNode(testNode("n", "A100", 1, 8, 32))
+			res := filter(t, startHTTP(t, s), podtest.Pod("ns", "p", podtest.GPUs(1)), "n")
+			if got := passedOne(t, res); got != "n" {
+				t.Fatalf("filter passed %q, want n, the node fed to the given State", got)
+			}
+		})
+	}
+}
+
+// newTestState is NewState on the test's clock.
+func newTestState(t *testing.T, cfg Config, clock *fakeClock) *State {
+	t.Helper()
+	st, err := NewState(cfg, clock.Now)
+	if err != nil {
+		t.Fatalf("NewState: %v", err)
+	}
+	return st
 }

@@ -210,6 +210,15 @@ func NewState(cfg Config, now func() time.Time) (*State, error) {
 	return s, nil
 }
 
+// servable says whether a Server may serve s with cfg (Deps.State): made with cfg,
+// no node or pod, no other Server (its observer still NewState's no-op).
+func (s *State) servable(cfg Config) bool {
+	s.rlock()
+	defer s.runlock()
+	_, unserved := s.obs.(noObserver)
+	return unserved && s.cfg == cfg && len(s.pods) == 0 && len(s.led.nodes) == 0 && len(s.led.orphans) == 0
+}
+
 // RefreshWorkload rebuilds the target workload from every tracked pod's request.
 func (s *State) RefreshWorkload() error {
 	s.mu.RLock()

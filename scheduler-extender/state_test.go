@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -25,38 +26,38 @@ func TestIndexAccountsBoundPods(t *testing.T) {
 		want  string // GPUFree of n
 	}{
 		{"devices from annotation", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "1,3")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1,3")))
 		}, "[1000 0 1000 0]"},
 		{"shares stack on one device", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(300), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(500), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.Milli(300), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "b", podtest.Milli(500), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[1000 1000 200 1000]"},
 		{"missing annotation is inferred on the freest devices", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
-			s.UpsertPod(testPod("ns", "b", gpus(2), onNode("n")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "b", podtest.GPUs(2), podtest.OnNode("n")))
 		}, "[0 0 0 1000]"},
 		{"wrong annotation is inferred", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "7,9")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "7,9")))
 		}, "[0 0 1000 1000]"},
 		{"pod before node is an orphan until the node arrives", func(s *State) {
 			s.DeleteNode("n")
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "3")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "3")))
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 		}, "[1000 1000 1000 0]"},
 		{"deleted pod frees its devices", func(s *State) {
-			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
+			p := podtest.Pod("ns", "a", podtest.GPUs(4), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
 			s.UpsertPod(p)
 			s.DeletePod(p.UID)
 		}, "[1000 1000 1000 1000]"},
 		{"terminated pod frees its devices", func(s *State) {
-			p := testPod("ns", "a", gpus(4), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
+			p := podtest.Pod("ns", "a", podtest.GPUs(4), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1,2,3"))
 			s.UpsertPod(p)
 			p = p.DeepCopy()
 			p.Status.Phase = "Succeeded"
 			s.UpsertPod(p)
 		}, "[1000 1000 1000 1000]"},
 		{"capacity change keeps placed pods", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "1")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1")))
 			n := testNode("n", "A100", 4, 64, 256)
 			n.Status.Allocatable["cpu"] = resource.MustParse("32")
 			s.UpsertNode(n)
@@ -118,7 +119,7 @@ func TestNodeMetricsFreshness(t *testing.T) {
 	clock := newFakeClock()
 	cfg := DefaultConfig()
 	srv := testServer(t, clock, Deps{})
-	s := srv.State()
+	s := srv.state
 	s.UpsertNode(nodeWithMetrics(t, "n", clock.Now()))
 	bad := testNode("bad", "", 0, 8, 8)
 	bad.Annotations = map[string]string{contract.AnnotationNodeMetrics: `{"v":99}`}
@@ -174,7 +175,7 @@ func TestNodeMetricsFromTheFuture(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			srv := testServer(t, clock, Deps{})
-			s := srv.State()
+			s := srv.state
 			s.UpsertNode(nodeWithMetrics(t, "n", clock.Now().Add(tc.ahead)))
 			fresh := func() bool {
 				s.mu.RLock()
@@ -209,7 +210,7 @@ func TestRefreshWorkloadInvalidatesScores(t *testing.T) {
 	}
 	s.UpsertNode(testNode("n", "A100", 8, 64, 256))
 	for i := range 5 {
-		s.UpsertPod(testPod("ns", fmt.Sprintf("p%d", i), milli(500)))
+		s.UpsertPod(podtest.Pod("ns", fmt.Sprintf("p%d", i), podtest.Milli(500)))
 	}
 	epoch := s.sc.epoch
 	if err := s.RefreshWorkload(); err != nil {
@@ -273,27 +274,27 @@ func TestConflictingDeviceAnnotationsFirstWins(t *testing.T) {
 		event     string
 	}{
 		{"copied whole-GPU annotation", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
-			s.UpsertPod(testPod("ns", "copy", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
+			s.UpsertPod(podtest.Pod("ns", "copy", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0")))
 		}, "[0 0 1000 1000]", 1,
 			"Warning GPUDeviceConflict understory.io/gpu-devices=0 names devices of node n that ns/a already hold: " +
 				"the first holder keeps them; ns/copy is accounted on devices 1 instead"},
 		{"shares over one device", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.Milli(600), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "b", podtest.Milli(600), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[400 1000 400 1000]", 1, "ns/b is accounted on devices 0 instead"},
 		{"shares that fit together are no conflict", func(s *State) {
-			s.UpsertPod(testPod("ns", "a", milli(400), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
-			s.UpsertPod(testPod("ns", "b", milli(600), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "a", podtest.Milli(400), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "b", podtest.Milli(600), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
 		}, "[1000 1000 0 1000]", 0, ""},
 		{"pods bound before their node is known: the first learned wins", func(s *State) {
 			s.DeleteNode("n")
-			s.UpsertPod(testPod("ns", "z-first", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "1,2")))
-			s.UpsertPod(testPod("ns", "a-second", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "2")))
+			s.UpsertPod(podtest.Pod("ns", "z-first", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "1,2")))
+			s.UpsertPod(podtest.Pod("ns", "a-second", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "2")))
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 		}, "[0 0 0 1000]", 1, "that ns/z-first already hold: the first holder keeps them; ns/a-second is accounted on devices 0"},
 		{"the same pod again is no conflict", func(s *State) {
-			p := testPod("ns", "a", gpus(2), onNode("n"), annotate(contract.AnnotationGPUDevices, "0,1"))
+			p := podtest.Pod("ns", "a", podtest.GPUs(2), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "0,1"))
 			s.UpsertPod(p)
 			s.UpsertPod(p.DeepCopy())
 		}, "[0 0 1000 1000]", 0, ""},
@@ -304,7 +305,7 @@ func TestConflictingDeviceAnnotationsFirstWins(t *testing.T) {
 			rec := record.NewFakeRecorder(10)
 			reg := prometheus.NewRegistry()
 			srv := testServer(t, newFakeClock(), Deps{Recorder: rec, Registry: reg})
-			s := srv.State()
+			s := srv.state
 			s.UpsertNode(testNode("n", "A100", 4, 64, 256))
 			tc.setup(s)
 			srv.Housekeep() // flushes the events

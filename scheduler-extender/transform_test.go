@@ -16,6 +16,7 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/scheduler-extender/gang"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 // richPod is a pod as the API server returns it: managedFields, a big
@@ -24,12 +25,12 @@ import (
 // affinity, tolerations).
 func richPod(name, node string) *corev1.Pod {
 	always := corev1.ContainerRestartPolicyAlways
-	p := testPod("ns", name, gpus(2), onNode(node), created(3),
-		annotate(contract.AnnotationGPUDevices, "0,1"), annotate(AnnotationGPUModel, "A100"),
-		annotate(contract.AnnotationKoordinatorName, "k"), annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
-		annotate(contract.AnnotationGangState, "planned:7:n:0,1:1700000000"),
-		annotate("kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 4000)),
-		label("app", "train"), label(contract.LabelPodGroup, "pg"))
+	p := podtest.Pod("ns", name, podtest.GPUs(2), podtest.OnNode(node), podtest.Created(3),
+		podtest.Annotate(contract.AnnotationGPUDevices, "0,1"), podtest.Annotate(AnnotationGPUModel, "A100"),
+		podtest.Annotate(contract.AnnotationKoordinatorName, "k"), podtest.Annotate(contract.AnnotationKoordinatorMinAvailable, "2"),
+		podtest.Annotate(contract.AnnotationGangState, "planned:7:n:0,1:1700000000"),
+		podtest.Annotate("kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 4000)),
+		podtest.Label("app", "train"), podtest.Label(contract.LabelPodGroup, "pg"))
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
 	p.Spec.NodeSelector = map[string]string{"pool": "gpu"}
 	p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
@@ -113,9 +114,9 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 		pod  *corev1.Pod
 	}{
 		{"gang member", richPod("a", "n")},
-		{"no gang", testPod("ns", "solo", milli(250), onNode("n"), annotate(contract.AnnotationGPUDevices, "3"))},
-		{"no devices annotation", testPod("ns", "bare", gpus(1), onNode("n"))},
-		{"malformed devices", testPod("ns", "mal", gpus(1), onNode("n"), annotate(contract.AnnotationGPUDevices, "x"))},
+		{"no gang", podtest.Pod("ns", "solo", podtest.Milli(250), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "3"))},
+		{"no devices annotation", podtest.Pod("ns", "bare", podtest.GPUs(1), podtest.OnNode("n"))},
+		{"malformed devices", podtest.Pod("ns", "mal", podtest.GPUs(1), podtest.OnNode("n"), podtest.Annotate(contract.AnnotationGPUDevices, "x"))},
 		{"pending", pending},
 		{"invalid request", bad},
 		{"terminated", done},
@@ -145,8 +146,8 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 			// Indexes fed the full pod and the record agree.
 			index := func(feed func(*State)) string {
 				srv := testServer(t, newFakeClock(), Deps{})
-				srv.State().UpsertNode(node)
-				feed(srv.State())
+				srv.state.UpsertNode(node)
+				feed(srv.state)
 				st := srv.Status()
 				st.Time = time.Time{}
 				return mustJSON(t, st)
@@ -179,8 +180,8 @@ func TestSlimObjectsKeepWhatTheIndexReads(t *testing.T) {
 // per pod.
 func TestPodRecordSmall(t *testing.T) {
 	t.Parallel()
-	pod := testPod("team-07", "pod-000123", milli(250), onNode("node-0042"), annotate(contract.AnnotationGPUDevices, "1"),
-		created(1))
+	pod := podtest.Pod("team-07", "pod-000123", podtest.Milli(250), podtest.OnNode("node-0042"), podtest.Annotate(contract.AnnotationGPUDevices, "1"),
+		podtest.Created(1))
 	pod.Status.Phase = corev1.PodPhase(strings.Clone(string(corev1.PodRunning))) // as decoded: its own copy
 	rec := podRecordOf(pod)
 	if size := unsafe.Sizeof(*rec); size > 416 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/placement"
 )
 
@@ -29,11 +30,11 @@ func TestPolicyCoverage(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Policy, cfg.WorkloadCoverage = tc.policy, tc.coverage
 			srv := testServer(t, newFakeClock(), Deps{}, func(c *Config) { *c = cfg })
-			s := srv.State()
+			s := srv.state
 			for i := range 99 {
-				s.UpsertPod(testPod("ns", fmt.Sprintf("whole%d", i), gpus(1)))
+				s.UpsertPod(podtest.Pod("ns", fmt.Sprintf("whole%d", i), podtest.GPUs(1)))
 			}
-			s.UpsertPod(testPod("ns", "rare", milli(160)))
+			s.UpsertPod(podtest.Pod("ns", "rare", podtest.Milli(160)))
 			if err := s.RefreshWorkload(); err != nil {
 				t.Fatal(err)
 			}

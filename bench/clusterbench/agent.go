@@ -239,7 +239,7 @@ func (s *standIn) step(ctx context.Context, a *agentNode, now time.Time) second 
 }
 
 // publishMetrics writes both node-metrics annotations in one merge patch, as the
-// agent's NodeAnnotator does (koordlet/nodeannotation.go).
+// agent's NodeAnnotator does (koordlet/nodestatus, NodeAnnotator).
 // It reports whether the patch was sent.
 func (s *standIn) publishMetrics(ctx context.Context, node string, nm contract.NodeMetrics) bool {
 	vals, err := nm.EncodeAnnotations()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // agentProc is a koordlet started by the scenario, as a separate process so that its
@@ -28,7 +29,7 @@ type agentProc struct {
 
 // startAgent runs koordlet on the fake node with the given policy threshold and period.
 func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentProc, error) {
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	cfg.KubeletCgroupRoot = "/" + s.base
 	cfg.CgroupRoot = s.cfg.cgroupRoot
 	cfg.StaticPodDir = filepath.Join(s.dir, "manifests")
@@ -61,7 +62,7 @@ func (s *scenario) startAgent(threshold float64, period time.Duration) (*agentPr
 		// The agent and this binary are built from one tree (`make build`): a mode
 		// its configuration does not know is refused here, with a sentinel the
 		// variant runs branch on, rather than as an agent that never got healthy.
-		if _, err := koordlet.LoadConfig(b); err != nil {
+		if _, err := config.Load(b); err != nil {
 			return nil, fmt.Errorf("signals.mode %q: %w: %v", s.signalsMode, errSignalsRejected, err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // TestMain lets the test binary play the LS server, the batch workers and the memory
@@ -81,7 +81,7 @@ func realScenarioConfig(t *testing.T, what string) scenarioConfig {
 		t.Fatal(err)
 	}
 	return scenarioConfig{cgroupRoot: "/sys/fs/cgroup", koordlet: bin, self: self, lsCPU: "1",
-		tierParent: koordlet.TierParentKubepods}
+		tierParent: config.TierParentKubepods}
 }
 
 func TestDemoRefusesWithoutCgroupfs(t *testing.T) {

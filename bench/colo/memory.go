@@ -47,9 +47,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/understory/understory/bench/internal/proc"
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
@@ -57,8 +54,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/cgroups"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 )
 
@@ -103,7 +102,7 @@ func defaultMemoryConfig() memoryConfig {
 		BatchPods: 2, HeapShare: 0.7, BatchData: 640 * mib, GrowRate: 128 * mib, ReadRate: 160 * mib,
 		Threshold: qos.DefaultReclaimMemoryThreshold,
 		Phase:     15 * time.Second, Ramp: 6 * time.Second, Warmup: time.Second,
-		RestartDelay: time.Second, Period: koordlet.DefaultPeriod, InTier: true,
+		RestartDelay: time.Second, Period: config.DefaultPeriod, InTier: true,
 	}
 }
 

@@ -228,7 +228,7 @@ func TestEstimateDemo(t *testing.T) {
 		dc       demoConfig
 		min, max time.Duration
 	}{
-		// Issue 21: the demo finishes in ≤ 4 minutes after the build (2 min 35 s measured).
+		// The demo must finish in ≤ 4 minutes after the build (2 min 35 s measured).
 		{"make demo", demoConfig{phase: demo.Phase, warmup: demo.Warmup, memory: demo.Memory, rounds: demo.Rounds,
 			memPhase: demo.MemoryPhase}, 2 * time.Minute, 4 * time.Minute},
 		// Measured on 2026-11-27: about 43 s.

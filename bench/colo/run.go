@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 )
 
@@ -68,7 +68,7 @@ func DefaultOptions(self string) Options {
 	return Options{
 		CgroupRoot: "/sys/fs/cgroup", Koordlet: filepath.Join(filepath.Dir(self), "koordlet"), Self: self,
 		BatchPods: 4, Threads: 2, Work: 300, Rate: 500, Conns: 64, LSCPU: "1",
-		TierParent: koordlet.TierParentKubepods,
+		TierParent: config.TierParentKubepods,
 		Phase:      8 * time.Second, Memory: true, Warmup: time.Second, Threshold: qos.DefaultThreshold,
 		Period: 100 * time.Millisecond,
 		Rounds: 5, Steps: 30, Sweep: "0.6,0.7,0.8,0.9,0.95,1.0", SweepPhase: 8 * time.Second,

@@ -25,7 +25,7 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // scenarioConfig sizes the co-location scenario.
@@ -497,7 +497,7 @@ func (s *scenario) close() {
 
 // tier is the agent's tier cgroup on the fake node.
 func (s *scenario) tier() string {
-	t, _ := koordlet.TierCgroup(cgroups.DriverCgroupfs, s.base, s.tierParent, koordlet.DefaultTierName)
+	t, _ := config.TierCgroup(cgroups.DriverCgroupfs, s.base, s.tierParent, config.DefaultTierName)
 	return t
 }
 
@@ -508,7 +508,7 @@ func (s *scenario) tier() string {
 // change to the rule must be made here too, or the agent would not find the in-tier
 // batch pods.
 func (s *scenario) tierPodCgroup(uid string) (string, error) {
-	tier, err := koordlet.TierCgroup(cgroups.DriverCgroupfs, s.base, s.tierParent, koordlet.DefaultTierName)
+	tier, err := config.TierCgroup(cgroups.DriverCgroupfs, s.base, s.tierParent, config.DefaultTierName)
 	if err != nil {
 		return "", err
 	}

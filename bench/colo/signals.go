@@ -74,7 +74,7 @@ func selectPaths(list string) ([]string, error) {
 
 // withSignalsMode sets signals.mode in an agent configuration (YAML), keeping every
 // other field and any other key of a signals section. It edits the document rather
-// than koordlet.Config so that this code builds against an agent without the section.
+// than config.Config so that this code builds against an agent without the section.
 func withSignalsMode(cfg []byte, mode string) ([]byte, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal(cfg, &doc); err != nil {

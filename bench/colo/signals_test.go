@@ -11,7 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 func TestSelectPaths(t *testing.T) {
@@ -49,7 +49,7 @@ func TestSelectPaths(t *testing.T) {
 // and of an existing signals section kept.
 func TestWithSignalsMode(t *testing.T) {
 	t.Parallel()
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	cfg.StaticPodDir = "/tmp/manifests"
 	base, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -61,8 +61,8 @@ func TestWithSignalsMode(t *testing.T) {
 		wantErr bool
 		want    map[string]any // expected signals section
 	}{
-		// The agent's own configuration: whatever signals section it has (none before
-		// issue 14), mode set, every other key of it kept (want nil: derived below).
+		// The agent's own configuration: whatever signals section it has (an older
+		// agent's has none), mode set, every other key of it kept (want nil: derived below).
 		{"agent config", string(base), false, nil},
 		{"existing section", "period: 50ms\nsignals:\n  mode: auto\n  runqueueDelay: 5ms\n", false,
 			map[string]any{"mode": "psi", "runqueueDelay": "5ms"}},
@@ -113,7 +113,7 @@ func TestWithSignalsMode(t *testing.T) {
 	}
 }
 
-// metricsNewAgent is an agent's exposition with the signals section (issue 14).
+// metricsNewAgent is an agent's exposition with the signals section.
 const metricsNewAgent = `# HELP understory_signal_source 1 for the LS harm signal source in use.
 # TYPE understory_signal_source gauge
 understory_signal_source{source="ebpf"} 0

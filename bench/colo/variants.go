@@ -75,7 +75,7 @@ func defaultVariants(base scenarioConfig) []variant {
 		{Name: variantBase, Description: "the paired rounds' scenario: LS at -rate, -batch-pods × -threads CPU burners",
 			Rate: base.rate, BatchPods: base.batchPods, Threads: base.threads, Burner: burnCPU,
 			Load: loadShape{Kind: loadSteady}},
-		{Name: variantLSHeavy, Description: "more LS load: 1 100 requests/s against 6 single-thread batch pods (issue 14)",
+		{Name: variantLSHeavy, Description: "more LS load: 1 100 requests/s against 6 single-thread batch pods",
 			Rate: 1100, BatchPods: 6, Threads: 1, Burner: burnCPU, Load: loadShape{Kind: loadSteady}},
 		{Name: variantSmallBatch, Description: "more, smaller batch pods: 12 single-thread pods",
 			Rate: base.rate, BatchPods: 12, Threads: 1, Burner: burnCPU, Load: loadShape{Kind: loadSteady}},

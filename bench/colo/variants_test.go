@@ -12,7 +12,7 @@ func baseScenarioConfig() scenarioConfig {
 }
 
 // TestDefaultVariantsValid checks the variant table: every variant valid, names unique,
-// base equal to the paired rounds' scenario, each other variant what the issue asks.
+// base equal to the paired rounds' scenario, each other variant the scenario its name says.
 func TestDefaultVariantsValid(t *testing.T) {
 	t.Parallel()
 	vs := defaultVariants(baseScenarioConfig())
@@ -44,7 +44,7 @@ func TestDefaultVariantsValid(t *testing.T) {
 			if v.Name == name {
 				found = true
 				if !ok(v) {
-					t.Errorf("%s: %+v is not the scenario the issue asks for", name, v)
+					t.Errorf("%s: %+v is not the scenario its name says", name, v)
 				}
 			}
 		}

@@ -271,22 +271,27 @@ func benchConfig(o Options) extender.Config {
 // cluster is an in-process extender loaded with the synthetic cluster.
 type cluster struct {
 	srv        *extender.Server
-	rng        *rand.Rand // seeded with -seed, past the cluster's draws
-	names      []string   // the nodes
-	gpus, used int        // GPUs, GPUs bound
+	state      *extender.State // srv's index, fed directly (no informers)
+	rng        *rand.Rand      // seeded with -seed, past the cluster's draws
+	names      []string        // the nodes
+	gpus, used int             // GPUs, GPUs bound
 }
 
 // newCluster starts an extender with cfg and deps (logging discarded), loads
 // -nodes nodes of the openb mix into it (populate) and builds its workload.
 func newCluster(o Options, cfg extender.Config, deps extender.Deps) (cluster, error) {
-	deps.Logger = slog.New(slog.DiscardHandler)
+	st, err := extender.NewState(cfg, deps.Now)
+	if err != nil {
+		return cluster{}, err
+	}
+	deps.Logger, deps.State = slog.New(slog.DiscardHandler), st
 	srv, err := extender.NewServer(cfg, deps)
 	if err != nil {
 		return cluster{}, err
 	}
-	c := cluster{srv: srv, rng: newRand(o.Seed)}
-	c.names, c.gpus, c.used = populate(srv.State(), o.Nodes, c.rng)
-	return c, srv.State().RefreshWorkload()
+	c := cluster{srv: srv, state: st, rng: newRand(o.Seed)}
+	c.names, c.gpus, c.used = populate(st, o.Nodes, c.rng)
+	return c, st.RefreshWorkload()
 }
 
 // pickNodeType draws a line of openbMix by its share.

@@ -101,7 +101,7 @@ func runLockHold(ctx context.Context, o Options) (LockHold, error) {
 	if err != nil {
 		return LockHold{}, err
 	}
-	srv, rng, names, st := c.srv, c.rng, c.names, c.srv.State()
+	srv, rng, names, st := c.srv, c.rng, c.names, c.state
 	for i := range o.GangMembers {
 		st.UpsertPod(gangMember(i, o.GangMembers))
 	}

@@ -21,9 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/understory/understory/bench/internal/proc"
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,8 +28,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu/gpumock"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/qos"
@@ -537,12 +537,12 @@ func runAgentNode(ctx context.Context, specPath string, stderr io.Writer) error 
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	cfg.CgroupRoot, cfg.KubeletCgroupRoot, cfg.StaticPodDir = spec.CgroupRoot, spec.KubeletRoot, spec.Manifests
 	cfg.ListenAddress = spec.Listen
 	cfg.GPU.LoopPeriod.Duration, cfg.GPU.FullScrapePeriod.Duration = spec.LoopPeriod, spec.FullScrapePeriod
 	if !spec.GPU {
-		cfg.GPU.Mode = koordlet.GPUModeOff
+		cfg.GPU.Mode = config.GPUModeOff
 	}
 	if spec.Signals != "" {
 		cfg.Signals.Mode = spec.Signals

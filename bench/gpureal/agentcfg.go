@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 )
 
@@ -52,7 +51,7 @@ type agentConfigSpec struct {
 	Extra map[string]map[string]any
 }
 
-// renderAgentConfig is the agent's YAML configuration (koordlet.LoadConfig's format):
+// renderAgentConfig is the agent's YAML configuration (config.Load's format, koordlet/config):
 // no cluster, kubelet's cgroupfs layout below the run's own kubelet root, NRI on the
 // socket the driver hosts, GPU devices as NVIDIA_VISIBLE_DEVICES (the stand-ins are
 // host processes, not containers: CDI devices could not be applied), MPS per section.

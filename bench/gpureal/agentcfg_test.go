@@ -10,20 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	"github.com/containerd/nri/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/understory/understory/cgroups"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/contract"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/qos"
 )
 
 // mpsKeyKnown says whether the agent's config has gpu.mps yet (koordlet/gpu/mps wired).
 func mpsKeyKnown() bool {
-	_, ok := reflect.TypeOf(koordlet.GPUConfig{}).FieldByName("MPS")
+	_, ok := reflect.TypeOf(config.GPU{}).FieldByName("MPS")
 	return ok
 }
 
@@ -45,7 +44,7 @@ func TestAgentConfigLoads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := koordlet.LoadConfig(b)
+			cfg, err := config.Load(b)
 			if err != nil {
 				t.Fatalf("the agent refuses the bench's config: %v\n%s", err, b)
 			}
@@ -55,7 +54,7 @@ func TestAgentConfigLoads(t *testing.T) {
 			case cfg.StaticPodDir != "/tmp/m" || cfg.KubeletCgroupRoot != "/understory-gpureal-x" ||
 				cfg.CgroupDriver != string(cgroups.DriverCgroupfs) || cfg.ListenAddress != "127.0.0.1:1234":
 				t.Errorf("node settings %+v", cfg)
-			case cfg.GPU.Mode != koordlet.GPUModeAuto || cfg.GPU.Devices.Mode != "env":
+			case cfg.GPU.Mode != config.GPUModeAuto || cfg.GPU.Devices.Mode != "env":
 				t.Errorf("GPU mode %q, devices %q", cfg.GPU.Mode, cfg.GPU.Devices.Mode)
 			case cfg.Escalation.FreezeAfter.Duration != 0:
 				t.Errorf("the extra setting was not merged: freezeAfter %v", cfg.Escalation.FreezeAfter)
@@ -150,7 +149,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("%s is paired with %+v", p.Name, n)
 		}
 	}
-	// The phases are at least 20 s, and the whole run fits one device call.
+	// The measured phases are at least 20 s, and the whole run fits one device call.
 	for _, name := range []string{phLSAlone, phNothing, phAgent, phBatchAlone, phDeepNothing1, phDeepNothing2,
 		phDeepAgent1, phDeepAgent2, phMPS} {
 		if names[name].Window < 20*time.Second {

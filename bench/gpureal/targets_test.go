@@ -33,8 +33,9 @@ func phasesOf(figs ...fig) []phaseResult {
 	return out
 }
 
-// The issue's measurements with the duty cycle (issue 20, "Why").
-func issueDutyCycle() []phaseResult {
+// measuredDutyCycle is what the fractional duty cycle measured on an H200, the lever
+// per-context slices replaced (docs/gpu.md): LS no better, batch worse.
+func measuredDutyCycle() []phaseResult {
 	return phasesOf(
 		fig{phBatchAlone, 0, 591}, fig{phLSAlone, 3.37, -1}, fig{phNothing, 8.63, 339},
 		fig{phDeepNothing1, 8.33, 64}, fig{phIdleNothing, 0, 590},
@@ -44,7 +45,7 @@ func issueDutyCycle() []phaseResult {
 
 func TestPairVerdict(t *testing.T) {
 	t.Parallel()
-	m := byName(issueDutyCycle())
+	m := byName(measuredDutyCycle())
 	for _, tc := range []struct {
 		agent, nothing string
 		worse          bool
@@ -53,7 +54,7 @@ func TestPairVerdict(t *testing.T) {
 		{phAgent, phNothing, false},
 		// LS p99 3.7 % worse (within the tolerance), batch better.
 		{phDeepAgent1, phDeepNothing1, false},
-		// LS idle: batch worse for nothing in return (the issue's "loses that fifth").
+		// LS idle: batch worse for nothing in return (it loses a fifth of its rate).
 		{phIdleAgent, phIdleNothing, true},
 	} {
 		worse, why := pairVerdict(m[tc.agent], m[tc.nothing])
@@ -93,7 +94,7 @@ func TestEvaluateTargets(t *testing.T) {
 				targetNameNeverWorse: "met", targetNameAgentCPU: "met"},
 			map[string]string{targetNameLevers: "agent-mps: LS p99 1.18× alone, batch 56 %",
 				targetNameAgentCPU: "0.80 % of a core (highest, in agent-mps)"}},
-		{"the issue's duty cycle", issueDutyCycle(), nil,
+		{"the measured fractional duty cycle", measuredDutyCycle(), nil,
 			map[string]string{targetNameLevers: "NOT met", targetNameIdle: targetNotEvaluated,
 				targetNameArrival: targetNotEvaluated, targetNameNeverWorse: "NOT met",
 				targetNameAgentCPU: targetNotEvaluated},

@@ -21,7 +21,9 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu/gpumock"
+	"github.com/understory/understory/koordlet/nri"
 	"github.com/understory/understory/koordlet/podsource"
 )
 
@@ -55,7 +57,7 @@ func testAgent(cfgPath string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := koordlet.LoadConfig(data)
+	cfg, err := config.Load(data)
 	if err != nil {
 		return err
 	}
@@ -84,7 +86,7 @@ func testAgent(cfgPath string) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	planner, setup := agent.MPSOptions()
-	plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{Pods: src, GPUs: agent,
+	plugin, err := nri.New(cfg, log, nri.Options{Pods: src, GPUs: agent,
 		Events: deps.Events, GPU: cfg.GPU.Devices, MPS: planner, MPSSetup: setup})
 	if err != nil {
 		return err

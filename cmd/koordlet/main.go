@@ -27,10 +27,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/koordlet/gpu/pci"
 	"github.com/understory/understory/koordlet/nodestatus"
+	"github.com/understory/understory/koordlet/nri"
 	"github.com/understory/understory/koordlet/podsource"
 	"github.com/understory/understory/metrics"
 )
@@ -67,7 +69,7 @@ func run() error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	// Flags outrank the file, at the start and at every reload of it.
-	override := func(c koordlet.Config) koordlet.Config {
+	override := func(c config.Config) config.Config {
 		if *nodeName != "" {
 			c.NodeName = *nodeName
 		}
@@ -87,21 +89,21 @@ func run() error {
 	// frozen. The configuration is read as far as it can be, for where the cgroups are.
 	var configData []byte
 	var readErr error
-	thawCfg := koordlet.DefaultConfig()
+	thawCfg := config.Default()
 	if *configPath != "" {
 		if configData, readErr = os.ReadFile(*configPath); readErr == nil {
-			thawCfg = koordlet.LenientConfig(configData)
+			thawCfg = config.Lenient(configData)
 		}
 	}
 	_, thawErr := koordlet.ThawAtStart(context.Background(), override(thawCfg), log) // it logs what it did
 
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	if *configPath != "" {
 		if readErr != nil {
 			return fmt.Errorf("reading config (batch cgroups were thawed first): %w", readErr)
 		}
 		var err error
-		if cfg, err = koordlet.LoadConfig(configData); err != nil {
+		if cfg, err = config.Load(configData); err != nil {
 			return fmt.Errorf("config %s: %w (batch cgroups were thawed first; the agent stays off until the configuration is fixed)",
 				*configPath, err)
 		}
@@ -127,7 +129,7 @@ func run() error {
 	var runConditions func(context.Context)
 	// nodeEvents records the Node's events (a refused configuration); nil in static
 	// mode: the log says it.
-	var nodeEvents *koordlet.NodeEvents
+	var nodeEvents *nodestatus.NodeEvents
 	if cfg.StaticPodDir != "" {
 		src := podsource.NewStatic(cfg.StaticPodDir, log)
 		deps.Pods, deps.Events, runSource = src, podsource.NewLogSink(log), src.Run
@@ -142,23 +144,23 @@ func run() error {
 		src := podsource.NewKube(client.Pods(), cfg.NodeName, log, 0)
 		sink := podsource.NewEventSink(client.Events(), "understory-koordlet", cfg.NodeName)
 		defer sink.Shutdown()
-		nodeEvents = koordlet.NewNodeEvents(client.Events(), "understory-koordlet", cfg.NodeName)
+		nodeEvents = nodestatus.NewNodeEvents(client.Events(), "understory-koordlet", cfg.NodeName)
 		defer nodeEvents.Shutdown()
 		deps.Pods, deps.Events, runSource = src, sink, src.Run
-		deps.Publisher = koordlet.NewNodeAnnotator(client.Nodes(), cfg.NodeName)
+		deps.Publisher = nodestatus.NewNodeAnnotator(client.Nodes(), cfg.NodeName)
 		status, err := nodestatus.New(client.Nodes(), cfg.NodeName, nodestatus.WithLogger(log))
 		if err != nil {
 			return err
 		}
 		deps.BatchResources = status
 		deps.Evictions = client
-		conds := koordlet.NewPodConditionWriter(client, log)
+		conds := nodestatus.NewPodConditionWriter(client, log)
 		deps.PodConditions = conds
 		runConditions = conds.Run
 		runStatus = status.Run
 	}
 
-	if cfg.GPU.Mode != koordlet.GPUModeOff {
+	if cfg.GPU.Mode != config.GPUModeOff {
 		src, err := gpu.Open(cfg.ProcRoot, log)
 		if err != nil {
 			// The one line a node without GPUs (or a pure-Go build) prints about them.
@@ -182,12 +184,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	reloadOpts := koordlet.ReloaderOptions{Path: *configPath, Override: override, Registry: reg,
+	reloadOpts := config.ReloaderOptions{Path: *configPath, Override: override, Registry: reg,
 		Logger: log.With("component", "config-reload")}
 	if nodeEvents != nil {
 		reloadOpts.Events = nodeEvents
 	}
-	reloader, err := koordlet.NewReloader(cfg, configData, agent, reloadOpts)
+	reloader, err := config.NewReloader(cfg, configData, agent, reloadOpts)
 	if err != nil {
 		return err
 	}
@@ -222,7 +224,7 @@ func run() error {
 		// Shared-GPU containers get exactly their devices; on a node without GPU
 		// features they are refused ("no GPU inventory on this node"), never given all.
 		planner, setup := agent.MPSOptions()
-		plugin, err := koordlet.NewNRIPluginWithOptions(cfg, log, koordlet.NRIOptions{
+		plugin, err := nri.New(cfg, log, nri.Options{
 			Pods: deps.Pods, GPUs: agent, Events: deps.Events, GPU: cfg.GPU.Devices,
 			MPS: planner, MPSSetup: setup, Timeslice: agent.TimesliceOptions()})
 		if err != nil {
@@ -256,10 +258,10 @@ func run() error {
 // understory_gpu_unmanaged, when an agent without GPU features (GPU mode not off)
 // runs on a node with NVIDIA GPUs: the GPU agent's node affinity did not pick the
 // node, so its GPUs would go unshared and unguarded without a word.
-func reportUnmanagedGPUs(cfg koordlet.Config, gpuOff bool, sysRoot string, reg prometheus.Registerer,
-	events *koordlet.NodeEvents, log *slog.Logger) error {
+func reportUnmanagedGPUs(cfg config.Config, gpuOff bool, sysRoot string, reg prometheus.Registerer,
+	events *nodestatus.NodeEvents, log *slog.Logger) error {
 	var gpus []string
-	if gpuOff && cfg.GPU.Mode != koordlet.GPUModeOff {
+	if gpuOff && cfg.GPU.Mode != config.GPUModeOff {
 		var err error
 		if gpus, err = pci.NVIDIAGPUs(sysRoot); err != nil {
 			log.Warn("cannot look for unmanaged GPUs", "err", err)

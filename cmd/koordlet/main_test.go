@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // An agent without GPU features on a node whose PCI bus has NVIDIA GPUs says so in
@@ -32,12 +32,12 @@ func TestReportUnmanagedGPUs(t *testing.T) {
 			}
 		}
 	}
-	on := koordlet.DefaultConfig()
-	off := koordlet.DefaultConfig()
-	off.GPU.Mode = koordlet.GPUModeOff
+	on := config.Default()
+	off := config.Default()
+	off.GPU.Mode = config.GPUModeOff
 	for _, tc := range []struct {
 		name   string
-		cfg    koordlet.Config
+		cfg    config.Config
 		gpuOff bool
 		sys    string
 		want   string

@@ -77,7 +77,7 @@ func TestParseProcCgroup(t *testing.T) {
 		{"systemd kubelet cgroup root (kind)",
 			"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/" +
 				"kubelet-kubepods-besteffort-pod" + podUIDEsc + ".slice/cri-containerd-" + ctrID + ".scope\n", want, nil},
-		// The agent's batch tier (the NRI plugin's nriPodCgroup below koordlet.TierCgroup), both parents, both drivers.
+		// The agent's batch tier (the NRI plugin's nriPodCgroup below config.TierCgroup), both parents, both drivers.
 		{"tier cgroupfs below kubepods",
 			"0::/kubepods/understory-batch/pod" + podUID + "/" + ctrID + "\n", want, nil},
 		{"tier cgroupfs below besteffort",

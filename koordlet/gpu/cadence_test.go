@@ -169,7 +169,7 @@ func TestManagerPlansScrapes(t *testing.T) {
 	r := newRig(t, src, false)
 	now := time.Unix(1_700_000_000, 0)
 	step := func() call {
-		r.m.Step(t.Context(), now)
+		r.m.step(t.Context(), now)
 		now = now.Add(50 * time.Millisecond)
 		c := calls[len(calls)-1]
 		c.fast = r.m.fast
@@ -342,7 +342,7 @@ func TestManagerUtilProbeOnlyWhenAllFrozen(t *testing.T) {
 			procs = append(procs, Process{PID: 400, SMUtil: 30, Pod: PodRef{UID: tc.other}})
 		}
 		for range 2 {
-			m.Step(t.Context(), now)
+			m.step(t.Context(), now)
 			now = now.Add(50 * time.Millisecond)
 		}
 		st := m.Status().GPUs[0]

@@ -103,7 +103,7 @@ func newMPSRig(t *testing.T) *mpsRig {
 func (r *mpsRig) step(t *testing.T, procs ...Process) qos.GPUThrottleDecision {
 	t.Helper()
 	r.next = Sample{Devices: []Device{device(procs...)}}
-	r.m.Step(context.Background(), r.now)
+	r.m.step(context.Background(), r.now)
 	r.now = r.now.Add(50 * time.Millisecond)
 	st := r.m.Status()
 	if len(st.GPUs) != 1 {
@@ -261,14 +261,14 @@ func TestManagerMPSServerNotLS(t *testing.T) {
 	probed := device(server, ls, batchProc)
 	probed.Probed, probed.UtilNow, probed.Util = true, true, 30
 	r.next = Sample{Devices: []Device{probed}}
-	r.m.Step(context.Background(), r.now)
+	r.m.step(context.Background(), r.now)
 	if d := r.m.Status().GPUs[0].Decision; !d.Frozen || d.LSUtil != 30 {
 		t.Fatalf("utilisation probe of the frozen GPU: %+v, want LS at the GPU's 30 %%", d)
 	}
 	// Without an MPS server configured, the same process is LS (the safe side).
 	rig := newRig(t, &scriptSource{steps: []func() (Sample, error){sample(device(Process{PID: mpsServerPID, SMUtil: 60},
 		batchProc))}}, false)
-	rig.m.Step(context.Background(), time.Unix(1_700_000_000, 0))
+	rig.m.step(context.Background(), time.Unix(1_700_000_000, 0))
 	if d := rig.m.Status().GPUs[0].Decision; !d.Frozen || d.LSUtil != 60 {
 		t.Fatalf("no MPS configured: %+v", d)
 	}

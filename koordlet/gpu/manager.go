@@ -124,7 +124,7 @@ type Manager struct {
 	keyed     map[int]bool          // GPUs whose cycler key the loop has set (and not removed)
 	suspended map[int]suspendedProc // pid → what was suspended
 	evictedAt map[int]time.Time     // gpu → last eviction request
-	steps     uint64                // Step count, stamps heldGroup.seen
+	steps     uint64                // step count, stamps heldGroup.seen
 	in        []qos.GPUThrottleInput
 	scratch   []*cgroups.Group // apply's groups of one GPU (Set keeps no reference)
 	// cad is, by GPU index, what the last step knew of each GPU; plan the scrape plan
@@ -142,7 +142,7 @@ type Manager struct {
 	// loop runs every 50 ms, /status is read far less often).
 	status atomic.Pointer[stepState]
 	mu     sync.Mutex
-	// inv is written by Step (under mu) and read by Step without mu: it is the Run
+	// inv is written by step (under mu) and read by step without mu: it is the Run
 	// goroutine's own.
 	inv []DeviceID
 	// win accumulates each GPU's figures since the last NodeGPUs call (node-metrics
@@ -383,7 +383,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		now := time.Now()
-		m.Step(ctx, now)
+		m.step(ctx, now)
 		wait := m.o.FullScrapePeriod
 		if m.fast {
 			wait = m.o.Period
@@ -414,8 +414,9 @@ func nextStep(now time.Time, wait time.Duration, anchor time.Time) time.Time {
 	return anchor.Add((k + 1) * wait)
 }
 
-// Step is one loop period (exported for tests and benchmarks that drive the clock).
-func (m *Manager) Step(ctx context.Context, now time.Time) {
+// step is one loop period: Run calls it on its clock; tests call it with theirs
+// (StepForTest from other packages).
+func (m *Manager) step(ctx context.Context, now time.Time) {
 	defer m.recoverStep(ctx, now) // recover.go
 	m.steps++
 	m.plan = m.plan[:0]

@@ -229,7 +229,7 @@ func TestManagerTraces(t *testing.T) {
 			r := newRig(t, src, false)
 			now := time.Unix(1_700_000_000, 0)
 			for i, s := range tt.steps {
-				r.m.Step(context.Background(), now)
+				r.m.step(context.Background(), now)
 				now = now.Add(50 * time.Millisecond)
 				d, groups := r.cyc.get("gpu0")
 				if d != s.wantDuty {
@@ -255,7 +255,7 @@ func TestManagerRestores(t *testing.T) {
 	r := newRig(t, src, false)
 	now := time.Unix(1_700_000_000, 0)
 	for i := 0; i < 20; i++ {
-		r.m.Step(context.Background(), now)
+		r.m.step(context.Background(), now)
 		now = now.Add(50 * time.Millisecond)
 	}
 	if d, _ := r.cyc.get("gpu0"); d != 0 {
@@ -274,7 +274,7 @@ func TestManagerEscalates(t *testing.T) {
 		r := newRig(t, &scriptSource{steps: []func() (Sample, error){burst}}, false)
 		now := time.Unix(1_700_000_000, 0)
 		for i := 0; i < 30; i++ {
-			r.m.Step(context.Background(), now)
+			r.m.step(context.Background(), now)
 			now = now.Add(50 * time.Millisecond)
 		}
 		if len(r.ev.reqs) != 1 {
@@ -298,7 +298,7 @@ func TestManagerEscalates(t *testing.T) {
 		r := newRig(t, src, true)
 		now := time.Unix(1_700_000_000, 0)
 		for i := 0; i < 30; i++ {
-			r.m.Step(context.Background(), now)
+			r.m.step(context.Background(), now)
 			now = now.Add(50 * time.Millisecond)
 		}
 		if !r.sus.suspended[200] || len(r.ev.reqs) != 0 {
@@ -311,7 +311,7 @@ func TestManagerEscalates(t *testing.T) {
 			t.Fatalf("a suspended pod stays out of the duty cycle; duty %v", d)
 		}
 		for i := 0; i < 40 && len(r.sus.suspended) > 0; i++ {
-			r.m.Step(context.Background(), now)
+			r.m.step(context.Background(), now)
 			now = now.Add(50 * time.Millisecond)
 		}
 		if len(r.sus.suspended) != 0 || len(r.m.Status().Suspended) != 0 {
@@ -324,7 +324,7 @@ func TestManagerEscalates(t *testing.T) {
 		r.sus.failPID = 200
 		now := time.Unix(1_700_000_000, 0)
 		for i := 0; i < 30; i++ {
-			r.m.Step(context.Background(), now)
+			r.m.step(context.Background(), now)
 			now = now.Add(50 * time.Millisecond)
 		}
 		if len(r.ev.reqs) != 1 {
@@ -378,7 +378,7 @@ func TestManagerForgetsGone(t *testing.T) {
 	r := newRig(t, src, false)
 	now := time.Unix(1_700_000_000, 0)
 	step := func() {
-		r.m.Step(context.Background(), now)
+		r.m.step(context.Background(), now)
 		now = now.Add(50 * time.Millisecond)
 	}
 

@@ -171,7 +171,7 @@ func TestMPSCapCheckReadsOnFullScrapes(t *testing.T) {
 	probed := device(server, lsProc(45), batchProc)
 	probed.Probed = true
 	r.next = Sample{Devices: []Device{probed}}
-	r.m.Step(context.Background(), r.now)
+	r.m.step(context.Background(), r.now)
 	r.now = r.now.Add(50 * time.Millisecond)
 	if d := r.m.Status().GPUs[0].Decision; d.Lever != qos.GPULeverMPS {
 		t.Fatalf("a probing step read the environment again: %+v", d)

@@ -253,7 +253,7 @@ func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
 	step := func(name string, gpus func() map[int]gpuStep, w want) {
 		t.Helper()
 		f.set(gpus())
-		m.Step(context.Background(), now)
+		m.step(context.Background(), now)
 		st := m.Status()
 		g := st.GPUs[0]
 		d, _ := cyc.get("gpu0")
@@ -283,7 +283,7 @@ func TestManagerReactsOnProbedBatchGPU(t *testing.T) {
 	step("LS leaves: seen at once, freeze held", batchOnly, want{true, frozen, CadenceProbe})
 	for i := 0; i < 20; i++ {
 		f.set(batchOnly())
-		m.Step(context.Background(), now)
+		m.step(context.Background(), now)
 		now = now.Add(50 * time.Millisecond)
 	}
 	step("thawed: probed again", batchOnly, want{false, 0, CadenceProbe})

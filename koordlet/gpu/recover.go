@@ -22,6 +22,7 @@ const panicThawTimeout = 5 * time.Second
 
 // stepRecovery is the Manager's record of panicking steps.
 type stepRecovery struct {
+	// panics counts the steps that panicked; atomic, as it may be read while Run goes.
 	panics atomic.Uint64
 	// logged is when a panic was last logged with its stack, and unlogged how many
 	// panics came since (Run goroutine only).
@@ -29,11 +30,12 @@ type stepRecovery struct {
 	unlogged uint64
 }
 
-// recoverStep is deferred by Step. A panic in a step (a go-nvml binding, a bug) must
+// recoverStep is deferred by step. A panic in a step (a go-nvml binding, a bug) must
 // neither kill the agent nor leave batch frozen by a loop that no longer runs: it is
-// logged with its stack, counted (StepPanics), every group the cycler froze is thawed
-// (the next step freezes again what still needs it), the GPUs are read in full at the
-// next step, the step's /status carries the error, and the loop goes on.
+// logged with its stack, counted (the error says how many so far), every group the
+// cycler froze is thawed (the next step freezes again what still needs it), the GPUs
+// are read in full at the next step, the step's /status carries the error, and the
+// loop goes on.
 func (m *Manager) recoverStep(ctx context.Context, now time.Time) {
 	r := recover()
 	if r == nil {
@@ -58,6 +60,3 @@ func (m *Manager) recoverStep(ctx context.Context, now time.Time) {
 	m.fast = true
 	m.status.Store(&stepState{time: now, err: err.Error()})
 }
-
-// StepPanics is how many loop steps panicked since the Manager was made.
-func (m *Manager) StepPanics() uint64 { return m.rec.panics.Load() }

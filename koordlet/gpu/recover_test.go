@@ -107,20 +107,20 @@ func TestStepRecoversPanic(t *testing.T) {
 	var logs syncBuffer
 	m, cyc := panickyManager(t, &panicking, slog.New(slog.NewTextHandler(&logs, nil)))
 	now := time.Now()
-	m.Step(context.Background(), now)
+	m.step(context.Background(), now)
 	if d, _ := cyc.state("gpu0"); d <= 0 {
 		t.Fatalf("LS beside batch: batch duty %v, want frozen", d)
 	}
 	panicking.Store(true)
 	for k := 1; k <= 3; k++ {
-		m.Step(context.Background(), now.Add(time.Duration(k)*50*time.Millisecond)) // must not panic
+		m.step(context.Background(), now.Add(time.Duration(k)*50*time.Millisecond)) // must not panic
 		d, thaws := cyc.state("gpu0")
 		if d != 0 || thaws != k {
 			t.Fatalf("panicking step %d: duty %v after %d thaws, want 0 after %d", k, d, thaws, k)
 		}
-		if st := m.Status(); st.Available || st.Error == "" || m.StepPanics() != uint64(k) {
+		if st := m.Status(); st.Available || st.Error == "" || m.rec.panics.Load() != uint64(k) {
 			t.Fatalf("panicking step %d: status available %t error %q, %d panics", k, st.Available, st.Error,
-				m.StepPanics())
+				m.rec.panics.Load())
 		}
 	}
 	// Logged once with the stack (the panic's frame in it), not at every step.
@@ -129,7 +129,7 @@ func TestStepRecoversPanic(t *testing.T) {
 		t.Fatalf("log, want one panic line with its stack:\n%s", out)
 	}
 	panicking.Store(false)
-	m.Step(context.Background(), now.Add(time.Second))
+	m.step(context.Background(), now.Add(time.Second))
 	if d, _ := cyc.state("gpu0"); d <= 0 {
 		t.Fatalf("after the panics: batch duty %v, want frozen again", d)
 	}
@@ -149,7 +149,7 @@ func TestRunSurvivesPanics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	testenv.WaitFor(t, 10*time.Second, "three panicking steps (the loop must go on)", func() bool {
-		return m.StepPanics() >= 3
+		return m.rec.panics.Load() >= 3
 	})
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

@@ -85,7 +85,7 @@ func BenchmarkManagerStep(b *testing.B) {
 			}
 		}
 		f.mu.Unlock()
-		m.Step(ctx, now)
+		m.step(ctx, now)
 		now = now.Add(DefaultLoopPeriod)
 	}
 	for range 100 { // past the start-up freeze's hold: the steady state

@@ -90,7 +90,7 @@ func newTSRig(t *testing.T, src Source) *tsRig {
 
 func (r *tsRig) step(d time.Duration) Status {
 	r.now = r.now.Add(d)
-	r.m.Step(context.Background(), r.now)
+	r.m.step(context.Background(), r.now)
 	return r.m.Status()
 }
 

@@ -1,4 +1,11 @@
-// Package nodestatus publishes the batch extended resources (understory.io/batch-cpu in
+// Package nodestatus holds the node agent's writers to the API server: the Node's batch
+// resources (Publisher), its node-metrics annotations (NodeAnnotator), Warning events on
+// the Node (NodeEvents) and the batch pod condition in pods/status
+// (PodConditionWriter). None of them blocks the control loop: each stores the latest
+// value and writes from its own goroutine, or sends through client-go's event
+// broadcaster.
+//
+// Publisher publishes the batch extended resources (understory.io/batch-cpu in
 // millicores, understory.io/batch-memory in bytes) in the status.capacity and
 // status.allocatable of the agent's own Node, so that kube-scheduler and the extender
 // count batch pods against what the agent reclaims; and the shared-GPU capacity

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/understory/understory/contract"
 )
 
 // gpuMilliOn is what node holds of understory.io/gpu-milli in capacity and

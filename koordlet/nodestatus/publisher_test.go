@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -34,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/internal/logtest"
 )

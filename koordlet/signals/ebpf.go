@@ -136,9 +136,8 @@ func newEBPF(o Options, p probe, cgroupID func(string) (uint64, error), now func
 	if r, ok := p.(runqlat.Reader); ok {
 		s.coll = runqlat.NewCollector(r)
 	}
-	var gate time.Duration
-	s.harmBucket, gate = harmBuckets(o.RunqueueThreshold)
-	if gate > 0 {
+	s.harmBucket = harmBucket(o.RunqueueThreshold)
+	if gate := SlowThreshold(o.RunqueueThreshold); gate > 0 {
 		if err := p.SetThreshold(gate); err != nil {
 			o.Logger.Warn("ebpf: no slow-event gate; reading every pod's histogram every poll", "err", err)
 		} else {
@@ -160,30 +159,31 @@ func newEBPF(o Options, p probe, cgroupID func(string) (uint64, error), now func
 	return s
 }
 
-// harmBuckets is the first histogram bucket whose delays count as harm under threshold
-// (poll's rule: the bucket's lower bound, half its upper, is at or above it), and that
-// lower bound: the kernel's bucket for a delay d >= it is that bucket or above, and for
-// one below it a bucket below. So counting the delays >= gate counts exactly the delays
-// in harm buckets. gate is 0 when bucket 0 (which also holds delays under 1 µs) is one
-// of them: every delay would count, and a gate would never stay shut.
-func harmBuckets(threshold time.Duration) (bucket int, gate time.Duration) {
-	for bucket = 0; bucket < runqlat.NumBuckets-1; bucket++ {
+// harmBucket is the first histogram bucket whose delays count as harm under threshold
+// (poll's rule: the bucket's lower bound, half its upper, is at or above it).
+func harmBucket(threshold time.Duration) int {
+	bucket := 0
+	for ; bucket < runqlat.NumBuckets-1; bucket++ {
 		if runqlat.BucketUpper(bucket)/2 >= threshold {
 			break
 		}
 	}
-	if bucket == 0 {
-		return 0, 0
-	}
-	return bucket, runqlat.BucketUpper(bucket - 1)
+	return bucket
 }
 
-// SlowThreshold is the delay from which the probe's slow-event count (and
-// runqlat.Histogram.Batch) must count for the source's rule under threshold: the lower
-// bound of the first harm bucket (0: every bucket is one, and no count can gate).
+// SlowThreshold is the delay from which a probe's slow-event count (and
+// runqlat.Histogram.Batch) counts exactly the delays that are harm under threshold:
+// the lower bound of the first harm bucket (harmBucket). The kernel's bucket for a
+// delay at or above it is that bucket or above, and for one below it a bucket below.
+// It is 0 when bucket 0 (which also holds delays under 1 µs) is a harm bucket: every
+// delay would count, and no count can gate. The eBPF source sets it on its probe; a
+// program that loads a probe of its own sets the same to count what the agent counts.
 func SlowThreshold(threshold time.Duration) time.Duration {
-	_, gate := harmBuckets(threshold)
-	return gate
+	bucket := harmBucket(threshold)
+	if bucket == 0 {
+		return 0
+	}
+	return runqlat.BucketUpper(bucket - 1)
 }
 
 // BatchOnly says whether only batch's slow delays are harm (see Options.RunqueueAnyCause).
@@ -463,7 +463,7 @@ func (s *EBPF) isClosed() bool {
 // certainly above it (the effective threshold rounds up to a power of two µs: 2 ms →
 // 2.048 ms). The other way round, 2 ms would fire on quantiles from 1.024 ms.
 //
-// The slow-event gate: the probe counts every delay in a harm bucket (harmBuckets), or
+// The slow-event gate: the probe counts every delay in a harm bucket (SlowThreshold), or
 // with batchOnly every such delay that was batch's, in one counter that costs no
 // syscall to read. While it does not move, no pod can be harmed, and poll skips the
 // read (one syscall and a quantile per pod), but for a refresh every refreshEvery and for new pods' baselines. When it moves after skipped

@@ -495,7 +495,7 @@ func TestEBPFReadErrorIsBlind(t *testing.T) {
 
 // The slow-event gate's threshold is the lower bound of the first harm bucket, so the
 // kernel counts exactly the delays in harm buckets; at bucket 0 there is no gate.
-func TestHarmBuckets(t *testing.T) {
+func TestHarmBucketAndSlowThreshold(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		threshold  time.Duration
@@ -513,9 +513,9 @@ func TestHarmBuckets(t *testing.T) {
 		{time.Minute, runqlat.NumBuckets - 1, (1 << 25) * time.Microsecond, runqlat.BucketUpper(runqlat.NumBuckets - 1)},
 	}
 	for _, tc := range tests {
-		bucket, gate := harmBuckets(tc.threshold)
+		bucket, gate := harmBucket(tc.threshold), SlowThreshold(tc.threshold)
 		if bucket != tc.bucket || gate != tc.gate || runqlat.BucketUpper(bucket) != tc.upperBound {
-			t.Errorf("harmBuckets(%v) = %d, %v, want %d, %v", tc.threshold, bucket, gate, tc.bucket, tc.gate)
+			t.Errorf("harmBucket(%v) = %d, SlowThreshold = %v, want %d, %v", tc.threshold, bucket, gate, tc.bucket, tc.gate)
 		}
 	}
 }
@@ -525,7 +525,9 @@ func TestHarmBuckets(t *testing.T) {
 func TestEBPFGateSkipsQuietReads(t *testing.T) {
 	t.Parallel()
 	r := newEBPFRig(t)
-	if r.p.threshold != 2048*time.Microsecond || !r.s.gate {
+	// SlowThreshold is what the source sets: a program with a probe of its own
+	// (bench/colo) sets the same to count what the agent counts.
+	if r.p.threshold != 2048*time.Microsecond || r.p.threshold != SlowThreshold(r.s.o.RunqueueThreshold) || !r.s.gate {
 		t.Fatalf("probe threshold %v (gate %v), want 2.048ms: the first harm bucket's lower bound",
 			r.p.threshold, r.s.gate)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
 
@@ -38,13 +39,13 @@ func gangBench(b *testing.B, members, gpusEach int) (*fakeIndex, Pod, [][]byte) 
 		ix.addNode(testNode(name, "A100", g, 96, 512))
 		for d := 0; d < g; d++ {
 			if rng.Intn(3) == 0 {
-				ix.addPod(testPod("b", fmt.Sprintf("p-%d-%d", i, d), gpus(1)), name, []int{d})
+				ix.addPod(podtest.Pod("b", fmt.Sprintf("p-%d-%d", i, d), podtest.GPUs(1)), name, []int{d})
 			}
 		}
 	}
 	var trigger Pod
 	for i := range members {
-		p := ix.addPod(testPod("ns", fmt.Sprintf("m%04d", i), append(volcano("big", members), gpus(gpusEach), cpu(4000), created(i))...), "", nil)
+		p := ix.addPod(podtest.Pod("ns", fmt.Sprintf("m%04d", i), append(podtest.Volcano("big", members), podtest.GPUs(gpusEach), podtest.CPU(4000), podtest.Created(i))...), "", nil)
 		if i == 0 {
 			trigger = p
 		}

@@ -5,9 +5,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
-func nodeSelector(k, v string) podOpt {
+func nodeSelector(k, v string) podtest.Opt {
 	return func(p *corev1.Pod) {
 		if p.Spec.NodeSelector == nil {
 			p.Spec.NodeSelector = map[string]string{}
@@ -17,7 +19,7 @@ func nodeSelector(k, v string) podOpt {
 }
 
 // requiredAffinity adds one required node selector term with req.
-func requiredAffinity(req corev1.NodeSelectorRequirement, byField bool) podOpt {
+func requiredAffinity(req corev1.NodeSelectorRequirement, byField bool) podtest.Opt {
 	return func(p *corev1.Pod) {
 		term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{req}}
 		if byField {
@@ -28,7 +30,7 @@ func requiredAffinity(req corev1.NodeSelectorRequirement, byField bool) podOpt {
 	}
 }
 
-func tolerate(key, value string, effect corev1.TaintEffect) podOpt {
+func tolerate(key, value string, effect corev1.TaintEffect) podtest.Opt {
 	return func(p *corev1.Pod) {
 		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect})
 	}
@@ -58,25 +60,25 @@ func TestPodConstraintsAllows(t *testing.T) {
 		conditions bool
 		want       bool
 	}{
-		{"no constraints, plain node", testPod("ns", "p"), metaNode("n", big), true, true},
-		{"selector matches", testPod("ns", "p", nodeSelector("pool", "big")), metaNode("n", big), true, true},
-		{"selector misses", testPod("ns", "p", nodeSelector("pool", "small")), metaNode("n", big), true, false},
-		{"selector on unlabelled node", testPod("ns", "p", nodeSelector("pool", "big")), metaNode("n", nil), true, false},
-		{"affinity In matches", testPod("ns", "p", requiredAffinity(in("pool", "small", "big"), false)), metaNode("n", big), true, true},
-		{"affinity NotIn excludes", testPod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
+		{"no constraints, plain node", podtest.Pod("ns", "p"), metaNode("n", big), true, true},
+		{"selector matches", podtest.Pod("ns", "p", nodeSelector("pool", "big")), metaNode("n", big), true, true},
+		{"selector misses", podtest.Pod("ns", "p", nodeSelector("pool", "small")), metaNode("n", big), true, false},
+		{"selector on unlabelled node", podtest.Pod("ns", "p", nodeSelector("pool", "big")), metaNode("n", nil), true, false},
+		{"affinity In matches", podtest.Pod("ns", "p", requiredAffinity(in("pool", "small", "big"), false)), metaNode("n", big), true, true},
+		{"affinity NotIn excludes", podtest.Pod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
 			Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"big"}}, false)), metaNode("n", big), true, false},
-		{"affinity by node name", testPod("ns", "p", requiredAffinity(in("metadata.name", "n"), true)), metaNode("n", nil), true, true},
-		{"affinity by other node name", testPod("ns", "p", requiredAffinity(in("metadata.name", "m"), true)), metaNode("n", nil), true, false},
-		{"malformed affinity matches nothing", testPod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
+		{"affinity by node name", podtest.Pod("ns", "p", requiredAffinity(in("metadata.name", "n"), true)), metaNode("n", nil), true, true},
+		{"affinity by other node name", podtest.Pod("ns", "p", requiredAffinity(in("metadata.name", "m"), true)), metaNode("n", nil), true, false},
+		{"malformed affinity matches nothing", podtest.Pod("ns", "p", requiredAffinity(corev1.NodeSelectorRequirement{
 			Key: "pool", Operator: "Near", Values: []string{"big"}}, false)), metaNode("n", big), true, false},
-		{"untolerated NoSchedule taint", testPod("ns", "p"), metaNode("n", nil, taintDedicated), true, false},
-		{"tolerated NoSchedule taint", testPod("ns", "p", tolerate("dedicated", "train", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, true},
-		{"toleration of another value", testPod("ns", "p", tolerate("dedicated", "serve", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, false},
-		{"untolerated NoExecute taint", testPod("ns", "p"), metaNode("n", nil, taintEvict), true, false},
-		{"PreferNoSchedule never excludes", testPod("ns", "p"), metaNode("n", nil, taintPrefer), true, true},
-		{"cordoned node, now", testPod("ns", "p"), metaNode("n", nil, taintCordoned), true, false},
-		{"cordoned node, ever", testPod("ns", "p"), metaNode("n", nil, taintCordoned), false, true},
-		{"real taint counts for ever", testPod("ns", "p"), metaNode("n", nil, taintDedicated), false, false},
+		{"untolerated NoSchedule taint", podtest.Pod("ns", "p"), metaNode("n", nil, taintDedicated), true, false},
+		{"tolerated NoSchedule taint", podtest.Pod("ns", "p", tolerate("dedicated", "train", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, true},
+		{"toleration of another value", podtest.Pod("ns", "p", tolerate("dedicated", "serve", corev1.TaintEffectNoSchedule)), metaNode("n", nil, taintDedicated), true, false},
+		{"untolerated NoExecute taint", podtest.Pod("ns", "p"), metaNode("n", nil, taintEvict), true, false},
+		{"PreferNoSchedule never excludes", podtest.Pod("ns", "p"), metaNode("n", nil, taintPrefer), true, true},
+		{"cordoned node, now", podtest.Pod("ns", "p"), metaNode("n", nil, taintCordoned), true, false},
+		{"cordoned node, ever", podtest.Pod("ns", "p"), metaNode("n", nil, taintCordoned), false, true},
+		{"real taint counts for ever", podtest.Pod("ns", "p"), metaNode("n", nil, taintDedicated), false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,10 +93,10 @@ func TestPodConstraintsAllows(t *testing.T) {
 
 func TestConstraintsKey(t *testing.T) {
 	t.Parallel()
-	a := testPod("ns", "a", nodeSelector("pool", "big"), nodeSelector("zone", "z1"))
-	b := testPod("ns", "b", nodeSelector("zone", "z1"), nodeSelector("pool", "big"))
-	c := testPod("ns", "c", nodeSelector("pool", "small"), nodeSelector("zone", "z1"))
-	if constraintsOf(testPod("ns", "plain")) != nil {
+	a := podtest.Pod("ns", "a", nodeSelector("pool", "big"), nodeSelector("zone", "z1"))
+	b := podtest.Pod("ns", "b", nodeSelector("zone", "z1"), nodeSelector("pool", "big"))
+	c := podtest.Pod("ns", "c", nodeSelector("pool", "small"), nodeSelector("zone", "z1"))
+	if constraintsOf(podtest.Pod("ns", "plain")) != nil {
 		t.Fatal("a pod without selector, affinity or tolerations has constraints")
 	}
 	ka, kb, kc := constraintsOf(a).cacheKey(), constraintsOf(b).cacheKey(), constraintsOf(c).cacheKey()

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
 
@@ -21,8 +22,8 @@ func TestGangThroughTheIndexInterfaces(t *testing.T) {
 	ix := newFakeIndex(Config{MaxMembers: 10, PlanTTL: time.Minute, BindTimeout: 20 * time.Second}, func() time.Time { return now })
 	ix.addNode(testNode("n0", "A100", 1, 16, 64))
 	ix.addNode(testNode("n1", "A100", 1, 16, 64))
-	a := ix.addPod(testPod("ns", "a", append(volcano("g", 2), gpus(1), created(0))...), "", nil)
-	b := ix.addPod(testPod("ns", "b", append(volcano("g", 2), gpus(1), created(1))...), "", nil)
+	a := ix.addPod(podtest.Pod("ns", "a", append(podtest.Volcano("g", 2), podtest.GPUs(1), podtest.Created(0))...), "", nil)
+	b := ix.addPod(podtest.Pod("ns", "b", append(podtest.Volcano("g", 2), podtest.GPUs(1), podtest.Created(1))...), "", nil)
 	names := [][]byte{[]byte("n0"), []byte("n1")}
 
 	ix.Lock()

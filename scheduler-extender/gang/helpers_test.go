@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -16,57 +15,6 @@ import (
 	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
-
-// podOpt changes a test pod.
-type podOpt func(*corev1.Pod)
-
-func gpus(n int) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
-	}
-}
-
-func milli(m int) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits[contract.ResourceGPUMilli] = *resource.NewQuantity(int64(m), resource.DecimalSI)
-	}
-}
-
-func cpu(millicores int64) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(millicores, resource.DecimalSI)
-	}
-}
-
-func annotate(k, v string) podOpt { return func(p *corev1.Pod) { p.Annotations[k] = v } }
-
-func label(k, v string) podOpt { return func(p *corev1.Pod) { p.Labels[k] = v } }
-
-func created(sec int) podOpt {
-	return func(p *corev1.Pod) {
-		p.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC))
-	}
-}
-
-func volcano(group string, minMember int) []podOpt {
-	return []podOpt{annotate(contract.AnnotationVolcanoGroupName, group), annotate(contract.AnnotationVolcanoMinMember, fmt.Sprint(minMember))}
-}
-
-// testPod is a pod asking for 100m CPU, changed by opts.
-func testPod(ns, name string, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name),
-			Labels: map[string]string{}, Annotations: map[string]string{}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
-			Limits:   corev1.ResourceList{},
-		}}}},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
 
 // testNode is a node of cpu cores, memGi GiB and gpus GPUs of model, as the
 // index builds its ledger (placement.Node) and its name, labels and taints.
@@ -103,18 +51,29 @@ type fakePod struct {
 	m               Member
 }
 
-func (p *fakePod) UID() types.UID             { return p.uid }
-func (p *fakePod) Namespace() string          { return p.namespace }
-func (p *fakePod) Name() string               { return p.name }
-func (p *fakePod) Created() time.Time         { return p.created }
+func (p *fakePod) UID() types.UID { return p.uid }
+
+func (p *fakePod) Namespace() string { return p.namespace }
+
+func (p *fakePod) Name() string { return p.name }
+
+func (p *fakePod) Created() time.Time { return p.created }
+
 func (p *fakePod) Request() placement.Request { return p.req }
-func (p *fakePod) RequestErr() error          { return p.reqErr }
-func (p *fakePod) Node() string               { return p.node }
-func (p *fakePod) Holds() bool                { return p.phase != fakePending }
-func (p *fakePod) Planned() bool              { return p.phase == fakePlanned }
-func (p *fakePod) Binding() bool              { return p.phase == fakeBinding }
-func (p *fakePod) Bound() bool                { return p.phase == fakeBound }
-func (p *fakePod) Member() *Member            { return &p.m }
+
+func (p *fakePod) RequestErr() error { return p.reqErr }
+
+func (p *fakePod) Node() string { return p.node }
+
+func (p *fakePod) Holds() bool { return p.phase != fakePending }
+
+func (p *fakePod) Planned() bool { return p.phase == fakePlanned }
+
+func (p *fakePod) Binding() bool { return p.phase == fakeBinding }
+
+func (p *fakePod) Bound() bool { return p.phase == fakeBound }
+
+func (p *fakePod) Member() *Member { return &p.m }
 
 // fakeIndex is an index for the gangs alone (Index, Ledger, Outbox): nodes as
 // ledgers, pods as fakePods, Events as lines. Its ledger copies work as the
@@ -171,9 +130,12 @@ func (ix *fakeIndex) addPod(pod *corev1.Pod, node string, devs []int) *fakePod {
 	return p
 }
 
-func (ix *fakeIndex) Lock()    { ix.mu.Lock() }
-func (ix *fakeIndex) Unlock()  { ix.mu.Unlock() }
-func (ix *fakeIndex) RLock()   { ix.mu.RLock() }
+func (ix *fakeIndex) Lock() { ix.mu.Lock() }
+
+func (ix *fakeIndex) Unlock() { ix.mu.Unlock() }
+
+func (ix *fakeIndex) RLock() { ix.mu.RLock() }
+
 func (ix *fakeIndex) RUnlock() { ix.mu.RUnlock() }
 
 func (ix *fakeIndex) Pod(uid types.UID) Pod {

@@ -10,13 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/scheduler-extender/wire"
 )
 
-// placeAllBySelect is placeAll as it was before it kept scores between
-// members (issue 21, fault 4): one placement.Select per member over the nodes
-// its constraints allow. TestPlaceAllSameAsSelect holds placeAll to it.
+// placeAllBySelect is placeAll without the scores it keeps between members:
+// one placement.Select per member over the nodes its constraints allow, the
+// plain reference. TestPlaceAllSameAsSelect holds placeAll to it.
 func placeAllBySelect(pol placement.Policy, nodes []*placement.Node, meta []*corev1.Node, idx map[string]int, members []planMember, conditions bool) []planSlot {
 	order := slices.Clone(members)
 	slices.SortStableFunc(order, func(a, b planMember) int {
@@ -80,13 +81,13 @@ func placeAllCase(t *testing.T, seed int64, mixed bool) ([]*placement.Node, []*c
 		idx[n.Name] = len(nodes)
 		nodes, meta = append(nodes, n), append(meta, obj)
 	}
-	shapes, cpus := []podOpt{gpus(1), gpus(2), gpus(8), milli(250), milli(470), cpu(2000), cpu(8000)}, 8
+	shapes, cpus := []podtest.Opt{podtest.GPUs(1), podtest.GPUs(2), podtest.GPUs(8), podtest.Milli(250), podtest.Milli(470), podtest.CPU(2000), podtest.CPU(8000)}, 8
 	if !mixed {
-		shapes, cpus = []podOpt{gpus(2), milli(470)}, 1
+		shapes, cpus = []podtest.Opt{podtest.GPUs(2), podtest.Milli(470)}, 1
 	}
 	members := make([]planMember, 150)
 	for i := range members {
-		pod := testPod("ns", fmt.Sprintf("m%03d", i), shapes[rng.Intn(len(shapes))], cpu(int64(500*(1+rng.Intn(cpus)))))
+		pod := podtest.Pod("ns", fmt.Sprintf("m%03d", i), shapes[rng.Intn(len(shapes))], podtest.CPU(int64(500*(1+rng.Intn(cpus)))))
 		switch rng.Intn(5) {
 		case 0:
 			pod.Spec.NodeSelector = map[string]string{"zone": "a"}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/scheduler-extender/internal/podtest"
 )
 
 // checkGroupSpec checks what a PodGroup decoder may return: a minMember in
@@ -84,15 +85,15 @@ func FuzzPodGangAnnotations(f *testing.F) {
 	f.Add("", "vg", "1e3", "k", "-1")
 	f.Add("", "", "", "k", "99999999999999999999")
 	f.Fuzz(func(t *testing.T, pgLabel, vName, vMin, kName, kMin string) {
-		opts := []podOpt{}
+		opts := []podtest.Opt{}
 		set := func(k, v string, anno bool) {
 			if v == "" {
 				return
 			}
 			if anno {
-				opts = append(opts, annotate(k, v))
+				opts = append(opts, podtest.Annotate(k, v))
 			} else {
-				opts = append(opts, label(k, v))
+				opts = append(opts, podtest.Label(k, v))
 			}
 		}
 		set(contract.LabelPodGroup, pgLabel, false)
@@ -100,7 +101,7 @@ func FuzzPodGangAnnotations(f *testing.F) {
 		set(contract.AnnotationVolcanoMinMember, vMin, true)
 		set(contract.AnnotationKoordinatorName, kName, true)
 		set(contract.AnnotationKoordinatorMinAvailable, kMin, true)
-		ref, ok := podGang(testPod("ns", "p", opts...))
+		ref, ok := podGang(podtest.Pod("ns", "p", opts...))
 		if ok != (pgLabel != "" || vName != "" || kName != "") {
 			t.Fatalf("gang %v for label %q, volcano %q, koordinator %q", ok, pgLabel, vName, kName)
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/understory/understory/cmd/kubectl-understory/kubectlunderstory"
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -165,7 +165,7 @@ func testAgentPodCondition(t *testing.T, ctx context.Context, cp *controlplane.C
 	waitPolicy(t, ctx, func() error { return statusPatch(agent, other, slowed(other.UID)) })
 
 	// What the agent does: its writer, on a pod of its own node.
-	w := koordlet.NewPodConditionWriter(typedPodStatus{agent}, nil)
+	w := nodestatus.NewPodConditionWriter(typedPodStatus{agent}, nil)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(wctx) }()
@@ -249,4 +249,4 @@ func (p typedPodStatus) PatchPodStatus(ctx context.Context, ns, name string, pt 
 	return err
 }
 
-var _ koordlet.PodStatusPatcher = typedPodStatus{}
+var _ nodestatus.PodStatusPatcher = typedPodStatus{}

@@ -21,12 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/cgroups/cgroupstest"
-
-	"k8s.io/client-go/util/retry"
-
-	"github.com/understory/understory/contract"
-
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,11 +33,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/scheduler-extender/placement"
 	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
@@ -903,7 +900,7 @@ type loopAgent struct {
 func startLoopAgent(t *testing.T, n *loopKubelet, bin, kubeconfig string) *loopAgent {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	cfg.CgroupRoot = loopCgroupFS
 	cfg.KubeletCgroupRoot = "/" + n.base
 	cfg.ListenAddress = freeLoopbackAddr(t)

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -28,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet/nodestatus"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -324,7 +322,7 @@ func testAgentNodePolicy(t *testing.T, ctx context.Context, cp *controlplane.Con
 	metricsNow := contract.NodeMetrics{Timestamp: time.Now(), WindowMillis: 10000,
 		CPU: contract.CPUMetrics{Capacity: 8000, Used: 1000, LS: 500}, Memory: contract.MemoryMetrics{Capacity: 32 << 30, Used: 1 << 30}}
 	publish := func(c kubernetes.Interface, node string) error {
-		return koordlet.NewNodeAnnotator(c.CoreV1().Nodes(), node).Publish(ctx, metricsNow)
+		return nodestatus.NewNodeAnnotator(c.CoreV1().Nodes(), node).Publish(ctx, metricsNow)
 	}
 	batch, err := nodestatus.PatchFor(nodestatus.Resources{CPUMilli: 1500, MemoryBytes: 1 << 30})
 	if err != nil {

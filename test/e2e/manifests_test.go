@@ -530,8 +530,8 @@ func checkMonitorPort(t *testing.T, objs []*unstructured.Unstructured, name stri
 
 // The repository's VERSION file is the one version source: `make images` tags the
 // images with it, and every kustomization that names an Understory image asks for that
-// tag, so a fresh clone installs what it builds (issue 22: the README's install pulled
-// images that `make images` had tagged otherwise).
+// tag, so a fresh clone installs the images it builds, never ones `make images` tagged
+// otherwise.
 func TestManifestTagsAreVERSION(t *testing.T) {
 	t.Parallel()
 	v, err := os.ReadFile("../../VERSION")

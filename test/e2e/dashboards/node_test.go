@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
-	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 	"github.com/understory/understory/test/e2e/controlplane"
 )
@@ -249,12 +249,12 @@ func newFakeNode(t *testing.T, h *cgroups.Hierarchy, pods []*fakePod) *fakeNode 
 // is healthy.
 func (n *fakeNode) startAgent(t *testing.T, bin string) {
 	t.Helper()
-	cfg := koordlet.DefaultConfig()
+	cfg := config.Default()
 	cfg.NodeName = "e2e-node"
 	cfg.CgroupRoot = cgroupRoot
 	cfg.KubeletCgroupRoot = "/" + n.base
 	cfg.StaticPodDir = filepath.Join(n.dir, "manifests")
-	cfg.GPU.Mode = koordlet.GPUModeOff
+	cfg.GPU.Mode = config.GPUModeOff
 	// The scripted LS steps must cut and restore batch on every run for the throttle and
 	// cut-reaction panels: utilisation decides (signals.mode sampling). With a harm
 	// signal (eBPF, PSI) only measured LS harm cuts, which this machine may not show.

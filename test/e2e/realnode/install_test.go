@@ -21,6 +21,7 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/controlplane"
@@ -863,7 +864,7 @@ func (in *install) agentPodDeleted(t *testing.T) {
 			break
 		}
 	}
-	agentPeriod := koordlet.DefaultPeriod
+	agentPeriod := config.DefaultPeriod
 	switch {
 	case drifted.After(newStart):
 		t.Logf("the drift landed %v after the new agent started: only its consistency is checked",

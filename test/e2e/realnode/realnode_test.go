@@ -20,6 +20,7 @@ import (
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet"
+	"github.com/understory/understory/koordlet/config"
 )
 
 // skipMessage tells how to run the test.
@@ -133,7 +134,7 @@ func (r *realNode) agentKubernetesMode(t *testing.T) {
 	}
 	t.Logf("tier %s after agent start: %v", tierCgroup, tier)
 	// The agent writes cpu.shares=2 then cpu.idle=1; an idle group reads shares 3.
-	wantPeriod := strconv.FormatInt(koordlet.DefaultCFSPeriod.Microseconds(), 10)
+	wantPeriod := strconv.FormatInt(config.DefaultCFSPeriod.Microseconds(), 10)
 	if tier.Idle != "1" || tier.Shares != "3" || tier.Quota == "-1" || tier.Period != wantPeriod {
 		t.Errorf("tier settings %v, want idle=1, shares=3 (the kernel's idle weight), a quota, period %s (the agent's default cfsPeriod)", tier, wantPeriod)
 	}

@@ -73,7 +73,7 @@ type scenario struct {
 	checkCalls func(c extenderharness.Calls, n int) error
 }
 
-// Scenario names (issue A2 §7 (a)-(d)).
+// Scenario names: (a)-(d) of docs/benchmarks-controlplane.md.
 const (
 	scenarioAlone     = "kube-scheduler"
 	scenarioNoop      = "noop-extender"
@@ -143,7 +143,7 @@ func scenarios() []scenario {
 	}
 }
 
-// targets are the ratios of issue A2 §7.
+// targets are the throughput ratios the extender must keep (docs/benchmarks-controlplane.md).
 func targets() []ratioSpec {
 	return []ratioSpec{
 		{name: "understory/noop", num: scenarioReal, den: scenarioNoop, target: 0.9},

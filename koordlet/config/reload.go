@@ -1,4 +1,4 @@
-package koordlet
+package config
 
 import (
 	"context"
@@ -8,30 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"reflect"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/understory/understory/metrics"
-	"github.com/understory/understory/qos"
 )
 
-// The configuration reload: the Reloader watches the configuration
-// file and hands a valid change to the agent (configreload_agent.go applies it between
-// two periods); which fields change live is liveFields' business alone.
-
-// ReasonConfigRejected is the reason of the Warning event on the Node for a changed
+// ReasonRejected is the reason of the Warning event on the Node for a changed
 // configuration file the agent refused.
-const ReasonConfigRejected = "ConfigRejected"
+const ReasonRejected = "ConfigRejected"
 
 // DefaultReloadInterval is how often the Reloader reads the configuration file. Kubelet
 // takes up to a minute or so to update a mounted ConfigMap; a few seconds more are
@@ -45,10 +34,10 @@ const (
 	ReloadRejected = metrics.ReloadRejected
 )
 
-// liveFields returns the YAML paths of the fields a running agent takes from a reloaded
-// file; every other field needs a restart. copyLive is the one place that copies them
+// LiveFields returns the YAML paths of the fields a running agent takes from a reloaded
+// file; every other field needs a restart. CopyLive is the one place that copies them
 // (TestLiveFieldsAreCopied keeps the two alike).
-func liveFields() []string {
+func LiveFields() []string {
 	return []string{
 		"policy.threshold", "policy.minBatchCPU", "policy.maxBatchCPU", "policy.restoreStepPercent",
 		"signals.cutPercent", "signals.restoreHold", "signals.restorePercentPerSecond",
@@ -56,8 +45,8 @@ func liveFields() []string {
 	}
 }
 
-// copyLive copies the fields of liveFields from src into dst.
-func copyLive(dst *Config, src Config) {
+// CopyLive copies the fields of LiveFields from src into dst.
+func CopyLive(dst *Config, src Config) {
 	dst.Policy = src.Policy
 	dst.Signals.GuardConfig = src.Signals.GuardConfig
 	dst.MinPodCPU = src.MinPodCPU
@@ -68,9 +57,9 @@ func copyLive(dst *Config, src Config) {
 	}
 }
 
-// ConfigStatus is the configuration part of /status: the file and configuration in
+// Status is the configuration part of /status: the file and configuration in
 // force, and what the last reload did.
-type ConfigStatus struct {
+type Status struct {
 	// Path is the configuration file (empty: the defaults, nothing to reload).
 	Path string `json:"path,omitempty"`
 	// Hash is the sha256 of the file in force (its bytes, hex), the hash label of
@@ -100,14 +89,14 @@ type ReloadResult struct {
 	Changed []string `json:"changed,omitempty"`
 }
 
-// configApplier is the agent as the Reloader sees it: it takes a configuration in force
+// Applier is the agent as the Reloader sees it: it takes a configuration in force
 // and the status that goes with it.
-type configApplier interface {
-	ApplyConfig(cfg Config, st ConfigStatus)
+type Applier interface {
+	ApplyConfig(cfg Config, st Status)
 }
 
-// nodeWarner records a Warning event on the agent's Node (NodeEvents) or only logs it.
-type nodeWarner interface {
+// Warner records a Warning event on the agent's Node (nodestatus.NodeEvents) or only logs it.
+type Warner interface {
 	Warn(reason, message string)
 }
 
@@ -122,7 +111,7 @@ type ReloaderOptions struct {
 	// read from it; nil: nothing does.
 	Override func(Config) Config
 	// Events records ConfigRejected on the Node; nil: the log only.
-	Events nodeWarner
+	Events Warner
 	// Registry takes the reload metrics (metrics.ConfigReload); nil: a private one.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -133,7 +122,7 @@ type ReloaderOptions struct {
 // Reloader watches the agent's configuration file by its content: every Interval it
 // reads the file, and when its sha256 differs from the last one read it parses and
 // validates it. A valid change is handed to the agent, which applies its live fields
-// (liveFields) at the start of its next period; fields that need a restart keep their
+// (LiveFields) at the start of its next period; fields that need a restart keep their
 // value and are reported. An invalid one is refused: the configuration in force stays,
 // a Warning event ConfigRejected goes to the Node, and the metrics say so.
 //
@@ -146,15 +135,15 @@ type Reloader struct {
 	path     string
 	interval time.Duration
 	override func(Config) Config
-	agent    configApplier
-	events   nodeWarner
+	agent    Applier
+	events   Warner
 	metrics  *metrics.ConfigReload
 	log      *slog.Logger
 	now      func() time.Time
 
 	// Owned by Run's goroutine (or the caller of poll).
 	inForce Config
-	status  ConfigStatus
+	status  Status
 	// seen is the hash of the last file acted on (or why it could not be read): a
 	// file that did not change since is not parsed again, applied or not. candidate is
 	// a different one read once: it is acted on when the next read agrees.
@@ -163,9 +152,9 @@ type Reloader struct {
 
 // NewReloader returns a Reloader for an agent that started with inForce, read from data
 // (the file's bytes at the start; nil without a file).
-func NewReloader(inForce Config, data []byte, agent configApplier, o ReloaderOptions) (*Reloader, error) {
+func NewReloader(inForce Config, data []byte, agent Applier, o ReloaderOptions) (*Reloader, error) {
 	if agent == nil {
-		return nil, errors.New("koordlet: a reloader needs the agent")
+		return nil, errors.New("config: a reloader needs the agent")
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -189,17 +178,17 @@ func NewReloader(inForce Config, data []byte, agent configApplier, o ReloaderOpt
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.status = ConfigStatus{Path: o.Path, InForce: inForce}
+	r.status = Status{Path: o.Path, InForce: inForce}
 	if o.Path != "" {
-		r.status.Hash = ConfigHash(data)
+		r.status.Hash = Hash(data)
 		r.seen = r.status.Hash
 		m.SetInForce(r.status.Hash)
 	}
 	return r, nil
 }
 
-// ConfigHash is the sha256 of a configuration file's bytes, hex.
-func ConfigHash(data []byte) string {
+// Hash is the sha256 of a configuration file's bytes, hex.
+func Hash(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
@@ -235,7 +224,7 @@ func (r *Reloader) poll() *ReloadResult {
 		hash = "unreadable: " + err.Error()
 		err = fmt.Errorf("reading %s: %w", r.path, err)
 	} else {
-		hash = ConfigHash(data)
+		hash = Hash(data)
 	}
 	if hash == r.seen {
 		r.candidate = ""
@@ -283,7 +272,7 @@ func (r *Reloader) poll() *ReloadResult {
 // next parses data and returns the configuration it puts in force: the file's live
 // fields over the configuration in force.
 func (r *Reloader) next(data []byte) (Config, error) {
-	file, err := LoadConfig(data)
+	file, err := Load(data)
 	if err != nil {
 		return Config{}, err
 	}
@@ -292,7 +281,7 @@ func (r *Reloader) next(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	next := r.inForce
-	copyLive(&next, file)
+	CopyLive(&next, file)
 	// Live fields are checked against fields that stay (minPodCPU against cfsPeriod).
 	if err := next.Validate(); err != nil {
 		return Config{}, fmt.Errorf("with the fields that need a restart as they are: %w", err)
@@ -302,7 +291,7 @@ func (r *Reloader) next(data []byte) (Config, error) {
 
 // fileConfig is what data asks for, flags applied (data parsed and valid).
 func (r *Reloader) fileConfig(data []byte) Config {
-	file, err := LoadConfig(data)
+	file, err := Load(data)
 	if err != nil {
 		return r.inForce
 	}
@@ -318,7 +307,7 @@ func (r *Reloader) reject(res *ReloadResult) {
 	r.log.Error("configuration refused; the configuration in force stays", "path", r.path,
 		"hash", short(res.Hash), "inForce", short(r.status.Hash), "err", res.Error)
 	if r.events != nil {
-		r.events.Warn(ReasonConfigRejected, msg)
+		r.events.Warn(ReasonRejected, msg)
 	}
 	r.agent.ApplyConfig(r.inForce, r.status)
 }
@@ -384,65 +373,3 @@ func diffJSON(path string, a, b any, out *[]string) {
 		diffJSON(p, am[k], bm[k], out)
 	}
 }
-
-// continueBudgeter returns a Budgeter for p that continues from last, the utilisation
-// budget in force: its first decision paces a raise from last.Applied as the old one
-// would have, instead of applying its target at once (the Budgeter's first decision).
-func continueBudgeter(p qos.Policy, last qos.Budget) *qos.Budgeter {
-	b := qos.NewBudgeter(p)
-	thr := b.Policy().Threshold
-	if !(last.NodeCPUs > 0) || !(last.Applied >= 0) || math.IsInf(last.Applied, 0) || !(thr > 0) {
-		return b // nothing decided yet: the first decision is the target, as at start
-	}
-	// One decision whose target is last.Applied (within the new bounds): LS usage is
-	// what leaves exactly that.
-	b.Next(qos.BudgetInput{NodeCPUs: last.NodeCPUs, LSUsage: math.Max(0, last.NodeCPUs*thr-last.Applied)})
-	return b
-}
-
-// continueGuard returns a Guard for c that continues from the budget g has in force:
-// held there for c.RestoreHold (as at a restart, the new guard has seen no harm), never
-// cut for the change itself. g without a decision yet: a fresh guard.
-func continueGuard(c qos.GuardConfig, g *qos.Guard, now time.Time) *qos.Guard {
-	ng := qos.NewGuard(c)
-	applied, ok := g.Applied()
-	if !ok {
-		return ng
-	}
-	ng.StartFrom(applied)
-	ng.Next(qos.GuardInput{Now: now, Budget: qos.Budget{Min: applied, Max: applied, Target: applied}})
-	return ng
-}
-
-// NodeEvents records Warning events on the agent's Node (involvedObject Kind Node, the
-// node's name as its UID, as kubelet records them, so `kubectl describe node` shows
-// them). Safe for concurrent use.
-type NodeEvents struct {
-	broadcaster record.EventBroadcaster
-	recorder    record.EventRecorder
-	ref         *corev1.ObjectReference
-}
-
-var _ nodeWarner = (*NodeEvents)(nil)
-
-// NewNodeEvents starts an event broadcaster writing to sink (podsource.CoreClient.Events)
-// with source component/node. Call Shutdown when done.
-func NewNodeEvents(sink record.EventSink, component, node string) *NodeEvents {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(sink)
-	return &NodeEvents{broadcaster: b,
-		recorder: b.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: component, Host: node}),
-		ref:      &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)}}
-}
-
-// Warn records a Warning event on the Node; it never blocks on the API server.
-func (e *NodeEvents) Warn(reason, message string) {
-	const maxMessage = 1024 // the API server's limit on an event's message
-	if len(message) > maxMessage {
-		message = strings.ToValidUTF8(message[:maxMessage-3], "") + "..."
-	}
-	e.recorder.Event(e.ref, corev1.EventTypeWarning, reason, message)
-}
-
-// Shutdown stops the broadcaster; events still queued may be dropped.
-func (e *NodeEvents) Shutdown() { e.broadcaster.Shutdown() }

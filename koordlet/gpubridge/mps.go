@@ -1,4 +1,4 @@
-package koordlet
+package gpubridge
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/mps"
@@ -22,13 +23,13 @@ import (
 type gpuMPS struct {
 	daemon     *mps.Daemon
 	partitions *gpu.Partitions
-	events     eventRecorder
+	events     EventRecorder
 	log        *slog.Logger
 }
 
 // newGPUMPS builds the MPS part of the agent for cfg: the daemon and partitions when
 // gpu.mps.mode is find or run, only the lever Events otherwise.
-func newGPUMPS(cfg GPUConfig, events eventRecorder, log *slog.Logger) (*gpuMPS, error) {
+func newGPUMPS(cfg config.GPU, events EventRecorder, log *slog.Logger) (*gpuMPS, error) {
 	m := &gpuMPS{events: events, log: log}
 	if cfg.MPS.Mode == "" || cfg.MPS.Mode == mps.ModeDisabled {
 		return m, nil
@@ -76,13 +77,6 @@ func (m *gpuMPS) planner() devices.MPSPlanner {
 		return nil
 	}
 	return m.partitions
-}
-
-// mpsSetup is how the NRI plugin mounts and restricts MPS clients (gpu.mps, its
-// defaults filled: a private shm directory, a non-root client UID).
-func mpsSetup(cfg mps.Config) devices.MPSSetup {
-	cfg = cfg.WithDefaults()
-	return devices.MPSSetup{ShmDir: cfg.ShmDirectory, ClientUID: cfg.ClientUID}
 }
 
 // leverEvent records a GPU lever change (batch frozen because LS outgrew its MPS

@@ -1,4 +1,4 @@
-package koordlet
+package nri
 
 import (
 	"fmt"
@@ -13,26 +13,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/mps"
 	"github.com/understory/understory/qos"
 )
 
 // TestNRIMPSClientIsolation drives MPS clients through NRI's runtime adaptation with
-// the agent's own gpu.mps defaults (mpsSetup of an empty gpu.mps): a client gets the
+// the agent's own gpu.mps defaults (config.GPU.MPSSetup of an empty gpu.mps): a client gets the
 // pipe directory read-only (it can connect to the daemon's socket but not replace it
 // or plant files), a private shm directory rather than the host's /dev/shm, and no
 // root: the plugin never sets a user, a client runs as the non-root client UID, and a
 // container running as root is no client.
 func TestNRIMPSClientIsolation(t *testing.T) {
 	t.Parallel()
-	setup := mpsSetup(mps.Config{Mode: mps.ModeFind})
+	setup := config.GPU{MPS: mps.Config{Mode: mps.ModeFind}}.MPSSetup()
 	if setup.ShmDir == "" || setup.ShmDir == "/dev/shm" || setup.ClientUID == 0 {
 		t.Fatalf("gpu.mps defaults %+v: want a private shm directory and a non-root client UID", setup)
 	}
 	pods, events := &nriPods{}, &nriEvents{}
-	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
+	r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
 		MPS: mpsPlanner{}, MPSSetup: setup})
 	for _, tc := range []struct {
 		name   string
@@ -126,8 +126,8 @@ func TestNRIPinsVisibleDevices(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			pods := &nriPods{}
-			r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, GPU: devices.Config{Mode: mode},
-				PodWait: 50 * time.Millisecond, MPS: mpsPlanner{}, MPSSetup: mpsSetup(mps.Config{})})
+			r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, GPU: devices.Config{Mode: mode},
+				PodWait: 50 * time.Millisecond, MPS: mpsPlanner{}, MPSSetup: config.GPU{}.MPSSetup()})
 			for i, tc := range []struct {
 				name  string
 				batch bool
@@ -245,19 +245,14 @@ func TestNRIClassifiesAsAgent(t *testing.T) {
 				pod.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = tc.req[corev1.ResourceMemory]
 			}
 
-			// The agent's path.
-			rig := newRig(t, cgroupstest.V2, nil)
-			rig.agent.syncPods([]*corev1.Pod{pod})
-			st := rig.agent.pods[uid]
-			if st == nil {
-				t.Fatal("the agent did not take the pod")
-			}
-			agentBatch := st.class == qos.ClassBatch
+			// The agent's path: its pod table classifies with qos.Classify (syncPods).
+			class, _ := qos.Classify(pod)
+			agentBatch := class == qos.ClassBatch
 
 			// The plugin's path: the sandbox as kubelet gives it.
 			pods := &nriPods{}
 			pods.add(pod, 0)
-			r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, PodWait: 100 * time.Millisecond,
+			r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, PodWait: 100 * time.Millisecond,
 				MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/nvidia-mps-shm", ClientUID: 1000}})
 			parent := "/kubepods/" + strings.ToLower(string(tc.qos)) + "/pod" + string(uid)
 			if tc.qos == corev1.PodQOSGuaranteed {
@@ -282,7 +277,7 @@ func TestNRIClassifiesAsAgent(t *testing.T) {
 			if moved != agentBatch || env[devices.EnvMPSActiveThreadPercentage] != wantCap ||
 				env[devices.EnvMPSClientPriority] != wantPrio {
 				t.Fatalf("agent: class %s; plugin: moved below the tier %v, MPS cap %q priority %q",
-					st.class, moved, env[devices.EnvMPSActiveThreadPercentage], env[devices.EnvMPSClientPriority])
+					class, moved, env[devices.EnvMPSActiveThreadPercentage], env[devices.EnvMPSClientPriority])
 			}
 		})
 	}
@@ -295,7 +290,7 @@ func TestNRIClassifiesAsAgent(t *testing.T) {
 func TestNRIUnknownPodNeverLS(t *testing.T) {
 	t.Parallel()
 	pods := &nriPods{}
-	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, PodWait: 30 * time.Millisecond,
+	r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, PodWait: 30 * time.Millisecond,
 		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/nvidia-mps-shm", ClientUID: 1000}})
 	pod, sb := nriGPUPod("unknown1", "-", false)
 	pods.add(pod, time.Hour)

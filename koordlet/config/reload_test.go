@@ -1,4 +1,4 @@
-package koordlet
+package config
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/internal/testenv"
@@ -25,12 +24,12 @@ import (
 type fakeApplier struct {
 	mu      sync.Mutex
 	cfgs    []Config
-	updates []ConfigStatus
+	updates []Status
 }
 
-var _ configApplier = (*fakeApplier)(nil)
+var _ Applier = (*fakeApplier)(nil)
 
-func (f *fakeApplier) ApplyConfig(cfg Config, st ConfigStatus) {
+func (f *fakeApplier) ApplyConfig(cfg Config, st Status) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cfgs = append(f.cfgs, cfg)
@@ -38,11 +37,11 @@ func (f *fakeApplier) ApplyConfig(cfg Config, st ConfigStatus) {
 }
 
 // last returns the last configuration and status handed over, and how many there were.
-func (f *fakeApplier) last() (Config, ConfigStatus, int) {
+func (f *fakeApplier) last() (Config, Status, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.cfgs) == 0 {
-		return Config{}, ConfigStatus{}, 0
+		return Config{}, Status{}, 0
 	}
 	return f.cfgs[len(f.cfgs)-1], f.updates[len(f.updates)-1], len(f.cfgs)
 }
@@ -66,6 +65,7 @@ func (f *fakeWarner) all() []string {
 }
 
 const baseConfigYAML = `cgroupRoot: /host/sys/fs/cgroup
+
 period: 100ms
 cfsPeriod: 100ms
 policy: {threshold: 0.9, minBatchCPU: 0.1}
@@ -89,7 +89,7 @@ func newReloadRig(t *testing.T, initial string, override func(Config) Config) *r
 	if err := os.WriteFile(rr.path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig([]byte(initial))
+	cfg, err := Load([]byte(initial))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestReloaderAppliesOrRefuses(t *testing.T) {
 				switch s.result {
 				case ReloadApplied:
 					applied++
-					inForceHash = ConfigHash([]byte(s.content))
+					inForceHash = Hash([]byte(s.content))
 					if len(events) != 0 || res.Error != "" {
 						t.Errorf("step %d: applied with events %q error %q", i, events, res.Error)
 					}
@@ -228,10 +228,10 @@ func TestReloaderAppliesOrRefuses(t *testing.T) {
 					if !strings.Contains(res.Error, s.errHas) {
 						t.Errorf("step %d: error %q, want it to name %q", i, res.Error, s.errHas)
 					}
-					if len(events) != 1 || !strings.HasPrefix(events[0], ReasonConfigRejected+": ") ||
+					if len(events) != 1 || !strings.HasPrefix(events[0], ReasonRejected+": ") ||
 						!strings.Contains(events[0], res.Error) || !strings.Contains(events[0], short(inForceHash)) {
 						t.Errorf("step %d: events %q, want one %s naming the error and the hash kept", i, events,
-							ReasonConfigRejected)
+							ReasonRejected)
 					}
 					if got := testutil.ToFloat64(rr.r.metrics.LastSuccess); got != 0 {
 						t.Errorf("step %d: last reload success = %v, want 0", i, got)
@@ -272,7 +272,7 @@ func TestReloaderUnreadableFile(t *testing.T) {
 	if ev := rr.events.all(); len(ev) != 1 {
 		t.Fatalf("events %q, want one", ev)
 	}
-	if cfg, st, _ := rr.agent.last(); cfg.Policy.Threshold != 0.9 || st.Hash != ConfigHash([]byte(baseConfigYAML)) {
+	if cfg, st, _ := rr.agent.last(); cfg.Policy.Threshold != 0.9 || st.Hash != Hash([]byte(baseConfigYAML)) {
 		t.Fatalf("agent got threshold %v hash %s: want the configuration in force", cfg.Policy.Threshold, st.Hash)
 	}
 }
@@ -318,7 +318,7 @@ func TestReloaderFollowsKubeletSymlinkSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(data)
+	cfg, err := Load(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestReloaderFollowsKubeletSymlinkSwap(t *testing.T) {
 	// Run publishes the configuration in force first.
 	testenv.WaitFor(t, 10*time.Second, "the configuration in force published", func() bool {
 		_, st, n := agent.last()
-		return n == 1 && st.Hash == ConfigHash(data) && st.LastReload == nil
+		return n == 1 && st.Hash == Hash(data) && st.LastReload == nil
 	})
 	for gen, tc := range []struct {
 		content   string
@@ -352,7 +352,7 @@ func TestReloaderFollowsKubeletSymlinkSwap(t *testing.T) {
 		{strings.Replace(baseConfigYAML, "threshold: 0.9", "threshold: 0.4", 1), ReloadApplied, 0.4},
 	} {
 		kubeletSwap(t, dir, gen+2, tc.content)
-		hash := ConfigHash([]byte(tc.content))
+		hash := Hash([]byte(tc.content))
 		testenv.WaitFor(t, 10*time.Second, "the swapped file's "+tc.result, func() bool {
 			_, st, _ := agent.last()
 			return st.LastReload != nil && st.LastReload.Hash == hash && st.LastReload.Result == tc.result
@@ -361,16 +361,16 @@ func TestReloaderFollowsKubeletSymlinkSwap(t *testing.T) {
 			t.Fatalf("swap %d: threshold %v, want %v", gen, cfg.Policy.Threshold, tc.threshold)
 		}
 	}
-	if ev := events.all(); len(ev) != 1 || !strings.HasPrefix(ev[0], ReasonConfigRejected) {
-		t.Fatalf("events %q, want one %s", ev, ReasonConfigRejected)
+	if ev := events.all(); len(ev) != 1 || !strings.HasPrefix(ev[0], ReasonRejected) {
+		t.Fatalf("events %q, want one %s", ev, ReasonRejected)
 	}
 }
 
-// Every live field is named in liveFields and copied by copyLive, and nothing else is.
+// Every live field is named in LiveFields and copied by CopyLive, and nothing else is.
 func TestLiveFieldsAreCopied(t *testing.T) {
 	t.Parallel()
-	base := DefaultConfig()
-	changed := DefaultConfig()
+	base := Default()
+	changed := Default()
 	budget := 0.3
 	changed.Policy = qos.Policy{Threshold: 0.5, MinBatchCPU: 0.2, MaxBatchCPU: 3, RestoreStepPercent: 5}
 	changed.Signals.GuardConfig = qos.GuardConfig{CutPercent: 30, RestoreHold: metav1.Duration{Duration: 2 * time.Second},
@@ -383,15 +383,15 @@ func TestLiveFieldsAreCopied(t *testing.T) {
 	changed.Escalation.FreezeAfter.Duration = time.Minute
 	changed.GPU.Mode = GPUModeOff
 	got := base
-	copyLive(&got, changed)
-	if fields := changedFields(base, got); !sameSet(fields, liveFields()) {
-		t.Fatalf("copyLive changed %v, want exactly the live fields %v", fields, liveFields())
+	CopyLive(&got, changed)
+	if fields := changedFields(base, got); !sameSet(fields, LiveFields()) {
+		t.Fatalf("CopyLive changed %v, want exactly the live fields %v", fields, LiveFields())
 	}
 	if restart := changedFields(got, changed); !reflect.DeepEqual(restart,
 		[]string{"escalation.freezeAfter", "gpu.mode", "listenAddress", "period"}) {
 		t.Fatalf("fields left for a restart: %v", restart)
 	}
-	budget = 9 // copyLive copied the value, not the pointer
+	budget = 9 // CopyLive copied the value, not the pointer
 	if *got.ShutdownBudgetCPU != 0.3 {
 		t.Fatalf("shutdownBudgetCPU shares the source's pointer")
 	}
@@ -416,115 +416,6 @@ func sameSet(a, b []string) bool {
 	return true
 }
 
-// A new policy's Budgeter continues from the budget in force: a raise is paced as
-// before, a lower ceiling cuts at once.
-func TestContinueBudgeter(t *testing.T) {
-	t.Parallel()
-	last := qos.NewBudgeter(qos.DefaultPolicy()).Next(qos.BudgetInput{NodeCPUs: 4, LSUsage: 2.5})
-	if last.Applied != 4*0.9-2.5 {
-		t.Fatalf("setup: applied %v", last.Applied)
-	}
-	for _, tc := range []struct {
-		name   string
-		policy qos.Policy
-		// want is the next decision with LS idle.
-		want   float64
-		reason string
-	}{
-		{"raise paced by the restore step", qos.Policy{Threshold: 0.95, MinBatchCPU: 0.1, RestoreStepPercent: 10},
-			1.1 + 0.4, qos.ReasonRestoreLimited},
-		// The new bounds apply to the budget in force already (the controller counts the
-		// cut against the last budget it applied).
-		{"lower ceiling cuts at once", qos.Policy{Threshold: 0.9, MinBatchCPU: 0.1, MaxBatchCPU: 0.5, RestoreStepPercent: 10},
-			0.5, qos.ReasonHold},
-		{"higher floor applies at once", qos.Policy{Threshold: 0.9, MinBatchCPU: 2, RestoreStepPercent: 1}, 2 + 0.04,
-			qos.ReasonRestoreLimited},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := continueBudgeter(tc.policy, last)
-			got := b.Next(qos.BudgetInput{NodeCPUs: 4})
-			if d := got.Applied - tc.want; d > 1e-9 || d < -1e-9 || got.Reason != tc.reason {
-				t.Fatalf("next = %v (%s), want %v (%s)", got.Applied, got.Reason, tc.want, tc.reason)
-			}
-		})
-	}
-	// Nothing decided yet: a fresh Budgeter (its first decision is the target).
-	if got := continueBudgeter(qos.DefaultPolicy(), qos.Budget{}).Next(qos.BudgetInput{NodeCPUs: 4}); got.Reason != qos.ReasonInitial {
-		t.Fatalf("from nothing: %+v, want the initial decision", got)
-	}
-}
-
-// A new guard configuration continues from the budget in force: no cut for the change
-// itself (utilisation never cuts with a harm signal), a hold, then the new restore rate.
-func TestContinueGuard(t *testing.T) {
-	t.Parallel()
-	t0 := time.Unix(1_800_000_000, 0)
-	old := qos.NewGuard(qos.DefaultGuardConfig())
-	b := qos.Budget{NodeCPUs: 4, Min: 0.1, Max: 4, Target: 2}
-	old.Next(qos.GuardInput{Now: t0, Budget: b})
-	if got, _ := old.Applied(); got != 2 {
-		t.Fatalf("setup: applied %v", got)
-	}
-	c := qos.GuardConfig{CutPercent: 20, RestoreHold: metav1.Duration{Duration: time.Second}, RestorePercentPerSecond: 50}
-	g := continueGuard(c, old, t0.Add(time.Second))
-	// LS busy, no harm: the target fell to 0.5, the guard holds 2.
-	busy := b
-	busy.Target = 0.5
-	if d := g.Next(qos.GuardInput{Now: t0.Add(1500 * time.Millisecond), Budget: busy}); d.Applied != 2 || d.Reason == qos.ReasonCut {
-		t.Fatalf("after the change: %+v, want 2 held", d)
-	}
-	// Harm cuts by the new cutPercent.
-	d := g.Next(qos.GuardInput{Now: t0.Add(1600 * time.Millisecond), Budget: busy, Harm: qos.SignalPSICPU,
-		HarmSince: t0.Add(1580 * time.Millisecond)})
-	if d.Reason != qos.ReasonCut || d.Applied != 0.5 {
-		t.Fatalf("harm: %+v, want a cut to the utilisation target 0.5", d)
-	}
-	// Fresh guard when the old one decided nothing.
-	if got, ok := continueGuard(c, qos.NewGuard(c), t0).Applied(); ok {
-		t.Fatalf("from nothing: applied %v, want no decision yet", got)
-	}
-}
-
-// NodeEvents records a Warning on the Node, as kubelet names it.
-func TestNodeEventsWarnsOnTheNode(t *testing.T) {
-	t.Parallel()
-	sink := &captureSink{}
-	e := NewNodeEvents(sink, "understory-koordlet", "node-a")
-	defer e.Shutdown()
-	e.Warn(ReasonConfigRejected, "configuration abc refused: "+strings.Repeat("x", 2000))
-	testenv.WaitFor(t, 10*time.Second, "the event created", func() bool { return len(sink.all()) == 1 })
-	ev := sink.all()[0]
-	if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "node-a" || ev.InvolvedObject.UID != "node-a" ||
-		ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonConfigRejected || ev.Source.Host != "node-a" ||
-		len(ev.Message) > 1024 || !strings.HasPrefix(ev.Message, "configuration abc refused") {
-		t.Fatalf("event %+v", ev)
-	}
-}
-
-// captureSink is record.EventSink keeping the events created.
-type captureSink struct {
-	mu     sync.Mutex
-	events []corev1.Event
-}
-
-func (c *captureSink) Create(ev *corev1.Event) (*corev1.Event, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.events = append(c.events, *ev)
-	return ev, nil
-}
-func (c *captureSink) Update(ev *corev1.Event) (*corev1.Event, error) { return ev, nil }
-func (c *captureSink) Patch(ev *corev1.Event, _ []byte) (*corev1.Event, error) {
-	return ev, nil
-}
-
-func (c *captureSink) all() []corev1.Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]corev1.Event(nil), c.events...)
-}
-
 // A file read half-written (empty, here) and complete at the next read is taken only
 // once it reads the same twice: the empty file, every default, is never applied.
 func TestReloaderWaitsForAStableFile(t *testing.T) {
@@ -538,7 +429,7 @@ func TestReloaderWaitsForAStableFile(t *testing.T) {
 		}
 	}
 	res := rr.r.poll()
-	if res == nil || res.Result != ReloadApplied || res.Hash != ConfigHash([]byte(valid)) {
+	if res == nil || res.Result != ReloadApplied || res.Hash != Hash([]byte(valid)) {
 		t.Fatalf("result %+v, want the complete file applied", res)
 	}
 	if _, _, n := rr.agent.last(); n != 1 {

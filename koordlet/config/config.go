@@ -1,4 +1,4 @@
-package koordlet
+package config
 
 import (
 	"errors"
@@ -16,14 +16,14 @@ import (
 	"github.com/understory/understory/qos"
 )
 
-// ErrInvalidConfig is wrapped by every configuration error; the message names the field.
-var ErrInvalidConfig = errors.New("invalid config")
+// ErrInvalid is wrapped by every configuration error; the message names the field.
+var ErrInvalid = errors.New("invalid config")
 
-// NRIConfig controls the agent's NRI plugin, which places the containers of batch pods
+// NRI controls the agent's NRI plugin, which places the containers of batch pods
 // below the tier as the runtime creates them. Batch pods the plugin did not place (NRI
 // off, or pods started before the agent) are held in place: in kubelet's pod cgroups,
 // with SCHED_IDLE, the minimum weight and their own quotas. Both kinds share one budget.
-type NRIConfig struct {
+type NRI struct {
 	Enabled bool   `json:"enabled"`
 	Socket  string `json:"socket,omitempty"`
 	// TrustedVisibilityNamespaces are the namespaces whose pods keep an
@@ -57,7 +57,7 @@ type Config struct {
 	// weight). See docs/design.md.
 	TierParent string `json:"tierParent,omitempty"`
 	// NRI places batch containers below the tier (needs containerd ≥ 1.7 or CRI-O with NRI on).
-	NRI NRIConfig `json:"nri"`
+	NRI NRI `json:"nri"`
 	// Period is the sampling and control period.
 	Period metav1.Duration `json:"period,omitempty"`
 	// CFSPeriod is the CFS bandwidth period written with every quota. Long by default
@@ -90,10 +90,10 @@ type Config struct {
 	// Eviction API, so PodDisruptionBudgets hold; reported only in static mode).
 	Escalation qos.EscalationConfig `json:"escalation"`
 	// GPU is GPU telemetry, GPU-aware batch throttling and shared-GPU devices.
-	GPU GPUConfig `json:"gpu"`
+	GPU GPU `json:"gpu"`
 	// Signals is the fast LS harm signals (eBPF run-queue delay, PSI) and how the budget
-	// answers them; with one, only harm cuts batch (see SignalsConfig).
-	Signals SignalsConfig `json:"signals"`
+	// answers them; with one, only harm cuts batch (see Signals).
+	Signals Signals `json:"signals"`
 }
 
 // Where the tier may be created.
@@ -102,9 +102,9 @@ const (
 	TierParentBestEffort = "besteffort"
 )
 
-// tierParentQOS is the kubelet QoS cgroup the tier's parent names: kubepods is where
+// TierParentQOS is the kubelet QoS cgroup the tier's parent names: kubepods is where
 // kubelet's Guaranteed pods live. ok is false for any other parent.
-func tierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
+func TierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
 	switch parent {
 	case TierParentKubepods:
 		return cgroups.QOSGuaranteed, true
@@ -112,6 +112,36 @@ func tierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
 		return cgroups.QOSBestEffort, true
 	}
 	return 0, false
+}
+
+// Cgroups returns kubelet's cgroup naming (its driver and --cgroup-root) and the batch
+// tier's cgroup, relative to the hierarchy root.
+func (c Config) Cgroups() (cgroups.Naming, string, error) {
+	d, err := cgroups.ParseDriver(c.CgroupDriver)
+	if err != nil {
+		return cgroups.Naming{}, "", fmt.Errorf("cgroupDriver: %w: %w", err, ErrInvalid)
+	}
+	n := cgroups.Naming{Driver: d, Root: c.KubeletCgroupRoot}
+	tier, err := tierCgroup(n, c.TierParent, c.TierName)
+	if err != nil {
+		return cgroups.Naming{}, "", err
+	}
+	return n, tier, nil
+}
+
+// TierCgroup is the batch tier's cgroup for kubelet's --cgroup-root and driver, in
+// parent (TierParentKubepods or TierParentBestEffort), named as kubelet names a child
+// of that cgroup (cgroups.Naming.TierPathIn).
+func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, error) {
+	return tierCgroup(cgroups.Naming{Driver: d, Root: kubeletRoot}, parent, name)
+}
+
+func tierCgroup(n cgroups.Naming, parent, name string) (string, error) {
+	q, ok := TierParentQOS(parent)
+	if !ok {
+		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalid)
+	}
+	return n.TierPathIn(q, name)
 }
 
 // Defaults of the configuration.
@@ -127,8 +157,8 @@ const (
 	DefaultNRISocket         = "/var/run/nri/nri.sock"
 )
 
-// DefaultConfig returns the configuration used when the file leaves a field out.
-func DefaultConfig() Config {
+// Default returns the configuration used when the file leaves a field out.
+func Default() Config {
 	return Config{
 		CgroupRoot:        DefaultCgroupRoot,
 		ProcRoot:          DefaultProcRoot,
@@ -136,7 +166,7 @@ func DefaultConfig() Config {
 		KubeletCgroupRoot: "/",
 		TierName:          DefaultTierName,
 		TierParent:        TierParentKubepods,
-		NRI: NRIConfig{Socket: DefaultNRISocket,
+		NRI: NRI{Socket: DefaultNRISocket,
 			TrustedVisibilityNamespaces: []string{"understory-system", "kube-system"}},
 		Period:            metav1.Duration{Duration: DefaultPeriod},
 		CFSPeriod:         metav1.Duration{Duration: DefaultCFSPeriod},
@@ -147,17 +177,17 @@ func DefaultConfig() Config {
 		Policy:            qos.DefaultPolicy(),
 		BatchResources:    qos.DefaultReclaimConfig(),
 		Escalation:        qos.DefaultEscalationConfig(),
-		GPU:               DefaultGPUConfig(),
-		Signals:           DefaultSignalsConfig(),
+		GPU:               DefaultGPU(),
+		Signals:           DefaultSignals(),
 	}
 }
 
-// LoadConfig parses a YAML configuration over the defaults and validates it.
+// Load parses a YAML configuration over the defaults and validates it.
 // Unknown fields are errors, so a typo never silently falls back to a default.
-func LoadConfig(data []byte) (Config, error) {
-	cfg := DefaultConfig()
+func Load(data []byte) (Config, error) {
+	cfg := Default()
 	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", fieldOfError(data, err), ErrInvalidConfig)
+		return Config{}, fmt.Errorf("%s: %w", fieldOfError(data, err), ErrInvalid)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -165,13 +195,13 @@ func LoadConfig(data []byte) (Config, error) {
 	return cfg, nil
 }
 
-// LenientConfig is what can be read of a configuration that may not load, for the
+// Lenient is what can be read of a configuration that may not load, for the
 // start-up thaw (ThawAtStart), which must run before the configuration is validated:
 // the defaults with the file's cgroupRoot and kubeletCgroupRoot, whatever else the file
 // holds (a field of the wrong type, an unknown one, an invalid value), and nothing
 // validated; the defaults alone when those two cannot be read.
-func LenientConfig(data []byte) Config {
-	cfg := DefaultConfig()
+func Lenient(data []byte) Config {
+	cfg := Default()
 	var where struct {
 		CgroupRoot        string `json:"cgroupRoot"`
 		KubeletCgroupRoot string `json:"kubeletCgroupRoot"`
@@ -205,7 +235,7 @@ func fieldOfError(data []byte, err error) string {
 		if mErr != nil {
 			continue
 		}
-		cfg := DefaultConfig()
+		cfg := Default()
 		if fErr := yaml.UnmarshalStrict(one, &cfg); fErr != nil {
 			return fmt.Sprintf("%s: %v", k, fErr)
 		}
@@ -216,7 +246,7 @@ func fieldOfError(data []byte, err error) string {
 // Validate checks every field and names the first bad one.
 func (c Config) Validate() error {
 	bad := func(field string, format string, args ...any) error {
-		return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
+		return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
 	}
 	if c.CgroupRoot == "" {
 		return bad("cgroupRoot", "must not be empty")
@@ -239,7 +269,7 @@ func (c Config) Validate() error {
 		}
 		return bad("kubeletCgroupRoot", "%q %s: %v", c.KubeletCgroupRoot, what, err)
 	}
-	q, ok := tierParentQOS(c.TierParent)
+	q, ok := TierParentQOS(c.TierParent)
 	if !ok {
 		return bad("tierParent", "%q must be %q or %q", c.TierParent, TierParentKubepods, TierParentBestEffort)
 	}

@@ -1,4 +1,4 @@
-package koordlet
+package nodestatus
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/contract"
 )
 
@@ -58,39 +57,5 @@ func TestNodeAnnotatorPatchesOnlyItsAnnotation(t *testing.T) {
 	}
 	if err := NewNodeAnnotator(client.CoreV1().Nodes(), "missing").Publish(context.Background(), m); err == nil {
 		t.Fatal("patching a missing node succeeded")
-	}
-}
-
-// TestAgentPublishesWindowMeans drives the agent over one node-metrics window and
-// checks the annotation holds the window's mean usage and budget.
-func TestAgentPublishesWindowMeans(t *testing.T) {
-	t.Parallel()
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	r := newRigWith(t, cgroupstest.V2, func(c *Config) {
-		c.NodeName = "n1"
-		c.NodeMetricsPeriod.Duration = time.Second
-		c.NodeMetricsReport.Change = 0 // every window: this test reads the last one's means
-	}, NewNodeAnnotator(client.CoreV1().Nodes(), "n1"))
-	r.step(0, nil)
-	// Two windows: batch pods held in place are sampled every slowEvery periods, so the
-	// first window starts before their first rate.
-	// Each publish is waited for: the publisher skips a window while the previous
-	// publish is still in flight, which on a loaded machine left the first window's
-	// figures in the annotation.
-	for range 2*slowEvery + 5 {
-		r.step(1.5, map[string]float64{r.lsCg: 0.4, r.inPlace: 0.5, r.inTier: 0.5})
-		r.agent.publish.wait()
-	}
-	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := contract.DecodeNodeMetrics(n.Annotations[contract.AnnotationNodeMetrics])
-	if err != nil {
-		t.Fatalf("annotation %q: %v", n.Annotations[contract.AnnotationNodeMetrics], err)
-	}
-	if m.CPU.Capacity != 2000 || m.CPU.LS < 390 || m.CPU.LS > 410 || m.CPU.Used < 1490 || m.CPU.Used > 1510 ||
-		m.CPU.Batch < 990 || m.CPU.Batch > 1010 || m.CPU.BatchBudget <= 0 || m.WindowMillis < 1000 {
-		t.Fatalf("node metrics %+v: want cap 2000, used 1500, ls 400, batch 1000 over ≥ 1 s", m)
 	}
 }

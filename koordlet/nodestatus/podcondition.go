@@ -1,4 +1,4 @@
-package koordlet
+package nodestatus
 
 import (
 	"context"
@@ -19,16 +19,8 @@ import (
 // reason Throttled or Frozen (and the numbers) while the agent holds the pod back, False
 // with Running once it runs free again. The plan decides (qos.BatchConditions, over
 // qos.NextBatchCondition: on a state change, number updates at most once every
-// qos.BatchConditionRefresh); the handoff hands it to PodConditionWriter, which patches
+// qos.BatchConditionRefresh); the agent hands it to PodConditionWriter, which patches
 // pods/status from its own goroutine, so the loop never waits for the API server.
-
-// podConditionSink takes the condition to write on a pod, without blocking.
-type podConditionSink interface {
-	Set(pod *corev1.Pod, c corev1.PodCondition)
-	Forget(uid types.UID)
-}
-
-var _ podConditionSink = (*PodConditionWriter)(nil)
 
 // PodStatusPatcher patches a pod's status subresource: podsource.CoreClient in the agent,
 // an adapter over client-go's typed client in tests.

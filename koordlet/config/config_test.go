@@ -1,4 +1,4 @@
-package koordlet
+package config
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 
 func TestLoadConfigDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte("{}"))
+	cfg, err := Load([]byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 
 func TestLoadConfigOverrides(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(`
+	cfg, err := Load([]byte(`
 period: 50ms
 cgroupDriver: systemd
 tierParent: besteffort
@@ -113,16 +113,16 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 	} {
 		t.Run(tc.yaml, func(t *testing.T) {
 			t.Parallel()
-			_, err := LoadConfig([]byte(tc.yaml))
+			_, err := Load([]byte(tc.yaml))
 			if err == nil {
-				t.Fatalf("LoadConfig(%q) succeeded", tc.yaml)
+				t.Fatalf("Load(%q) succeeded", tc.yaml)
 			}
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name field %q", err, tc.field)
 			}
-			if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, qos.ErrInvalidConfig) &&
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, qos.ErrInvalidConfig) &&
 				!strings.HasPrefix(tc.field, "policy.") && !strings.HasPrefix(tc.field, "batchResources.") {
-				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
 		})
 	}
@@ -146,17 +146,17 @@ func TestLoadConfigKubeletCgroupRoot(t *testing.T) {
 		{"cgroupDriver: systemd\nkubeletCgroupRoot: /a/../b", "is not a safe cgroup path"},
 		{"kubeletCgroupRoot: /a/../b", "is not a safe cgroup path"},
 	} {
-		cfg, err := LoadConfig([]byte(tc.yaml))
+		cfg, err := Load([]byte(tc.yaml))
 		if tc.want == "" {
 			if err != nil {
-				t.Errorf("LoadConfig(%q): %v", tc.yaml, err)
-			} else if _, err := newLayout(cfg); err != nil {
-				t.Errorf("LoadConfig(%q) has no layout: %v", tc.yaml, err)
+				t.Errorf("Load(%q): %v", tc.yaml, err)
+			} else if _, _, err := cfg.Cgroups(); err != nil {
+				t.Errorf("Load(%q) names no tier cgroup: %v", tc.yaml, err)
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("LoadConfig(%q) = %v; want ErrInvalidConfig saying %q", tc.yaml, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("Load(%q) = %v; want ErrInvalid saying %q", tc.yaml, err, tc.want)
 		}
 	}
 }
@@ -164,13 +164,13 @@ func TestLoadConfigKubeletCgroupRoot(t *testing.T) {
 // The signals section: the four modes the benchmark sets, defaults for what is left out.
 func TestLoadConfigSignals(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte("{}"))
+	cfg, err := Load([]byte("{}"))
 	if err != nil || cfg.Signals.Mode != "auto" || cfg.Signals.RunqueueDelay.Threshold.Duration != 2*time.Millisecond ||
 		cfg.Signals.CutPercent != qos.DefaultCutPercent || cfg.Signals.PSI.Window.Duration != 500*time.Millisecond {
 		t.Fatalf("signals defaults %+v, %v", cfg.Signals, err)
 	}
 	for _, mode := range []string{"auto", "ebpf", "psi", "sampling"} {
-		cfg, err := LoadConfig([]byte("signals:\n  mode: " + mode + "\n  cutPercent: 25\n  restoreHold: 3s\n"))
+		cfg, err := Load([]byte("signals:\n  mode: " + mode + "\n  cutPercent: 25\n  restoreHold: 3s\n"))
 		if err != nil || cfg.Signals.Mode != mode || cfg.Signals.CutPercent != 25 ||
 			cfg.Signals.RestoreHold.Duration != 3*time.Second || cfg.Signals.PollInterval.Duration != 20*time.Millisecond {
 			t.Fatalf("mode %s: %+v, %v", mode, cfg.Signals, err)
@@ -185,7 +185,7 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("kubeletCgroupRoot: /x/y\ncgroupDriver: systemd\n"))
 	f.Add([]byte("signals: {mode: psi, psi: {window: 2s, cpuStall: 100ms}, cutPercent: 30}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := LoadConfig(data)
+		cfg, err := Load(data)
 		if err != nil {
 			return
 		}
@@ -193,20 +193,20 @@ func FuzzLoadConfig(f *testing.F) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("loaded config does not validate: %v", err)
 		}
-		if _, err := newLayout(cfg); err != nil {
-			t.Fatalf("loaded config has no layout: %v", err)
+		if _, _, err := cfg.Cgroups(); err != nil {
+			t.Fatalf("loaded config names no tier cgroup: %v", err)
 		}
-		// A reload of it (configreload.go): it encodes (/status shows it), and over the
+		// A reload of it (reload.go): it encodes (/status shows it), and over the
 		// defaults only the fields that need a restart are left to differ.
 		if d := changedFields(cfg, cfg); len(d) != 0 || toJSONValue(cfg) == nil {
 			t.Fatalf("config does not encode or differs from itself: %v", d)
 		}
-		next := DefaultConfig()
-		copyLive(&next, cfg)
+		next := Default()
+		CopyLive(&next, cfg)
 		for _, f := range changedFields(next, cfg) {
-			for _, live := range liveFields() {
+			for _, live := range LiveFields() {
 				if f == live {
-					t.Fatalf("live field %s differs after copyLive", f)
+					t.Fatalf("live field %s differs after CopyLive", f)
 				}
 			}
 		}
@@ -216,7 +216,7 @@ func FuzzLoadConfig(f *testing.F) {
 // gpu.mps: defaults (disabled, NVIDIA's directories) and every key.
 func TestLoadConfigMPS(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte("{}"))
+	cfg, err := Load([]byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestLoadConfigMPS(t *testing.T) {
 		m.ControlBinary != "nvidia-cuda-mps-control" || m.ClientUID != 1000 {
 		t.Fatalf("gpu.mps defaults: %+v", m)
 	}
-	cfg, err = LoadConfig([]byte(`
+	cfg, err = Load([]byte(`
 gpu:
   mps:
     mode: find
@@ -249,7 +249,7 @@ gpu:
 // is in range.
 func TestShippedConfigLoads(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../manifests/koordlet/configmap.yaml")
+	raw, err := os.ReadFile("../../manifests/koordlet/configmap.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestShippedConfigLoads(t *testing.T) {
 	if err := yaml.UnmarshalStrict(raw, &cm); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig([]byte(cm.Data["config.yaml"]))
+	cfg, err := Load([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("shipped config: %v", err)
 	}

@@ -1,4 +1,4 @@
-package koordlet
+package nri
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu/devices"
 )
 
@@ -38,32 +39,32 @@ func TestTierContainerPath(t *testing.T) {
 		want   string
 		err    bool
 	}{
-		{"cgroupfs kubepods tier", cgroups.DriverCgroupfs, "/", TierParentKubepods,
+		{"cgroupfs kubepods tier", cgroups.DriverCgroupfs, "/", config.TierParentKubepods,
 			"/kubepods/besteffort/pod" + uid + "/abc123",
 			"/kubepods/understory-batch/pod" + uid + "/abc123", false},
-		{"cgroupfs besteffort tier", cgroups.DriverCgroupfs, "/", TierParentBestEffort,
+		{"cgroupfs besteffort tier", cgroups.DriverCgroupfs, "/", config.TierParentBestEffort,
 			"/kubepods/besteffort/pod" + uid + "/abc123",
 			"/kubepods/besteffort/understory-batch/pod" + uid + "/abc123", false},
-		{"systemd kubepods tier", cgroups.DriverSystemd, "/", TierParentKubepods,
+		{"systemd kubepods tier", cgroups.DriverSystemd, "/", config.TierParentKubepods,
 			"kubepods-besteffort-pod" + esc + ".slice:cri-containerd:abc123",
 			"kubepods-understory_batch-pod" + esc + ".slice:cri-containerd:abc123", false},
 		// Below kind's --cgroup-root /kubelet.
-		{"cgroupfs kind root", cgroups.DriverCgroupfs, "/kubelet", TierParentKubepods,
+		{"cgroupfs kind root", cgroups.DriverCgroupfs, "/kubelet", config.TierParentKubepods,
 			"/kubelet/kubepods/besteffort/pod" + uid + "/abc123",
 			"/kubelet/kubepods/understory-batch/pod" + uid + "/abc123", false},
-		{"systemd kind root kubepods tier", cgroups.DriverSystemd, "/kubelet", TierParentKubepods,
+		{"systemd kind root kubepods tier", cgroups.DriverSystemd, "/kubelet", config.TierParentKubepods,
 			"kubelet-kubepods-besteffort-pod" + esc + ".slice:cri-containerd:abc123",
 			"kubelet-kubepods-understory_batch-pod" + esc + ".slice:cri-containerd:abc123", false},
-		{"systemd kind root besteffort tier", cgroups.DriverSystemd, "/kubelet", TierParentBestEffort,
+		{"systemd kind root besteffort tier", cgroups.DriverSystemd, "/kubelet", config.TierParentBestEffort,
 			"kubelet-kubepods-besteffort-pod" + esc + ".slice:crio:abc123",
 			"kubelet-kubepods-besteffort-understory_batch-pod" + esc + ".slice:crio:abc123", false},
-		{"systemd malformed", cgroups.DriverSystemd, "/", TierParentKubepods, "kubepods.slice", "", true},
-		{"cgroupfs relative", cgroups.DriverCgroupfs, "/", TierParentKubepods, "kubepods/x", "", true},
-		{"cgroupfs dotdot", cgroups.DriverCgroupfs, "/", TierParentKubepods, "/kubepods/../x", "", true},
+		{"systemd malformed", cgroups.DriverSystemd, "/", config.TierParentKubepods, "kubepods.slice", "", true},
+		{"cgroupfs relative", cgroups.DriverCgroupfs, "/", config.TierParentKubepods, "kubepods/x", "", true},
+		{"cgroupfs dotdot", cgroups.DriverCgroupfs, "/", config.TierParentKubepods, "/kubepods/../x", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tier, err := TierCgroup(tc.d, tc.root, tc.parent, DefaultTierName)
+			tier, err := config.TierCgroup(tc.d, tc.root, tc.parent, config.DefaultTierName)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,8 +87,8 @@ func TestTierContainerPath(t *testing.T) {
 
 func TestNRIPluginMovesOnlyBatch(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	p, err := NewNRIPlugin(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := config.Default()
+	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +185,14 @@ func (e *nriEvents) forPod(uid string) []nriEvent {
 }
 
 // nriRuntime is NRI's own runtime side (pkg/adaptation, what containerd embeds) on a
-// unix socket, with the agent's plugin connected through pkg/stub by NRIPlugin.Run.
+// unix socket, with the agent's plugin connected through pkg/stub by Plugin.Run.
 type nriRuntime struct {
 	t   *testing.T
 	rt  *nri.Adaptation
 	seq atomic.Int64
 }
 
-func startNRI(t *testing.T, opts NRIOptions) *nriRuntime {
+func startNRI(t *testing.T, opts Options) *nriRuntime {
 	t.Helper()
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "nri.sock")
@@ -209,7 +210,7 @@ func startNRI(t *testing.T, opts NRIOptions) *nriRuntime {
 	if err := rt.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewNRIPluginWithOptions(DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
+	p, err := New(config.Default(), slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func startNRI(t *testing.T, opts NRIOptions) *nriRuntime {
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("NRIPlugin.Run = %v after cancel", err)
+			t.Errorf("Plugin.Run = %v after cancel", err)
 		}
 		rt.Stop()
 	})
@@ -312,7 +313,7 @@ func TestNRIGPUDevices(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			pods, events := &nriPods{}, &nriEvents{}
-			r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events,
+			r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, Events: events,
 				GPU: devices.Config{Mode: mode}, PodWait: 100 * time.Millisecond})
 			imageEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all"} // CUDA images set "all"
 			for _, tc := range []struct {
@@ -400,7 +401,7 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 	pods, events := &nriPods{}, &nriEvents{}
 	pod, sb := nriGPUPod("u1", "0", false)
 	pods.add(pod, 0)
-	r := startNRI(t, NRIOptions{Pods: pods, GPUs: gpuList{}, Events: events})
+	r := startNRI(t, Options{Pods: pods, GPUs: gpuList{}, Events: events})
 	_, err := r.create(sb, "main", nil)
 	if err == nil || !strings.Contains(err.Error(), "no GPU inventory on this node") {
 		t.Fatalf("CreateContainer without inventory = %v; want refused", err)
@@ -413,7 +414,7 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 		t.Fatalf("sidecar: %v, %v; want only its visibility pinned to none", resp, err)
 	}
 
-	off := startNRI(t, NRIOptions{})
+	off := startNRI(t, Options{})
 	resp, err := off.create(sb, "main", nil)
 	if err != nil || len(resp.GetAdjust().GetCDIDevices()) != 0 || len(resp.GetAdjust().GetEnv()) != 0 {
 		t.Fatalf("GPU handling off: %v, %v; want untouched", resp, err)
@@ -422,9 +423,9 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 
 func TestNRIOptionsRejectBadGPUConfig(t *testing.T) {
 	t.Parallel()
-	_, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{GPU: devices.Config{Mode: "all"}})
+	_, err := New(config.Default(), nil, Options{GPU: devices.Config{Mode: "all"}})
 	if !errors.Is(err, devices.ErrInvalidConfig) {
-		t.Fatalf("NewNRIPluginWithOptions(mode all) = %v, want devices.ErrInvalidConfig", err)
+		t.Fatalf("New(mode all) = %v, want devices.ErrInvalidConfig", err)
 	}
 }
 
@@ -435,7 +436,7 @@ func TestNRIGPUStaticPod(t *testing.T) {
 	pod, sb := nriGPUPod("static-hash", "1", false)
 	pod.UID = "mirror-uid"
 	pod.Annotations[mirrorPodAnnotation] = "static-hash"
-	p, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{Pods: &nriPods{pods: []*corev1.Pod{pod}},
+	p, err := New(config.Default(), nil, Options{Pods: &nriPods{pods: []*corev1.Pod{pod}},
 		GPUs: nriInventory, PodWait: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -495,7 +496,7 @@ func mountsOf(adj *api.ContainerAdjustment) map[string]string {
 func TestNRIMPSClients(t *testing.T) {
 	t.Parallel()
 	pods, events := &nriPods{}, &nriEvents{}
-	r := startNRI(t, NRIOptions{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
+	r := startNRI(t, Options{Pods: pods, GPUs: nriInventory, Events: events, PodWait: 100 * time.Millisecond,
 		MPS: mpsPlanner{}, MPSSetup: devices.MPSSetup{ShmDir: "/run/understory/mps-shm", ClientUID: 1000}})
 	podEnv := []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
 		"CUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=999G"}
@@ -600,7 +601,7 @@ func TestNRIMPSClients(t *testing.T) {
 func TestNRIMPSOffLeavesEnvironment(t *testing.T) {
 	t.Parallel()
 	pod, sb := nriGPUPod("u1", "0", true)
-	p, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{Pods: &nriPods{pods: []*corev1.Pod{pod}},
+	p, err := New(config.Default(), nil, Options{Pods: &nriPods{pods: []*corev1.Pod{pod}},
 		GPUs: nriInventory, PodWait: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -618,7 +619,7 @@ func TestNRIMPSOffLeavesEnvironment(t *testing.T) {
 	if len(adj.GetMounts()) != 0 {
 		t.Fatalf("MPS off added mounts %v", adj.GetMounts())
 	}
-	if _, err := NewNRIPluginWithOptions(DefaultConfig(), nil, NRIOptions{MPSSetup: devices.MPSSetup{ShmDir: "dev/shm"}}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(config.Default(), nil, Options{MPSSetup: devices.MPSSetup{ShmDir: "dev/shm"}}); !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("relative shm directory accepted: %v", err)
 	}
 }
@@ -656,8 +657,8 @@ func TestPodFromNRIQOSClass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sb := &api.PodSandbox{Name: "p", Namespace: "ns", Uid: uid, Linux: &api.LinuxPodSandbox{CgroupParent: tc.parent}}
-			if got := podFromNRI(sb).Status.QOSClass; got != tc.want {
-				t.Fatalf("podFromNRI(parent %q) QoS = %s, want %s", tc.parent, got, tc.want)
+			if got := podFromSandbox(sb).Status.QOSClass; got != tc.want {
+				t.Fatalf("podFromSandbox(parent %q) QoS = %s, want %s", tc.parent, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package koordlet
+package nri
 
 import (
 	"context"
@@ -17,25 +17,26 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/koordlet/gpu/devices"
 	"github.com/understory/understory/koordlet/gpu/timeslice"
 	"github.com/understory/understory/qos"
 )
 
-// NRIPlugin is the agent's NRI plugin (mode nri). At container creation it
+// Plugin is the agent's NRI plugin (mode nri). At container creation it
 //   - classifies the container's pod exactly as the agent does: qos.Classify on the
-//     pod from the agent's pod source (NRIOptions.Pods), waiting for a pod the source
+//     pod from the agent's pod source (Options.Pods), waiting for a pod the source
 //     does not list yet (classifyPod);
 //   - moves the containers of batch pods below the agent's tier, so that the tier's
 //     single quota, weight and SCHED_IDLE bound all batch work at once;
-//   - with GPU handling on (NRIOptions.Pods set), gives a container that requests
+//   - with GPU handling on (Options.Pods set), gives a container that requests
 //     shared GPU (understory.io/gpu-milli) exactly the devices of the pod's
 //     understory.io/gpu-devices annotation (package koordlet/gpu/devices), as CDI
 //     devices or NVIDIA_VISIBLE_DEVICES, and refuses it (the runtime fails the
 //     container with the reason, and the pod gets a Warning Event) when that cannot
 //     be done: no annotation, a malformed one, a device the node does not have, no
 //     GPU inventory;
-//   - with the agent's MPS on (NRIOptions.MPS set), makes a GPU container (shared or
+//   - with the agent's MPS on (Options.MPS set), makes a GPU container (shared or
 //     whole GPUs) an MPS client when the planner gives it a partition on each of
 //     its GPUs: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
 //     CUDA_MPS_CLIENT_PRIORITY and, for batch, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
@@ -49,7 +50,7 @@ import (
 //     an image's or a tenant's "all" adds no device where the NVIDIA runtime runs in
 //     legacy mode; only pods of nri.trustedVisibilityNamespaces keep a value their
 //     own spec sets;
-//   - with the per-context time slices on (NRIOptions.Timeslice set,
+//   - with the per-context time slices on (Options.Timeslice set,
 //     gpu.timeslice.enabled), gives a shared-GPU container that is no MPS client, on
 //     GPUs that do not run MPS, the time-slice shim (devices.DecideTimeslice): the
 //     library mounted read-only, LD_PRELOAD with the shim first, the slice the policy
@@ -57,13 +58,16 @@ import (
 //     container the planner gives no shim starts without it, never refused.
 //
 // Without a pod source it only moves batch containers, classified from the sandbox.
-type NRIPlugin struct {
-	layout layout
+type Plugin struct {
+	// driver and tier say where batch containers go: below the tier, named as
+	// kubelet names cgroups under its driver.
+	driver cgroups.Driver
+	tier   string
 	log    *slog.Logger
 
-	pods     nriPodLister
-	gpus     gpuInventory
-	events   eventRecorder
+	pods     PodLister
+	gpus     GPUInventory
+	events   EventRecorder
 	gpuCfg   devices.Config
 	podWait  time.Duration
 	mps      devices.MPSPlanner
@@ -74,19 +78,25 @@ type NRIPlugin struct {
 	trustedVisibility []string
 }
 
-var _ stub.CreateContainerInterface = (*NRIPlugin)(nil)
+var _ stub.CreateContainerInterface = (*Plugin)(nil)
 
-// nriPodLister is the agent's pod source as the NRI plugin reads it (podsource.Kube or
+// PodLister is the agent's pod source as the NRI plugin reads it (podsource.Kube or
 // podsource.Static): NRI's PodSandbox carries the pod's annotations but not its
 // containers' resource requests.
-type nriPodLister interface {
+type PodLister interface {
 	List() []*corev1.Pod
 }
 
-// gpuInventory is the node's GPUs as NVML lists them (the GPU collector); empty when
+// GPUInventory is the node's GPUs as NVML lists them (the GPU collector); empty when
 // NVML is off or has not been read yet.
-type gpuInventory interface {
+type GPUInventory interface {
 	GPUs() []devices.GPU
+}
+
+// EventRecorder records Kubernetes events on pods (podsource.EventSink, or only logs
+// them without a cluster).
+type EventRecorder interface {
+	Warn(pod *corev1.Pod, reason, message string)
 }
 
 // normalEvents is an event recorder that also records Normal events
@@ -95,33 +105,33 @@ type normalEvents interface {
 	Normal(pod *corev1.Pod, reason, message string)
 }
 
-// DefaultNRIPodWait bounds how long CreateContainer waits for a pod that the pod
+// DefaultPodWait bounds how long CreateContainer waits for a pod that the pod
 // source does not list yet. NRI gives a plugin 2 s per request by default and, by
 // default, drops a plugin that exceeds it.
-const DefaultNRIPodWait = 500 * time.Millisecond
+const DefaultPodWait = 500 * time.Millisecond
 
-// nriPodPoll is how often the pod source is re-listed while waiting.
-const nriPodPoll = 20 * time.Millisecond
+// podPoll is how often the pod source is re-listed while waiting.
+const podPoll = 20 * time.Millisecond
 
 // errPodUnknown means a container's pod is not (yet) in the agent's pod source.
 var errPodUnknown = errors.New("pod not known to the node agent yet")
 
-// NRIOptions are the NRI plugin's optional collaborators. The zero value handles no GPU.
-type NRIOptions struct {
+// Options are the NRI plugin's optional collaborators. The zero value handles no GPU.
+type Options struct {
 	// Pods is the agent's pod source, which classification reads (the agent's).
 	// Nil turns GPU handling off: containers requesting understory.io/gpu-milli are
 	// then left as they are (and get no GPU from the agent), and pods are classified
 	// from the sandbox's labels, annotations and cgroup parent.
-	Pods nriPodLister
+	Pods PodLister
 	// GPUs is the node's GPU inventory. Nil, like an empty inventory, refuses every
 	// container that requests understory.io/gpu-milli ("no GPU inventory on this node").
-	GPUs gpuInventory
+	GPUs GPUInventory
 	// Events records a Warning Event on a pod whose container was refused; nil only logs.
-	Events eventRecorder
+	Events EventRecorder
 	// GPU chooses CDI devices or NVIDIA_VISIBLE_DEVICES (devices.Config's zero value:
 	// CDI names by UUID).
 	GPU devices.Config
-	// PodWait replaces DefaultNRIPodWait; non-positive values keep the default.
+	// PodWait replaces DefaultPodWait; non-positive values keep the default.
 	PodWait time.Duration
 	// MPS plans the MPS clients (the agent: its GPU manager's partitions). Nil: the
 	// agent's MPS is off and no container's MPS environment is touched.
@@ -133,16 +143,10 @@ type NRIOptions struct {
 	Timeslice devices.TimeslicePlanner
 }
 
-// NewNRIPlugin returns the plugin for cfg's driver, kubelet root and tier, without GPU
-// handling.
-func NewNRIPlugin(cfg Config, log *slog.Logger) (*NRIPlugin, error) {
-	return NewNRIPluginWithOptions(cfg, log, NRIOptions{})
-}
-
-// NewNRIPluginWithOptions returns the plugin for cfg's driver, kubelet root and tier,
+// New returns the plugin for cfg's driver, kubelet root and tier,
 // with the collaborators of opts.
-func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NRIPlugin, error) {
-	l, err := newLayout(cfg)
+func New(cfg config.Config, log *slog.Logger, opts Options) (*Plugin, error) {
+	naming, tier, err := cfg.Cgroups()
 	if err != nil {
 		return nil, err
 	}
@@ -154,12 +158,12 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 	}
 	wait := opts.PodWait
 	if wait <= 0 {
-		wait = DefaultNRIPodWait
+		wait = DefaultPodWait
 	}
 	if d := opts.MPSSetup.ShmDir; d != "" && (!path.IsAbs(d) || path.Clean(d) != d) {
-		return nil, fmt.Errorf("NRI MPS shm directory %q: not a clean absolute path: %w", d, ErrInvalidConfig)
+		return nil, fmt.Errorf("NRI MPS shm directory %q: not a clean absolute path: %w", d, config.ErrInvalid)
 	}
-	return &NRIPlugin{layout: l, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
+	return &Plugin{driver: naming.Driver, tier: tier, log: log, pods: opts.Pods, gpus: opts.GPUs, events: opts.Events,
 		gpuCfg: opts.GPU.WithDefaults(), podWait: wait, mps: opts.MPS, mpsSetup: opts.MPSSetup, tsg: opts.Timeslice,
 		trustedVisibility: slices.Clone(cfg.NRI.TrustedVisibilityNamespaces)}, nil
 }
@@ -167,7 +171,7 @@ func NewNRIPluginWithOptions(cfg Config, log *slog.Logger, opts NRIOptions) (*NR
 // CreateContainer gives shared-GPU containers their devices (or refuses them), makes
 // GPU containers MPS clients, pins every container's device visibility, and rewrites
 // the cgroups path of batch containers.
-func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	orig := ctr.GetLinux().GetCgroupsPath()
 	kpod, batch := p.classifyPod(ctx, pod)
 	var adj *api.ContainerAdjustment
@@ -182,7 +186,7 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	if !batch || kpod == nil || orig == "" {
 		return adj, nil, nil
 	}
-	newPath, err := tierContainerPath(p.layout.naming.Driver, p.layout.tier, pod.GetUid(), orig)
+	newPath, err := tierContainerPath(p.driver, p.tier, pod.GetUid(), orig)
 	if err != nil {
 		// Fail open: a container that cannot be moved still runs, under kubelet's limits.
 		p.log.Error("cannot place batch container below the tier", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "err", err)
@@ -205,11 +209,11 @@ func (p *NRIPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 // annotations and cgroup parent stand in for the pod. It returns the pod (nil when
 // unknown) and whether it is treated as batch (an unknown one is, for MPS: a batch
 // client's cap and priority, never LS's).
-func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev1.Pod, bool) {
+func (p *Plugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev1.Pod, bool) {
 	who := sb.GetNamespace() + "/" + sb.GetName()
 	var kpod *corev1.Pod
 	if p.pods == nil {
-		kpod = podFromNRI(sb)
+		kpod = podFromSandbox(sb)
 	} else if kpod = p.lookupPod(ctx, sb); kpod == nil {
 		p.log.Warn("pod not in the agent's pod source in time; treated as batch for MPS, container left where kubelet put it",
 			"pod", who, "uid", sb.GetUid(), "waited", p.podWait)
@@ -225,7 +229,7 @@ func (p *NRIPlugin) classifyPod(ctx context.Context, sb *api.PodSandbox) (*corev
 // gpuAdjust is the GPU part of a container's creation: its devices, its device
 // visibility and its MPS client. kpod is the container's pod (nil: unknown to the
 // pod source). Nil: nothing to change.
-func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container,
+func (p *Plugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container,
 	batch bool) (*api.ContainerAdjustment, error) {
 	a, ok, err := p.gpuDevices(sb, kpod, ctr)
 	if err != nil {
@@ -285,7 +289,7 @@ func (p *NRIPlugin) gpuAdjust(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Con
 // gives it a slice (devices.DecideTimeslice), adding to adj (made if nil). A container
 // without one starts as it is: its contexts count as unconfirmed and the freeze
 // protects LS.
-func (p *NRIPlugin) timesliceShim(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container, batch bool,
+func (p *Plugin) timesliceShim(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api.Container, batch bool,
 	gpus []devices.GPU, mpsClient bool, adj *api.ContainerAdjustment) *api.ContainerAdjustment {
 	name := ctr.GetName()
 	milli, _ := devices.GPURequest(kpod, name)
@@ -332,14 +336,14 @@ func (p *NRIPlugin) timesliceShim(sb *api.PodSandbox, kpod *corev1.Pod, ctr *api
 // visible is the NVIDIA_VISIBLE_DEVICES value the container is pinned to
 // (devices.Visible); "" leaves it. Only a pod of a trusted namespace, as the agent's
 // pod source has it, keeps a value its own spec sets.
-func (p *NRIPlugin) visible(kpod *corev1.Pod, ctr *api.Container, shared []devices.GPU) string {
+func (p *Plugin) visible(kpod *corev1.Pod, ctr *api.Container, shared []devices.GPU) string {
 	return devices.Visible(devices.VisibleContainer{Pod: kpod, Container: ctr.GetName(), Shared: shared,
 		Env: ctr.GetEnv(), CDI: cdiNames(ctr), CDIKind: p.gpuCfg.CDIKind, Inventory: p.inventory(),
 		TrustSpec: kpod != nil && slices.Contains(p.trustedVisibility, kpod.Namespace)})
 }
 
 // inventory is the node's GPUs (none without an inventory).
-func (p *NRIPlugin) inventory() []devices.GPU {
+func (p *Plugin) inventory() []devices.GPU {
 	if p.gpus == nil {
 		return nil
 	}
@@ -360,7 +364,7 @@ func cdiNames(ctr *api.Container) []string {
 // it gets: the extender's (shared) or, for whole GPUs, the device plugin's as its
 // environment and CDI devices name them. A refusal is returned as the runtime's
 // error; the outcome is logged and recorded as an Event on the pod.
-func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Container, batch bool,
+func (p *Plugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Container, batch bool,
 	shared []devices.GPU) (devices.MPSDecision, error) {
 	name := ctr.GetName()
 	in := devices.MPSContainer{Pod: kpod, Container: name, Batch: batch, Env: ctr.GetEnv()}
@@ -383,7 +387,7 @@ func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Con
 	}
 	evPod := kpod
 	if evPod == nil {
-		evPod = podFromNRI(sb)
+		evPod = podFromSandbox(sb)
 	}
 	d, err := devices.DecideMPS(p.mps, p.mpsSetup, in)
 	if err != nil {
@@ -417,7 +421,7 @@ func (p *NRIPlugin) mpsClient(kpod *corev1.Pod, sb *api.PodSandbox, ctr *api.Con
 }
 
 // normal records a Normal Event where the recorder can.
-func (p *NRIPlugin) normal(pod *corev1.Pod, reason, message string) {
+func (p *Plugin) normal(pod *corev1.Pod, reason, message string) {
 	if n, ok := p.events.(normalEvents); ok {
 		n.Normal(pod, reason, message)
 	}
@@ -435,7 +439,7 @@ func gpuNames(gs []devices.GPU) string {
 // gpuDevices decides the container's GPU devices; kpod is its pod (nil when the pod
 // source does not list it). A refusal is logged, recorded as an Event on the pod and
 // returned as the error the runtime fails the container with.
-func (p *NRIPlugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
+func (p *Plugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
 	ctr *api.Container) (devices.Assignment, bool, error) {
 	if kpod == nil {
 		if _, annotated := sb.GetAnnotations()[devices.AnnotationDevices]; !annotated {
@@ -449,7 +453,7 @@ func (p *NRIPlugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
 		// Fail closed: without the spec we cannot tell a shared-GPU container from a
 		// whole-GPU one (the extender annotates both). kubelet retries the container
 		// with back-off; the pod source catches up.
-		return devices.Assignment{}, false, p.refuse(podFromNRI(sb), ctr.GetName(), "PodUnknown",
+		return devices.Assignment{}, false, p.refuse(podFromSandbox(sb), ctr.GetName(), "PodUnknown",
 			fmt.Errorf("uid %s (waited %v): %w", sb.GetUid(), p.podWait, errPodUnknown))
 	}
 	a, ok, err := devices.Decide(p.gpuCfg, kpod, ctr.GetName(), p.inventory())
@@ -461,7 +465,7 @@ func (p *NRIPlugin) gpuDevices(sb *api.PodSandbox, kpod *corev1.Pod,
 
 // refuse logs the refusal, records it on the pod and returns the error for the runtime,
 // which fails the container with its text (kubelet shows it as CreateContainerError).
-func (p *NRIPlugin) refuse(pod *corev1.Pod, ctr, reason string, err error) error {
+func (p *Plugin) refuse(pod *corev1.Pod, ctr, reason string, err error) error {
 	p.log.Warn("container refused: no safe GPU device or MPS choice", "pod", pod.Namespace+"/"+pod.Name,
 		"container", ctr, "reason", reason, "err", err)
 	if p.events != nil {
@@ -478,7 +482,7 @@ const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 // its mirror pod by namespace and name), waiting up to podWait (and not past ctx's
 // deadline, less a margin for the reply) for the source to catch up with a pod the
 // runtime already starts.
-func (p *NRIPlugin) lookupPod(ctx context.Context, sb *api.PodSandbox) *corev1.Pod {
+func (p *Plugin) lookupPod(ctx context.Context, sb *api.PodSandbox) *corev1.Pod {
 	uid := types.UID(sb.GetUid())
 	deadline := time.Now().Add(p.podWait)
 	if d, ok := ctx.Deadline(); ok && d.Add(-200*time.Millisecond).Before(deadline) {
@@ -494,10 +498,10 @@ func (p *NRIPlugin) lookupPod(ctx context.Context, sb *api.PodSandbox) *corev1.P
 				return pod
 			}
 		}
-		if uid == "" || !time.Now().Add(nriPodPoll).Before(deadline) {
+		if uid == "" || !time.Now().Add(podPoll).Before(deadline) {
 			return nil
 		}
-		t := time.NewTimer(nriPodPoll)
+		t := time.NewTimer(podPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -509,7 +513,7 @@ func (p *NRIPlugin) lookupPod(ctx context.Context, sb *api.PodSandbox) *corev1.P
 
 // Run connects to the runtime's NRI socket and serves until ctx ends, reconnecting
 // (with backoff) when the runtime restarts.
-func (p *NRIPlugin) Run(ctx context.Context, socket string) error {
+func (p *Plugin) Run(ctx context.Context, socket string) error {
 	backoff := time.Second
 	for {
 		s, err := stub.New(p, stub.WithPluginName("understory"), stub.WithPluginIdx("50"), stub.WithSocketPath(socket))
@@ -530,12 +534,12 @@ func (p *NRIPlugin) Run(ctx context.Context, socket string) error {
 	}
 }
 
-// podFromNRI builds the fields of a Pod that the sandbox carries: its name, labels
+// podFromSandbox builds the fields of a Pod that the sandbox carries: its name, labels
 // and annotations, and the Kubernetes QoS class from kubelet's cgroup parent. It
 // lacks the containers' resource requests: it names a pod in Events and stands in
 // for it only without a pod source. A parent that is no pod cgroup kubelet names
 // (nor one that hides its QoS cgroup) leaves the pod Guaranteed.
-func podFromNRI(pod *api.PodSandbox) *corev1.Pod {
+func podFromSandbox(pod *api.PodSandbox) *corev1.Pod {
 	q := corev1.PodQOSGuaranteed
 	if pc, err := cgroups.ParsePodCgroupParent(pod.GetLinux().GetCgroupParent()); err == nil {
 		switch pc.QOS {
@@ -555,9 +559,9 @@ func podFromNRI(pod *api.PodSandbox) *corev1.Pod {
 // errBadCgroupsPath means the runtime gave a container cgroups path of an unknown form.
 var errBadCgroupsPath = errors.New("unrecognised container cgroups path")
 
-// nriPodCgroup is a batch pod's cgroup below the tier, relative to the hierarchy root
+// podCgroup is a batch pod's cgroup below the tier, relative to the hierarchy root
 // (cgroups.TierPodPath).
-func nriPodCgroup(d cgroups.Driver, tier, uid string) (string, error) {
+func podCgroup(d cgroups.Driver, tier, uid string) (string, error) {
 	return cgroups.TierPodPath(d, tier, uid)
 }
 
@@ -566,7 +570,7 @@ func nriPodCgroup(d cgroups.Driver, tier, uid string) (string, error) {
 // cgroup below the tier. cgroupfs paths look like "/kubepods/besteffort/pod<uid>/<id>";
 // systemd ones like "kubepods-besteffort-pod<uid_>.slice:cri-containerd:<id>".
 func tierContainerPath(d cgroups.Driver, tier, uid, orig string) (string, error) {
-	podCg, err := nriPodCgroup(d, tier, uid)
+	podCg, err := podCgroup(d, tier, uid)
 	if err != nil {
 		return "", err
 	}

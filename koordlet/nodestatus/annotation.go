@@ -1,4 +1,4 @@
-package koordlet
+package nodestatus
 
 import (
 	"context"
@@ -24,8 +24,6 @@ type NodeAnnotator struct {
 type nodePatcher interface {
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
 }
-
-var _ nodeMetricsPublisher = (*NodeAnnotator)(nil)
 
 // NewNodeAnnotator returns a publisher patching node nodeName.
 func NewNodeAnnotator(nodes nodePatcher, nodeName string) *NodeAnnotator {
