@@ -29,7 +29,7 @@ import (
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // admissionManifestDir is where the shipped webhook manifests live, relative to

@@ -14,8 +14,8 @@ import (
 
 	"github.com/understory/understory/qos"
 
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 var (

@@ -23,8 +23,8 @@ import (
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // Names the benchmark gives its objects.

@@ -13,7 +13,7 @@
 // profiles and PriorityClass, behind the shipped MutatingWebhookConfiguration
 // pointed at it; admission.go), kube-scheduler's
 // configuration (manifests/scheduler/kube-scheduler-config.yaml through
-// extenderharness.SchedulerConfig), and kwok's controller (scripts/kwok.sh) playing
+// controlplane.ManifestSchedulerConfig), and kwok's controller (scripts/kwok.sh) playing
 // the kubelets of N fake nodes: node leases, pods Running once bound, batch pods
 // Succeeded after the duration in their annotation understory.io/bench-duration
 // (the Stages in kwokStages), deleted pods removed.

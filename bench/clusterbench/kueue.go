@@ -28,9 +28,9 @@ import (
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/bench/internal/proc"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/kueuequota"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // Names of the shipped Kueue component (manifests/components/kueue) the benchmark

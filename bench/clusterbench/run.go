@@ -16,9 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/understory/understory/bench/internal/proc"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/qos"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
 // ErrBadOptions marks refused options.
@@ -255,11 +254,11 @@ func Run(ctx context.Context, tb testing.TB, o Options) (SizeResult, error) {
 	if err := waitHTTP(ctx, ext, extURL+"/readyz", 3*time.Minute); err != nil {
 		return res, fmt.Errorf("extender: %w\n%s", err, controlplane.TailFile(ext.log, 20))
 	}
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		return res, err
 	}
-	schedCfg, err := extenderharness.SchedulerConfig(manifest, extURL)
+	schedCfg, err := controlplane.ManifestSchedulerConfig(manifest, extURL)
 	if err != nil {
 		return res, err
 	}

@@ -19,5 +19,6 @@
 //
 // The package keeps no state: the CI check reads the environment on every call. That
 // read is a test-only exception to the rule that only cmd/*/main.go reads the
-// environment or flags; production code must not import this package.
+// environment or flags; production code must not import this package (test/arch
+// checks it: test harnesses).
 package testenv

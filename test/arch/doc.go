@@ -20,7 +20,8 @@
 // code imports neither bench/ nor test/, nothing outside test/ imports test/,
 // koordlet and the scheduler extender import nothing of each other, admission
 // neither of them, qos neither cgroups nor metrics, contract nothing of the module,
-// and internal/ holds only leaves (IsLeaf). LoadGraph reads every package's imports
+// internal/ holds only leaves (IsLeaf), and production links no test harness
+// (TestHarnesses). LoadGraph reads every package's imports
 // from all its Go files, build tags or not; TestImportRules fails on each import
-// that breaks a rule, naming both packages, unless a commented exception names it.
+// that breaks a rule, naming both packages (Check takes exceptions; the module needs none).
 package arch

@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"io"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -226,6 +227,12 @@ var ToolMains = []string{
 	"cmd/openb-replay",
 }
 
+// TestHarnesses are the packages under internal/ that tests and benchmarks share and
+// production must never link: they start processes (a control plane, Kueue) or fail a
+// test. Test-support packages (named like httptest: cgroupstest, timeslicetest) may
+// use them.
+var TestHarnesses = []string{"internal/controlplane", "internal/kueueharness", "internal/testenv"}
+
 // Production reports whether p is production code: not under bench/ or test/
 // and not one of ToolMains.
 func Production(p string) bool {
@@ -277,6 +284,14 @@ func Rules() []Rule {
 		From: from("internal"),
 		Forbids: func(g *Graph, _, to string) bool {
 			return to != "contract" && (!under(to, "internal") || !IsLeaf(g, to))
+		},
+	}, {
+		Name: "production imports no test harness",
+		From: func(_ *Graph, p string) bool {
+			return Production(p) && !slices.Contains(TestHarnesses, p) && !strings.HasSuffix(path.Base(p), "test")
+		},
+		Forbids: func(_ *Graph, _, to string) bool {
+			return slices.Contains(TestHarnesses, to)
 		},
 	}, {
 		Name:    "nothing outside test imports test",

@@ -5,22 +5,6 @@ import (
 	"testing"
 )
 
-// exceptions are the imports known to break a rule, each to be removed by a move.
-var exceptions = []Exception{
-	// Known exception: bench/clusterbench, to move. The cluster benchmark starts its
-	// control plane, its kube-scheduler with the extender and Kueue with the end-to-end
-	// harnesses; they move out of test/ (a leaf under internal/ for the control plane
-	// and Kueue, the extender's scheduler configuration next to it) before this goes.
-	{Rule: ruleNoTest, From: "bench/clusterbench", To: "test/e2e/controlplane",
-		Why: "the cluster benchmark runs its control plane with the end-to-end harness"},
-	{Rule: ruleNoTest, From: "bench/clusterbench", To: "test/e2e/extenderharness",
-		Why: "the cluster benchmark reads the extender's manifest and scheduler configuration from the harness"},
-	{Rule: ruleNoTest, From: "bench/clusterbench", To: "test/e2e/kueueharness",
-		Why: "the cluster benchmark starts Kueue with the end-to-end harness"},
-}
-
-const ruleNoTest = "nothing outside test imports test"
-
 // TestImportRules loads the module's import graph and fails on every import that
 // breaks one of Rules, and on every exception that no import needs any more.
 func TestImportRules(t *testing.T) {
@@ -34,14 +18,14 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("ToolMains names %s, which is no package of the module", m)
 		}
 	}
-	broken, stale := Check(g, Rules(), exceptions)
+	broken, stale := Check(g, Rules(), nil) // no import is excepted from any rule
 	for _, v := range broken {
 		t.Errorf("%s", v)
 	}
 	for _, e := range stale {
 		t.Errorf("exception %s -> %s of rule %q is not needed any more: remove it", e.From, e.To, e.Rule)
 	}
-	t.Logf("%d packages, %d rules, %d known exceptions", len(g.Imports), len(Rules()), len(exceptions))
+	t.Logf("%d packages, %d rules, no exceptions", len(g.Imports), len(Rules()))
 }
 
 // TestRulesFire feeds each rule a made-up graph with one import that breaks it and
@@ -134,6 +118,17 @@ func TestRulesFire(t *testing.T) {
 			{Rule: "internal holds only leaves", From: "internal/plugin", To: "qos"},
 			{Rule: "internal holds only leaves", From: "internal/wrapper", To: "internal/plugin"},
 		},
+	}, {
+		rule: "production imports no test harness",
+		graph: Graph{Imports: map[string][]string{
+			"koordlet":              {"internal/testenv"},
+			"bench/clusterbench":    {"internal/controlplane", "internal/kueueharness"}, // benchmarks may
+			"internal/kueueharness": {"internal/controlplane"},                          // harnesses share
+			"internal/controlplane": {"internal/testenv"},
+			"internal/testenv":      nil,
+			"cgroups/cgroupstest":   {"internal/testenv"}, // test support may
+		}},
+		want: []Violation{{Rule: "production imports no test harness", From: "koordlet", To: "internal/testenv"}},
 	}, {
 		rule: "nothing outside test imports test",
 		graph: Graph{Imports: map[string][]string{

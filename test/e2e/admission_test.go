@@ -32,11 +32,11 @@ import (
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/certreload"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/kueuequota"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // admissionManifests is where the shipped manifests live, relative to this package.

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // TestControlPlaneSmoke runs the real kube-apiserver and kube-scheduler

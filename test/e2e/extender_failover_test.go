@@ -21,10 +21,9 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
 // Leader election of the failover test: shorter than the shipped 8 s / 5 s / 1 s
@@ -167,11 +166,11 @@ func startHAExtenders(t *testing.T, ctx context.Context, cp *controlplane.Contro
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "standby: leader is a-1")
 	})
 	route := startLeaderRoute(t, ctx, cp)
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extenderharness.SchedulerConfig(manifest, route.URL)
+	cfg, err := controlplane.ManifestSchedulerConfig(manifest, route.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -128,11 +128,11 @@ func TestExtenderLostBindingAnswers(t *testing.T) {
 	cp := controlplane.Start(ctx, t, controlplane.Options{})
 	proxy := startLossyProxy(t, cp)
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{TrackPods: true, RESTConfig: proxy.RESTConfig()})
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extenderharness.SchedulerConfig(manifest, ext.URL())
+	cfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
 // extenderProcess is cmd/scheduler-extender run as a process of its own on a
@@ -319,11 +318,11 @@ func TestExtenderRestarts(t *testing.T) {
 	ctx, cp, bin := controlPlaneAndExtenderBinary(t, 6*time.Minute)
 	ext := newExtenderProcess(t, bin, cp.Kubeconfig())
 	ext.start(t, ctx)
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extenderharness.SchedulerConfig(manifest, ext.url())
+	cfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.url())
 	if err != nil {
 		t.Fatal(err)
 	}

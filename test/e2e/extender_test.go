@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -58,11 +58,11 @@ func TestExtenderEndToEnd(t *testing.T) {
 	// The extender starts before the scheduler, so its cleanup runs after
 	// the scheduler's: kube-scheduler never calls a closed extender.
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{TrackPods: true})
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extenderharness.SchedulerConfig(manifest, ext.URL())
+	cfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

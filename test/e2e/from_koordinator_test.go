@@ -15,7 +15,7 @@ import (
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // fromKoordinator is the component a Koordinator user applies, relative to this package.

@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // startControlPlane is the start of every test on a real control plane: skipped with

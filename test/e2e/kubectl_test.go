@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/manifestcopy"
 )
 

@@ -21,11 +21,11 @@ import (
 
 	"github.com/understory/understory/cmd/kubectl-understory/kubectlunderstory"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/nodestatus"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // TestKubectlUnderstory runs `kubectl understory why` against a real API server and

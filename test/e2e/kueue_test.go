@@ -30,11 +30,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/kueuequota"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
-	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // The component's names (manifests/components/kueue).
@@ -204,11 +204,11 @@ func TestKueueInFrontOfExtender(t *testing.T) {
 	wh := kueueharness.InstallCRDs(ctx, t, cp, bin)
 	kueueharness.Start(ctx, t, cp, bin, wh, kueueharness.Options{PodsReadyTimeout: 30 * time.Second, BackoffBaseSeconds: 30})
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{TrackPods: true})
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedCfg, err := extenderharness.SchedulerConfig(manifest, ext.URL())
+	schedCfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

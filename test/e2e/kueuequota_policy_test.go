@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/kueuequota"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // TestQuotaFollowerPolicy installs manifests/components/kueue (Kueue's CRDs first)

@@ -39,10 +39,10 @@ import (
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/cgroups/cgroupstest"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/scheduler-extender/placement"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -119,11 +119,11 @@ func TestLoop(t *testing.T) {
 
 	// The extender, then kube-scheduler (its cleanup runs first).
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{TrackPods: true})
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedCfg, err := extenderharness.SchedulerConfig(manifest, ext.URL())
+	schedCfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/koordlet/nodestatus"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // standInCRDs are permissive CRDs of the third-party kinds the optional

@@ -27,9 +27,9 @@ import (
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -349,7 +349,7 @@ func checkSecondSchedulerObjects(t *testing.T, objs []*unstructured.Unstructured
 		t.Errorf("percentageOfNodesToScore %v, want 100", cfg["percentageOfNodesToScore"])
 	}
 	// The extender block is the host scheduler's but for the certificate paths.
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		t.Fatal(err)
 	}

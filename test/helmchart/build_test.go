@@ -15,8 +15,8 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/manifestcopy"
 )
 

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // The chart on a real API server, as a user runs it: `helm install` with

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/kueueharness"
+	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/kueueharness"
 )
 
 // kueueTenants are the namespaces of the Kueue example's LocalQueues

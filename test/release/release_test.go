@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/images"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 const repo = "../.."

@@ -17,8 +17,8 @@ import (
 
 	"github.com/understory/understory/cgroups"
 	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // renderDir, when set, makes TestDashboardsOnPrometheus render every dashboard from

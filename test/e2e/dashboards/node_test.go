@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/cgroups"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // cgroupRoot is this machine's cgroupfs.

@@ -21,9 +21,9 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/grafana"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // installScript prints the Prometheus binary's path, installing Debian's package

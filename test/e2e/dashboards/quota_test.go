@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/kueuequota"
-	"github.com/understory/understory/test/e2e/controlplane"
-	"github.com/understory/understory/test/e2e/kueueharness"
 )
 
 // The Kueue quota follower's part of the end-to-end test: the real follower

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -62,7 +62,7 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedCfg, err := extenderharness.SchedulerConfig(manifest, ext.URL())
+	schedCfg, err := controlplane.ManifestSchedulerConfig(manifest, ext.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

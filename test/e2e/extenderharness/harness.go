@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // Verbs the spy counts (the paths of manifests/scheduler/kube-scheduler-config.yaml).

@@ -20,11 +20,11 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/koordlet"
 	"github.com/understory/understory/koordlet/config"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/dashboards"
 )
 

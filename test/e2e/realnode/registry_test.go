@@ -19,8 +19,8 @@ import (
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // TestInstallFromRegistry installs Understory as a user of a release does: `make

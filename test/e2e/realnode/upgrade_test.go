@@ -18,9 +18,9 @@ import (
 
 	"github.com/understory/understory/admission"
 	"github.com/understory/understory/contract"
+	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 )
 
 // upgradeDir holds the previous release for TestUpgrade: its chart package

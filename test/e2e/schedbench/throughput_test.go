@@ -26,8 +26,8 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
-	"github.com/understory/understory/test/e2e/controlplane"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
 
@@ -92,7 +92,7 @@ var errCalls = errors.New("unexpected extender calls")
 func scenarios() []scenario {
 	understory := func(ctx context.Context, tb testing.TB, cp *controlplane.ControlPlane, manifest []byte) extenderRun {
 		e := extenderharness.Start(ctx, tb, cp, extenderharness.Options{SyncTimeout: 5 * time.Minute, Protobuf: *flagProtobuf})
-		cfg, err := extenderharness.ManifestExtender(manifest, e.URL())
+		cfg, err := controlplane.ManifestExtender(manifest, e.URL())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func scenarios() []scenario {
 			extender: func(_ context.Context, tb testing.TB, _ *controlplane.ControlPlane, manifest []byte) extenderRun {
 				e := &NoopExtender{}
 				srv := httptest.NewServer(e)
-				cfg, err := extenderharness.ManifestExtender(manifest, srv.URL)
+				cfg, err := controlplane.ManifestExtender(manifest, srv.URL)
 				if err != nil {
 					srv.Close()
 					tb.Fatal(err)
@@ -155,7 +155,7 @@ func targets() []ratioSpec {
 func BenchmarkSchedulerThroughput(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	manifest, err := extenderharness.ReadManifest()
+	manifest, err := controlplane.ReadSchedulerManifest()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -564,7 +564,7 @@ func TestControllerManager(t *testing.T) {
 // builds (and the real node runs, scripts/realnode/lib.sh reads it there).
 func TestK8sVersionIsTheScripts(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../../" + buildScript)
+	b, err := os.ReadFile("../../" + buildScript)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package kueueharness runs Kueue's manager (sigs.k8s.io/kueue v0.17.0, cmd/kueue,
 // built by scripts/kueue.sh into $UNDERSTORY_CACHE/kueue-v0.17.0/bin) as a process
-// against a control plane of package controlplane, for test/e2e/kueue_test.go. Like
-// controlplane it is a normal package meant to be imported from _test.go files only.
+// against a control plane of package controlplane, for test/e2e/kueue_test.go and the
+// cluster benchmark. Like controlplane, production never links it.
 //
 // Usage:
 //

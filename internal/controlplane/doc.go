@@ -1,7 +1,7 @@
 // Package controlplane runs a real, throwaway Kubernetes control plane
 // (etcd + kube-apiserver, optionally kube-scheduler) on loopback for
-// integration tests and benchmarks. It is only meant to be imported from
-// _test.go files, but is a normal package so several test packages share it.
+// integration tests and benchmarks. Tests and benchmarks share it; production never
+// links it (test/arch's rule on test harnesses).
 //
 // Usage:
 //

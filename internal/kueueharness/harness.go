@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/understory/understory/test/e2e/controlplane"
+	"github.com/understory/understory/internal/controlplane"
 )
 
 // Version is the Kueue release the harness runs (scripts/kueue.sh builds it).
