@@ -6,7 +6,7 @@
 //	dashboard-render -prometheus http://prometheus:9090 -check            # no images
 //
 // `make dashboards` runs the end-to-end test (test/e2e/dashboards), which renders
-// docs/img/dashboards/*.png from a real run with the same code (internal/grafana).
+// docs/img/dashboards/*.png from a real run with the same code (cmd/dashboard-render/grafana).
 package main
 
 import (
@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
-	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/cmd/dashboard-render/grafana"
 )
 
 // errNoData: -check found panels or variables without data.

@@ -1,6 +1,6 @@
 // Package dashboards is the end-to-end check of Understory's Grafana dashboards
 // (manifests/grafana) against a real Prometheus. Reading, checking and rendering the
-// dashboards is internal/grafana (shared with cmd/dashboard-render); this package holds
+// dashboards is cmd/dashboard-render/grafana (shared with cmd/dashboard-render); this package holds
 // the test Prometheus and the tests.
 //
 //   - prometheus.go: StartPrometheus runs a throwaway Prometheus server (Debian's
@@ -22,7 +22,7 @@
 // must show data.
 //
 // Traps:
-//   - What counts as empty, exempt or repeated is internal/grafana's (see its doc).
+//   - What counts as empty, exempt or repeated is cmd/dashboard-render/grafana's (see its doc).
 //   - $__rate_interval must span at least two scrapes, or rate() returns nothing:
 //     Window.RateInterval defaults to 1m; the e2e test scrapes every second and
 //     uses 4 s, as Grafana would for a 1 s scrape interval.

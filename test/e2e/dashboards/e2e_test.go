@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/cgroups/cgroupstest"
-
 	"github.com/prometheus/common/model"
 
 	"github.com/understory/understory/cgroups"
-	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/cgroups/cgroupstest"
+	"github.com/understory/understory/cmd/dashboard-render/grafana"
 	"github.com/understory/understory/internal/kueueharness"
 	"github.com/understory/understory/internal/testenv"
 )
@@ -60,7 +59,7 @@ type lsPhase struct {
 //     capacity falls mid-run, so the follower lowers the quotas, deactivates the
 //     Workload and requeues it once evicted, then raises them again;
 //
-// then Check (internal/grafana) must find data in every panel and every variable. Root; about 2 min.
+// then Check (cmd/dashboard-render/grafana) must find data in every panel and every variable. Root; about 2 min.
 func TestDashboardsOnPrometheus(t *testing.T) {
 	if testing.Short() { // asked for, as the other end-to-end tests: no missing dependency
 		t.Skip("runs the agent, a control plane and Prometheus for about 2 minutes; skipped in -short mode")

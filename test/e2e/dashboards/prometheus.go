@@ -21,8 +21,8 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/understory/understory/cmd/dashboard-render/grafana"
 	"github.com/understory/understory/internal/controlplane"
-	"github.com/understory/understory/internal/grafana"
 	"github.com/understory/understory/internal/testenv"
 )
 

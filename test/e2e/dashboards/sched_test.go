@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/contract"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/controlplane"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/extenderharness"

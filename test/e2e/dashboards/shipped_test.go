@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/cmd/dashboard-render/grafana"
 )
 
 // shippedDir is manifests/grafana, where the dashboards are shipped.

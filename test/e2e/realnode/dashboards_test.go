@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/understory/understory/internal/grafana"
+	"github.com/understory/understory/cmd/dashboard-render/grafana"
 	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/test/e2e/dashboards"
 )

@@ -12,7 +12,7 @@ import (
 // this package's folder).
 func shippedDir(t *testing.T) string {
 	t.Helper()
-	return filepath.Join("..", "..", "manifests", "grafana")
+	return filepath.Join("..", "..", "..", "manifests", "grafana")
 }
 
 // TestShippedDashboards checks what Grafana and the sidecar need of every shipped

@@ -36,6 +36,6 @@
 //     all the same. An exempt panel that has data is simply OK.
 //   - Threshold lines do not stretch a time series' axis (Grafana's do not): a line
 //     far above the data is not drawn. Percentage thresholds are not drawn.
-//   - The tests read the shipped dashboards from ../../manifests/grafana: they run in
+//   - The tests read the shipped dashboards from ../../../manifests/grafana: they run in
 //     this package's folder.
 package grafana
