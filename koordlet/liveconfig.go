@@ -27,7 +27,7 @@ type configUpdate struct {
 var _ config.Applier = (*Agent)(nil)
 
 // ApplyConfig hands the agent a configuration to run with and its status for /status.
-// Only its live fields (liveFields) are applied, at the start of the next period; the
+// Only its live fields (config.LiveFields) are applied, at the start of the next period; the
 // others keep the value the agent started with. A later offer replaces one not taken
 // yet. Safe for concurrent use.
 func (a *Agent) ApplyConfig(cfg config.Config, st config.Status) {

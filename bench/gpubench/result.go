@@ -115,7 +115,7 @@ func (c AgentCPUConfig) validate() error {
 	if c.ProcsPerPod < 1 || c.ProcsPerPod > maxProcsPerPod {
 		return fmt.Errorf("-agent-procs %d not in [1, %d]", c.ProcsPerPod, maxProcsPerPod)
 	}
-	// The agent's own bounds (koordlet.GPUConfig.Validate) apply too, in the child.
+	// The agent's own bounds (config.GPU.Validate in koordlet/config) apply too, in the child.
 	if c.FullScrapePeriod < c.LoopPeriod || c.FullScrapePeriod > 10*time.Second {
 		return fmt.Errorf("-agent-full-scrape-period %v not in [-loop-period (%v), 10s]", c.FullScrapePeriod,
 			c.LoopPeriod)

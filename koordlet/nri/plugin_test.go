@@ -421,7 +421,7 @@ func TestNRIGPUWithoutInventory(t *testing.T) {
 	}
 }
 
-func TestNRIOptionsRejectBadGPUConfig(t *testing.T) {
+func TestOptionsRejectBadGPUConfig(t *testing.T) {
 	t.Parallel()
 	_, err := New(config.Default(), nil, Options{GPU: devices.Config{Mode: "all"}})
 	if !errors.Is(err, devices.ErrInvalidConfig) {
