@@ -44,7 +44,9 @@ func unknownMemory() memState { return memState{MemoryLimit: qos.UnknownMemoryLi
 // limits, their freezer, and the evictions (to the evictor). It keeps what is in force on
 // the tier; a pod's is in its podState's act row.
 type actuator struct {
-	hier    *cgroups.Hierarchy
+	hier *cgroups.Hierarchy
+	// policy turns cores into CFS quotas (its CFSPeriod; not live: a new cfsPeriod
+	// needs a restart). The plan decides with the controller's, which has minPodCPU too.
 	policy  qos.WritePolicy
 	metrics *metrics.Agent
 	log     *slog.Logger
@@ -68,7 +70,7 @@ type actuator struct {
 
 func newActuator(cfg config.Config, hier *cgroups.Hierarchy, tierRel string, ev evictor, m *metrics.Agent,
 	log *slog.Logger) *actuator {
-	return &actuator{hier: hier, policy: writePolicy(cfg), metrics: m, log: log, evictor: ev, tierRel: tierRel,
+	return &actuator{hier: hier, policy: qos.WritePolicy{CFSPeriod: cfg.CFSPeriod.Duration}, metrics: m, log: log, evictor: ev, tierRel: tierRel,
 		tierCPU: unknownCPU(), tierMem: unknownMemory()}
 }
 
@@ -76,9 +78,6 @@ func newActuator(cfg config.Config, hier *cgroups.Hierarchy, tierRel string, ev 
 func writePolicy(cfg config.Config) qos.WritePolicy {
 	return qos.WritePolicy{CFSPeriod: cfg.CFSPeriod.Duration, MinPodCPU: cfg.MinPodCPU}
 }
-
-// setPolicy takes a reloaded write policy.
-func (x *actuator) setPolicy(w qos.WritePolicy) { x.policy = w }
 
 // limits are the batch groups with the limits in force on them and their demand, for
 // the plan: the tier (tierDemand), the pods below it with a batch-cpu limit, the

@@ -45,7 +45,6 @@ func (l *liveConfig) apply(a *Agent, now time.Time) {
 	// Field by field: Healthy reads the period from other goroutines.
 	config.CopyLive(&a.cfg, u.cfg)
 	a.ctl.reconfigure(old, a.cfg, now)
-	a.act.setPolicy(writePolicy(a.cfg))
 	st := u.status
 	st.InForce = a.cfg
 	l.status.Store(&st)

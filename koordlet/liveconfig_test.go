@@ -53,8 +53,8 @@ func TestAgentAppliesLiveConfig(t *testing.T) {
 			v := 0.2
 			c.ShutdownBudgetCPU = &v
 		}, check: func(t *testing.T, r *rig) {
-			if r.agent.act.policy.MinPodCPU != 0.05 || r.agent.ctl.q.Writes.MinPodCPU != 0.05 {
-				t.Fatalf("write policies %+v %+v, want minPodCPU 0.05", r.agent.act.policy, r.agent.ctl.q.Writes)
+			if r.agent.ctl.q.Writes.MinPodCPU != 0.05 {
+				t.Fatalf("write policy %+v, want minPodCPU 0.05", r.agent.ctl.q.Writes)
 			}
 			if s := r.agent.cfg.ShutdownBudgetCPU; s == nil || *s != 0.2 {
 				t.Fatalf("shutdown budget %v, want 0.2", s)

@@ -54,6 +54,11 @@ func (r BatchSlowReason) severity() int {
 	}
 }
 
+// valid reports whether the agent writes r.
+func (r BatchSlowReason) valid() bool {
+	return r == BatchRunning || r.severity() > 0
+}
+
 // Status is the condition's status for the reason: True unless Running.
 func (r BatchSlowReason) Status() corev1.ConditionStatus {
 	if r == BatchRunning {

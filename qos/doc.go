@@ -1,9 +1,10 @@
 // Package qos is Understory's pure policy layer: it decides, from values the
-// caller passes in, which QoS class a pod belongs to and how much CPU the
-// batch tier may use. It does no IO and reads no clock; one call of
-// Budgeter.Next is one control period, whatever its length.
+// caller passes in, which QoS class a pod belongs to, how much CPU and memory
+// batch may use and everything else the agent does in a control period. It does
+// no IO and reads no clock; one call of Controller.Plan is one control period,
+// whatever its length.
 //
-// It holds three decisions:
+// Its decisions:
 //
 //   - Classify maps a pod to LS, BE or batch from the annotation
 //     understory.io/qos-class, then Koordinator's koordinator.sh/qosClass
@@ -33,7 +34,8 @@
 //     statistics interval, the pod condition (BatchConditions, from the freezer
 //     and limits the plan leaves). The caller reads before and writes after; the
 //     plan keeps no state but its parts' (Budgeter, Guard, Escalator, Reclaimer,
-//     BatchConditions). Plan.String renders a plan for people.
+//     BatchConditions). The tests render plans for people (Plan.String,
+//     planstring_test.go).
 //   - NextBatchCondition (batchcondition.go) decides the pod condition
 //     understory.io/BatchSlowed the agent writes on a batch pod (Throttled,
 //     Frozen, Suspended, Evicted, or False with Running) and when: a harder

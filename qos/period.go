@@ -149,6 +149,11 @@ func NewBatchConditions() *BatchConditions {
 // Seed takes the condition a pod already carries (written by an earlier run of the agent)
 // as the last written, once the pod is new to the state, so that a restarted agent still
 // sets a stale True back to Running. Its write time counts as long ago.
+//
+// What it honours is bounded: a reason the agent never writes is read as Running and a
+// message longer than maxSeededMessage as none. The state then holds only what the agent
+// could have written, a few hundred bytes a pod, and such a condition differs from
+// anything the agent writes, so the next plan replaces it.
 func (c *BatchConditions) Seed(pod *corev1.Pod) {
 	if pod == nil || pod.UID == "" {
 		return
@@ -157,13 +162,25 @@ func (c *BatchConditions) Seed(pod *corev1.Pod) {
 		return
 	}
 	for _, pc := range pod.Status.Conditions {
-		if pc.Type == ConditionBatchSlowed {
-			c.written[pod.UID] = WrittenBatchCondition{BatchCondition: BatchCondition{
-				Reason: BatchSlowReason(pc.Reason), Message: pc.Message}, Since: pc.LastTransitionTime.Time}
-			return
+		if pc.Type != ConditionBatchSlowed {
+			continue
 		}
+		r, msg := BatchSlowReason(pc.Reason), pc.Message
+		if !r.valid() {
+			r, msg = BatchRunning, ""
+		}
+		if len(msg) > maxSeededMessage {
+			msg = ""
+		}
+		c.written[pod.UID] = WrittenBatchCondition{BatchCondition: BatchCondition{Reason: r, Message: msg},
+			Since: pc.LastTransitionTime.Time}
+		return
 	}
 }
+
+// maxSeededMessage is the longest condition message Seed keeps; the agent's own
+// messages are a few hundred bytes at most.
+const maxSeededMessage = 1024
 
 // Written returns the condition last written on a pod, if any.
 func (c *BatchConditions) Written(uid types.UID) (WrittenBatchCondition, bool) {
@@ -188,7 +205,7 @@ func (c Controller) planEscalation(p *Plan, s Sample, in BatchLimits) {
 		p.EvictCandidates = evictionCandidates(s.Batch)
 	}
 	if d.Froze {
-		msg := FrozenMessage(p.Util, d.StarvedFor.Duration)
+		msg := frozenMessage(p.Util, d.StarvedFor.Duration)
 		if c.Conditions != nil {
 			c.Conditions.freezeMsg = msg
 		}
@@ -330,7 +347,7 @@ func (c Controller) planStats(p *Plan, s Sample, in BatchLimits) {
 	now, budget, iv, af := s.Now, p.Budget.Applied, s.Stats.Interval, after{p: p, in: in}
 	if t := s.Stats.Tier; s.Stats.TierOK {
 		if share, hard := HardThrottled(t.Periods, t.Throttled); hard {
-			msg := ThrottledMessage("the batch tier's", share, t, af.tierQuota(), budget, iv)
+			msg := throttledMessage("the batch tier's", share, t, af.tierQuota(), budget, iv)
 			for _, pod := range s.Batch {
 				if pod.InTier && pod.told() {
 					p.Notices = append(p.Notices, notice(pod, NoticeThrottled, msg))
@@ -344,7 +361,7 @@ func (c Controller) planStats(p *Plan, s Sample, in BatchLimits) {
 		}
 		if share, hard := HardThrottled(pod.Throttle.Periods, pod.Throttle.Throttled); hard && pod.told() {
 			p.Notices = append(p.Notices, notice(pod, NoticeThrottled,
-				ThrottledMessage("its", share, pod.Throttle, af.podQuota(i, pod.UID), budget, iv)))
+				throttledMessage("its", share, pod.Throttle, af.podQuota(i, pod.UID), budget, iv)))
 		}
 	}
 	if c.Conditions != nil {
@@ -380,10 +397,10 @@ func (c *BatchConditions) plan(p *Plan, s Sample, af after, now time.Time) {
 		}
 		if share, hard := HardThrottled(t.Periods, t.Throttled); hard {
 			c.set(p, pod, BatchCondition{Reason: BatchThrottled,
-				Message: ThrottledMessage(whose, share, t, quota, p.Budget.Applied, s.Stats.Interval)}, now)
+				Message: throttledMessage(whose, share, t, quota, p.Budget.Applied, s.Stats.Interval)}, now)
 			continue
 		}
-		c.set(p, pod, BatchCondition{Reason: BatchRunning, Message: RunningMessage()}, now)
+		c.set(p, pod, BatchCondition{Reason: BatchRunning, Message: runningMessage()}, now)
 	}
 }
 
@@ -427,17 +444,17 @@ func notice(pod BatchPodSample, kind NoticeKind, msg string) Notice {
 	return Notice{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Pod: pod.key(), Kind: kind, Message: msg}
 }
 
-// FrozenMessage says why batch was frozen: what LS and the system leave batch (b.Raw)
+// frozenMessage says why batch was frozen: what LS and the system leave batch (b.Raw)
 // against its floor (b.Min), and for how long.
-func FrozenMessage(b Budget, starvedFor time.Duration) string {
+func frozenMessage(b Budget, starvedFor time.Duration) string {
 	return fmt.Sprintf("frozen by the node agent: LS (%.2f cores) and the system (%.2f) leave batch %.2f of %.0f CPUs, "+
 		"below its floor of %.2f, for %v; it is thawed once LS leaves room again", b.LSUsage, b.SystemUsage,
 		math.Max(0, b.Raw), b.NodeCPUs, b.Min, starvedFor.Round(time.Second))
 }
 
-// ThrottledMessage says how hard a group (whose: "its", "the batch tier's") was throttled
+// throttledMessage says how hard a group (whose: "its", "the batch tier's") was throttled
 // over the interval, at which quota (cores), and why: its share of the batch budget.
-func ThrottledMessage(whose string, share float64, t Throttling, quota, budget float64, interval time.Duration) string {
+func throttledMessage(whose string, share float64, t Throttling, quota, budget float64, interval time.Duration) string {
 	q := "an unknown quota"
 	if !math.IsNaN(quota) && quota >= 0 {
 		q = fmt.Sprintf("a quota of %.2f cores", quota)
@@ -447,9 +464,9 @@ func ThrottledMessage(whose string, share float64, t Throttling, quota, budget f
 		t.Throttled, t.Periods, q, whose, budget)
 }
 
-// RunningMessage is the Running condition's message: the same every time, so a pod that
+// runningMessage is the Running condition's message: the same every time, so a pod that
 // runs free costs no further write.
-func RunningMessage() string {
+func runningMessage() string {
 	return fmt.Sprintf("runs free: throttled in fewer than %d%% of its CFS periods, not frozen",
 		int(math.Round(100*HardThrottledShare)))
 }

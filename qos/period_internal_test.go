@@ -175,7 +175,7 @@ func TestPlanConditions(t *testing.T) {
 	if got := conds(step(t0.Add(10*time.Second), false, Throttling{10, 1}, true, hard)); len(got) != 0 {
 		t.Fatalf("same state again: %q, want no write", got)
 	}
-	c.Conditions.freezeMsg = FrozenMessage(Budget{NodeCPUs: 2, LSUsage: 1.8, Min: 0.1}, 5*time.Second)
+	c.Conditions.freezeMsg = frozenMessage(Budget{NodeCPUs: 2, LSUsage: 1.8, Min: 0.1}, 5*time.Second)
 	p := step(t0.Add(20*time.Second), true, Throttling{}, false, nil)
 	if got := conds(p); !slices.Equal(got, []string{"jobs/tier1 Frozen", "jobs/tier2 Frozen"}) ||
 		!strings.HasPrefix(p.Conditions[0].Condition.Message, "frozen by the node agent: LS (1.80 cores)") {
@@ -209,7 +209,7 @@ func TestBatchConditionsSeed(t *testing.T) {
 			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{w.PodCondition()}}}, pod
 	}
 	stalePod, stale := carrying("stale", BatchFrozen, "frozen")
-	freePod, free := carrying("free", BatchRunning, RunningMessage())
+	freePod, free := carrying("free", BatchRunning, runningMessage())
 	c.Conditions.Seed(stalePod)
 	c.Conditions.Seed(freePod)
 	c.Conditions.Seed(&corev1.Pod{}) // no UID: ignored
@@ -225,5 +225,49 @@ func TestBatchConditionsSeed(t *testing.T) {
 	c.planStats(&p, s, BatchLimits{Pods: []PodInForce{{UID: stale.UID, Quota: math.NaN()}, {UID: free.UID}}})
 	if len(p.Conditions) != 1 || p.Conditions[0].Pod != "jobs/stale" || p.Conditions[0].Condition.Reason != BatchRunning {
 		t.Fatalf("after a restart: %+v, want only the stale pod set Running", p.Conditions)
+	}
+}
+
+// Seed honours only what the agent writes: a reason it never writes reads as Running
+// without a message, and an overlong message as none, and the next plan replaces either
+// on a pod that runs free.
+func TestBatchConditionsSeedBounds(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", maxSeededMessage+1)
+	for _, tc := range []struct {
+		name         string
+		reason, msg  string
+		want         BatchSlowReason
+		wantMsg      string
+		replacedFree bool // a pod that runs free gets Running written over it
+	}{
+		{"the agent's Frozen", "Frozen", "frozen", BatchFrozen, "frozen", true},
+		{"the agent's Running", "Running", runningMessage(), BatchRunning, runningMessage(), false},
+		{"a reason the agent never writes", "Finished", "done", BatchRunning, "", true},
+		{"an empty reason", "", "x", BatchRunning, "", true},
+		{"an overlong message", "Throttled", long, BatchThrottled, "", true},
+		{"an overlong Running message", "Running", long, BatchRunning, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Controller{Conditions: NewBatchConditions()}
+			free := batchPod("p", false)
+			c.Conditions.Seed(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: free.UID, Namespace: free.Namespace, Name: free.Name},
+				Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: ConditionBatchSlowed,
+					Status: corev1.ConditionTrue, Reason: tc.reason, Message: tc.msg}}}})
+			w, ok := c.Conditions.Written(free.UID)
+			if !ok || w.Reason != tc.want || w.Message != tc.wantMsg {
+				t.Fatalf("seeded %q/%.20q (%v), want %q/%.20q", w.Reason, w.Message, ok, tc.want, tc.wantMsg)
+			}
+			t0 := time.Unix(1000, 0)
+			s := Sample{Now: t0, Batch: []BatchPodSample{free}, Stats: StatsSample{Due: true, Interval: 10 * time.Second}}
+			s.Batch[0].Throttle, s.Batch[0].ThrottleOK = Throttling{Periods: 10}, true
+			p := Plan{}
+			c.planStats(&p, s, BatchLimits{Pods: []PodInForce{{UID: free.UID}}})
+			replaced := len(p.Conditions) == 1 && p.Conditions[0].Condition.Reason == BatchRunning
+			if replaced != tc.replacedFree || len(p.Conditions) > 1 {
+				t.Fatalf("next plan's conditions %+v, want Running written over it: %v", p.Conditions, tc.replacedFree)
+			}
+		})
 	}
 }

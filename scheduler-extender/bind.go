@@ -294,17 +294,21 @@ func (b *binder) countBinds(ok, failed int) {
 	b.met.Binds.WithLabelValues("error").Add(float64(failed))
 }
 
+// refuseBind answers a bind call with err, in ExtenderBindingResult's error field.
+func refuseBind(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, wire.BindingResult(err.Error()))
+}
+
 func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
-	reply := func(code int, err error) { writeJSON(w, code, wire.BindingResult(err.Error())) }
 	buf, code, err := s.readBody(w, r)
 	if err != nil {
-		reply(code, err)
+		refuseBind(w, code, err)
 		return
 	}
 	args, err := wire.BindingArgs(buf.Bytes())
 	s.release(buf)
 	if err != nil {
-		reply(http.StatusBadRequest, err)
+		refuseBind(w, http.StatusBadRequest, err)
 		return
 	}
 	if err := s.Bind(r.Context(), args); err != nil {
@@ -312,7 +316,7 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrCacheStale) {
 			code = http.StatusServiceUnavailable
 		}
-		reply(code, err)
+		refuseBind(w, code, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.BindingResult(""))

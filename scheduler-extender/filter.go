@@ -211,16 +211,16 @@ func (r *reservations) expire(now time.Time) int {
 }
 
 // readArgs reads and decodes an ExtenderArgs body, answering the error itself.
-func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, sc *scratch, fail func(code int, err error)) (wire.Args, *bytes.Buffer, bool) {
+func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, sc *scratch, refuse func(http.ResponseWriter, int, error)) (wire.Args, *bytes.Buffer, bool) {
 	buf, code, err := s.readBody(w, r)
 	if err != nil {
-		fail(code, err)
+		refuse(w, code, err)
 		return wire.Args{}, nil, false
 	}
 	args, err := s.dec.Args(buf.Bytes(), sc.names)
 	if err != nil {
 		s.release(buf)
-		fail(http.StatusBadRequest, err)
+		refuse(w, http.StatusBadRequest, err)
 		return wire.Args{}, nil, false
 	}
 	if !args.Cached {
@@ -229,11 +229,22 @@ func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, sc *scratch, f
 	return args, buf, true
 }
 
+// refuseFilter answers a filter call with err (in ExtenderFilterResult's error field).
+func refuseFilter(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, wire.FilterError(err.Error()))
+}
+
+// refusePrioritize answers a prioritize call with err, as text (HostPriorityList has no error field).
+func refusePrioritize(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, err.Error()+"\n")
+}
+
 func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
-	fail := func(code int, err error) { writeJSON(w, code, wire.FilterError(err.Error())) }
 	sc := s.scratch()
 	defer s.putScratch(sc)
-	args, buf, ok := s.readArgs(w, r, sc, fail)
+	args, buf, ok := s.readArgs(w, r, sc, refuseFilter)
 	if !ok {
 		return
 	}
@@ -253,7 +264,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if args.Nodes != nil {
 		body, err := wire.FilterResultNodes(&out, args.Nodes)
 		if err != nil {
-			fail(http.StatusInternalServerError, fmt.Errorf("encoding result: %w", err))
+			refuseFilter(w, http.StatusInternalServerError, fmt.Errorf("encoding result: %w", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, body)
@@ -267,15 +278,9 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
-	fail := func(code int, err error) {
-		// HostPriorityList has no error field: the reason goes in the body as text.
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(code)
-		_, _ = io.WriteString(w, err.Error()+"\n")
-	}
 	sc := s.scratch()
 	defer s.putScratch(sc)
-	args, buf, ok := s.readArgs(w, r, sc, fail)
+	args, buf, ok := s.readArgs(w, r, sc, refusePrioritize)
 	if !ok {
 		return
 	}

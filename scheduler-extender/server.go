@@ -282,16 +282,9 @@ func NewHTTPServer(addr string, h http.Handler, cfg Config) *http.Server {
 // devices are held, and kube-scheduler retries a pod whose extender call failed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	filterRefuse := func(w http.ResponseWriter, code int, err error) { writeJSON(w, code, wire.FilterError(err.Error())) }
-	prioRefuse := func(w http.ResponseWriter, code int, err error) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(code)
-		_, _ = io.WriteString(w, err.Error()+"\n")
-	}
-	bindRefuse := func(w http.ResponseWriter, code int, err error) { writeJSON(w, code, wire.BindingResult(err.Error())) }
-	mux.Handle("POST /filter", s.instrument("filter", s.guard(s.handleFilter, filterRefuse)))
-	mux.Handle("POST /prioritize", s.instrument("prioritize", s.guard(s.handlePrioritize, prioRefuse)))
-	mux.Handle("POST /bind", s.instrument("bind", s.guard(s.handleBind, bindRefuse)))
+	mux.Handle("POST /filter", s.instrument("filter", s.guard(s.handleFilter, refuseFilter)))
+	mux.Handle("POST /prioritize", s.instrument("prioritize", s.guard(s.handlePrioritize, refusePrioritize)))
+	mux.Handle("POST /bind", s.instrument("bind", s.guard(s.handleBind, refuseBind)))
 	mux.Handle("GET /healthz", s.instrument("healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understory/understory/qos"
-
 	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/testenv"
+	"github.com/understory/understory/qos"
 )
 
 var (
@@ -43,20 +42,11 @@ var (
 
 // moduleRoot is the directory above the working directory holding go.mod.
 func moduleRoot(tb testing.TB) string {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
 // kwokBinary finds kwok (UNDERSTORY_KWOK_BIN, else scripts/kwok.sh's cache); when

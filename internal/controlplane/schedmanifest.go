@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // SchedulerManifestRelPath is the example KubeSchedulerConfiguration, relative to the module root.
@@ -19,24 +21,15 @@ var ErrSchedulerManifest = errors.New("unusable scheduler manifest")
 // ReadSchedulerManifest reads SchedulerManifestRelPath from the module root above the working
 // directory (go test runs in the package directory).
 func ReadSchedulerManifest() ([]byte, error) {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
-		return nil, fmt.Errorf("finding module root: %w", err)
+		return nil, err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			b, err := os.ReadFile(filepath.Join(dir, SchedulerManifestRelPath))
-			if err != nil {
-				return nil, fmt.Errorf("reading scheduler manifest: %w", err)
-			}
-			return b, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil, fmt.Errorf("no go.mod above the working directory: %w", os.ErrNotExist)
-		}
-		dir = parent
+	b, err := os.ReadFile(filepath.Join(root, SchedulerManifestRelPath))
+	if err != nil {
+		return nil, fmt.Errorf("reading scheduler manifest: %w", err)
 	}
+	return b, nil
 }
 
 // ManifestSchedulerConfig returns manifest (a KubeSchedulerConfiguration with

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // Version is the Kueue release the harness runs (scripts/kueue.sh builds it).
@@ -114,24 +115,17 @@ func binDir() string {
 	return filepath.Join(root, "kueue-"+Version, "bin")
 }
 
-// findUp finds rel in the working directory or a parent (go test runs in the
-// package directory; rel is relative to the module root).
+// findUp is rel (relative to the module root) below the module root.
 func findUp(rel string) (string, error) {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, rel)
+	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("finding %s: %w", rel, err)
 	}
-	for {
-		p := filepath.Join(dir, rel)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no %s above the working directory: %w", rel, os.ErrNotExist)
-		}
-		dir = parent
-	}
+	return p, nil
 }
 
 // ReadConfig reads ConfigRelPath from the module root.

@@ -17,6 +17,9 @@
 //     RunCheckingFDs(m), which fails the run and names each descriptor the tests
 //     opened and did not close.
 //
+// ModuleRoot is where the tests and benchmarks find the module's manifests, scripts
+// and outputs (go test runs in the package's directory).
+//
 // The package keeps no state: the CI check reads the environment on every call. That
 // read is a test-only exception to the rule that only cmd/*/main.go reads the
 // environment or flags; production code must not import this package (test/arch

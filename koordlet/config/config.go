@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -102,9 +103,9 @@ const (
 	TierParentBestEffort = "besteffort"
 )
 
-// TierParentQOS is the kubelet QoS cgroup the tier's parent names: kubepods is where
+// tierParentQOS is the kubelet QoS cgroup the tier's parent names: kubepods is where
 // kubelet's Guaranteed pods live. ok is false for any other parent.
-func TierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
+func tierParentQOS(parent string) (q cgroups.KubeQOS, ok bool) {
 	switch parent {
 	case TierParentKubepods:
 		return cgroups.QOSGuaranteed, true
@@ -137,7 +138,7 @@ func TierCgroup(d cgroups.Driver, kubeletRoot, parent, name string) (string, err
 }
 
 func tierCgroup(n cgroups.Naming, parent, name string) (string, error) {
-	q, ok := TierParentQOS(parent)
+	q, ok := tierParentQOS(parent)
 	if !ok {
 		return "", fmt.Errorf("tier parent %q: %w", parent, ErrInvalid)
 	}
@@ -219,8 +220,13 @@ func Lenient(data []byte) Config {
 }
 
 // fieldOfError names the top-level field a decoding error comes from, by decoding the
-// fields one at a time: the YAML library's type errors do not always name it.
+// fields one at a time: the YAML library's type errors do not always name it. A .nan or
+// .inf anywhere is named by its whole path: the YAML-to-JSON step fails on it without
+// naming anything.
 func fieldOfError(data []byte, err error) string {
+	if path := nonFinitePath(data); path != "" {
+		return path + ": not a finite number"
+	}
 	var fields map[string]any
 	if yaml.Unmarshal(data, &fields) != nil {
 		return fmt.Sprintf("parsing: %v", err)
@@ -269,7 +275,7 @@ func (c Config) Validate() error {
 		}
 		return bad("kubeletCgroupRoot", "%q %s: %v", c.KubeletCgroupRoot, what, err)
 	}
-	q, ok := TierParentQOS(c.TierParent)
+	q, ok := tierParentQOS(c.TierParent)
 	if !ok {
 		return bad("tierParent", "%q must be %q or %q", c.TierParent, TierParentKubepods, TierParentBestEffort)
 	}
@@ -323,4 +329,40 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Signals.Validate()
+}
+
+// nonFinitePath is the path (a.b.c) of the first number in data, in document order,
+// that is a YAML .nan or .inf; "" when there is none or data does not parse.
+func nonFinitePath(data []byte) string {
+	var doc yamlv2.MapSlice
+	if yamlv2.Unmarshal(data, &doc) != nil {
+		return ""
+	}
+	var walk func(prefix string, v any) string
+	walk = func(prefix string, v any) string {
+		switch v := v.(type) {
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return prefix
+			}
+		case yamlv2.MapSlice:
+			for _, kv := range v {
+				p := fmt.Sprint(kv.Key)
+				if prefix != "" {
+					p = prefix + "." + p
+				}
+				if found := walk(p, kv.Value); found != "" {
+					return found
+				}
+			}
+		case []any:
+			for i, e := range v {
+				if found := walk(fmt.Sprintf("%s[%d]", prefix, i), e); found != "" {
+					return found
+				}
+			}
+		}
+		return ""
+	}
+	return walk("", doc)
 }

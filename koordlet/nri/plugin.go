@@ -559,18 +559,12 @@ func podFromSandbox(pod *api.PodSandbox) *corev1.Pod {
 // errBadCgroupsPath means the runtime gave a container cgroups path of an unknown form.
 var errBadCgroupsPath = errors.New("unrecognised container cgroups path")
 
-// podCgroup is a batch pod's cgroup below the tier, relative to the hierarchy root
-// (cgroups.TierPodPath).
-func podCgroup(d cgroups.Driver, tier, uid string) (string, error) {
-	return cgroups.TierPodPath(d, tier, uid)
-}
-
 // tierContainerPath rewrites a container's runtime cgroups path to put it below the tier:
 // the same container (and, under systemd, the runtime's scope prefix) in the pod's
 // cgroup below the tier. cgroupfs paths look like "/kubepods/besteffort/pod<uid>/<id>";
 // systemd ones like "kubepods-besteffort-pod<uid_>.slice:cri-containerd:<id>".
 func tierContainerPath(d cgroups.Driver, tier, uid, orig string) (string, error) {
-	podCg, err := podCgroup(d, tier, uid)
+	podCg, err := cgroups.TierPodPath(d, tier, uid)
 	if err != nil {
 		return "", err
 	}

@@ -219,10 +219,12 @@ func ParseModels(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("empty model list: %w", ErrInvalidPod)
 	}
-	parts := strings.Split(s, ",")
-	if len(parts) > maxModels {
-		return nil, fmt.Errorf("%d models exceed %d: %w", len(parts), maxModels, ErrInvalidPod)
+	// Counted before splitting: the annotation is the tenant's, up to the API server's
+	// 256 KiB, and a split would allocate a string for every comma.
+	if n := strings.Count(s, ",") + 1; n > maxModels {
+		return nil, fmt.Errorf("%d models exceed %d: %w", n, maxModels, ErrInvalidPod)
 	}
+	parts := strings.Split(s, ",")
 	out := make([]string, 0, len(parts))
 	for i, p := range parts {
 		p = strings.TrimSpace(p)

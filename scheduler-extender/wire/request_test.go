@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -99,6 +100,23 @@ func TestPodRequest(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseModelsRefusesLongListsCheaply: the annotation is the tenant's, up to the
+// API server's 256 KiB; a list over maxModels is refused before any string of it is
+// made. Not parallel: it measures the bytes this goroutine allocates.
+func TestParseModelsRefusesLongListsCheaply(t *testing.T) {
+	s := strings.Repeat("A100,", 50_000)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ParseModels(s)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrInvalidPod) || !strings.Contains(err.Error(), "50001 models exceed 32") {
+		t.Fatalf("ParseModels of 50 001 models: %v", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Fatalf("refusing 50 001 models allocated %d bytes, want a few hundred", n)
 	}
 }
 

@@ -1,8 +1,6 @@
 package arch
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,19 +24,9 @@ const (
 	maxMethods         = 25
 )
 
-// extenderPackages are the extender's packages that exist in the tree: the core
-// first (Reach starts there), then its wire and gang packages.
-func extenderPackages(t *testing.T) []string {
-	t.Helper()
-	paths := []string{corePath}
-	for _, p := range []string{wirePath, gangPath} {
-		dir := filepath.Join(moduleRoot, strings.TrimPrefix(p, "github.com/understory/understory/"))
-		if _, err := os.Stat(dir); err == nil {
-			paths = append(paths, p)
-		}
-	}
-	return paths
-}
+// extenderPackages are the extender's packages: the core first (Reach starts there),
+// then its wire and gang packages.
+var extenderPackages = []string{corePath, wirePath, gangPath}
 
 // TestExtenderShape measures the extender's packages (logged: go test -v) and
 // checks the core package's targets: at most maxCoreLines lines, at most
@@ -47,7 +35,7 @@ func extenderPackages(t *testing.T) []string {
 // methods in any of the packages.
 func TestExtenderShape(t *testing.T) {
 	t.Parallel()
-	pkgs, err := Load(moduleRoot, extenderPackages(t)...)
+	pkgs, err := Load(moduleRoot, extenderPackages...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,23 +65,21 @@ func TestExtenderShape(t *testing.T) {
 	for _, f := range funcs {
 		t.Logf("  filter reaches %s", f)
 	}
-	if len(pkgs) > 1 {
-		_, all, err := Reach(pkgs, "Server.handleFilter")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var paths []string
-		n := 0
-		for p, fs := range all {
-			paths = append(paths, p)
-			n += len(fs)
-		}
-		slices.Sort(paths)
-		for _, p := range paths {
-			t.Logf("a filter call through every extender package visits %s: %s", p, strings.Join(all[p], ", "))
-		}
-		t.Logf("a filter call through every extender package visits %d files", n)
+	_, all, err := Reach(pkgs, "Server.handleFilter")
+	if err != nil {
+		t.Fatal(err)
 	}
+	var paths []string
+	n := 0
+	for p, fs := range all {
+		paths = append(paths, p)
+		n += len(fs)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		t.Logf("a filter call through every extender package visits %s: %s", p, strings.Join(all[p], ", "))
+	}
+	t.Logf("a filter call through every extender package visits %d files", n)
 	if _, files, err := Reach(pkgs[:1], "podRecordOf"); err == nil {
 		t.Logf("building a pod's record visits %d files of the core package: %s", len(files[corePath]),
 			strings.Join(files[corePath], ", "))

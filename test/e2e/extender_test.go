@@ -376,6 +376,11 @@ func testGPUModel(t *testing.T, c *cluster, ns string) {
 	c.checkThroughExtender(t, p)
 	devices(t, p, 2)
 	c.waitUnschedulable(t, ns, "wants-a100", extender.ErrGPUModel.Error())
+	// The annotation is the tenant's own input: what the extender honours is bounded
+	// (wire.ParseModels: at most 32 label values), and more is a clear error on the pod.
+	many := strings.TrimSuffix(strings.Repeat(modelT4+",", 33), ",")
+	c.create(t, ns, podSpec{name: "too-many-models", gpus: 1, annotations: map[string]string{extender.AnnotationGPUModel: many}})
+	c.waitUnschedulable(t, ns, "too-many-models", "33 models exceed 32")
 }
 
 // testUnmanaged: plain CPU pods are bound by kube-scheduler itself; the
@@ -742,7 +747,10 @@ func checkInvariants(t *testing.T, c *cluster) {
 		key := p.Namespace + "/" + p.Name
 		req, err := extender.PodRequest(p)
 		if err != nil {
-			t.Errorf("pod %s: %v", key, err)
+			// A pod the extender cannot read (a scenario's bad annotation) waits.
+			if p.Spec.NodeName != "" {
+				t.Errorf("pod %s is bound although invalid: %v", key, err)
+			}
 			continue
 		}
 		if req.NumGPU == 0 {

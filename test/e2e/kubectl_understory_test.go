@@ -6,12 +6,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,6 +239,89 @@ func testAgentPodCondition(t *testing.T, ctx context.Context, cp *controlplane.C
 		if c.Type == qos.ConditionBatchSlowed && (c.Status != corev1.ConditionFalse || c.Reason != "Running") {
 			t.Errorf("condition %+v, want False/Running", c)
 		}
+	}
+	testConditionOneWriter(t, ctx, cp, admin, own, other)
+}
+
+// testConditionOneWriter: nobody but the agent sets, changes or removes the condition
+// (understory-batchslowed-writer): not a tenant with pods/status rights, not the
+// administrator, not through a pod's create; their other writes to the same pods pass.
+// own carries the agent's condition, other none.
+func testConditionOneWriter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, admin kubernetes.Interface,
+	own, other *corev1.Pod) {
+	const tenant = "etl-operator"
+	if _, err := admin.CoreV1().ServiceAccounts("jobs").Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: tenant}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles("jobs").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "pods/status"},
+			Verbs: []string{"get", "create", "update", "patch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("jobs").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: tenant},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "jobs", Name: tenant}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := tokenClient(t, cp, saToken(t, ctx, admin, "jobs", tenant, nil))
+	patch := func(c kubernetes.Interface, p *corev1.Pod, body map[string]any, sub ...string) error {
+		_, err := c.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, mergePatch(t, body),
+			metav1.PatchOptions{}, sub...)
+		return err
+	}
+	condition := func(typ, status, reason string) map[string]any {
+		return map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+			"type": typ, "status": status, "reason": reason, "message": "m"}}}}
+	}
+	slowed := string(qos.ConditionBatchSlowed)
+	forge := func() error { return patch(tc, other, condition(slowed, "True", "Frozen"), "status") }
+	waitPolicy(t, ctx, forge)
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"a tenant sets it", forge()},
+		{"a tenant changes the agent's", patch(tc, own, condition(slowed, "True", "Frozen"), "status")},
+		{"the administrator changes it", patch(admin, own, condition(slowed, "False", "Finished"), "status")},
+		{"the administrator removes it", patch(admin, own, map[string]any{"status": map[string]any{
+			"conditions": []map[string]any{{"type": slowed, "$patch": "delete"}}}},
+			"status")},
+	} {
+		wantForbidden(t, c.name, c.err, "may not set, change or remove the pod condition "+slowed, "batchslowed-one-writer")
+	}
+	// Their other writes to the same pods pass: another condition beside the agent's,
+	// a label on the pod.
+	if err := patch(tc, own, condition("example.com/Checked", "True", "Done"), "status"); err != nil {
+		t.Errorf("a tenant's own condition beside the agent's: %v", err)
+	}
+	if err := patch(tc, own, map[string]any{"metadata": map[string]any{"labels": map[string]string{"stage": "2"}}}); err != nil {
+		t.Errorf("a tenant's label on a pod carrying the condition: %v", err)
+	}
+	// A pod created with the condition: refused or stripped, never carried.
+	forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "forged"},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: qos.ConditionBatchSlowed,
+			Status: corev1.ConditionTrue, Reason: "Frozen"}}}}
+	if p, err := tc.CoreV1().Pods("jobs").Create(ctx, forged, metav1.CreateOptions{}); err == nil {
+		for _, c := range p.Status.Conditions {
+			if c.Type == qos.ConditionBatchSlowed {
+				t.Errorf("a pod created with the condition carries it: %+v", c)
+			}
+		}
+	} else if !apierrors.IsForbidden(err) {
+		t.Errorf("a pod created with the condition: %v, want it created without it or Forbidden", err)
+	}
+	got, err := admin.CoreV1().Pods("jobs").Get(ctx, own.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, c := range got.Status.Conditions {
+		kept = append(kept, string(c.Type)+"="+c.Reason)
+	}
+	if !slices.Contains(kept, slowed+"=Running") || !slices.Contains(kept, "example.com/Checked=Done") {
+		t.Errorf("conditions %v, want the agent's Running and the tenant's Checked", kept)
 	}
 }
 

@@ -278,6 +278,8 @@ func TestManifestsBuild(t *testing.T) {
 			"ValidatingAdmissionPolicy/understory-koordlet-node", "ValidatingAdmissionPolicyBinding/understory-koordlet-node",
 			"ValidatingAdmissionPolicy/understory-koordlet-pod-status",
 			"ValidatingAdmissionPolicyBinding/understory-koordlet-pod-status",
+			"ValidatingAdmissionPolicy/understory-batchslowed-writer",
+			"ValidatingAdmissionPolicyBinding/understory-batchslowed-writer",
 			"ValidatingAdmissionPolicy/understory-scheduler-extender-pods", "FlowSchema/" + extenderName,
 			"NetworkPolicy/understory-default-deny-ingress", "Secret/understory-admission-tls",
 			"Secret/understory-scheduler-extender-tls"} {

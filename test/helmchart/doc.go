@@ -27,7 +27,7 @@
 //     that account, only with the second scheduler on.
 //   - TestChartSelfSignedCertificates: Helm's CA and certificates verify for the
 //     Services' names and client auth, and the webhook's caBundle is the CA.
-//   - TestHelmInstallUpgradeUninstall: on a real API server (test/e2e/controlplane),
+//   - TestHelmInstallUpgradeUninstall: on a real API server (internal/controlplane),
 //     helm install --create-namespace; helm upgrade keeps the CA, the certificates
 //     and the caBundle (lookup), and issues a deleted certificate again from the kept
 //     CA; helm uninstall leaves the PodGroup CRD (crds/).

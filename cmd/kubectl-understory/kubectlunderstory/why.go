@@ -20,6 +20,7 @@ import (
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/qos"
 	extender "github.com/understory/understory/scheduler-extender"
+	"github.com/understory/understory/scheduler-extender/gang"
 )
 
 // maxEvents and maxNodes bound Why's lists (the newest events, the roomiest nodes).
@@ -267,14 +268,14 @@ func (c *Client) whyGang(ctx context.Context, pod *corev1.Pod, r *WhyReport) err
 	case volcanoGroup(pod) != "":
 		g.Dialect, g.Name, gvr = "volcano", volcanoGroup(pod), &extender.VolcanoPodGroupGVR
 		member = func(p *corev1.Pod) bool { return volcanoGroup(p) == g.Name }
-		if v, err := strconv.ParseInt(pod.Annotations[contract.AnnotationVolcanoMinMember], 10, 64); err == nil {
-			g.MinMember = v
+		if v, err := gang.ParseMinMember(pod.Annotations[contract.AnnotationVolcanoMinMember]); err == nil {
+			g.MinMember = int64(v) // as the extender reads it
 		}
 	case pod.Annotations[contract.AnnotationKoordinatorName] != "":
 		g.Dialect, g.Name = "koordinator", pod.Annotations[contract.AnnotationKoordinatorName]
 		member = func(p *corev1.Pod) bool { return p.Annotations[contract.AnnotationKoordinatorName] == g.Name }
-		if v, err := strconv.ParseInt(pod.Annotations[contract.AnnotationKoordinatorMinAvailable], 10, 64); err == nil {
-			g.MinMember = v
+		if v, err := gang.ParseMinMember(pod.Annotations[contract.AnnotationKoordinatorMinAvailable]); err == nil {
+			g.MinMember = int64(v)
 		}
 	default:
 		return nil

@@ -497,7 +497,7 @@ func FindPrometheus(tb testing.TB) string {
 
 // findPrometheus runs scripts/prometheus.sh.
 func findPrometheus() (string, error) {
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -513,25 +513,6 @@ func findPrometheus() (string, error) {
 		return "", fmt.Errorf("%s printed no path; stderr:\n%s", installScript, stderr.String())
 	}
 	return bin, nil
-}
-
-// ModuleRoot returns the directory of go.mod above the working directory (go test
-// runs in the package directory).
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory: %w", os.ErrNotExist)
-		}
-		dir = parent
-	}
 }
 
 // freeAddr picks a free loopback port (another process may take it before the

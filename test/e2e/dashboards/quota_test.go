@@ -27,6 +27,7 @@ import (
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/controlplane"
 	"github.com/understory/understory/internal/kueueharness"
+	"github.com/understory/understory/internal/testenv"
 	"github.com/understory/understory/kueuequota"
 )
 
@@ -96,7 +97,7 @@ func setUpKueue(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane
 	if _, err := cp.InstallCRD(ctx, bytes.Join(crds, []byte("\n---\n"))); err != nil {
 		t.Fatal(err)
 	}
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,7 @@ func quotaHolds(ctx context.Context, cp *controlplane.ControlPlane) (bool, error
 
 // buildBinary builds the main package pkg (relative to the module root) into dir.
 func buildBinary(ctx context.Context, dir, pkg string) (string, error) {
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/understory/understory/contract"
 	"github.com/understory/understory/internal/controlplane"
+	"github.com/understory/understory/internal/testenv"
 	extender "github.com/understory/understory/scheduler-extender"
 	"github.com/understory/understory/test/e2e/extenderharness"
 )
@@ -53,7 +54,7 @@ func startCluster(ctx context.Context, t *testing.T) *cluster {
 	// (and show as stale); the PodGroup CRD is installed above.
 	cfg.VolcanoPodGroups = false
 	ext := extenderharness.Start(ctx, t, cp, extenderharness.Options{Config: &cfg})
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ const (
 // job: https verified against the control plane's CA, the token as bearer.
 func (c *cluster) schedulerScrapeJob(ctx context.Context, t *testing.T) ScrapeJob {
 	t.Helper()
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/understory/understory/cmd/dashboard-render/grafana"
+	"github.com/understory/understory/internal/testenv"
 )
 
 // shippedDir is manifests/grafana, where the dashboards are shipped.
 func shippedDir(t *testing.T) string {
 	t.Helper()
-	root, err := ModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

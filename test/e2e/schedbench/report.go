@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/understory/understory/internal/testenv"
 )
 
 // Result is the measurement of one scheduler configuration.
@@ -199,20 +201,11 @@ func writeReport(path string, r Report) error {
 // defaultOut is bench/out/scheduler-throughput.json at the module root
 // above the working directory.
 func defaultOut() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
-		return "", fmt.Errorf("finding module root: %w", err)
+		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "bench", "out", "scheduler-throughput.json"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory: %w", os.ErrNotExist)
-		}
-		dir = parent
-	}
+	return filepath.Join(root, "bench", "out", "scheduler-throughput.json"), nil
 }
 
 func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }

@@ -11,7 +11,8 @@ import (
 // the budget and why, the CPU by class, every limit write (and every hold) with its
 // reason, the graded action, its freezer writes and evictions, the batch resources, the
 // events and the pod conditions. It answers "why did batch get N cores, and when was it
-// frozen" for one period; the agent's /debug/plans keeps the last ones.
+// frozen" for one period. It serves the tests (TestControllerPlan); the agent's
+// /debug/plans records the same decisions as JSON (koordlet/debugplans.go).
 func (p Plan) String() string {
 	var b strings.Builder
 	line := func(format string, args ...any) {
